@@ -1,0 +1,104 @@
+"""Run amqpd from a test suite: a subprocess on an ephemeral port, stopped when the block ends.
+
+    with BrokerProcess() as broker:
+        pika.BlockingConnection(pika.URLParameters(broker.url))
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+_LISTENING = re.compile(rb"amqpd listening on (\S+):(\d+)")
+
+
+class BrokerProcess:
+    """An amqpd subprocess; `url` is its AMQP URL once started."""
+
+    def __init__(
+        self, data_dir: str | None = None, extra_args: list[str] | None = None, env: dict[str, str] | None = None
+    ) -> None:
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        if data_dir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="amqpd-")
+            data_dir = self._tmp.name
+        self.data_dir = data_dir
+        self.extra_args = extra_args or []
+        self.env = env
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.host = "127.0.0.1"
+        self.port = 0
+        self.stderr_lines: list[str] = []
+
+    @property
+    def url(self) -> str:
+        return f"amqp://guest:guest@{self.host}:{self.port}/%2F"
+
+    def start(self, timeout: float = 30.0) -> BrokerProcess:
+        cmd = [sys.executable, "-m", "amqpd", "--host", "127.0.0.1", "--port", "0", "--data-dir", self.data_dir]
+        env = dict(os.environ, **(self.env or {}))
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        self.proc = subprocess.Popen(
+            cmd + self.extra_args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+            cwd=str(Path(__file__).resolve().parent.parent),
+        )
+        threading.Thread(target=self._pump_stderr, daemon=True).start()
+        found = threading.Event()
+
+        def read_stdout() -> None:
+            assert self.proc and self.proc.stdout
+            for line in self.proc.stdout:
+                m = _LISTENING.search(line)
+                if m and not found.is_set():
+                    self.host, self.port = m.group(1).decode(), int(m.group(2))
+                    found.set()
+
+        threading.Thread(target=read_stdout, daemon=True).start()
+        if not found.wait(timeout):
+            self.stop()
+            raise RuntimeError("amqpd did not start:\n" + "\n".join(self.stderr_lines[-40:]))
+        return self
+
+    def _pump_stderr(self) -> None:
+        assert self.proc and self.proc.stderr
+        for line in self.proc.stderr:
+            self.stderr_lines.append(line.decode(errors="replace").rstrip())
+            del self.stderr_lines[:-2000]
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, for recovery tests."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        """SIGTERM and wait; returns the exit code."""
+        if not self.proc:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        return self.proc.returncode
+
+    def close(self) -> None:
+        self.stop()
+        if self._tmp:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def __enter__(self) -> BrokerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

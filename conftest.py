@@ -1,0 +1,53 @@
+"""Fixtures shared by tests/ and interop/: an amqpd on an ephemeral port, and the reference RabbitMQ."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+from urllib.parse import urlparse
+
+import pytest
+
+from amqpd.testing import BrokerProcess
+
+REFERENCE_URL = os.environ.get("AMQPD_REFERENCE_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
+
+
+@pytest.fixture(scope="session")
+def amqpd_broker() -> Iterator[BrokerProcess]:
+    """One amqpd for the session; tests use unique names so they don't disturb each other."""
+    with BrokerProcess() as broker:
+        yield broker
+
+
+@pytest.fixture(scope="session")
+def amqpd_url(amqpd_broker: BrokerProcess) -> str:
+    return amqpd_broker.url
+
+
+@pytest.fixture
+def fresh_broker() -> Iterator[BrokerProcess]:
+    """A broker of one's own, for tests that restart, crash or overload it."""
+    with BrokerProcess() as broker:
+        yield broker
+
+
+def _reachable(url: str) -> bool:
+    parsed = urlparse(url)
+    try:
+        with socket.create_connection((parsed.hostname or "127.0.0.1", parsed.port or 5672), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_url() -> str:
+    """The reference RabbitMQ; its absence is a failure, never a skip."""
+    if not _reachable(REFERENCE_URL):
+        pytest.fail(
+            f"no reference RabbitMQ at {REFERENCE_URL}: run `bash scripts/ensure-rabbitmq.sh` "
+            "(installs Debian's rabbitmq-server and starts it) or set AMQPD_REFERENCE_URL"
+        )
+    return REFERENCE_URL

@@ -22,8 +22,14 @@ def amqpd_broker() -> Iterator[BrokerProcess]:
 
 
 @pytest.fixture(scope="session")
-def amqpd_url(amqpd_broker: BrokerProcess) -> str:
-    return amqpd_broker.url
+def amqpd_url(request: pytest.FixtureRequest) -> str:
+    """The broker under test. AMQPD_TEST_TARGET_URL points the same tests at another broker (RabbitMQ),
+    which is how we check that a test asserts RabbitMQ's behaviour and not merely ours."""
+    override = os.environ.get("AMQPD_TEST_TARGET_URL")
+    if override:
+        return override
+    broker: BrokerProcess = request.getfixturevalue("amqpd_broker")
+    return broker.url
 
 
 @pytest.fixture

@@ -54,8 +54,10 @@ if port_open; then
 fi
 
 if ! command -v rabbitmq-server >/dev/null 2>&1; then
-    apt_install rabbitmq-server
-    # The package may have started the service itself (systemd / init script).
+    # The package's postinst may try to start the service itself (init script, no systemd here);
+    # when that start fails apt-get reports an error although the server is installed.
+    apt_install rabbitmq-server || log "apt-get reported an error; checking whether rabbitmq-server is usable"
+    command -v rabbitmq-server >/dev/null 2>&1 || { log "rabbitmq-server is not installed"; exit 1; }
     if port_open; then
         log "rabbitmq-server started by its package; listening on $HOST:$PORT"
         exit 0
@@ -63,7 +65,8 @@ if ! command -v rabbitmq-server >/dev/null 2>&1; then
 fi
 
 log "starting rabbitmq-server -detached"
-as_root rabbitmq-server -detached
+# Non-fatal: if a node is already booting (e.g. started by the package) this start fails; the wait decides.
+as_root rabbitmq-server -detached || log "rabbitmq-server -detached exited with $?; waiting for the port anyway"
 
 deadline=$((SECONDS + WAIT_SECONDS))
 until port_open; do

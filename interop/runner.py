@@ -1,0 +1,68 @@
+"""Run a scenario against the reference RabbitMQ and the broker under test, normalise, compare."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+from interop.normalise import normalise
+from interop.registry import Scenario
+
+
+@dataclass
+class Outcome:
+    scenario: Scenario
+    reference: Any
+    target: Any
+    agree: bool
+    message: str
+    seconds: float
+
+
+def run_once(sc: Scenario, url: str) -> Any:
+    """The scenario's observation on one broker; a hang or a crash of the scenario is an observation too,
+    so a broker that hangs fails in `sc.timeout` seconds instead of hanging the suite."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["obs"] = sc.fn(url)
+        except BaseException as e:  # noqa: BLE001 — recorded as what the client saw
+            box["obs"] = {"scenario_raised": type(e).__name__, "text": str(e)[:300]}
+            box["tb"] = traceback.format_exc()
+
+    t = threading.Thread(target=target, name=f"interop:{sc.id}", daemon=True)
+    t.start()
+    t.join(sc.timeout)
+    if t.is_alive():
+        return {"scenario_hung": f"no result within {sc.timeout:g}s"}
+    return normalise(box["obs"])
+
+
+def run_pair(sc: Scenario, reference_url: str, target_url: str) -> Outcome:
+    t0 = time.monotonic()
+    ref = run_once(sc, reference_url)
+    tgt = run_once(sc, target_url)
+    if sc.compare is not None:
+        msg = sc.compare(ref, tgt)
+        agree = msg is None
+    else:
+        agree = ref == tgt
+        msg = None if agree else diff(ref, tgt)
+    return Outcome(sc, ref, tgt, agree, msg or "", time.monotonic() - t0)
+
+
+def dump(obs: Any) -> str:
+    return json.dumps(obs, indent=1, sort_keys=True, ensure_ascii=False, default=repr)
+
+
+def diff(ref: Any, tgt: Any) -> str:
+    lines = difflib.unified_diff(
+        dump(ref).splitlines(), dump(tgt).splitlines(), "RabbitMQ (reference)", "target", lineterm="", n=2
+    )
+    return "\n".join(lines)

@@ -1,0 +1,6 @@
+"""Scenario modules, grouped by area; importing this package registers them all."""
+
+from interop.scenarios import (  # noqa: F401
+    exchanges,
+    handshake,
+)

@@ -1,0 +1,21 @@
+"""Every registered scenario, run against the reference RabbitMQ and the broker under test."""
+
+from __future__ import annotations
+
+import pytest
+
+from interop.conftest import OUTCOMES
+from interop.registry import Scenario, load_all
+from interop.runner import dump, run_pair
+
+SCENARIOS = load_all()
+
+
+@pytest.mark.parametrize("sc", list(SCENARIOS.values()), ids=list(SCENARIOS))
+def test_scenario_agrees_with_rabbitmq(sc: Scenario, rabbitmq_url: str, amqpd_url: str) -> None:
+    outcome = run_pair(sc, rabbitmq_url, amqpd_url)
+    OUTCOMES.append(outcome)
+    assert outcome.agree, (
+        f"{sc.id}: the client saw something else on the target than on RabbitMQ\n{outcome.message}\n"
+        f"--- RabbitMQ saw:\n{dump(outcome.reference)}"
+    )

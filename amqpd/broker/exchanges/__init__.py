@@ -1,0 +1,32 @@
+"""Exchange types, one module each, and the registry that exchange.declare looks types up in."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from amqpd.broker.exchanges.base import Binding, Exchange
+from amqpd.broker.exchanges.direct import DirectExchange
+from amqpd.broker.exchanges.fanout import FanoutExchange
+from amqpd.broker.exchanges.headers import HeadersExchange
+from amqpd.broker.exchanges.topic import TopicExchange
+
+EXCHANGE_TYPES: dict[str, type[Exchange]] = {
+    cls.type_name: cls for cls in (DirectExchange, FanoutExchange, TopicExchange, HeadersExchange)
+}
+
+
+def make_exchange(type_name: str, name: str, **flags: Any) -> Exchange:
+    """A new exchange of the named type; KeyError for an unknown type (the caller answers 503)."""
+    return EXCHANGE_TYPES[type_name](name, **flags)
+
+
+__all__ = [
+    "EXCHANGE_TYPES",
+    "Binding",
+    "DirectExchange",
+    "Exchange",
+    "FanoutExchange",
+    "HeadersExchange",
+    "TopicExchange",
+    "make_exchange",
+]

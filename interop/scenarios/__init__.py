@@ -3,4 +3,6 @@
 from interop.scenarios import (  # noqa: F401
     exchanges,
     handshake,
+    queues,
+    routing,
 )

@@ -1,6 +1,7 @@
 """Scenario modules, grouped by area; importing this package registers them all."""
 
 from interop.scenarios import (  # noqa: F401
+    confirms_tx,
     consuming,
     exchanges,
     handshake,

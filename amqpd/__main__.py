@@ -1,0 +1,3 @@
+from amqpd.cli import main
+
+main()

@@ -1,0 +1,111 @@
+"""Validation of x-arguments on queue and exchange declarations, with RabbitMQ's error texts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from amqpd import errors
+
+# Arguments RabbitMQ compares when a queue is redeclared; others may differ freely.
+QUEUE_EQUIVALENCE_ARGS = (
+    "x-expires", "x-message-ttl", "x-dead-letter-exchange", "x-dead-letter-routing-key", "x-max-length",
+    "x-max-length-bytes", "x-max-priority", "x-overflow", "x-queue-mode", "x-queue-type",
+    "x-single-active-consumer",
+)
+EXCHANGE_EQUIVALENCE_ARGS = ("alternate-exchange",)
+
+
+def amqp_type_name(value: Any) -> str:
+    """The name RabbitMQ uses for a field value's type in error texts."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "long" if -(2**31) <= value < 2**31 else "longlong"
+    if isinstance(value, str):
+        return "longstr"
+    if isinstance(value, float):
+        return "double"
+    if isinstance(value, dict):
+        return "table"
+    if isinstance(value, list):
+        return "array"
+    return type(value).__name__
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _invalid(name: str, queue: str, vhost: str, detail: str) -> errors.ChannelError:
+    return errors.precondition_failed(f"invalid arg '{name}' for queue '{queue}' in vhost '{vhost}': {detail}")
+
+
+def _check_int(name: str, value: Any, queue: str, vhost: str, minimum: int) -> None:
+    if not _is_int(value):
+        raise _invalid(name, queue, vhost, f"{{unacceptable_type,{amqp_type_name(value)}}}")
+    if value < minimum:
+        kind = "value_zero" if value == 0 else "value_negative"
+        raise _invalid(name, queue, vhost, f"{{{kind},{value}}}")
+
+
+_ONE_OF = {
+    "x-overflow": ("drop-head", "reject-publish", "reject-publish-dlx"),
+    "x-queue-mode": ("default", "lazy"),
+    "x-queue-type": ("classic",),
+}
+
+
+def check_queue_arguments(args: dict, queue: str, vhost: str) -> None:
+    for name, minimum in (("x-expires", 1), ("x-message-ttl", 0), ("x-max-length", 0),
+                          ("x-max-length-bytes", 0), ("x-max-priority", 0)):
+        if name in args:
+            _check_int(name, args[name], queue, vhost, minimum)
+    if "x-max-priority" in args and args["x-max-priority"] > 255:
+        raise _invalid("x-max-priority", queue, vhost, f"{{value_too_large,{args['x-max-priority']},255}}")
+    for name in ("x-dead-letter-exchange", "x-dead-letter-routing-key"):
+        if name in args and not isinstance(args[name], (str, bytes)):
+            raise _invalid(name, queue, vhost, f"{{unacceptable_type,{amqp_type_name(args[name])}}}")
+    if "x-dead-letter-routing-key" in args and "x-dead-letter-exchange" not in args:
+        raise _invalid("x-dead-letter-routing-key", queue, vhost, "{no_dlx,x-dead-letter-routing-key}")
+    for name, allowed in _ONE_OF.items():
+        if name in args and args[name] not in allowed:
+            if name == "x-queue-type":
+                raise errors.precondition_failed(
+                    f"invalid arg '{name}' for queue '{queue}' in vhost '{vhost}': "
+                    f"queue type '{args[name]}' is not supported by this broker"
+                )
+            raise _invalid(name, queue, vhost, f"{{unacceptable_value,{args[name]}}}")
+    if "x-single-active-consumer" in args and not isinstance(args["x-single-active-consumer"], bool):
+        value = args["x-single-active-consumer"]
+        raise _invalid("x-single-active-consumer", queue, vhost, f"{{unacceptable_type,{amqp_type_name(value)}}}")
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def inequivalent(kind: str, name: str, vhost: str, arg: str, received: Any, current: Any) -> errors.ChannelError:
+    return errors.precondition_failed(
+        f"inequivalent arg '{arg}' for {kind} '{name}' in vhost '{vhost}': "
+        f"received '{_fmt(received)}' but current is '{_fmt(current)}'"
+    )
+
+
+def inequivalent_arg(kind: str, name: str, vhost: str, arg: str, received: Any, current: Any) -> errors.ChannelError:
+    def describe(value: Any) -> str:
+        if value is None:
+            return "none"
+        return f"the value '{_fmt(value)}' of type '{amqp_type_name(value)}'"
+
+    return errors.precondition_failed(
+        f"inequivalent arg '{arg}' for {kind} '{name}' in vhost '{vhost}': "
+        f"received {describe(received)} but current is {describe(current)}"
+    )
+
+
+def check_equivalent_args(kind: str, name: str, vhost: str, keys: tuple[str, ...], new: dict, old: dict) -> None:
+    for key in keys:
+        if new.get(key) != old.get(key) or type(new.get(key)) is not type(old.get(key)):
+            raise inequivalent_arg(kind, name, vhost, key, new.get(key), old.get(key))

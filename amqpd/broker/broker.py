@@ -1,0 +1,92 @@
+"""The broker: users, virtual hosts, and the bridge from queues to the durable store and the clock."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from amqpd.broker.message import Message
+from amqpd.broker.queue import Entry, Queue, QueueHooks
+from amqpd.broker.vhost import VirtualHost
+from amqpd.config import Settings
+
+Scheduler = Callable[[float, Callable[[], None]], Any]
+
+
+class BrokerHooks(QueueHooks):
+    """Queue events → store bookkeeping, dead-lettering and timers."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def dropped(self, queue: Queue, entry: Entry, reason: str) -> None:
+        self.settled(queue, entry)
+        self.broker.dead_letter(queue, entry, reason)
+
+    def settled(self, queue: Queue, entry: Entry) -> None:
+        store = self.broker.store
+        if store is not None and queue.store_id is not None and entry.msg.store_offset is not None:
+            store.ack(queue.store_id, entry.msg.store_offset)
+
+    def delivered(self, queue: Queue, entry: Entry) -> None:
+        store = self.broker.store
+        if store is not None and queue.store_id is not None and entry.msg.store_offset is not None:
+            store.mark_delivered(queue.store_id, entry.msg.store_offset)
+
+    def schedule(self, delay_s: float, callback: Callable[[], None]) -> Any:
+        return self.broker.schedule(delay_s, callback)
+
+
+class Broker:
+    def __init__(self, settings: Settings, store: Any = None, scheduler: Scheduler | None = None) -> None:
+        self.settings = settings
+        self.store = store
+        self._scheduler = scheduler
+        self.hooks = BrokerHooks(self)
+        self.users = dict(settings.users)
+        self.vhosts = {name: VirtualHost(name, self.hooks, store) for name in settings.vhosts}
+        self.connections: set[Any] = set()
+
+    def authenticate(self, user: str, password: str) -> bool:
+        return user in self.users and self.users[user] == password
+
+    def schedule(self, delay_s: float, callback: Callable[[], None]) -> Any:
+        if self._scheduler is None:
+            return None
+        return self._scheduler(delay_s, callback)
+
+    # -- durability -------------------------------------------------------------------------------------
+
+    def store_message(self, msg: Message, queues: list[Queue], on_durable: Callable[[], None] | None) -> bool:
+        """Write a persistent message for the durable queues it reached; True when on_durable will fire
+        after the fsync that covers it (the publisher's confirm waits for that)."""
+        if not msg.persistent or self.store is None:
+            return False
+        ids = [q.store_id for q in queues if q.store_id is not None]
+        if not ids:
+            return False
+        from store import MessageRecord  # the store package is optional for a memory-only broker
+
+        if msg.timestamp_ms == 0:
+            msg.stamp()
+        expires = msg.timestamp_ms + msg.ttl_ms if msg.ttl_ms is not None else None
+        record = MessageRecord(msg.exchange, msg.routing_key, msg.header, msg.body, msg.timestamp_ms, expires)
+        msg.store_offset = self.store.append(record, ids, on_durable)
+        return on_durable is not None
+
+    def body_of(self, msg: Message) -> bytes:
+        return msg.body
+
+    # -- dead-lettering ----------------------------------------------------------------------------------
+
+    def dead_letter(self, queue: Queue, entry: Entry, reason: str) -> None:
+        dlx = queue.arguments.get("x-dead-letter-exchange")
+        if not isinstance(dlx, str):
+            return
+        from amqpd.broker.dead_letter import dead_letter
+
+        dead_letter(self, queue, entry, reason, dlx)
+
+    def now_ms(self) -> int:
+        return int(time.time() * 1000)

@@ -1,0 +1,619 @@
+"""An AMQP channel's semantics: content assembly, publish, consume, acks, prefetch, confirms, tx.
+
+Plain object: it writes encoded frames through `conn.send()` and never touches a socket. Errors are
+raised as AMQPError; the session turns them into channel.close or connection.close.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from pamqp import base, commands
+
+from amqpd import errors
+from amqpd.broker.consumer import Consumer
+from amqpd.broker.message import Message
+from amqpd.broker.queue import Entry, Queue
+from amqpd.broker.vhost import VirtualHost, server_generated_name
+from amqpd.protocol.constants import FLAG_USER_ID
+from amqpd.protocol.fastpath import (
+    encode_ack,
+    encode_deliver,
+    encode_get_ok,
+    encode_nack,
+    encode_return,
+    parse_content_header,
+    parse_publish,
+    parse_tag_bits,
+)
+from amqpd.protocol.frames import content_frames
+from amqpd.protocol.methods import encode_method
+
+if TYPE_CHECKING:
+    from amqpd.broker.broker import Broker
+
+Unacked = tuple[Queue, Entry, Consumer | None]
+
+
+class ConnectionLike(Protocol):
+    """What a channel needs from its connection."""
+
+    frame_max: int
+    user: str
+    consumer_cancel_notify: bool
+
+    def send(self, data: bytes) -> None: ...
+    def confirms_pending(self, channel: Channel) -> None: ...
+    def can_write(self) -> bool: ...
+
+
+class Channel:
+    def __init__(self, conn: ConnectionLike, channel_id: int, vhost: VirtualHost, broker: Broker) -> None:
+        self.conn = conn
+        self.id = channel_id
+        self.vhost = vhost
+        self.broker = broker
+        self.closing = False
+        self.flow_active = True
+        self.last_queue: str | None = None
+        # deliveries
+        self._tags = itertools.count(1)
+        self.unacked: dict[int, Unacked] = {}
+        self.consumers: dict[str, Consumer] = {}
+        self.prefetch_count = 0  # for consumers created from now on (basic.qos global=false)
+        self.global_prefetch = 0  # shared by all consumers of the channel (global=true)
+        self.unacked_count = 0  # consumer deliveries awaiting ack, for the global limit
+        # publisher confirms
+        self.confirm = False
+        self.publish_seq = 0
+        self.confirmed_upto = 0
+        self.pending_confirms: dict[int, None] = {}  # awaiting fsync, in seq order
+        self.nacks: set[int] = set()
+        # transactions
+        self.tx = False
+        self.tx_publishes: list[tuple[str, bool, Message]] = []
+        self.tx_acks: list[tuple[str, list[tuple[int, Unacked]], bool]] = []
+        # content assembly: set by basic.publish, filled by header and body frames
+        self._pub: tuple[str, str, bool, bytes] | None = None
+        self._header: bytes | None = None
+        self._flags = 0
+        self._body: list[bytes] = []
+        self._remaining = 0
+
+    # -- content assembly ---------------------------------------------------------------------------------
+
+    @property
+    def assembling(self) -> bool:
+        return self._pub is not None
+
+    def on_publish(self, payload: bytes) -> None:
+        exchange, routing_key, mandatory, immediate = parse_publish(payload)
+        if immediate:
+            raise errors.ConnectionError(errors.NOT_IMPLEMENTED, "immediate=true", 60, 40)
+        route = payload[6 : 8 + len(exchange.encode()) + len(routing_key.encode())]
+        self._pub = (exchange, routing_key, mandatory, route)
+        self._header = None
+
+    def on_header(self, payload: bytes) -> None:
+        if self._pub is None or self._header is not None:
+            raise errors.unexpected_frame(f"unexpected content header frame on channel {self.id}")
+        class_id, body_size, flags = parse_content_header(payload)
+        if class_id != 60:
+            raise errors.ConnectionError(errors.FRAME_ERROR, f"content header for class {class_id}", 60, 40)
+        max_size = self.broker.settings.max_message_size
+        if body_size > max_size:
+            self._pub = None
+            raise errors.ChannelError(
+                errors.PRECONDITION_FAILED,
+                f"message size {body_size} is larger than configured max size {max_size}", 60, 40,
+            )
+        self._header, self._flags, self._remaining = payload, flags, body_size
+        self._body = []
+        if body_size == 0:
+            self._complete()
+
+    def on_body(self, payload: bytes) -> None:
+        if self._header is None:
+            raise errors.unexpected_frame(f"unexpected content body frame on channel {self.id}")
+        if len(payload) > self._remaining:
+            raise errors.unexpected_frame(f"content body exceeds the declared size on channel {self.id}")
+        self._body.append(payload)
+        self._remaining -= len(payload)
+        if self._remaining == 0:
+            self._complete()
+
+    def _complete(self) -> None:
+        assert self._pub is not None and self._header is not None
+        exchange, routing_key, mandatory, route = self._pub
+        body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
+        self._pub, self._body = None, []
+        msg = Message(exchange, routing_key, route, self._header, body, self._flags)
+        self._header = None
+        self.publish(msg, mandatory)
+
+    # -- publishing -----------------------------------------------------------------------------------------
+
+    def publish(self, msg: Message, mandatory: bool) -> None:
+        try:
+            ex = self.vhost.exchange(msg.exchange)
+            if ex.internal:
+                raise errors.access_refused(
+                    f"cannot publish to internal exchange '{msg.exchange}' in vhost '{self.vhost.name}'"
+                )
+            if msg.flags & FLAG_USER_ID:
+                self._check_user_id(msg)
+        except errors.AMQPError as exc:
+            raise exc.with_method(60, 40) from None
+        if self.tx:
+            self.tx_publishes.append((msg.exchange, mandatory, msg))
+            return
+        seq = 0
+        if self.confirm:
+            self.publish_seq += 1
+            seq = self.publish_seq
+        self._deliver_published(msg, mandatory, seq, None)
+
+    def _check_user_id(self, msg: Message) -> None:
+        user_id = msg.properties().user_id
+        if user_id is not None and user_id != self.conn.user:
+            raise errors.precondition_failed(
+                f"user_id property set to '{user_id}' but authenticated user was '{self.conn.user}'"
+            )
+
+    def _deliver_published(
+        self, msg: Message, mandatory: bool, seq: int, on_stored: Callable[[], None] | None
+    ) -> bool:
+        """Route and enqueue one message; returns and confirms as RabbitMQ sends them.
+        True when the store took it and on_stored will fire after its fsync."""
+        ex = self.vhost.exchanges.get(msg.exchange)
+        queues = self.vhost.route(ex, msg) if ex is not None else []
+        if not queues:
+            if mandatory:
+                self._send_return(msg, errors.NO_ROUTE, "NO_ROUTE")
+            self._confirm(seq, True)
+            return False
+        if msg.has_headers and msg.headers and "BCC" in msg.headers:
+            self._strip_bcc(msg)
+        accepting = [q for q in queues if not q.would_overflow()]
+        stored = self.broker.store_message(msg, accepting, self._durable_callback(seq, on_stored))
+        for q in accepting:
+            q.push(msg)
+        if len(accepting) < len(queues):
+            self._confirm(seq, False)
+        elif not stored:
+            self._confirm(seq, True)
+        return stored
+
+    def _durable_callback(self, seq: int, on_stored: Callable[[], None] | None) -> Callable[[], None] | None:
+        if not seq:
+            return on_stored
+        self.pending_confirms[seq] = None
+
+        def durable() -> None:
+            self.pending_confirms.pop(seq, None)
+            self.conn.confirms_pending(self)
+            if on_stored is not None:
+                on_stored()
+
+        return durable
+
+    def _strip_bcc(self, msg: Message) -> None:
+        from amqpd.protocol.properties import replace_headers
+
+        headers = {k: v for k, v in (msg.headers or {}).items() if k != "BCC"}
+        msg.header = replace_headers(msg.header, len(msg.body), headers)
+        msg._headers = headers  # noqa: SLF001 - the message owns this cache, we just re-encoded it
+
+    def _send_return(self, msg: Message, code: int, text: str) -> None:
+        frames = encode_return(self.id, code, text, msg.route)
+        self.conn.send(frames + content_frames(self.id, msg.header, msg.body, self.conn.frame_max))
+
+    def _confirm(self, seq: int, ok: bool) -> None:
+        if not seq:
+            return
+        self.pending_confirms.pop(seq, None)
+        if not ok:
+            self.nacks.add(seq)
+        self.conn.confirms_pending(self)
+
+    def emit_confirms(self) -> None:
+        """Called once per loop turn: one basic.ack(multiple) for everything settled in order."""
+        if self.closing:
+            return
+        limit = next(iter(self.pending_confirms)) - 1 if self.pending_confirms else self.publish_seq
+        if limit <= self.confirmed_upto:
+            return
+        out: list[bytes] = []
+        start = self.confirmed_upto + 1
+        if self.nacks:
+            run_end = start - 1
+            for seq in range(start, limit + 1):
+                if seq in self.nacks:
+                    if run_end >= start:
+                        out.append(encode_ack(self.id, run_end, run_end > start))
+                    out.append(encode_nack(self.id, seq, False))
+                    self.nacks.discard(seq)
+                    start = seq + 1
+                run_end = seq
+            if run_end >= start:
+                out.append(encode_ack(self.id, run_end, run_end > start))
+        else:
+            out.append(encode_ack(self.id, limit, limit > start))
+        self.confirmed_upto = limit
+        self.conn.send(b"".join(out))
+
+    # -- delivering -----------------------------------------------------------------------------------------
+
+    def can_deliver(self) -> bool:
+        return self.flow_active and not self.closing and self.conn.can_write()
+
+    def can_deliver_acked(self) -> bool:
+        if self.global_prefetch and self.unacked_count >= self.global_prefetch:
+            return False
+        return self.can_deliver()
+
+    def deliver(self, consumer: Consumer, queue: Queue, entry: Entry) -> None:
+        tag = next(self._tags)
+        msg = entry.msg
+        if consumer.no_ack:
+            queue.hooks.settled(queue, entry)
+        else:
+            self.unacked[tag] = (queue, entry, consumer)
+            consumer.unacked += 1
+            self.unacked_count += 1
+            queue.unacked += 1
+            queue.hooks.delivered(queue, entry)
+        body = self.broker.body_of(msg)
+        self.conn.send(
+            encode_deliver(self.id, consumer.ctag, tag, entry.redelivered, msg.route)
+            + content_frames(self.id, msg.header, body, self.conn.frame_max)
+        )
+
+    # -- acks -----------------------------------------------------------------------------------------------
+
+    def on_ack(self, payload: bytes) -> None:
+        tag, bits = parse_tag_bits(payload, "basic.ack")
+        self._settle_tags("ack", tag, bool(bits & 1), False, 80)
+
+    def on_nack(self, payload: bytes) -> None:
+        tag, bits = parse_tag_bits(payload, "basic.nack")
+        self._settle_tags("nack", tag, bool(bits & 1), bool(bits & 2), 120)
+
+    def on_reject(self, payload: bytes) -> None:
+        tag, bits = parse_tag_bits(payload, "basic.reject")
+        self._settle_tags("reject", tag, False, bool(bits & 1), 90)
+
+    def _settle_tags(self, kind: str, tag: int, multiple: bool, requeue: bool, method_id: int) -> None:
+        try:
+            taken = self._collect(tag, multiple)
+        except errors.AMQPError as exc:
+            raise exc.with_method(60, method_id) from None
+        if self.tx:
+            self.tx_acks.append((kind, taken, requeue))
+            return
+        self._apply_settle(kind, taken, requeue)
+
+    def _collect(self, tag: int, multiple: bool) -> list[tuple[int, Unacked]]:
+        """The unacked deliveries an ack/nack/reject names, removed from the channel (RabbitMQ's rules:
+        the tag must be outstanding, except multiple with tag 0, which means all)."""
+        unacked = self.unacked
+        if multiple and tag == 0:
+            taken = list(unacked.items())
+            unacked.clear()
+            return taken
+        if tag not in unacked:
+            raise errors.precondition_failed(f"unknown delivery tag {tag}")
+        if not multiple:
+            return [(tag, unacked.pop(tag))]
+        taken = []
+        for t in list(itertools.takewhile(lambda t: t <= tag, unacked)):
+            taken.append((t, unacked.pop(t)))
+        return taken
+
+    def _apply_settle(self, kind: str, taken: list[tuple[int, Unacked]], requeue: bool) -> None:
+        by_queue: dict[Queue, list[Entry]] = {}
+        for _tag, (queue, entry, consumer) in taken:
+            self._release(queue, consumer)
+            if kind == "ack":
+                queue.hooks.settled(queue, entry)
+            elif requeue and not queue.deleted:
+                by_queue.setdefault(queue, []).append(entry)
+            else:
+                queue.hooks.dropped(queue, entry, "rejected")
+        for queue, entries in by_queue.items():
+            queue.requeue(entries)
+        self._redispatch()
+
+    def _release(self, queue: Queue, consumer: Consumer | None) -> None:
+        queue.unacked -= 1
+        if consumer is not None:
+            consumer.unacked -= 1
+            self.unacked_count -= 1
+
+    def _redispatch(self) -> None:
+        for consumer in list(self.consumers.values()):
+            if consumer.queue.ready:
+                consumer.queue.dispatch()
+
+    def requeue_all(self) -> None:
+        """Every unacked message goes back to its queue, in order, marked redelivered."""
+        taken = list(self.unacked.items())
+        self.unacked.clear()
+        self._apply_settle("requeue", taken, True)
+
+    # -- method dispatch -----------------------------------------------------------------------------------
+
+    def handle(self, method: base.Frame) -> None:
+        handler = _HANDLERS.get(type(method))
+        if handler is None:
+            raise errors.ConnectionError(
+                errors.COMMAND_INVALID, f"unexpected method {method.name}", *_ids(method)
+            )
+        try:
+            handler(self, method)
+        except errors.AMQPError as exc:
+            raise exc.with_method(*_ids(method)) from None
+
+    def reply(self, method: base.Frame) -> None:
+        self.conn.send(encode_method(self.id, method))
+
+    # exchange class
+
+    def exchange_declare(self, m: commands.Exchange.Declare) -> None:
+        self.vhost.declare_exchange(
+            m.exchange, m.exchange_type, passive=m.passive, durable=m.durable, auto_delete=m.auto_delete,
+            internal=m.internal, arguments=m.arguments or {},
+        )
+        if not m.nowait:
+            self.reply(commands.Exchange.DeclareOk())
+
+    def exchange_delete(self, m: commands.Exchange.Delete) -> None:
+        self.vhost.delete_exchange(m.exchange, m.if_unused)
+        if not m.nowait:
+            self.reply(commands.Exchange.DeleteOk())
+
+    def exchange_bind(self, m: commands.Exchange.Bind) -> None:
+        dest = self._bind_destination_exchange(m.destination)
+        self.vhost.exchange(m.source)
+        self.vhost.bind(m.source, dest, m.routing_key, m.arguments or {})
+        if not m.nowait:
+            self.reply(commands.Exchange.BindOk())
+
+    def exchange_unbind(self, m: commands.Exchange.Unbind) -> None:
+        dest = self._bind_destination_exchange(m.destination)
+        self.vhost.exchange(m.source)
+        self.vhost.unbind(m.source, dest, m.routing_key, m.arguments or {})
+        if not m.nowait:
+            self.reply(commands.Exchange.UnbindOk())
+
+    def _bind_destination_exchange(self, name: str) -> Any:
+        if name == "":
+            raise errors.access_refused("operation not permitted on the default exchange")
+        return self.vhost.exchange(name)
+
+    # queue class
+
+    def queue_declare(self, m: commands.Queue.Declare) -> None:
+        q = self.vhost.declare_queue(
+            m.queue, passive=m.passive, durable=m.durable, exclusive=m.exclusive, auto_delete=m.auto_delete,
+            arguments=m.arguments or {}, owner=self.conn,
+        )
+        self.last_queue = q.name
+        if not m.nowait:
+            self.reply(commands.Queue.DeclareOk(q.name, len(q.ready), len(q.consumers)))
+
+    def _queue_name(self, name: str) -> str:
+        """An empty queue name means the channel's last declared queue (AMQP 0-9-1)."""
+        if name:
+            return name
+        if self.last_queue is None:
+            raise errors.not_found("no previously declared queue")
+        return self.last_queue
+
+    def queue_bind(self, m: commands.Queue.Bind) -> None:
+        name = self._queue_name(m.queue)
+        key = m.routing_key if (m.routing_key or m.queue) else name
+        q = self.vhost.queue(name, self.conn)
+        self.vhost.exchange(m.exchange) if m.exchange else None
+        self.vhost.bind(m.exchange, q, key, m.arguments or {})
+        if not m.nowait:
+            self.reply(commands.Queue.BindOk())
+
+    def queue_unbind(self, m: commands.Queue.Unbind) -> None:
+        name = self._queue_name(m.queue)
+        q = self.vhost.queue(name, self.conn)
+        self.vhost.exchange(m.exchange) if m.exchange else None
+        self.vhost.unbind(m.exchange, q, m.routing_key, m.arguments or {})
+        self.reply(commands.Queue.UnbindOk())
+
+    def queue_purge(self, m: commands.Queue.Purge) -> None:
+        count = self.vhost.purge_queue(self._queue_name(m.queue), self.conn)
+        if not m.nowait:
+            self.reply(commands.Queue.PurgeOk(count))
+
+    def queue_delete(self, m: commands.Queue.Delete) -> None:
+        count = self.vhost.delete_queue(
+            self._queue_name(m.queue), if_unused=m.if_unused, if_empty=m.if_empty, owner=self.conn
+        )
+        if not m.nowait:
+            self.reply(commands.Queue.DeleteOk(count))
+
+    # basic class
+
+    def basic_qos(self, m: commands.Basic.Qos) -> None:
+        if m.prefetch_size:
+            raise errors.not_implemented(f"prefetch_size!=0 ({m.prefetch_size})")
+        if m.global_:
+            self.global_prefetch = m.prefetch_count
+        else:
+            self.prefetch_count = m.prefetch_count
+        self.reply(commands.Basic.QosOk())
+        self._redispatch()
+
+    def basic_consume(self, m: commands.Basic.Consume) -> None:
+        q = self.vhost.queue(self._queue_name(m.queue), self.conn)
+        tag = m.consumer_tag or server_generated_name("amq.ctag-")
+        if tag in self.consumers:
+            raise errors.not_allowed(f"attempt to reuse consumer tag '{tag}'")
+        if q.exclusive_consumer is not None or (m.exclusive and q.consumers):
+            raise errors.access_refused(f"queue '{q.name}' in vhost '{self.vhost.name}' in exclusive use")
+        args = m.arguments or {}
+        priority = args.get("x-priority", 0)
+        if not isinstance(priority, int) or isinstance(priority, bool):
+            raise errors.precondition_failed(f"invalid x-priority argument: {priority!r}")
+        consumer = Consumer(tag, self, q, no_ack=m.no_ack, exclusive=m.exclusive, prefetch=self.prefetch_count,
+                            priority=priority, arguments=args)
+        self.consumers[tag] = consumer
+        if not m.nowait:
+            self.reply(commands.Basic.ConsumeOk(tag))
+        q.add_consumer(consumer)
+
+    def basic_cancel(self, m: commands.Basic.Cancel) -> None:
+        consumer = self.consumers.pop(m.consumer_tag, None)
+        if not m.nowait:
+            self.reply(commands.Basic.CancelOk(m.consumer_tag))
+        if consumer is not None:
+            consumer.queue.remove_consumer(consumer)
+            self.vhost.consumer_gone(consumer.queue)
+
+    def cancel_by_server(self, consumer: Consumer) -> None:
+        """The queue went away: RabbitMQ tells clients that asked for consumer_cancel_notify."""
+        if self.consumers.pop(consumer.tag, None) is None:
+            return
+        if self.conn.consumer_cancel_notify and not self.closing:
+            self.reply(commands.Basic.Cancel(consumer.tag, False))
+
+    def basic_get(self, m: commands.Basic.Get) -> None:
+        q = self.vhost.queue(self._queue_name(m.queue), self.conn)
+        entry = q.get()
+        if entry is None:
+            self.reply(commands.Basic.GetEmpty())
+            return
+        tag = next(self._tags)
+        if m.no_ack:
+            q.hooks.settled(q, entry)
+        else:
+            self.unacked[tag] = (q, entry, None)
+            q.unacked += 1
+            q.hooks.delivered(q, entry)
+        msg = entry.msg
+        self.conn.send(
+            encode_get_ok(self.id, tag, entry.redelivered, msg.route, len(q.ready))
+            + content_frames(self.id, msg.header, self.broker.body_of(msg), self.conn.frame_max)
+        )
+
+    def basic_recover(self, m: commands.Basic.Recover) -> None:
+        if not m.requeue:
+            raise errors.not_implemented("requeue=false")
+        self.requeue_all()
+        self.reply(commands.Basic.RecoverOk())
+
+    def basic_recover_async(self, m: commands.Basic.RecoverAsync) -> None:
+        if not m.requeue:
+            raise errors.not_implemented("requeue=false")
+        self.requeue_all()
+
+    # channel class (open and close are the session's)
+
+    def channel_flow(self, m: commands.Channel.Flow) -> None:
+        if not m.active:
+            raise errors.not_implemented("active=false")
+        self.reply(commands.Channel.FlowOk(True))
+
+    # confirm and tx classes
+
+    def confirm_select(self, m: commands.Confirm.Select) -> None:
+        if self.tx:
+            raise errors.precondition_failed("cannot switch from tx to confirm mode")
+        self.confirm = True
+        if not m.nowait:
+            self.reply(commands.Confirm.SelectOk())
+
+    def tx_select(self, m: commands.Tx.Select) -> None:
+        if self.confirm:
+            raise errors.precondition_failed("cannot switch from confirm to tx mode")
+        self.tx = True
+        self.reply(commands.Tx.SelectOk())
+
+    def tx_commit(self, m: commands.Tx.Commit) -> None:
+        if not self.tx:
+            raise errors.precondition_failed("channel is not transactional")
+        publishes, acks = self.tx_publishes, self.tx_acks
+        self.tx_publishes, self.tx_acks = [], []
+        waiting = [1]  # held at one until every publish is in, so commit-ok cannot go out early
+
+        def stored() -> None:
+            waiting[0] -= 1
+            if waiting[0] == 0 and not self.closing:
+                self.reply(commands.Tx.CommitOk())
+
+        for _exchange, mandatory, msg in publishes:
+            waiting[0] += 1
+            if not self._deliver_published(msg, mandatory, 0, stored):
+                waiting[0] -= 1
+        for kind, taken, requeue in acks:
+            self._apply_settle(kind, taken, requeue)
+        stored()
+
+    def tx_rollback(self, m: commands.Tx.Rollback) -> None:
+        if not self.tx:
+            raise errors.precondition_failed("channel is not transactional")
+        for _kind, taken, _requeue in self.tx_acks:
+            for tag, item in taken:
+                self.unacked[tag] = item
+        self.unacked = dict(sorted(self.unacked.items()))
+        self.tx_publishes, self.tx_acks = [], []
+        self.reply(commands.Tx.RollbackOk())
+
+    # -- teardown -----------------------------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """The channel is closing (by either side, or with its connection): consumers go, unacked
+        messages return to their queues, uncommitted tx work is dropped."""
+        if self.closing:
+            return
+        self.closing = True
+        self._pub = None
+        for _kind, taken, _requeue in self.tx_acks:
+            for tag, item in taken:
+                self.unacked[tag] = item
+        self.tx_publishes, self.tx_acks = [], []
+        consumers = list(self.consumers.values())
+        self.consumers.clear()
+        for consumer in consumers:
+            consumer.queue.remove_consumer(consumer)
+        taken = sorted(self.unacked.items())
+        self.unacked.clear()
+        self._apply_settle("requeue", taken, True)
+        for consumer in consumers:
+            self.vhost.consumer_gone(consumer.queue)
+
+
+def _ids(method: base.Frame) -> tuple[int, int]:
+    return method.index >> 16, method.index & 0xFFFF
+
+
+_HANDLERS: dict[type, Callable[[Channel, Any], None]] = {
+    commands.Exchange.Declare: Channel.exchange_declare,
+    commands.Exchange.Delete: Channel.exchange_delete,
+    commands.Exchange.Bind: Channel.exchange_bind,
+    commands.Exchange.Unbind: Channel.exchange_unbind,
+    commands.Queue.Declare: Channel.queue_declare,
+    commands.Queue.Bind: Channel.queue_bind,
+    commands.Queue.Unbind: Channel.queue_unbind,
+    commands.Queue.Purge: Channel.queue_purge,
+    commands.Queue.Delete: Channel.queue_delete,
+    commands.Basic.Qos: Channel.basic_qos,
+    commands.Basic.Consume: Channel.basic_consume,
+    commands.Basic.Cancel: Channel.basic_cancel,
+    commands.Basic.Get: Channel.basic_get,
+    commands.Basic.Recover: Channel.basic_recover,
+    commands.Basic.RecoverAsync: Channel.basic_recover_async,
+    commands.Channel.Flow: Channel.channel_flow,
+    commands.Confirm.Select: Channel.confirm_select,
+    commands.Tx.Select: Channel.tx_select,
+    commands.Tx.Commit: Channel.tx_commit,
+    commands.Tx.Rollback: Channel.tx_rollback,
+}

@@ -1,0 +1,39 @@
+"""A consumer: a queue subscription on a channel, with its own prefetch limit."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from amqpd.protocol.fastpath import shortstr
+
+if TYPE_CHECKING:
+    from amqpd.broker.channel import Channel
+    from amqpd.broker.queue import Entry, Queue
+
+
+class Consumer:
+    __slots__ = ("tag", "ctag", "channel", "queue", "no_ack", "exclusive", "prefetch", "unacked", "priority",
+                 "arguments")
+
+    def __init__(self, tag: str, channel: Channel, queue: Queue, *, no_ack: bool, exclusive: bool,
+                 prefetch: int, priority: int = 0, arguments: dict | None = None) -> None:
+        self.tag = tag
+        self.ctag = shortstr(tag)  # encoded once: every basic.deliver carries it
+        self.channel = channel
+        self.queue = queue
+        self.no_ack = no_ack
+        self.exclusive = exclusive
+        self.prefetch = prefetch  # 0: unlimited
+        self.unacked = 0
+        self.priority = priority
+        self.arguments = arguments or {}
+
+    def can_accept(self) -> bool:
+        if self.no_ack:
+            return self.channel.can_deliver()
+        if self.prefetch and self.unacked >= self.prefetch:
+            return False
+        return self.channel.can_deliver_acked()
+
+    def deliver(self, queue: Queue, entry: Entry) -> None:
+        self.channel.deliver(self, queue, entry)

@@ -1,0 +1,73 @@
+"""A published message as the broker holds it: opaque encoded properties and body, shared by every queue."""
+
+from __future__ import annotations
+
+import time
+
+from amqpd import errors
+from amqpd.protocol.constants import FLAG_DELIVERY_MODE, FLAG_EXPIRATION, FLAG_HEADERS, FLAG_PRIORITY
+from amqpd.protocol.methods import decode_table
+from amqpd.protocol.properties import PropertyScan, decode_properties
+
+_SCANNED_FLAGS = FLAG_DELIVERY_MODE | FLAG_EXPIRATION | FLAG_HEADERS | FLAG_PRIORITY
+
+
+class Message:
+    """One published message. `header` is the content-header payload as the publisher sent it,
+    forwarded verbatim to consumers; `route` is the encoded exchange + routing key shortstrs."""
+
+    __slots__ = (
+        "exchange", "routing_key", "route", "header", "body", "flags", "persistent", "priority",
+        "ttl_ms", "timestamp_ms", "store_offset", "_headers",
+    )
+
+    def __init__(self, exchange: str, routing_key: str, route: bytes, header: bytes, body: bytes, flags: int) -> None:
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.route = route
+        self.header = header
+        self.body = body
+        self.flags = flags
+        self.persistent = False
+        self.priority: int | None = None
+        self.ttl_ms: int | None = None  # from the expiration property
+        self.timestamp_ms = 0
+        self.store_offset: int | None = None
+        self._headers: dict | None | bool = False  # False: not decoded yet
+        if flags & _SCANNED_FLAGS:
+            self._apply_scan(PropertyScan(header, flags))
+
+    def _apply_scan(self, scan: PropertyScan) -> None:
+        self.persistent = scan.delivery_mode == 2
+        self.priority = scan.priority
+        if scan.expiration is not None:
+            self.ttl_ms = parse_expiration(scan.expiration)
+        if scan.headers_raw is None:
+            self._headers = None
+
+    @property
+    def headers(self) -> dict | None:
+        """The headers table, decoded on first use (headers exchange, CC/BCC)."""
+        if self._headers is False:
+            scan = PropertyScan(self.header, self.flags)
+            self._headers = decode_table(scan.headers_raw) if scan.headers_raw else None
+        return self._headers  # type: ignore[return-value]
+
+    @property
+    def has_headers(self) -> bool:
+        return bool(self.flags & FLAG_HEADERS)
+
+    def properties(self):  # noqa: ANN201 - pamqp Basic.Properties
+        return decode_properties(self.header)
+
+    def stamp(self) -> None:
+        self.timestamp_ms = int(time.time() * 1000)
+
+
+def parse_expiration(value: str) -> int:
+    """The expiration property: a non-negative integer of milliseconds as a string, as RabbitMQ requires."""
+    if not value.isdigit():
+        raise errors.precondition_failed(f"invalid expiration '{value}': {{value_negative,{value}}}"
+                                         if value.startswith("-") else
+                                         f"invalid expiration '{value}': {{invalid_format,<<\"{value}\">>}}")
+    return int(value)

@@ -1,0 +1,250 @@
+"""A queue: ready messages in order, consumers served round-robin, TTL, length limits.
+
+Plain object: delivery goes through Consumer.deliver, time through the injected clock, and
+durability through the optional store hooks; no I/O here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from amqpd.broker.message import Message
+
+if TYPE_CHECKING:
+    from amqpd.broker.consumer import Consumer
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Entry:
+    """A message's place in one queue: its sequence number keeps the original position on requeue."""
+
+    __slots__ = ("msg", "seq", "redelivered", "expires_at")
+
+    def __init__(self, msg: Message, seq: int, expires_at: int | None) -> None:
+        self.msg = msg
+        self.seq = seq
+        self.redelivered = False
+        self.expires_at = expires_at
+
+
+class QueueHooks:
+    """What a queue tells the outside world; the vhost wires these to the store and dead-lettering."""
+
+    def dropped(self, queue: Queue, entry: Entry, reason: str) -> None:  # expired, maxlen, rejected
+        """A message left the queue without being acked by a consumer."""
+
+    def settled(self, queue: Queue, entry: Entry) -> None:
+        """A message was acked (or delivered with no-ack): the queue needs it no more."""
+
+    def delivered(self, queue: Queue, entry: Entry) -> None:
+        """A message was handed to a consumer that will ack it later."""
+
+    def schedule(self, delay_s: float, callback: Callable[[], None]) -> Any:
+        """Run callback later on the broker's loop; returns a handle with cancel()."""
+        return None
+
+
+class Queue:
+    def __init__(
+        self,
+        vhost: str,
+        name: str,
+        *,
+        durable: bool = False,
+        exclusive_owner: object | None = None,
+        auto_delete: bool = False,
+        arguments: dict | None = None,
+        hooks: QueueHooks | None = None,
+    ) -> None:
+        self.vhost = vhost
+        self.name = name
+        self.durable = durable
+        self.exclusive_owner = exclusive_owner
+        self.auto_delete = auto_delete
+        self.arguments = arguments or {}
+        self.hooks = hooks or QueueHooks()
+        self.ready: deque[Entry] = deque()
+        self.consumers: list[Consumer] = []
+        self.unacked = 0
+        self.deleted = False
+        self.had_consumers = False
+        self.store_id: int | None = None
+        self._rr = 0
+        self._seq = 0
+        self._ttl_timer: Any = None
+        self.message_ttl: int | None = self.arguments.get("x-message-ttl")
+        self.max_length: int | None = self.arguments.get("x-max-length")
+        self.max_length_bytes: int | None = self.arguments.get("x-max-length-bytes")
+        self.overflow: str = self.arguments.get("x-overflow", "drop-head")
+        self.ready_bytes = 0
+        self.exclusive_consumer: Consumer | None = None
+
+    def __repr__(self) -> str:
+        return f"<Queue {self.vhost}:{self.name}>"
+
+    @property
+    def message_count(self) -> int:
+        return len(self.ready)
+
+    # -- publishing ------------------------------------------------------------------------------------
+
+    def would_overflow(self) -> bool:
+        """reject-publish: the queue is full and refuses new messages (the publisher gets a nack)."""
+        if not self.overflow.startswith("reject-publish"):
+            return False
+        return self._over_limit(1, 0)
+
+    def _over_limit(self, extra: int, extra_bytes: int) -> bool:
+        if self.max_length is not None and len(self.ready) + extra > self.max_length:
+            return True
+        return self.max_length_bytes is not None and self.ready_bytes + extra_bytes > self.max_length_bytes
+
+    def push(self, msg: Message, redelivered: bool = False) -> Entry:
+        """Append a newly routed message and hand it to a consumer if one can take it."""
+        self._seq += 1
+        entry = Entry(msg, self._seq, self._expiry(msg))
+        entry.redelivered = redelivered
+        self.ready.append(entry)
+        self.ready_bytes += len(msg.body)
+        if self.max_length is not None or self.max_length_bytes is not None:
+            self._drop_head_over_limit()
+        if self.consumers:
+            self.dispatch()
+        elif entry.expires_at is not None:
+            self._arm_ttl_timer()
+        return entry
+
+    def _expiry(self, msg: Message) -> int | None:
+        ttl = self.message_ttl
+        if msg.ttl_ms is not None and (ttl is None or msg.ttl_ms < ttl):
+            ttl = msg.ttl_ms
+        return None if ttl is None else now_ms() + ttl
+
+    def _drop_head_over_limit(self) -> None:
+        while self.ready and self._over_limit(0, 0):
+            entry = self._popleft()
+            self.hooks.dropped(self, entry, "maxlen")
+
+    def _popleft(self) -> Entry:
+        entry = self.ready.popleft()
+        self.ready_bytes -= len(entry.msg.body)
+        return entry
+
+    # -- consuming -------------------------------------------------------------------------------------
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        self.consumers.append(consumer)
+        self.consumers.sort(key=lambda c: -c.priority)  # stable: equal priorities keep arrival order
+        self.had_consumers = True
+        if consumer.exclusive:
+            self.exclusive_consumer = consumer
+        self.dispatch()
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        if consumer in self.consumers:
+            self.consumers.remove(consumer)
+        if self.exclusive_consumer is consumer:
+            self.exclusive_consumer = None
+
+    def dispatch(self) -> None:
+        """Deliver ready messages while some consumer has room."""
+        ready = self.ready
+        while ready:
+            consumer = self._next_consumer()
+            if consumer is None:
+                break
+            entry = self._popleft()
+            if entry.expires_at is not None and entry.expires_at <= now_ms():
+                self.hooks.dropped(self, entry, "expired")
+                continue
+            consumer.deliver(self, entry)
+        if ready and ready[0].expires_at is not None:
+            self._arm_ttl_timer()
+
+    def _next_consumer(self) -> Consumer | None:
+        consumers = self.consumers
+        n = len(consumers)
+        if n == 1:
+            c = consumers[0]
+            return c if c.can_accept() else None
+        top = consumers[0].priority if n else 0
+        for i in range(n):
+            c = consumers[(self._rr + i) % n]
+            if c.priority != top and any(o.priority == top and o.can_accept() for o in consumers):
+                continue  # a higher-priority consumer with room goes first
+            if c.can_accept():
+                self._rr = (self._rr + i + 1) % n
+                return c
+        return None
+
+    def get(self) -> Entry | None:
+        """basic.get: the next live message, or None."""
+        self.expire_head()
+        if not self.ready:
+            return None
+        return self._popleft()
+
+    # -- requeue, purge, expiry --------------------------------------------------------------------------
+
+    def requeue(self, entries: Iterable[Entry]) -> None:
+        """Put messages back at their original positions, marked redelivered (as RabbitMQ does)."""
+        back = sorted(entries, key=lambda e: e.seq)
+        if not back:
+            return
+        ready = self.ready
+        for e in back:
+            e.redelivered = True
+            self.ready_bytes += len(e.msg.body)
+        if not ready or back[-1].seq < ready[0].seq:
+            ready.extendleft(reversed(back))
+        else:
+            merged = sorted([*ready, *back], key=lambda e: e.seq)
+            ready.clear()
+            ready.extend(merged)
+        self.dispatch()
+
+    def purge(self) -> list[Entry]:
+        gone = list(self.ready)
+        self.ready.clear()
+        self.ready_bytes = 0
+        return gone
+
+    def expire_head(self) -> None:
+        """Drop expired messages from the head (RabbitMQ expires classic-queue messages at the head)."""
+        ready = self.ready
+        if not ready or ready[0].expires_at is None:
+            return
+        now = now_ms()
+        while ready and ready[0].expires_at is not None and ready[0].expires_at <= now:  # type: ignore[operator]
+            self.hooks.dropped(self, self._popleft(), "expired")
+        # Per-message TTLs can leave a live message in front of expired ones; those go when they reach the head.
+
+    def _arm_ttl_timer(self) -> None:
+        if self._ttl_timer is not None or not self.ready or self.deleted:
+            return
+        head = self.ready[0].expires_at
+        if head is None:
+            return
+        delay = max(0.0, (head - now_ms()) / 1000) + 0.001
+
+        def fire() -> None:
+            self._ttl_timer = None
+            if self.deleted:
+                return
+            self.expire_head()
+            self.dispatch()
+            self._arm_ttl_timer()
+
+        self._ttl_timer = self.hooks.schedule(delay, fire)
+
+    def close(self) -> None:
+        self.deleted = True
+        if self._ttl_timer is not None:
+            self._ttl_timer.cancel()
+            self._ttl_timer = None

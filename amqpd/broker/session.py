@@ -1,0 +1,437 @@
+"""One AMQP connection's protocol logic, with no I/O: fed bytes, it answers with bytes.
+
+The server wraps it with a socket (server/connection.py); tests drive it directly. The handshake is a
+state machine: which method may arrive in which state is the table _EXPECTED, and anything else is an
+error with RabbitMQ's reply code.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from pamqp import commands
+
+from amqpd import __version__, errors
+from amqpd.broker.channel import Channel
+from amqpd.protocol.constants import (
+    ACCEPTED_HEADERS,
+    BASIC_ACK,
+    BASIC_NACK,
+    BASIC_PUBLISH,
+    BASIC_REJECT,
+    FRAME_BODY,
+    FRAME_HEADER,
+    FRAME_HEARTBEAT,
+    FRAME_METHOD,
+    FRAME_MIN_SIZE,
+    PROTOCOL_HEADER,
+)
+from amqpd.protocol.frames import HEARTBEAT_FRAME, FrameReader
+from amqpd.protocol.methods import decode_method, decode_table, encode_method
+
+if TYPE_CHECKING:
+    from amqpd.broker.broker import Broker
+    from amqpd.broker.vhost import VirtualHost
+
+log = logging.getLogger("amqpd.session")
+
+_u32 = struct.Struct(">I")
+
+CAPABILITIES = (
+    "publisher_confirms", "exchange_exchange_bindings", "basic.nack", "consumer_cancel_notify",
+    "connection.blocked", "consumer_priorities", "authentication_failure_close", "per_consumer_qos",
+    "direct_reply_to",
+)
+
+# Handshake states and the one method each accepts on channel 0.
+AWAIT_HEADER, AWAIT_START_OK, AWAIT_TUNE_OK, AWAIT_OPEN, OPEN, CLOSING, CLOSED = range(7)
+_EXPECTED = {
+    AWAIT_START_OK: commands.Connection.StartOk,
+    AWAIT_TUNE_OK: commands.Connection.TuneOk,
+    AWAIT_OPEN: commands.Connection.Open,
+}
+
+
+class Transport(Protocol):
+    """What the session asks of the socket layer."""
+
+    def request_flush(self) -> None: ...
+    def close(self) -> None: ...
+    def can_write(self) -> bool: ...
+
+
+def server_properties() -> dict[str, Any]:
+    return {
+        "product": "amqpd",
+        "version": __version__,
+        "platform": "Python",
+        "copyright": "amqpd contributors",
+        "information": "Licensed under the MIT license",
+        "cluster_name": "amqpd",
+        "capabilities": dict.fromkeys(CAPABILITIES, True),
+    }
+
+
+class Session:
+    def __init__(self, broker: Broker, transport: Transport, peer: str = "") -> None:
+        self.broker = broker
+        self.settings = broker.settings
+        self.transport = transport
+        self.peer = peer
+        self.state = AWAIT_HEADER
+        self.reader = FrameReader(self.settings.frame_max)
+        self.out: list[bytes] = []
+        self.channels: dict[int, Channel] = {}
+        self.closing_channels: set[int] = set()
+        self.confirm_channels: set[Channel] = set()
+        self.user = ""
+        self.vhost: VirtualHost | None = None
+        self.frame_max = self.settings.frame_max
+        self.channel_max = self.settings.channel_max
+        self.heartbeat = 0
+        self.client_properties: dict[str, Any] = {}
+        self.consumer_cancel_notify = False
+        self.auth_failure_close = False
+        self.received_since_check = True
+        self.sent_since_check = True
+        self._header_buf = b""
+        self.on_open: Callable[[], None] | None = None
+
+    # -- output -------------------------------------------------------------------------------------------
+
+    def send(self, data: bytes) -> None:
+        if not self.out:
+            self.transport.request_flush()
+        self.out.append(data)
+
+    def take_output(self) -> bytes:
+        """Everything to write this loop turn, confirms first settled into one ack per channel."""
+        if self.confirm_channels:
+            channels, self.confirm_channels = self.confirm_channels, set()
+            for ch in channels:
+                ch.emit_confirms()
+        data = b"".join(self.out)
+        self.out.clear()
+        if data:
+            self.sent_since_check = True
+        return data
+
+    def confirms_pending(self, channel: Channel) -> None:
+        if not self.confirm_channels and not self.out:
+            self.transport.request_flush()
+        self.confirm_channels.add(channel)
+
+    def can_write(self) -> bool:
+        return self.transport.can_write()
+
+    def send_method(self, channel: int, method: Any) -> None:
+        self.send(encode_method(channel, method))
+
+    # -- input --------------------------------------------------------------------------------------------
+
+    def feed(self, data: bytes) -> None:
+        """Bytes from the socket. Every error ends up as a close frame, never as an exception."""
+        self.received_since_check = True
+        if self.state == AWAIT_HEADER:
+            data = self._protocol_header(data)
+            if not data:
+                return
+        if self.state == CLOSED:
+            return
+        try:
+            for ftype, channel, payload in self.reader.feed(data):
+                self._frame(ftype, channel, payload)
+                if self.state == CLOSED:
+                    return
+        except errors.AMQPError as exc:
+            self._fail(exc)
+
+    def _protocol_header(self, data: bytes) -> bytes:
+        buf = self._header_buf + data
+        if len(buf) < 8:
+            if not PROTOCOL_HEADER.startswith(buf[:4]):
+                self._refuse_header()
+            else:
+                self._header_buf = buf
+            return b""
+        if buf[:8] not in ACCEPTED_HEADERS:
+            self._refuse_header()
+            return b""
+        self._header_buf = b""
+        self.state = AWAIT_START_OK
+        self.send_method(0, commands.Connection.Start(0, 9, server_properties(), "PLAIN AMQPLAIN", "en_US"))
+        return buf[8:]
+
+    def _refuse_header(self) -> None:
+        """Anything but AMQP 0-9-1: tell the peer which protocol we speak, and hang up."""
+        self.send(PROTOCOL_HEADER)
+        self._close_transport()
+
+    def _frame(self, ftype: int, channel: int, payload: bytes) -> None:
+        if self.state == CLOSING:
+            self._frame_while_closing(ftype, channel, payload)
+            return
+        if ftype == FRAME_METHOD:
+            if channel == 0:
+                self._connection_method(payload)
+            else:
+                self._channel_method(channel, payload)
+        elif ftype == FRAME_HEADER or ftype == FRAME_BODY:
+            self._content(ftype, channel, payload)
+        elif ftype == FRAME_HEARTBEAT:
+            if channel != 0:
+                raise errors.frame_error(f"heartbeat frame on channel {channel}")
+        else:
+            raise errors.frame_error(f"unknown frame type {ftype}")
+
+    # -- connection class ---------------------------------------------------------------------------------
+
+    def _connection_method(self, payload: bytes) -> None:
+        method = decode_method(payload)
+        expected = _EXPECTED.get(self.state)
+        if expected is not None:
+            if not isinstance(method, expected):
+                raise errors.ConnectionError(
+                    errors.COMMAND_INVALID, f"expected {expected.name}, got {method.name}", *_ids(method)
+                )
+            {AWAIT_START_OK: self._start_ok, AWAIT_TUNE_OK: self._tune_ok, AWAIT_OPEN: self._open}[self.state](
+                method
+            )
+            return
+        if isinstance(method, commands.Connection.Close):
+            self.send_method(0, commands.Connection.CloseOk())
+            self._teardown()
+            self._close_transport()
+        elif isinstance(method, commands.Connection.CloseOk):
+            self._close_transport()
+        elif isinstance(method, (commands.Connection.Blocked, commands.Connection.Unblocked)):
+            return
+        else:
+            raise errors.ConnectionError(errors.COMMAND_INVALID, f"unexpected method {method.name}", *_ids(method))
+
+    def _start_ok(self, m: commands.Connection.StartOk) -> None:
+        self.client_properties = m.client_properties or {}
+        caps = self.client_properties.get("capabilities") or {}
+        self.consumer_cancel_notify = bool(caps.get("consumer_cancel_notify"))
+        self.auth_failure_close = bool(caps.get("authentication_failure_close"))
+        user, password = self._credentials(m.mechanism, m.response)
+        if not self.broker.authenticate(user, password):
+            log.info("login refused for user %r from %s", user, self.peer)
+            if not self.auth_failure_close:
+                self._close_transport()
+                return
+            raise errors.ConnectionError(
+                errors.ACCESS_REFUSED,
+                f"Login was refused using authentication mechanism {m.mechanism}. "
+                "For details see the broker logfile.",
+            )
+        self.user = user
+        self.state = AWAIT_TUNE_OK
+        s = self.settings
+        self.send_method(0, commands.Connection.Tune(s.channel_max, s.frame_max, s.heartbeat))
+
+    def _credentials(self, mechanism: str, response: str | bytes) -> tuple[str, str]:
+        raw = response.encode("latin-1") if isinstance(response, str) else bytes(response)
+        if mechanism == "PLAIN":
+            parts = raw.split(b"\x00")
+            if len(parts) != 3:
+                return "", ""
+            return parts[1].decode(errors="replace"), parts[2].decode(errors="replace")
+        if mechanism == "AMQPLAIN":
+            table = decode_table(_u32.pack(len(raw)) + raw)
+            login, password = table.get("LOGIN", ""), table.get("PASSWORD", "")
+            return _text(login), _text(password)
+        raise errors.ConnectionError(
+            errors.COMMAND_INVALID, f"unknown authentication mechanism '{mechanism}'", 10, 11
+        )
+
+    def _tune_ok(self, m: commands.Connection.TuneOk) -> None:
+        s = self.settings
+        if m.frame_max and m.frame_max < FRAME_MIN_SIZE:
+            raise errors.ConnectionError(
+                errors.NOT_ALLOWED, f"frame_max={m.frame_max} < {FRAME_MIN_SIZE} min size", 10, 31
+            )
+        if m.frame_max > s.frame_max:
+            raise errors.ConnectionError(
+                errors.NOT_ALLOWED, f"frame_max={m.frame_max} > {s.frame_max} max size", 10, 31
+            )
+        if m.channel_max > s.channel_max:
+            raise errors.ConnectionError(
+                errors.NOT_ALLOWED, f"channel_max={m.channel_max} > {s.channel_max} max size", 10, 31
+            )
+        self.frame_max = m.frame_max or s.frame_max
+        self.reader.frame_max = self.frame_max
+        self.channel_max = m.channel_max or s.channel_max
+        self.heartbeat = m.heartbeat
+        self.state = AWAIT_OPEN
+
+    def _open(self, m: commands.Connection.Open) -> None:
+        vhost = self.broker.vhosts.get(m.virtual_host)
+        if vhost is None:
+            raise errors.ConnectionError(errors.NOT_ALLOWED, f"vhost {m.virtual_host} not found", 10, 40)
+        self.vhost = vhost
+        self.state = OPEN
+        self.broker.connections.add(self)
+        self.send_method(0, commands.Connection.OpenOk(""))
+        if self.on_open is not None:
+            self.on_open()
+
+    # -- channels -----------------------------------------------------------------------------------------
+
+    def _channel_method(self, channel: int, payload: bytes) -> None:
+        if self.state != OPEN:
+            raise errors.ConnectionError(errors.CHANNEL_ERROR, "channel method before connection.open")
+        ch = self.channels.get(channel)
+        if ch is None:
+            self._method_on_unopened(channel, payload)
+            return
+        key = _u32.unpack_from(payload)[0] if len(payload) >= 4 else 0
+        if ch.assembling:
+            raise errors.unexpected_frame(f"expected content header for class 60, got a method on channel {channel}")
+        try:
+            if key == BASIC_PUBLISH:
+                ch.on_publish(payload)
+            elif key == BASIC_ACK:
+                ch.on_ack(payload)
+            elif key == BASIC_NACK:
+                ch.on_nack(payload)
+            elif key == BASIC_REJECT:
+                ch.on_reject(payload)
+            else:
+                self._channel_slow_path(ch, payload)
+        except errors.ChannelError as exc:
+            self._close_channel(ch, exc)
+
+    def _channel_slow_path(self, ch: Channel, payload: bytes) -> None:
+        method = decode_method(payload)
+        if isinstance(method, commands.Channel.Close):
+            self.channels.pop(ch.id, None)
+            ch.shutdown()
+            self.send_method(ch.id, commands.Channel.CloseOk())
+        elif isinstance(method, commands.Channel.Open):
+            raise errors.ConnectionError(errors.CHANNEL_ERROR, "second 'channel.open' seen", 20, 10)
+        elif isinstance(method, commands.Channel.CloseOk):
+            return
+        else:
+            ch.handle(method)
+
+    def _method_on_unopened(self, channel: int, payload: bytes) -> None:
+        method = decode_method(payload)
+        if channel in self.closing_channels:
+            # After our channel.close, everything but close-ok (or the client's own close) is dropped.
+            if isinstance(method, commands.Channel.CloseOk):
+                self.closing_channels.discard(channel)
+            elif isinstance(method, commands.Channel.Close):
+                self.closing_channels.discard(channel)
+                self.send_method(channel, commands.Channel.CloseOk())
+            return
+        if not isinstance(method, commands.Channel.Open):
+            raise errors.ConnectionError(errors.CHANNEL_ERROR, "expected 'channel.open'", *_ids(method))
+        if channel > self.channel_max:
+            raise errors.ConnectionError(
+                errors.NOT_ALLOWED, f"channel id {channel} exceeds channel_max {self.channel_max}", 20, 10
+            )
+        assert self.vhost is not None
+        self.channels[channel] = Channel(self, channel, self.vhost, self.broker)
+        self.send_method(channel, commands.Channel.OpenOk())
+
+    def _content(self, ftype: int, channel: int, payload: bytes) -> None:
+        ch = self.channels.get(channel)
+        if ch is None:
+            if channel in self.closing_channels:
+                return  # the rest of a message published before our channel.close
+            raise errors.ConnectionError(errors.CHANNEL_ERROR, f"content frame on closed channel {channel}")
+        try:
+            if ftype == FRAME_HEADER:
+                ch.on_header(payload)
+            else:
+                ch.on_body(payload)
+        except errors.ChannelError as exc:
+            self._close_channel(ch, exc)
+
+    def _close_channel(self, ch: Channel, exc: errors.AMQPError) -> None:
+        """A channel error: channel.close to the client, the channel's state cleaned up at once."""
+        log.info("channel %d error: %s %s", ch.id, exc.code, exc.reply_text)
+        self.channels.pop(ch.id, None)
+        self.closing_channels.add(ch.id)
+        ch.shutdown()
+        self.send_method(ch.id, commands.Channel.Close(exc.code, exc.reply_text[:255], exc.class_id, exc.method_id))
+
+    # -- closing ------------------------------------------------------------------------------------------
+
+    def _fail(self, exc: errors.AMQPError) -> None:
+        """A connection error: connection.close with the reason, then wait for close-ok."""
+        log.info("connection error from %s: %s %s", self.peer, exc.code, exc.reply_text)
+        if self.state in (CLOSING, CLOSED):
+            return
+        if self.state == AWAIT_START_OK and exc.code != errors.ACCESS_REFUSED:
+            # Before start-ok the client cannot take a close frame it did not negotiate; drop it.
+            self._close_transport()
+            return
+        self._teardown()
+        self.state = CLOSING
+        self.send_method(0, commands.Connection.Close(exc.code, exc.reply_text[:255], exc.class_id, exc.method_id))
+
+    def close_forced(self, text: str = "broker forced connection closure with reason 'shutdown'") -> None:
+        """Server shutdown: 320 CONNECTION_FORCED."""
+        if self.state == OPEN:
+            self._fail(errors.ConnectionError(errors.CONNECTION_FORCED, text))
+        elif self.state not in (CLOSING, CLOSED):
+            self._close_transport()
+
+    def _frame_while_closing(self, ftype: int, channel: int, payload: bytes) -> None:
+        if ftype != FRAME_METHOD or channel != 0:
+            return
+        try:
+            method = decode_method(payload)
+        except errors.AMQPError:
+            return
+        if isinstance(method, commands.Connection.CloseOk):
+            self._close_transport()
+        elif isinstance(method, commands.Connection.Close):
+            self.send_method(0, commands.Connection.CloseOk())
+            self._close_transport()
+
+    def _close_transport(self) -> None:
+        if self.state != CLOSED:
+            self.state = CLOSED
+            self.transport.close()
+
+    def _teardown(self) -> None:
+        """Channels close (unacked messages go back), exclusive queues go with the connection."""
+        channels = list(self.channels.values())
+        self.channels.clear()
+        for ch in channels:
+            ch.shutdown()
+        if self.vhost is not None:
+            self.vhost.drop_exclusive(self)
+        self.broker.connections.discard(self)
+
+    def connection_lost(self) -> None:
+        self._teardown()
+        self.state = CLOSED
+
+    # -- flow control and heartbeats ------------------------------------------------------------------------
+
+    def writable_again(self) -> None:
+        """The socket drained: consumers on this connection may take messages again."""
+        for ch in list(self.channels.values()):
+            ch._redispatch()  # noqa: SLF001 - the channel's own "try again" entry point
+
+    def heartbeat_tick(self) -> bool:
+        """Called every heartbeat/2 seconds; False when the peer has been silent too long."""
+        if not self.sent_since_check:
+            self.send(HEARTBEAT_FRAME)
+        self.sent_since_check = False
+        return True
+
+
+def _ids(method: Any) -> tuple[int, int]:
+    return method.index >> 16, method.index & 0xFFFF
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -1,0 +1,322 @@
+"""A virtual host: its exchanges, queues and bindings, declared and deleted with RabbitMQ's checks,
+and routing of published messages to queues."""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Hashable
+from typing import Any
+
+from amqpd import errors
+from amqpd.broker.arguments import (
+    EXCHANGE_EQUIVALENCE_ARGS,
+    QUEUE_EQUIVALENCE_ARGS,
+    check_equivalent_args,
+    check_queue_arguments,
+    inequivalent,
+)
+from amqpd.broker.exchanges import EXCHANGE_TYPES, Exchange, make_exchange
+from amqpd.broker.message import Message
+from amqpd.broker.queue import Queue, QueueHooks
+
+ROUTE_CACHE_MAX = 10_000
+
+STANDARD_EXCHANGES = (
+    ("amq.direct", "direct", False),
+    ("amq.fanout", "fanout", False),
+    ("amq.topic", "topic", False),
+    ("amq.headers", "headers", False),
+    ("amq.match", "headers", False),
+    ("amq.rabbitmq.trace", "topic", True),
+)
+
+
+class DefaultExchange(Exchange):
+    """The nameless direct exchange every queue is implicitly bound to by its own name."""
+
+    type_name = "direct"
+
+    def __init__(self, queues: dict[str, Queue]) -> None:
+        super().__init__("", durable=True)
+        self._queues = queues
+
+    def route(self, routing_key: str, headers: dict | None = None) -> list:
+        q = self._queues.get(routing_key)
+        return [q] if q is not None else []
+
+
+def server_generated_name(prefix: str) -> str:
+    """'amq.gen-' + 22 URL-safe base64 characters, the shape RabbitMQ uses."""
+    return prefix + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+
+
+class VirtualHost:
+    def __init__(self, name: str, hooks: QueueHooks | None = None, store: Any = None) -> None:
+        self.name = name
+        self.hooks = hooks or QueueHooks()
+        self.store = store
+        self.queues: dict[str, Queue] = {}
+        self.exchanges: dict[str, Exchange] = {"": DefaultExchange(self.queues)}
+        self._route_cache: dict[tuple[str, str], list[Queue]] = {}
+        for xname, xtype, internal in STANDARD_EXCHANGES:
+            self.exchanges[xname] = make_exchange(xtype, xname, durable=True, internal=internal)
+
+    # -- lookups with RabbitMQ's errors -----------------------------------------------------------------
+
+    def exchange(self, name: str) -> Exchange:
+        ex = self.exchanges.get(name)
+        if ex is None:
+            raise errors.not_found(f"no exchange '{name}' in vhost '{self.name}'")
+        return ex
+
+    def queue(self, name: str, owner: object = None) -> Queue:
+        q = self.queues.get(name)
+        if q is None:
+            raise errors.not_found(f"no queue '{name}' in vhost '{self.name}'")
+        if owner is not None:
+            self.check_exclusive(q, owner)
+        return q
+
+    def check_exclusive(self, q: Queue, owner: object) -> None:
+        if q.exclusive_owner is not None and q.exclusive_owner is not owner:
+            raise self._locked(q)
+
+    def _locked(self, q: Queue) -> errors.ChannelError:
+        return errors.resource_locked(
+            f"cannot obtain exclusive access to locked queue '{q.name}' in vhost '{self.name}'. "
+            "It could be originally declared on another connection or the exclusive property value does "
+            "not match that of the original declaration."
+        )
+
+    # -- exchanges ----------------------------------------------------------------------------------------
+
+    def declare_exchange(
+        self, name: str, type_name: str, *, passive: bool, durable: bool, auto_delete: bool, internal: bool,
+        arguments: dict,
+    ) -> Exchange:
+        if passive:
+            return self.exchange(name)
+        if name == "" or name.startswith("amq."):
+            raise self._reserved("exchange", name)
+        if type_name not in EXCHANGE_TYPES:
+            raise errors.command_invalid(f"unknown exchange type '{type_name}'")
+        existing = self.exchanges.get(name)
+        if existing is not None:
+            self._check_exchange_equivalent(existing, type_name, durable, auto_delete, internal, arguments)
+            return existing
+        ex = make_exchange(type_name, name, durable=durable, auto_delete=auto_delete, internal=internal,
+                           arguments=arguments)
+        self.exchanges[name] = ex
+        if durable and self.store is not None:
+            self.store.put_exchange(self.name, name, type_name, auto_delete, internal, arguments)
+        return ex
+
+    def _reserved(self, kind: str, name: str) -> errors.ChannelError:
+        if name == "":
+            return errors.access_refused("operation not permitted on the default exchange")
+        return errors.access_refused(f"{kind} name '{name}' contains reserved prefix 'amq.*'")
+
+    def _check_exchange_equivalent(
+        self, ex: Exchange, type_name: str, durable: bool, auto_delete: bool, internal: bool, arguments: dict
+    ) -> None:
+        for arg, new, old in (("type", type_name, ex.type_name), ("durable", durable, ex.durable),
+                              ("auto_delete", auto_delete, ex.auto_delete), ("internal", internal, ex.internal)):
+            if new != old:
+                raise inequivalent("exchange", ex.name, self.name, arg, new, old)
+        check_equivalent_args("exchange", ex.name, self.name, EXCHANGE_EQUIVALENCE_ARGS, arguments, ex.arguments)
+
+    def delete_exchange(self, name: str, if_unused: bool) -> None:
+        if name == "" or name.startswith("amq."):
+            raise self._reserved("exchange", name)
+        ex = self.exchanges.get(name)
+        if ex is None:
+            return  # RabbitMQ 3.10: deleting a missing exchange is OK
+        if if_unused and ex.has_bindings():
+            raise errors.precondition_failed(f"exchange '{name}' in vhost '{self.name}' in use")
+        self._remove_exchange(ex)
+
+    def _remove_exchange(self, ex: Exchange) -> None:
+        del self.exchanges[ex.name]
+        for dest, key, args in ex.bindings():
+            self._forget_binding(ex, dest, key, args)
+        for other in list(self.exchanges.values()):
+            if other.unbind_all(ex):
+                self._maybe_auto_delete(other)
+        if ex.durable and self.store is not None:
+            self.store.delete_exchange(self.name, ex.name)
+        self._route_cache.clear()
+
+    def _maybe_auto_delete(self, ex: Exchange) -> None:
+        if ex.auto_delete and not ex.has_bindings() and self.exchanges.get(ex.name) is ex:
+            self._remove_exchange(ex)
+
+    # -- queues -------------------------------------------------------------------------------------------
+
+    def declare_queue(
+        self, name: str, *, passive: bool, durable: bool, exclusive: bool, auto_delete: bool, arguments: dict,
+        owner: object,
+    ) -> Queue:
+        if passive:
+            return self.queue(name, owner)
+        if not name:
+            name = server_generated_name("amq.gen-")
+        elif name.startswith("amq."):
+            raise self._reserved("queue", name)
+        check_queue_arguments(arguments, name, self.name)
+        existing = self.queues.get(name)
+        if existing is not None:
+            self._check_queue_equivalent(existing, durable, exclusive, auto_delete, arguments, owner)
+            return existing
+        q = Queue(self.name, name, durable=durable, exclusive_owner=owner if exclusive else None,
+                  auto_delete=auto_delete, arguments=arguments, hooks=self.hooks)
+        self.queues[name] = q
+        self._route_cache.clear()
+        if durable and self.store is not None and not exclusive:
+            q.store_id = self.store.put_queue(self.name, name, auto_delete, arguments)
+        return q
+
+    def _check_queue_equivalent(
+        self, q: Queue, durable: bool, exclusive: bool, auto_delete: bool, arguments: dict, owner: object
+    ) -> None:
+        self.check_exclusive(q, owner)
+        if q.durable != durable:
+            raise inequivalent("queue", q.name, self.name, "durable", durable, q.durable)
+        if q.auto_delete != auto_delete:
+            raise inequivalent("queue", q.name, self.name, "auto_delete", auto_delete, q.auto_delete)
+        if (q.exclusive_owner is not None) != exclusive:
+            raise self._locked(q)
+        check_equivalent_args("queue", q.name, self.name, QUEUE_EQUIVALENCE_ARGS, arguments, q.arguments)
+
+    def delete_queue(self, name: str, *, if_unused: bool, if_empty: bool, owner: object) -> int:
+        q = self.queues.get(name)
+        if q is None:
+            return 0
+        self.check_exclusive(q, owner)
+        if if_unused and q.consumers:
+            raise errors.precondition_failed(f"queue '{name}' in vhost '{self.name}' in use")
+        if if_empty and q.ready:
+            raise errors.precondition_failed(f"queue '{name}' in vhost '{self.name}' is not empty")
+        return self.remove_queue(q)
+
+    def remove_queue(self, q: Queue) -> int:
+        """Delete a queue: bindings go, consumers are cancelled, its messages are dropped."""
+        if self.queues.get(q.name) is not q:
+            return 0
+        del self.queues[q.name]
+        count = len(q.ready)
+        for ex in list(self.exchanges.values()):
+            if ex.unbind_all(q):
+                self._maybe_auto_delete(ex)
+        for consumer in list(q.consumers):
+            consumer.channel.cancel_by_server(consumer)
+        q.consumers.clear()
+        q.close()
+        for entry in q.purge():
+            self.hooks.settled(q, entry)
+        if q.store_id is not None and self.store is not None:
+            self.store.delete_queue(q.store_id)
+        self._route_cache.clear()
+        return count
+
+    def purge_queue(self, name: str, owner: object) -> int:
+        q = self.queue(name, owner)
+        gone = q.purge()
+        for entry in gone:
+            self.hooks.settled(q, entry)
+        return len(gone)
+
+    # -- bindings -----------------------------------------------------------------------------------------
+
+    def bind(self, source: str, dest: Queue | Exchange, routing_key: str, arguments: dict) -> None:
+        ex = self._bindable_source(source)
+        if ex.bind(dest, routing_key, arguments):
+            self._route_cache.clear()
+            self._persist_binding(ex, dest, routing_key, arguments, add=True)
+
+    def unbind(self, source: str, dest: Queue | Exchange, routing_key: str, arguments: dict) -> None:
+        ex = self.exchanges.get(source)
+        if ex is None:
+            return  # unbinding from a missing exchange is OK in RabbitMQ 3.10
+        if source == "":
+            raise self._reserved("exchange", "")
+        if ex.unbind(dest, routing_key, arguments):
+            self._route_cache.clear()
+            self._persist_binding(ex, dest, routing_key, arguments, add=False)
+            self._maybe_auto_delete(ex)
+
+    def _bindable_source(self, source: str) -> Exchange:
+        if source == "":
+            raise self._reserved("exchange", "")
+        return self.exchange(source)
+
+    def _forget_binding(self, ex: Exchange, dest: Hashable, key: str, args: dict) -> None:
+        if isinstance(dest, (Queue, Exchange)):
+            self._persist_binding(ex, dest, key, args, add=False)
+
+    def _persist_binding(self, ex: Exchange, dest: Queue | Exchange, key: str, args: dict, add: bool) -> None:
+        if self.store is None or not ex.durable or not dest.durable:
+            return
+        if isinstance(dest, Queue) and dest.store_id is None:
+            return
+        kind = "queue" if isinstance(dest, Queue) else "exchange"
+        op = self.store.put_binding if add else self.store.delete_binding
+        op(self.name, ex.name, dest.name, kind, key, args)
+
+    # -- routing ------------------------------------------------------------------------------------------
+
+    def route(self, ex: Exchange, msg: Message) -> list[Queue]:
+        """The queues a message goes to: each once, following exchange-to-exchange bindings,
+        alternate exchanges and the CC/BCC headers."""
+        if not msg.has_headers:
+            key = (ex.name, msg.routing_key)
+            cached = self._route_cache.get(key)
+            if cached is None:
+                cached = self._route_uncached(ex, [msg.routing_key], None)
+                if len(self._route_cache) >= ROUTE_CACHE_MAX:
+                    self._route_cache.clear()
+                self._route_cache[key] = cached
+            return cached
+        headers = msg.headers or {}
+        keys = [msg.routing_key, *_string_list(headers.get("CC")), *_string_list(headers.get("BCC"))]
+        return self._route_uncached(ex, keys, headers)
+
+    def _route_uncached(self, ex: Exchange, keys: list[str], headers: dict | None) -> list[Queue]:
+        found: dict[Queue, None] = {}
+        self._visit(ex, keys, headers, found, set())
+        return list(found)
+
+    def _visit(self, ex: Exchange, keys: list[str], headers: dict | None, found: dict, seen: set) -> None:
+        if ex in seen:
+            return
+        seen.add(ex)
+        matched = False
+        for key in keys:
+            for dest in ex.route(key, headers):
+                matched = True
+                if isinstance(dest, Queue):
+                    found[dest] = None
+                else:
+                    self._visit(dest, keys, headers, found, seen)
+        alternate = ex.arguments.get("alternate-exchange")
+        if not matched and isinstance(alternate, str):
+            ae = self.exchanges.get(alternate)
+            if ae is not None:
+                self._visit(ae, keys, headers, found, seen)
+
+    # -- connection teardown ---------------------------------------------------------------------------
+
+    def drop_exclusive(self, owner: object) -> None:
+        for q in [q for q in self.queues.values() if q.exclusive_owner is owner]:
+            self.remove_queue(q)
+
+    def consumer_gone(self, q: Queue) -> None:
+        """auto_delete: a queue that had consumers goes when the last one does."""
+        if q.auto_delete and q.had_consumers and not q.consumers:
+            self.remove_queue(q)
+
+
+def _string_list(value: Any) -> list[str]:
+    if isinstance(value, list):
+        return [v.decode() if isinstance(v, bytes) else v for v in value if isinstance(v, (str, bytes))]
+    return []

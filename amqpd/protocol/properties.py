@@ -1,0 +1,100 @@
+"""Message properties, kept as the encoded bytes the publisher sent and decoded only when needed.
+
+A content header payload is class(2) weight(2) body_size(8) flags(2) properties…; consumers get
+those bytes verbatim. Routing needs at most delivery_mode, expiration, priority and headers, which
+a partial scan finds without building a pamqp object.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from pamqp import commands
+from pamqp import encode as pencode
+from pamqp.header import ContentHeader
+
+from amqpd import errors
+from amqpd.protocol.constants import (
+    FLAG_CONTENT_ENCODING,
+    FLAG_CONTENT_TYPE,
+    FLAG_CORRELATION_ID,
+    FLAG_DELIVERY_MODE,
+    FLAG_EXPIRATION,
+    FLAG_HEADERS,
+    FLAG_PRIORITY,
+    FLAG_REPLY_TO,
+)
+
+_u32 = struct.Struct(">I")
+_header_prefix = struct.Struct(">HHQ")
+
+
+class PropertyScan:
+    """The fields the broker acts on, scanned from the raw header payload."""
+
+    __slots__ = ("delivery_mode", "priority", "expiration", "headers_raw")
+
+    def __init__(self, header: bytes, flags: int) -> None:
+        self.delivery_mode = 0
+        self.priority: int | None = None
+        self.expiration: str | None = None
+        self.headers_raw: bytes | None = None
+        try:
+            self._scan(header, flags)
+        except (IndexError, struct.error, UnicodeDecodeError):
+            raise errors.syntax_error("malformed content header properties").with_method(60, 40) from None
+
+    def _scan(self, h: bytes, flags: int) -> None:
+        o = 14
+        if flags & 1:  # continuation flag words: RabbitMQ never sets them, skip over them
+            while struct.unpack_from(">H", h, o - 2)[0] & 1:
+                o += 2
+        if flags & FLAG_CONTENT_TYPE:
+            o += 1 + h[o]
+        if flags & FLAG_CONTENT_ENCODING:
+            o += 1 + h[o]
+        if flags & FLAG_HEADERS:
+            size = _u32.unpack_from(h, o)[0]
+            self.headers_raw = h[o : o + 4 + size]
+            if len(self.headers_raw) != 4 + size:
+                raise IndexError
+            o += 4 + size
+        if flags & FLAG_DELIVERY_MODE:
+            self.delivery_mode = h[o]
+            o += 1
+        if flags & FLAG_PRIORITY:
+            self.priority = h[o]
+            o += 1
+        if not flags & FLAG_EXPIRATION:
+            return
+        if flags & FLAG_CORRELATION_ID:
+            o += 1 + h[o]
+        if flags & FLAG_REPLY_TO:
+            o += 1 + h[o]
+        n = h[o]
+        self.expiration = h[o + 1 : o + 1 + n].decode()
+
+
+def decode_properties(header: bytes) -> commands.Basic.Properties:
+    ch = ContentHeader()
+    try:
+        ch.unmarshal(header)
+    except (struct.error, ValueError, TypeError, IndexError, UnicodeDecodeError, RecursionError) as exc:
+        raise errors.syntax_error(f"malformed content header: {exc}").with_method(60, 40) from None
+    return ch.properties
+
+
+def encode_header(body_size: int, properties: commands.Basic.Properties) -> bytes:
+    """A content header payload (class 60) for these properties."""
+    return _header_prefix.pack(60, 0, body_size) + properties.marshal()
+
+
+def replace_headers(header: bytes, body_size: int, headers: dict | None) -> bytes:
+    """The same header payload with its headers table replaced (used to strip BCC)."""
+    props = decode_properties(header)
+    props.headers = headers or None
+    return encode_header(body_size, props)
+
+
+def encode_table(table: dict) -> bytes:
+    return pencode.field_table(table)

@@ -1,0 +1,1 @@
+"""The only asynchronous code: listener, connections, timers."""

@@ -1,0 +1,144 @@
+"""A thin asyncio Protocol around a Session: bytes in, one coalesced write per loop turn out,
+reads paused while the client's output is backed up, heartbeats and the handshake timeout."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from typing import TYPE_CHECKING, Any
+
+from amqpd.broker.session import OPEN, Session
+from amqpd.protocol.frames import HEARTBEAT_FRAME
+
+if TYPE_CHECKING:
+    from amqpd.broker.broker import Broker
+
+log = logging.getLogger("amqpd.connection")
+
+CLOSE_GRACE_S = 3.0  # how long to wait for close-ok before dropping the socket
+
+
+class AMQPServerProtocol(asyncio.Protocol):
+    def __init__(self, broker: Broker, registry: set[AMQPServerProtocol]) -> None:
+        self.broker = broker
+        self.registry = registry
+        self.loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport | None = None
+        self.session: Session | None = None
+        self._flush_scheduled = False
+        self._writable = True
+        self._closed = False
+        self._last_recv = time.monotonic()
+        self._last_send = time.monotonic()
+        self._timers: list[asyncio.TimerHandle] = []
+
+    # -- asyncio callbacks ------------------------------------------------------------------------------
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+        s = self.broker.settings
+        transport.set_write_buffer_limits(high=s.write_buffer_high, low=s.write_buffer_low)
+        peer = transport.get_extra_info("peername")
+        self.session = Session(self.broker, self, f"{peer[0]}:{peer[1]}" if peer else "?")
+        self.session.on_open = self._start_heartbeats
+        self.registry.add(self)
+        self._timers.append(self.loop.call_later(s.handshake_timeout, self._handshake_deadline))
+
+    def data_received(self, data: bytes) -> None:
+        self._last_recv = time.monotonic()
+        assert self.session is not None
+        self.session.feed(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self.registry.discard(self)
+        for t in self._timers:
+            t.cancel()
+        if self.session is not None:
+            self.session.connection_lost()
+
+    def pause_writing(self) -> None:
+        # The client reads slower than we write: stop delivering to it, and stop reading what it sends
+        # (a publisher that does not read its confirms or returns is held back the same way).
+        self._writable = False
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self._writable = True
+        if self.transport is not None and not self._closed:
+            self.transport.resume_reading()
+        if self.session is not None:
+            self.session.writable_again()
+
+    # -- the Session's transport interface ---------------------------------------------------------------
+
+    def request_flush(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        self._flush_scheduled = False
+        if self.session is None or self.transport is None or self.transport.is_closing():
+            return
+        data = self.session.take_output()
+        if data:
+            self._last_send = time.monotonic()
+            self.transport.write(data)
+
+    def can_write(self) -> bool:
+        return self._writable
+
+    def close(self) -> None:
+        """Write what is pending, then close; the peer gets our last frames."""
+        if self.transport is None or self._closed:
+            return
+        self.flush()
+        self.transport.close()
+
+    # -- timers -------------------------------------------------------------------------------------------
+
+    def _handshake_deadline(self) -> None:
+        if self.session is not None and self.session.state < OPEN and self.transport is not None:
+            log.info("handshake timeout from %s", self.session.peer)
+            self.transport.abort()
+
+    def _start_heartbeats(self) -> None:
+        assert self.session is not None
+        interval = self.session.heartbeat
+        if interval > 0:
+            self._timers.append(self.loop.call_later(interval / 2, self._heartbeat, interval))
+
+    def _heartbeat(self, interval: int) -> None:
+        if self._closed or self.transport is None:
+            return
+        now = time.monotonic()
+        if now - self._last_recv > 2 * interval:
+            log.info("missed heartbeats from client, timeout: %ss", interval)
+            self.transport.abort()
+            return
+        if now - self._last_send >= interval / 2:
+            self._last_send = now
+            self.transport.write(HEARTBEAT_FRAME)
+        self._timers.append(self.loop.call_later(interval / 2, self._heartbeat, interval))
+        if len(self._timers) > 16:
+            self._timers = [t for t in self._timers if not t.cancelled()][-4:]
+
+    def shutdown(self) -> None:
+        if self.session is not None:
+            self.session.close_forced()
+            self.flush()
+        self.loop.call_later(CLOSE_GRACE_S, self._abort)
+
+    def _abort(self) -> None:
+        if self.transport is not None and not self._closed:
+            self.transport.abort()

@@ -1,0 +1,84 @@
+"""Start the broker: open the store, listen, serve until SIGTERM/SIGINT, then close connections
+with 320 CONNECTION_FORCED and exit."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from typing import Any
+
+import anyio
+
+from amqpd.broker.broker import Broker
+from amqpd.config import Settings
+from amqpd.server.connection import AMQPServerProtocol
+
+log = logging.getLogger("amqpd")
+
+
+async def serve(settings: Settings) -> None:
+    loop = asyncio.get_running_loop()
+    store = await _open_store(settings)
+    broker = Broker(settings, store=store, scheduler=loop.call_later)
+    if store is not None:
+        from amqpd.broker.recovery import restore
+
+        restore(broker, store.recovered)
+    registry: set[AMQPServerProtocol] = set()
+    server = await loop.create_server(
+        lambda: AMQPServerProtocol(broker, registry), settings.host, settings.port, reuse_address=True, backlog=1024
+    )
+    sock = server.sockets[0].getsockname()
+    async with anyio.create_task_group() as tg:
+        if store is not None:
+            tg.start_soon(store.run)
+        print(f"amqpd listening on {sock[0]}:{sock[1]}", flush=True)
+        log.info("accepting AMQP 0-9-1 connections on %s:%s", sock[0], sock[1])
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for signum in signals:
+                log.info("received %s, shutting down", signal.Signals(signum).name)
+                break
+        server.close()
+        for proto in list(registry):
+            proto.shutdown()
+        await _wait_closed(registry)
+        if store is not None:
+            await store.close()
+        tg.cancel_scope.cancel()
+
+
+async def _wait_closed(registry: set[Any], timeout: float = 5.0) -> None:
+    with anyio.move_on_after(timeout):
+        while registry:
+            await anyio.sleep(0.02)
+
+
+async def _open_store(settings: Settings) -> Any:
+    if not settings.data_dir:
+        return None
+    try:
+        from store import MessageStore
+    except ImportError:
+        log.warning("the store package is missing: durable queues live in memory only")
+        return None
+    store = MessageStore(settings.data_dir, segment_size=settings.segment_size, fsync=settings.fsync)
+    store.recovered = await store.open()
+    return store
+
+
+def run(settings: Settings) -> None:
+    logging.basicConfig(
+        level=getattr(logging, settings.log_level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    backend_options = {}
+    try:
+        import uvloop  # noqa: F401
+
+        backend_options["use_uvloop"] = True
+    except ImportError:
+        pass
+    anyio.run(serve, settings, backend="asyncio", backend_options=backend_options)

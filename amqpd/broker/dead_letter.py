@@ -1,0 +1,80 @@
+"""Dead-lettering: a message rejected, expired or pushed out by a length limit is republished to the
+queue's x-dead-letter-exchange with an x-death history, as RabbitMQ 3.10 does it."""
+
+from __future__ import annotations
+
+import datetime
+import struct
+from typing import TYPE_CHECKING, Any
+
+from amqpd.broker.message import Message
+from amqpd.protocol.fastpath import shortstr
+from amqpd.protocol.properties import encode_header
+
+if TYPE_CHECKING:
+    from amqpd.broker.broker import Broker
+    from amqpd.broker.queue import Entry, Queue
+
+
+def dead_letter(broker: Broker, queue: Queue, entry: Entry, reason: str, dlx_name: str) -> None:
+    vhost = broker.vhosts.get(queue.vhost)
+    if vhost is None or dlx_name not in vhost.exchanges:
+        return  # RabbitMQ drops the message when the dead-letter exchange does not exist
+    msg = entry.msg
+    routing_key = queue.arguments.get("x-dead-letter-routing-key") or msg.routing_key
+    dead = _dead_message(msg, queue, reason, dlx_name, routing_key)
+    deaths: list[dict[str, Any]] = dead.headers.get("x-death", []) if dead.headers else []
+    targets = [q for q in vhost.route(vhost.exchanges[dlx_name], dead) if not _cycles(q, deaths)]
+    if not targets:
+        return
+    broker.store_message(dead, targets, None)
+    for q in targets:
+        q.push(dead)
+
+
+def _dead_message(msg: Message, queue: Queue, reason: str, dlx: str, routing_key: str) -> Message:
+    props = msg.properties()
+    headers = dict(props.headers or {})
+    deaths = [dict(d) for d in headers.get("x-death") or [] if isinstance(d, dict)]
+    previous = next((d for d in deaths if d.get("queue") == queue.name and d.get("reason") == reason), None)
+    if previous is not None:
+        deaths.remove(previous)
+        previous["count"] = int(previous.get("count", 0)) + 1
+        previous["time"] = _now()
+        deaths.insert(0, previous)
+    else:
+        death: dict[str, Any] = {
+            "count": 1, "reason": reason, "queue": queue.name, "time": _now(), "exchange": msg.exchange,
+            "routing-keys": [msg.routing_key, *_cc(headers)],
+        }
+        if props.expiration is not None:
+            death["original-expiration"] = props.expiration
+        deaths.insert(0, death)
+    headers["x-death"] = deaths
+    headers.setdefault("x-first-death-reason", reason)
+    headers.setdefault("x-first-death-queue", queue.name)
+    headers.setdefault("x-first-death-exchange", msg.exchange)
+    props.headers = headers
+    props.expiration = None  # the message's own TTL does not follow it to the dead-letter queue
+    header = encode_header(len(msg.body), props)
+    flags = struct.unpack_from(">H", header, 12)[0]
+    dead = Message(dlx, routing_key, shortstr(dlx) + shortstr(routing_key), header, msg.body, flags)
+    dead.timestamp_ms = msg.timestamp_ms
+    return dead
+
+
+def _cycles(target: Queue, deaths: list[dict[str, Any]]) -> bool:
+    """RabbitMQ drops a dead-lettering that returns to a queue the message already died in,
+    unless a client rejected it somewhere on the way (then the loop is the application's choice)."""
+    if any(d.get("reason") == "rejected" for d in deaths):
+        return False
+    return any(d.get("queue") == target.name for d in deaths)
+
+
+def _cc(headers: dict[str, Any]) -> list[str]:
+    cc = headers.get("CC")
+    return [c for c in cc if isinstance(c, str)] if isinstance(cc, list) else []
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC).replace(microsecond=0)

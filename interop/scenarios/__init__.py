@@ -5,6 +5,7 @@ from interop.scenarios import (  # noqa: F401
     consuming,
     exchanges,
     handshake,
+    properties,
     queues,
     routing,
 )

@@ -78,21 +78,21 @@ def open_ok_and_channel_open(url: str) -> Any:
 def bad_protocol_header_http(url: str) -> Any:
     with RawConnection(url) as c:
         c.send_raw(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-        return {"reply": c.recv_bytes(3).hex()}
+        return {"reply_hex": c.recv_bytes(3).hex()}
 
 
 @scenario("handshake")
 def bad_protocol_header_version(url: str) -> Any:
     with RawConnection(url) as c:
         c.send_raw(b"AMQP\x00\x00\x09\x02")
-        return {"reply": c.recv_bytes(3).hex()}
+        return {"reply_hex": c.recv_bytes(3).hex()}
 
 
 @scenario("handshake")
 def bad_protocol_header_tls_hello(url: str) -> Any:
     with RawConnection(url) as c:
         c.send_raw(bytes.fromhex("160301002a010000260303") + b"\0" * 32)
-        return {"reply": c.recv_bytes(3).hex()}
+        return {"reply_hex": c.recv_bytes(3).hex()}
 
 
 @scenario("handshake")

@@ -8,6 +8,7 @@ travel back once, at the end, through a multiprocessing queue.
 from __future__ import annotations
 
 import os
+import select
 import socket
 import time
 import traceback
@@ -23,13 +24,14 @@ from bench.wire import RawConnection
 # Phases written by the parent into ctl[0]
 WAIT, RUN, MEASURE, STOP = 0, 1, 2, 3
 # Per-worker slots: messages sent (publisher) or received (consumer), confirmed, ns spent inside
-# sendall/recv (blocked on the broker), state
-SLOT_COUNT, SLOT_CONFIRMED, SLOT_IO_NS, SLOT_STATE = 0, 1, 2, 3
-SLOTS = 4
+# sendall/recv (blocked on the broker), state, socket writes (publisher) or reads (consumer)
+SLOT_COUNT, SLOT_CONFIRMED, SLOT_IO_NS, SLOT_STATE, SLOT_SYSCALLS = 0, 1, 2, 3, 4
+SLOTS = 5
 STATE_STARTING, STATE_READY, STATE_DONE, STATE_FAILED = 0, 1, 2, 3
 SOCKET_TIMEOUT = 0.2  # how often a blocked worker rechecks the phase
 STALL_LIMIT = 10.0  # a sendall blocked this long means the broker stopped reading: give up
 RECV_SIZE = 1 << 20
+RCVLOWAT = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -54,11 +56,22 @@ class ConsumerSpec:
     ack_every: int = 10
     want_stamps: bool = False
     limit: int = 0  # stop after this many deliveries (0: until STOP)
+    body_size: int = 100  # expected; sizes the read batching so it never exceeds a quarter of prefetch
+
+    @property
+    def rcvlowat(self) -> int:
+        if self.want_stamps:
+            return 0  # latency runs read every message as soon as it lands
+        if self.no_ack or not self.prefetch:
+            return RCVLOWAT
+        # Frame overhead of a delivery is ~100 bytes (three frame headers, tags, exchange, routing key).
+        return min(RCVLOWAT, self.prefetch * (self.body_size + 100) // 4)
 
 
-def run_worker(
-    spec: PublisherSpec | ConsumerSpec, ctl: Any, slot: int, results: Queue[dict[str, Any]]
-) -> None:
+Spec = PublisherSpec | ConsumerSpec
+
+
+def run_worker(spec: Spec, ctl: Any, slot: int, results: Queue[dict[str, Any]]) -> None:
     """Process entry point: never raises, reports failures through `results` and the state slot."""
     stats = Stats(ctl, slot)
     report: dict[str, Any] = {"slot": slot, "pid": os.getpid(), "latencies": [], "error": None}
@@ -100,6 +113,8 @@ class Publisher:
             self.conn.rpc(1, commands.Confirm.Select(), commands.Confirm.SelectOk)
         self.sock: socket.socket = self.conn.sock  # type: ignore[assignment]
         self.frames = [self._message(k) for k in spec.routing_keys]
+        self.readable = select.poll()
+        self.readable.register(self.sock, select.POLLIN)
         self.scanner = FrameScanner()
         self.tracker = ConfirmTracker()
         self.latencies: list[tuple[int, int]] = []
@@ -156,10 +171,10 @@ class Publisher:
 
     def _poll_broker(self) -> None:
         """Non-blocking read so that a channel.close or connection.blocked is reported, not ignored."""
-        try:
-            data = self.sock.recv(RECV_SIZE, socket.MSG_DONTWAIT)
-        except BlockingIOError:
+        # poll(0), not MSG_DONTWAIT: a socket with a timeout waits for readability before any recv
+        if not self.readable.poll(0):
             return
+        data = self.sock.recv(RECV_SIZE)
         if not data:
             raise ConnectionError("broker closed the publisher's connection")
         self.scanner.feed(data)
@@ -236,6 +251,7 @@ class Consumer:
         self.scanner = FrameScanner(want_stamps=spec.want_stamps)
         self.count = 0
         self.since_ack = 0
+        self.reads = 0
         self.last_tag = 0
         self.io_ns = 0
         self.latencies: list[tuple[int, int]] = []
@@ -248,6 +264,10 @@ class Consumer:
             commands.Basic.ConsumeOk,
         )
         self.sock.settimeout(SOCKET_TIMEOUT)
+        if self.spec.rcvlowat:
+            # Throughput runs: wake up once per RCVLOWAT bytes instead of once per few messages. Per-read
+            # overhead (syscall, TCP window updates, Python) otherwise dominates the consumer's CPU.
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, self.spec.rcvlowat)
         try:
             self._handle(self.conn.take_buffered())
             self._loop()
@@ -263,15 +283,29 @@ class Consumer:
             try:
                 data = self.sock.recv(RECV_SIZE)
             except TimeoutError:
-                self._ack_pending()  # idle: don't leave a partial ack interval holding prefetch slots
-                continue
+                data = self._recv_below_lowat()
+                if not data:
+                    self._ack_pending()  # idle: don't leave a partial ack interval holding prefetch slots
+                    continue
             finally:
                 self.io_ns += time.perf_counter_ns() - t0
             if not data:
                 raise ConnectionError("broker closed the consumer's connection")
             self._handle(data)
+            self.reads += 1
             self.stats.set(SLOT_COUNT, self.count)
             self.stats.set(SLOT_IO_NS, self.io_ns)
+            self.stats.set(SLOT_SYSCALLS, self.reads)
+
+    def _recv_below_lowat(self) -> bytes:
+        """After a timeout, take whatever is buffered even if under RCVLOWAT (the tail of a run)."""
+        self.sock.setblocking(False)
+        try:
+            return self.sock.recv(RECV_SIZE)
+        except BlockingIOError:
+            return b""
+        finally:
+            self.sock.settimeout(SOCKET_TIMEOUT)
 
     def _handle(self, data: bytes) -> None:
         found = self.scanner.feed(data)

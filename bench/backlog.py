@@ -1,0 +1,70 @@
+"""S4: fill a durable queue with N persistent messages under confirms (no consumer), then drain it, while
+sampling the broker's RSS: throughput of both phases and the memory a queued message costs."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from bench.options import Options
+from bench.runner import Window, WorkerFailed, WorkerGroup, procstat
+from bench.wire import Target
+from bench.workers import ConsumerSpec, PublisherSpec, Spec
+
+Metrics = dict[str, float]
+PUBLISHERS = 2  # two connections so one connection's confirm round trips don't cap the fill rate
+CONFIRM_WINDOW = 500
+DRAIN_PREFETCH = 1000
+DRAIN_ACK_EVERY = 100
+RSS_EVERY = 0.25
+
+
+def run_backlog(target: Target, opts: Options, queue: str, depth: Callable[[], int]) -> Metrics:
+    n = opts.backlog
+    baseline = _rss(target.pid)
+    shares = [n // PUBLISHERS + (1 if i < n % PUBLISHERS else 0) for i in range(PUBLISHERS)]
+    pubs: list[Spec] = [
+        PublisherSpec(target.url, "", (queue,), persistent=True, confirm_window=CONFIRM_WINDOW, limit=share)
+        for share in shares
+        if share
+    ]
+    fill, fill_peak = _phase(target, opts, pubs)
+    queued = depth()
+    drain_spec = ConsumerSpec(
+        target.url, queue, no_ack=False, prefetch=DRAIN_PREFETCH, ack_every=DRAIN_ACK_EVERY, limit=queued
+    )
+    drain, drain_peak = _phase(target, opts, [drain_spec])
+    per = max(n, 1)
+    return {
+        "publish msg/s": fill.confirmed / fill.seconds,
+        "drain msg/s": drain.consumed / drain.seconds,
+        "queued msgs": float(queued),
+        "peak RSS MB": max(fill_peak, drain_peak) / 1e6,
+        "RSS bytes/queued msg": (fill_peak - baseline) / per,
+        "broker CPU us/msg": (fill.broker_cpu + drain.broker_cpu) * 1e6 / per,
+        "generator CPU us/msg": (fill.worker_cpu + drain.worker_cpu) * 1e6 / per,
+        "broker CPU us/msg publish": fill.broker_cpu * 1e6 / per,
+        "broker CPU us/msg drain": drain.broker_cpu * 1e6 / per,
+    }
+
+
+def _phase(target: Target, opts: Options, specs: list[Spec]) -> tuple[Window, int]:
+    """Run the workers until each reaches its limit; returns the window and the peak RSS seen."""
+    with WorkerGroup(specs, target.pid) as group:
+        group.start()
+        a = group.snapshot()
+        peak = a.broker_rss
+        deadline = time.monotonic() + opts.backlog_timeout
+        everyone = list(range(len(specs)))
+        while not group.finished(everyone):
+            if time.monotonic() > deadline:
+                raise WorkerFailed(f"S4 phase did not finish within {opts.backlog_timeout:.0f} s")
+            time.sleep(RSS_EVERY)
+            peak = max(peak, _rss(target.pid))
+        b = group.snapshot()
+        group.stop()
+        return group.window(a, b), max(peak, b.broker_rss)
+
+
+def _rss(pid: int | None) -> int:
+    return procstat.rss_bytes(pid) if pid else 0

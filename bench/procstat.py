@@ -1,0 +1,69 @@
+"""CPU time and RSS of OS processes from /proc, the same way for the brokers and for our own workers, so
+the µs-per-message figures of both sides are directly comparable."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of the whole process (all threads: beam.smp's schedulers included)."""
+    raw = Path(f"/proc/{pid}/stat").read_text()
+    # the command name may contain spaces and parentheses: split after the last ')'
+    fields = raw[raw.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def listener_pid(port: int) -> int | None:
+    """The process listening on a TCP port: socket inode from /proc/net/tcp*, then whose fd holds it.
+    Works for an amqpd given only as a URL as well as for RabbitMQ's beam.smp."""
+    inodes = _listening_inodes(port)
+    if not inodes:
+        return None
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            for fd in (proc / "fd").iterdir():
+                if os.readlink(fd) in inodes:
+                    return int(proc.name)
+        except OSError:
+            continue  # process exited or is not ours to inspect
+    return None
+
+
+def _listening_inodes(port: int) -> set[str]:
+    found: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            cols = line.split()
+            local, state, inode = cols[1], cols[3], cols[9]
+            if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:  # 0A = LISTEN
+                found.add(f"socket:[{inode}]")
+    return found
+
+
+def named_pid(name: str) -> int | None:
+    """Fallback when the listener can't be seen: the first process whose comm is `name` (e.g. beam.smp)."""
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if (proc / "comm").read_text().strip() == name:
+                    return int(proc.name)
+            except OSError:
+                continue
+    return None

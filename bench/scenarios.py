@@ -1,0 +1,183 @@
+"""The six scenarios. Each takes a Target and Options and returns {metric: value}; names are unique per run
+and every queue/exchange it declares is deleted before it returns, whatever happened."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from bench.backlog import run_backlog
+from bench.options import Options
+from bench.runner import Window, WorkerFailed, WorkerGroup
+from bench.stats import weighted_percentiles
+from bench.wire import (
+    RawConnection,
+    Target,
+    bind,
+    declare_queue,
+    declare_topic,
+    delete_exchange,
+    delete_queue,
+    queue_depth,
+)
+from bench.workers import ConsumerSpec, PublisherSpec, Spec
+
+Metrics = dict[str, float]
+
+
+@dataclass
+class Topology:
+    queues: list[str]
+    durable: bool = False
+    exchange: str | None = None  # a topic exchange, when set
+    bindings: list[tuple[str, str]] = field(default_factory=list)  # (queue, pattern)
+
+
+def unique(scenario: str) -> str:
+    return f"bench-{scenario}-{uuid.uuid4().hex[:8]}"
+
+
+@contextmanager
+def declared(target: Target, topo: Topology) -> Iterator[RawConnection]:
+    conn = RawConnection(target.url).connect()
+    try:
+        if topo.exchange:
+            declare_topic(conn, topo.exchange)
+        for q in topo.queues:
+            declare_queue(conn, q, topo.durable)
+        for q, pattern in topo.bindings:
+            bind(conn, q, topo.exchange or "", pattern)
+        yield conn
+    finally:
+        conn.close()
+        _teardown(target, topo)
+
+
+def _teardown(target: Target, topo: Topology) -> None:
+    # A fresh connection: the setup one may have been closed by a channel error.
+    conn = RawConnection(target.url).connect()
+    try:
+        for q in topo.queues:
+            delete_queue(conn, q)
+        if topo.exchange:
+            delete_exchange(conn, topo.exchange)
+    finally:
+        conn.close()
+
+
+def sleep_watching(group: WorkerGroup, seconds: float) -> None:
+    """Sleep, but surface a failed worker at once instead of measuring a dead run."""
+    end = time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0:
+        group.check_failures()
+        time.sleep(min(0.1, left))
+
+
+def steady(target: Target, opts: Options, specs: list[Spec]) -> tuple[Window, list[tuple[int, int]]]:
+    with WorkerGroup(specs, target.pid) as group:
+        group.start()
+        sleep_watching(group, opts.warmup)
+        group.measure()
+        a = group.snapshot()
+        sleep_watching(group, opts.duration)
+        b = group.snapshot()
+        group.stop()
+        return group.window(a, b), group.latencies()
+
+
+def rates(w: Window, per: int) -> Metrics:
+    """Common columns. CPU is divided by `per`, the scenario's headline message count, for both sides."""
+    per = max(per, 1)
+    return {
+        "published msg/s": w.published / w.seconds,
+        "consumed msg/s": w.consumed / w.seconds,
+        "broker CPU us/msg": w.broker_cpu * 1e6 / per,
+        "generator CPU us/msg": w.worker_cpu * 1e6 / per,
+        "broker CPU cores": w.broker_cpu / w.seconds,
+        "generator CPU cores": w.worker_cpu / w.seconds,
+        "publisher blocked %": 100 * w.publisher_io_share,
+    }
+
+
+def latency_ms(samples: list[tuple[int, int]], points: tuple[float, ...]) -> Metrics:
+    values = weighted_percentiles(samples, points)
+    return {f"latency p{p:g} ms": v / 1e6 for p, v in zip(points, values, strict=True)}
+
+
+def s1(target: Target, opts: Options) -> Metrics:
+    """1 publisher, 1 no-ack consumer, 100-byte transient: raw throughput."""
+    q = unique("s1")
+    with declared(target, Topology([q])):
+        w, _ = steady(target, opts, [PublisherSpec(target.url, "", (q,)), ConsumerSpec(target.url, q)])
+    return rates(w, w.consumed)
+
+
+def s2(target: Target, opts: Options) -> Metrics:
+    """Confirms (100 outstanding), persistent, durable queue, manual ack every 10, prefetch 200."""
+    q = unique("s2")
+    pub = PublisherSpec(target.url, "", (q,), persistent=True, confirm_window=100)
+    con = ConsumerSpec(target.url, q, no_ack=False, prefetch=200, ack_every=10)
+    with declared(target, Topology([q], durable=True)):
+        w, lat = steady(target, opts, [pub, con])
+    out = {"confirmed msg/s": w.confirmed / w.seconds, **rates(w, w.confirmed)}
+    out.update({f"confirm {k}": v for k, v in latency_ms(lat, (50, 99)).items()})
+    return out
+
+
+def s3(target: Target, opts: Options) -> Metrics:
+    """4 publishers → 4 queues → 4 consumers, 1 KiB bodies, manual ack every 10, prefetch 100."""
+    queues = [unique(f"s3q{i}") for i in range(4)]
+    specs: list[Spec] = [PublisherSpec(target.url, "", (q,), body_size=1024) for q in queues]
+    specs += [ConsumerSpec(target.url, q, no_ack=False, prefetch=100, ack_every=10) for q in queues]
+    with declared(target, Topology(queues)):
+        w, _ = steady(target, opts, specs)
+    return rates(w, w.consumed)
+
+
+def s5(target: Target, opts: Options) -> Metrics:
+    """Fixed 2k msg/s, send time in the body, no-ack consumer: end-to-end latency when not saturated."""
+    q = unique("s5")
+    pub = PublisherSpec(target.url, "", (q,), rate=opts.s5_rate)
+    with declared(target, Topology([q])):
+        w, lat = steady(target, opts, [pub, ConsumerSpec(target.url, q, want_stamps=True)])
+    return {**rates(w, w.consumed), **latency_ms(lat, (50, 99, 99.9))}
+
+
+# Ten patterns over four keys: 23 deliveries per 4 published messages (fan-out 5.75).
+S6_KEYS = ("eu.order.1", "us.order.2", "eu.payment.3", "us.payment.4")
+S6_PATTERNS = ("#", "eu.#", "us.#", "*.order.*", "*.payment.*", "eu.order.1", "#.4", "*.*.*", "us.*.2", "*.#")
+
+
+def s6(target: Target, opts: Options) -> Metrics:
+    """Topic exchange, 10 queues bound by different patterns, 10 no-ack consumers: deliveries/s."""
+    ex = unique("s6x")
+    queues = [unique(f"s6q{i}") for i in range(len(S6_PATTERNS))]
+    topo = Topology(queues, exchange=ex, bindings=list(zip(queues, S6_PATTERNS, strict=True)))
+    specs: list[Spec] = [PublisherSpec(target.url, ex, S6_KEYS, batch=100)]
+    specs += [ConsumerSpec(target.url, q) for q in queues]
+    with declared(target, topo):
+        w, _ = steady(target, opts, specs)
+    return {"deliveries/s": w.consumed / w.seconds, **rates(w, w.consumed)}
+
+
+def s4(target: Target, opts: Options) -> Metrics:
+    """Backlog: N persistent messages with confirms into a durable queue nobody consumes, then drained."""
+    q = unique("s4")
+    with declared(target, Topology([q], durable=True)) as conn:
+        out = run_backlog(target, opts, q, lambda: queue_depth(conn, q))
+    return out
+
+
+SCENARIOS: dict[str, Callable[[Target, Options], Metrics]] = {
+    "S1": s1,
+    "S2": s2,
+    "S3": s3,
+    "S4": s4,
+    "S5": s5,
+    "S6": s6,
+}
+
+__all__ = ["SCENARIOS", "Options", "Metrics", "WorkerFailed"]

@@ -20,7 +20,7 @@ def main() -> None:
     agree = 0
     for sc in scs:
         if a.target:
-            o = run_pair(sc, a.url, a.target)
+            o = run_pair(sc, a.url, a.target, same_broker=a.url == a.target)
             agree += o.agree
             print(f"{'AGREE   ' if o.agree else 'DISAGREE'} {sc.id} ({o.seconds:.2f}s)")
             if not o.agree:

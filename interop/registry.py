@@ -20,7 +20,8 @@ class Scenario:
     # is xfail(strict=True) against amqpd (never against RabbitMQ-vs-RabbitMQ runs).
     needs: str | None = None
     # Observations the two brokers are *documented* to differ on (RabbitMQ bug amqpd improves on):
-    # compare(reference, target) returns None when they agree, or a message explaining the difference.
+    # compare(reference, target) returns None when the target shows the documented behaviour, or a message
+    # saying what it did instead. Used only when the target is not the reference itself (then: equality).
     compare: Callable[[Observation, Observation], str | None] | None = None
     tags: tuple[str, ...] = field(default_factory=tuple)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from interop.conftest import OUTCOMES
+from interop.conftest import OUTCOMES, target_is_reference
 from interop.registry import Scenario, load_all
 from interop.runner import dump, run_pair
 
@@ -13,7 +13,7 @@ SCENARIOS = load_all()
 
 @pytest.mark.parametrize("sc", list(SCENARIOS.values()), ids=list(SCENARIOS))
 def test_scenario_agrees_with_rabbitmq(sc: Scenario, rabbitmq_url: str, amqpd_url: str) -> None:
-    outcome = run_pair(sc, rabbitmq_url, amqpd_url)
+    outcome = run_pair(sc, rabbitmq_url, amqpd_url, same_broker=target_is_reference())
     OUTCOMES.append(outcome)
     assert outcome.agree, (
         f"{sc.id}: the client saw something else on the target than on RabbitMQ\n{outcome.message}\n"

@@ -3,6 +3,7 @@
 from interop.scenarios import (  # noqa: F401
     confirms_tx,
     consuming,
+    errors,
     exchanges,
     handshake,
     properties,

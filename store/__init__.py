@@ -1,0 +1,11 @@
+"""Durable storage for amqpd: append-only segment files, per-queue ack logs, a SQLite catalogue.
+
+The broker talks to the store only through `MessageStore` and the record types below; the store knows
+nothing of AMQP (properties stay encoded bytes). On-disk format: FORMAT.md.
+"""
+
+from store.message_store import MessageStore
+from store.records import MessageRecord, QueueEntry, Recovered, RecoveredMessage
+from store.segment import UnsupportedFormat
+
+__all__ = ["MessageRecord", "MessageStore", "QueueEntry", "Recovered", "RecoveredMessage", "UnsupportedFormat"]

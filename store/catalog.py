@@ -1,0 +1,224 @@
+"""The catalogue in SQLite (via aiosqlite): exchanges, queues, bindings, the segment registry and the
+latest checkpoint of per-queue state. Message data never goes through here.
+
+Writes are ordered statements (`CatalogOp`) that the store buffers and applies in one transaction per group
+commit, before that commit's segment fsync, so a confirmed message never refers to a queue the catalogue
+has lost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+
+from store.arguments_codec import decode_arguments, encode_arguments
+
+CatalogOp = tuple[str, tuple[Any, ...]]
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS exchanges (
+    vhost TEXT NOT NULL, name TEXT NOT NULL, type TEXT NOT NULL, auto_delete INTEGER NOT NULL,
+    internal INTEGER NOT NULL, arguments TEXT NOT NULL, PRIMARY KEY (vhost, name));
+CREATE TABLE IF NOT EXISTS queues (
+    queue_id INTEGER PRIMARY KEY, vhost TEXT NOT NULL, name TEXT NOT NULL, auto_delete INTEGER NOT NULL,
+    arguments TEXT NOT NULL, UNIQUE (vhost, name));
+CREATE TABLE IF NOT EXISTS bindings (
+    vhost TEXT NOT NULL, source TEXT NOT NULL, destination TEXT NOT NULL, destination_kind TEXT NOT NULL,
+    routing_key TEXT NOT NULL, arguments TEXT NOT NULL,
+    PRIMARY KEY (vhost, source, destination, destination_kind, routing_key, arguments));
+CREATE TABLE IF NOT EXISTS segments (
+    base_offset INTEGER PRIMARY KEY, end_offset INTEGER NOT NULL, size INTEGER NOT NULL,
+    sealed INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS queue_state (
+    queue_id INTEGER PRIMARY KEY, live BLOB NOT NULL, delivered BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS checkpoint (
+    id INTEGER PRIMARY KEY CHECK (id = 1), next_offset INTEGER NOT NULL, segment_base INTEGER NOT NULL,
+    segment_position INTEGER NOT NULL, ack_number INTEGER NOT NULL, last_message_id INTEGER NOT NULL,
+    created_ms INTEGER NOT NULL);
+"""
+
+
+@dataclass
+class Checkpoint:
+    """Everything below `next_offset` and in ack files numbered below `ack_number` is reflected in the
+    queue_state rows written with it."""
+
+    next_offset: int = 0
+    segment_base: int = 0
+    segment_position: int = 0
+    ack_number: int = 0
+    last_message_id: int = 0
+    created_ms: int = 0
+
+
+@dataclass
+class CheckpointData:
+    checkpoint: Checkpoint
+    queue_rows: list[tuple[int, bytes, bytes]]  # queue_id, live ranges, delivered ranges
+    segment_rows: list[tuple[int, int, int, bool]]  # base, end offset (exclusive), size, sealed
+
+
+@dataclass
+class CatalogSnapshot:
+    exchanges: list[dict[str, Any]] = field(default_factory=list)
+    queues: list[tuple[int, str, str, bool, dict[str, Any]]] = field(default_factory=list)
+    bindings: list[dict[str, Any]] = field(default_factory=list)
+    queue_state: dict[int, tuple[bytes, bytes]] = field(default_factory=dict)
+    segments: dict[int, tuple[int, int, bool]] = field(default_factory=dict)
+    checkpoint: Checkpoint | None = None
+    next_queue_id: int = 1
+
+
+def put_exchange_op(
+    vhost: str, name: str, type: str, auto_delete: bool, internal: bool, arguments: dict[str, Any]
+) -> CatalogOp:
+    return (
+        "INSERT OR REPLACE INTO exchanges VALUES (?, ?, ?, ?, ?, ?)",
+        (vhost, name, type, auto_delete, internal, encode_arguments(arguments)),
+    )
+
+
+def delete_exchange_op(vhost: str, name: str) -> CatalogOp:
+    return "DELETE FROM exchanges WHERE vhost = ? AND name = ?", (vhost, name)
+
+
+def put_queue_ops(
+    queue_id: int, vhost: str, name: str, auto_delete: bool, arguments: dict[str, Any]
+) -> list[CatalogOp]:
+    return [
+        (
+            "INSERT OR REPLACE INTO queues VALUES (?, ?, ?, ?, ?)",
+            (queue_id, vhost, name, auto_delete, encode_arguments(arguments)),
+        ),
+        # Queue ids are never reused, even after a delete, so old records can't name a new queue.
+        (
+            "INSERT OR REPLACE INTO meta VALUES ('next_queue_id', max(?, coalesce("
+            "(SELECT value FROM meta WHERE key = 'next_queue_id'), 0)))",
+            (queue_id + 1,),
+        ),
+    ]
+
+
+def delete_queue_ops(queue_id: int) -> list[CatalogOp]:
+    return [
+        ("DELETE FROM queues WHERE queue_id = ?", (queue_id,)),
+        ("DELETE FROM queue_state WHERE queue_id = ?", (queue_id,)),
+    ]
+
+
+def binding_key(
+    vhost: str, source: str, destination: str, destination_kind: str, routing_key: str, arguments: dict[str, Any]
+) -> tuple[Any, ...]:
+    if destination_kind not in ("queue", "exchange"):
+        raise ValueError(f"destination_kind must be 'queue' or 'exchange', not {destination_kind!r}")
+    return (vhost, source, destination, destination_kind, routing_key, encode_arguments(arguments))
+
+
+def put_binding_op(key: tuple[Any, ...]) -> CatalogOp:
+    return "INSERT OR REPLACE INTO bindings VALUES (?, ?, ?, ?, ?, ?)", key
+
+
+def delete_binding_op(key: tuple[Any, ...]) -> CatalogOp:
+    return (
+        "DELETE FROM bindings WHERE vhost = ? AND source = ? AND destination = ? AND destination_kind = ?"
+        " AND routing_key = ? AND arguments = ?",
+        key,
+    )
+
+
+class Catalog:
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._db: aiosqlite.Connection | None = None
+
+    @property
+    def db(self) -> aiosqlite.Connection:
+        if self._db is None:
+            raise RuntimeError("catalogue is not open")
+        return self._db
+
+    async def open(self) -> None:
+        self._db = await aiosqlite.connect(self._path)
+        # WAL with synchronous=FULL: each commit is fsync'd, and readers never block the writer.
+        await self.db.execute("PRAGMA journal_mode=WAL")
+        await self.db.execute("PRAGMA synchronous=FULL")
+        await self.db.executescript(SCHEMA)
+        await self.db.commit()
+
+    async def close(self) -> None:
+        if self._db is not None:
+            await self._db.close()
+            self._db = None
+
+    async def apply(self, ops: list[CatalogOp]) -> None:
+        for sql, params in ops:
+            await self.db.execute(sql, params)
+        await self.db.commit()
+
+    async def load(self) -> CatalogSnapshot:
+        snap = CatalogSnapshot()
+        for row in await self._rows("SELECT vhost, name, type, auto_delete, internal, arguments FROM exchanges"):
+            vhost, name, type_, auto_delete, internal, arguments = row
+            snap.exchanges.append(
+                {
+                    "vhost": vhost,
+                    "name": name,
+                    "type": type_,
+                    "auto_delete": bool(auto_delete),
+                    "internal": bool(internal),
+                    "arguments": decode_arguments(arguments),
+                }
+            )
+        for qid, vhost, name, auto_delete, arguments in await self._rows(
+            "SELECT queue_id, vhost, name, auto_delete, arguments FROM queues ORDER BY queue_id"
+        ):
+            snap.queues.append((qid, vhost, name, bool(auto_delete), decode_arguments(arguments)))
+        for vhost, source, dest, kind, rkey, arguments in await self._rows("SELECT * FROM bindings"):
+            snap.bindings.append(
+                {
+                    "vhost": vhost,
+                    "source": source,
+                    "destination": dest,
+                    "destination_kind": kind,
+                    "routing_key": rkey,
+                    "arguments": decode_arguments(arguments),
+                }
+            )
+        await self._load_state(snap)
+        return snap
+
+    async def _load_state(self, snap: CatalogSnapshot) -> None:
+        for qid, live, delivered in await self._rows("SELECT queue_id, live, delivered FROM queue_state"):
+            snap.queue_state[qid] = (live, delivered)
+        for base, end_offset, size, sealed in await self._rows("SELECT * FROM segments"):
+            snap.segments[base] = (end_offset, size, bool(sealed))
+        rows = await self._rows(
+            "SELECT next_offset, segment_base, segment_position, ack_number,"
+            " last_message_id, created_ms FROM checkpoint"
+        )
+        if rows:
+            snap.checkpoint = Checkpoint(*rows[0])
+        rows = await self._rows("SELECT value FROM meta WHERE key = 'next_queue_id'")
+        max_queue = max((q[0] for q in snap.queues), default=0)
+        snap.next_queue_id = max(rows[0][0] if rows else 1, max_queue + 1)
+
+    async def write_checkpoint(self, data: CheckpointData) -> None:
+        cp = data.checkpoint
+        db = self.db
+        await db.execute("DELETE FROM queue_state")
+        await db.executemany("INSERT INTO queue_state VALUES (?, ?, ?)", data.queue_rows)
+        await db.execute("DELETE FROM segments")
+        await db.executemany("INSERT INTO segments VALUES (?, ?, ?, ?)", data.segment_rows)
+        await db.execute(
+            "INSERT OR REPLACE INTO checkpoint VALUES (1, ?, ?, ?, ?, ?, ?)",
+            (cp.next_offset, cp.segment_base, cp.segment_position, cp.ack_number, cp.last_message_id, cp.created_ms),
+        )
+        await db.commit()
+
+    async def _rows(self, sql: str) -> list[Any]:
+        async with self.db.execute(sql) as cursor:
+            return list(await cursor.fetchall())

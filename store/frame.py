@@ -1,0 +1,122 @@
+"""Checksummed frames: the unit written to segment files and to the ack log.
+
+A frame is a 24-byte header followed by its payload (all integers little-endian):
+
+    u32 payload_length | u64 sequence | u64 xxh3_64(payload) | u32 xxh32(the 20 header bytes before it)
+
+The header carries its own checksum so that a damaged length is caught before it is trusted. With a good
+header and a bad payload we skip exactly that frame; with a bad header we search forward, byte by byte, for
+the next frame whose header and payload both check out ("resync"). Damage with no good frame after it is a
+torn tail: the caller truncates there.
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from xxhash import xxh3_64_intdigest, xxh32_intdigest
+
+PREFIX = struct.Struct("<IQQ")
+HEADER = struct.Struct("<IQQI")
+HEADER_SIZE = HEADER.size  # 24
+_CHECK = struct.Struct("<I")
+
+Buffer = bytes | bytearray | memoryview | mmap.mmap
+
+
+def append_frame(out: bytearray, sequence: int, payload: bytes) -> int:
+    """Append one frame to `out`; return its size on disk."""
+    prefix = PREFIX.pack(len(payload), sequence, xxh3_64_intdigest(payload))
+    out += prefix
+    out += _CHECK.pack(xxh32_intdigest(prefix))
+    out += payload
+    return HEADER_SIZE + len(payload)
+
+
+def header_at(data: Buffer, pos: int, end: int) -> tuple[int, int, int] | None:
+    """(sequence, payload_length, payload_hash) if a self-consistent header that fits before `end` starts
+    at `pos`, else None."""
+    if pos + HEADER_SIZE > end:
+        return None
+    length, sequence, payload_hash, check = HEADER.unpack_from(data, pos)
+    if pos + HEADER_SIZE + length > end:
+        return None
+    if xxh32_intdigest(bytes(data[pos : pos + 20])) != check:
+        return None
+    return sequence, length, payload_hash
+
+
+@dataclass
+class ScanReport:
+    """What a scan found, beyond the frames it yielded."""
+
+    valid_end: int = 0  # position just past the last intact frame (where a torn tail starts)
+    corrupt_frames: int = 0  # damaged frames or regions that had an intact frame after them
+    corrupt_bytes: int = 0
+    torn_bytes: int = 0  # bytes after the last intact frame
+
+
+def scan_frames(data: Buffer, start: int, end: int, report: ScanReport) -> Iterator[tuple[int, int, bytes]]:
+    """Yield (position, sequence, payload) for every intact frame in data[start:end], in order.
+
+    Sequences must increase strictly; a frame that does not is treated as damage. Damage followed by an
+    intact frame is counted as corrupt; damage with nothing intact after it is counted as torn."""
+    pos = start
+    last_sequence = -1
+    report.valid_end = start
+    while pos < end:
+        found = _frame_at(data, pos, end, last_sequence)
+        if found is None:
+            found_pos = _resync(data, pos + 1, end, last_sequence)
+            if found_pos is None:
+                break
+            _count_damage(report, pos, found_pos)
+            pos = found_pos
+            continue
+        sequence, length, payload, intact = found
+        if not intact:
+            # The header is good, so its length is: skip exactly this frame, if anything intact follows.
+            after = pos + HEADER_SIZE + length
+            if _resync(data, after, end, sequence) is None:
+                break
+            _count_damage(report, pos, after)
+            pos = after
+            continue
+        yield pos, sequence, payload
+        last_sequence = sequence
+        pos += HEADER_SIZE + length
+        report.valid_end = pos
+    report.torn_bytes = end - report.valid_end
+
+
+def _count_damage(report: ScanReport, start: int, stop: int) -> None:
+    report.corrupt_frames += 1
+    report.corrupt_bytes += stop - start
+
+
+def _frame_at(data: Buffer, pos: int, end: int, last_sequence: int) -> tuple[int, int, bytes, bool] | None:
+    """(sequence, length, payload, payload_intact) for a frame with a good header at pos, else None."""
+    header = header_at(data, pos, end)
+    if header is None or header[0] <= last_sequence:
+        return None
+    sequence, length, payload_hash = header
+    payload = bytes(data[pos + HEADER_SIZE : pos + HEADER_SIZE + length])
+    return sequence, length, payload, xxh3_64_intdigest(payload) == payload_hash
+
+
+def _resync(data: Buffer, pos: int, end: int, last_sequence: int) -> int | None:
+    """Position of the next fully intact frame at or after pos, or None."""
+    unpack = HEADER.unpack_from
+    limit = end - HEADER_SIZE
+    while pos <= limit:
+        length, sequence, _, _ = unpack(data, pos)
+        # Cheap plausibility tests first: most positions inside garbage fail them without hashing.
+        if sequence > last_sequence and pos + HEADER_SIZE + length <= end:
+            found = _frame_at(data, pos, end, last_sequence)
+            if found is not None and found[3]:
+                return pos
+        pos += 1
+    return None

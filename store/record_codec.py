@@ -1,0 +1,76 @@
+"""Encoding of a message record: the payload of one frame in a segment file (see FORMAT.md).
+
+    u64 message_id | u64 timestamp_ms | u8 flags | u8 exchange_len | u8 routing_key_len | u16 queue_count
+    | u32 properties_len | [u64 expires_at_ms if flags & 1] | u32 queue_id * queue_count
+    | exchange | routing_key | properties | body (the rest)
+
+The queue ids are in the record so that a message routed to several queues is written once and recovery
+learns which queues hold it from the record alone.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from store.records import MessageRecord
+
+FIXED = struct.Struct("<QQBBBHI")
+_EXPIRES = struct.Struct("<Q")
+FLAG_EXPIRES = 1
+MAX_SHORT = 255  # exchange names and routing keys are AMQP short strings
+
+
+def encode_record(message_id: int, record: MessageRecord, queue_ids: list[int]) -> bytes:
+    exchange = record.exchange.encode()
+    routing_key = record.routing_key.encode()
+    if len(exchange) > MAX_SHORT or len(routing_key) > MAX_SHORT:
+        raise ValueError("exchange and routing key are limited to 255 bytes")
+    expires = record.expires_at_ms
+    flags = FLAG_EXPIRES if expires is not None else 0
+    parts = [
+        FIXED.pack(
+            message_id,
+            record.timestamp_ms,
+            flags,
+            len(exchange),
+            len(routing_key),
+            len(queue_ids),
+            len(record.properties),
+        )
+    ]
+    if expires is not None:
+        parts.append(_EXPIRES.pack(expires))
+    if queue_ids:
+        parts.append(struct.pack(f"<{len(queue_ids)}I", *queue_ids))
+    parts += (exchange, routing_key, record.properties, record.body)
+    return b"".join(parts)
+
+
+def decode_record(payload: bytes) -> tuple[int, tuple[int, ...], MessageRecord]:
+    """(message_id, queue_ids, record) from a frame payload."""
+    message_id, timestamp, flags, ex_len, rk_len, n_queues, props_len = FIXED.unpack_from(payload, 0)
+    pos = FIXED.size
+    expires: int | None = None
+    if flags & FLAG_EXPIRES:
+        (expires,) = _EXPIRES.unpack_from(payload, pos)
+        pos += 8
+    queue_ids: tuple[int, ...] = struct.unpack_from(f"<{n_queues}I", payload, pos) if n_queues else ()
+    pos += 4 * n_queues
+    exchange = payload[pos : pos + ex_len].decode()
+    pos += ex_len
+    routing_key = payload[pos : pos + rk_len].decode()
+    pos += rk_len
+    properties = payload[pos : pos + props_len]
+    body = payload[pos + props_len :]
+    return message_id, queue_ids, MessageRecord(exchange, routing_key, properties, body, timestamp, expires)
+
+
+def decode_queue_ids(payload: bytes) -> tuple[int, ...]:
+    """Only the queue ids: what the recovery scan needs for records it will not return."""
+    n_queues = payload[19] | (payload[20] << 8)
+    pos = FIXED.size + (8 if payload[16] & FLAG_EXPIRES else 0)
+    return struct.unpack_from(f"<{n_queues}I", payload, pos) if n_queues else ()
+
+
+def decode_message_id(payload: bytes) -> int:
+    return int.from_bytes(payload[0:8], "little")

@@ -1,0 +1,43 @@
+"""The values that cross the store's interface. Nothing here knows AMQP: properties stay encoded bytes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class MessageRecord:
+    exchange: str
+    routing_key: str
+    properties: bytes  # the content header's property bytes, verbatim
+    body: bytes
+    timestamp_ms: int
+    expires_at_ms: int | None = None
+
+
+@dataclass
+class RecoveredMessage:
+    offset: int
+    record: MessageRecord
+    redelivered: bool
+
+
+@dataclass
+class QueueEntry:
+    """Catalogue row for a durable queue, with the messages it still holds."""
+
+    queue_id: int
+    vhost: str
+    name: str
+    auto_delete: bool
+    arguments: dict[str, Any]
+    messages: list[RecoveredMessage] = field(default_factory=list)  # offset order; un-acked, un-expired
+
+
+@dataclass
+class Recovered:
+    exchanges: list[dict[str, Any]]
+    queues: list[QueueEntry]
+    bindings: list[dict[str, Any]]
+    stats: dict[str, Any]

@@ -1,0 +1,265 @@
+"""Rebuilding the store's state from disk after a restart or a crash.
+
+Order matters: (1) per-queue state from the last checkpoint; (2) segments: records below the checkpoint's
+next_offset are read only if a queue still needs them, records at or after it (the tail) are scanned and
+enqueued to the queues they name; a torn tail of the last segment is truncated; (3) the ack log written
+since the checkpoint is replayed; (4) records that were lost or have expired are dropped. Runs in a worker
+thread: it is all blocking file I/O.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import time
+from bisect import bisect_left
+from dataclasses import dataclass, field
+from typing import Any
+
+from store import ack_log
+from store.catalog import CatalogSnapshot, Checkpoint
+from store.frame import ScanReport, header_at, scan_frames
+from store.queue_state import QueueState, decode_runs
+from store.record_codec import decode_message_id, decode_queue_ids, decode_record
+from store.records import MessageRecord
+from store.segment import FILE_HEADER_SIZE, SEGMENT_MAGIC, Layout, file_header, header_intact
+from store.segment_index import SegmentIndex, load_index, write_index_files
+
+
+@dataclass
+class RecoveryResult:
+    queues: dict[int, QueueState]
+    records: dict[int, MessageRecord]  # every offset some queue still holds
+    indexes: dict[int, SegmentIndex]  # base offset -> index, for the segments kept
+    sizes: dict[int, int]  # base offset -> file size, for the segments kept
+    next_offset: int
+    last_message_id: int
+    stats: dict[str, Any]
+    stale_ack_files: list[int] = field(default_factory=list)
+
+
+def new_stats() -> dict[str, Any]:
+    return {
+        "records_scanned": 0,
+        "tail_records": 0,
+        "torn_bytes_truncated": 0,
+        "corrupt_records_skipped": 0,
+        "corrupt_bytes_skipped": 0,
+        "expired_dropped": 0,
+        "lost_records": 0,
+        "indexes_rebuilt": 0,
+        "damaged_headers": 0,
+        "segments_deleted": 0,
+        "ack_entries_replayed": 0,
+        "seconds": 0.0,
+    }
+
+
+class _Recovery:
+    def __init__(self, layout: Layout, snap: CatalogSnapshot, index_interval: int, now_ms: int) -> None:
+        self.layout = layout
+        self.interval = index_interval
+        self.now_ms = now_ms
+        self.cp = snap.checkpoint or Checkpoint()
+        self.stats = new_stats()
+        self.queues = {q[0]: QueueState() for q in snap.queues}
+        for qid, (live, delivered) in snap.queue_state.items():
+            if qid in self.queues:
+                state = self.queues[qid]
+                state.live = dict.fromkeys(decode_runs(live))
+                state.delivered = set(decode_runs(delivered))
+        self.wanted = sorted({off for state in self.queues.values() for off in state.live})
+        self.wanted_set = set(self.wanted)
+        self.records: dict[int, MessageRecord] = {}
+        self.indexes: dict[int, SegmentIndex] = {}
+        self.sizes: dict[int, int] = {}
+        self.max_offset = self.cp.next_offset - 1
+        self.last_message_id = self.cp.last_message_id
+
+    def run(self) -> RecoveryResult:
+        started = time.perf_counter()
+        bases = self.layout.segment_bases()
+        for i, base in enumerate(bases):
+            upper = bases[i + 1] if i + 1 < len(bases) else None
+            self._segment(base, upper)
+        stale = self._replay_ack_log()
+        self._drop_unavailable()
+        next_offset = max(self.max_offset + 1, bases[-1] if bases else 0)
+        self._delete_unneeded_segments(bases)
+        self.stats["seconds"] = round(time.perf_counter() - started, 4)
+        return RecoveryResult(
+            self.queues,
+            self.records,
+            self.indexes,
+            self.sizes,
+            next_offset,
+            self.last_message_id,
+            self.stats,
+            stale,
+        )
+
+    def _segment(self, base: int, upper: int | None) -> None:
+        """Read what is needed from one segment: the offsets queues hold, and the tail."""
+        cp_next = self.cp.next_offset
+        lo = bisect_left(self.wanted, base)
+        first_wanted = self.wanted[lo] if lo < len(self.wanted) and (upper is None or self.wanted[lo] < upper) else None
+        has_tail = upper is None or upper > cp_next
+        if first_wanted is None and not has_tail:
+            return  # nothing in it is needed: deleted below
+        fd = os.open(self.layout.segment(base), os.O_RDWR)
+        try:
+            self._scan_segment(fd, base, first_wanted, has_tail, is_last=upper is None)
+        finally:
+            os.close(fd)
+
+    def _scan_segment(self, fd: int, base: int, first_wanted: int | None, has_tail: bool, is_last: bool) -> None:
+        size = os.fstat(fd).st_size
+        head = os.pread(fd, FILE_HEADER_SIZE, 0)
+        if not header_intact(head, SEGMENT_MAGIC, base):
+            self.stats["damaged_headers"] += size > 0
+            if is_last:  # we will append to it: make it a proper segment again
+                os.pwrite(fd, file_header(SEGMENT_MAGIC, base), 0)
+                size = max(size, FILE_HEADER_SIZE)
+        if size <= FILE_HEADER_SIZE:  # no records: nothing to read or index
+            self.indexes[base] = SegmentIndex(base, self.interval)
+            self.sizes[base] = FILE_HEADER_SIZE
+            return
+        index = load_index(self.layout.offset_index(base), self.layout.time_index(base), base, size, self.interval)
+        targets = [t for t in (first_wanted, self.cp.next_offset if has_tail else None) if t is not None]
+        start = FILE_HEADER_SIZE
+        with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as data:
+            if index is not None:
+                verified = _verified_start(data, index, min(targets), size)
+                index = index if verified is not None else None
+                start = verified or FILE_HEADER_SIZE
+            rebuilt = index is None
+            if index is None:
+                index = SegmentIndex(base, self.interval)
+                self.stats["indexes_rebuilt"] += 1
+            report = ScanReport()
+            entries_before = len(index.positions)
+            self._read_frames(data, start, size, index, report)
+        self._account_damage(fd, base, index, report, size, is_last)
+        if rebuilt or len(index.positions) != entries_before:
+            write_index_files(self.layout.offset_index(base), self.layout.time_index(base), index)
+        self.indexes[base] = index
+        self.sizes[base] = report.valid_end if is_last else size
+
+    def _read_frames(self, data: mmap.mmap, start: int, size: int, index: SegmentIndex, report: ScanReport) -> None:
+        cp_next = self.cp.next_offset
+        wanted, records, queues = self.wanted_set, self.records, self.queues
+        scanned = tail = 0
+        for pos, offset, payload in scan_frames(data, start, size, report):
+            scanned += 1
+            index.observe(offset, pos, int.from_bytes(payload[8:16], "little"))
+            if offset < cp_next:
+                if offset in wanted:
+                    records[offset] = decode_record(payload)[2]
+                continue
+            tail += 1
+            self.last_message_id = max(self.last_message_id, decode_message_id(payload))
+            holders = [q for q in decode_queue_ids(payload) if q in queues]
+            if holders:
+                records[offset] = decode_record(payload)[2]
+                for qid in holders:
+                    queues[qid].live[offset] = None
+        if scanned:
+            self.max_offset = max(self.max_offset, offset)
+        self.stats["records_scanned"] += scanned
+        self.stats["tail_records"] += tail
+
+    def _account_damage(
+        self, fd: int, base: int, index: SegmentIndex, report: ScanReport, size: int, is_last: bool
+    ) -> None:
+        self.stats["corrupt_records_skipped"] += report.corrupt_frames
+        self.stats["corrupt_bytes_skipped"] += report.corrupt_bytes
+        if not report.torn_bytes:
+            return
+        if is_last:
+            # The torn tail of the segment we append to: cut it so new records follow the last good one.
+            os.ftruncate(fd, report.valid_end)
+            os.fsync(fd)
+            index.drop_from(report.valid_end)
+            self.stats["torn_bytes_truncated"] += report.torn_bytes
+        else:
+            self.stats["corrupt_records_skipped"] += 1
+            self.stats["corrupt_bytes_skipped"] += report.torn_bytes
+
+    def _replay_ack_log(self) -> list[int]:
+        """Apply ack-log entries written since the checkpoint; return the numbers of files it covers."""
+        stale = []
+        for number in self.layout.ack_numbers():
+            if number < self.cp.ack_number:
+                stale.append(number)
+                continue
+            data = self.layout.ack_file(number).read_bytes()
+            report = ScanReport()
+            for kind, qid, offset in ack_log.entries(data, number, report):
+                self._apply_ack_entry(kind, qid, offset)
+            self.stats["corrupt_records_skipped"] += report.corrupt_frames
+            stale.append(number)  # after recovery's own checkpoint, every existing file is covered
+        return stale
+
+    def _apply_ack_entry(self, kind: int, qid: int, offset: int) -> None:
+        self.stats["ack_entries_replayed"] += 1
+        self.max_offset = max(self.max_offset, offset)  # never hand out an offset an entry mentions
+        state = self.queues.get(qid)
+        if state is None:
+            return
+        if kind == ack_log.ACKED:
+            state.live.pop(offset, None)
+            state.delivered.discard(offset)
+        elif kind == ack_log.DELIVERED and offset in state.live:
+            state.delivered.add(offset)
+
+    def _drop_unavailable(self) -> None:
+        """Forget offsets whose record was lost to damage, and messages whose TTL has passed."""
+        lost: set[int] = set()
+        expired: set[int] = set()
+        for state in self.queues.values():
+            for offset in list(state.live):
+                record = self.records.get(offset)
+                if record is None:
+                    lost.add(offset)
+                elif record.expires_at_ms is not None and record.expires_at_ms <= self.now_ms:
+                    expired.add(offset)
+                else:
+                    continue
+                del state.live[offset]
+                state.delivered.discard(offset)
+        for offset in lost | expired:
+            self.records.pop(offset, None)
+        self.stats["lost_records"] = len(lost)
+        self.stats["expired_dropped"] = len(expired)
+
+    def _delete_unneeded_segments(self, bases: list[int]) -> None:
+        held = {off for state in self.queues.values() for off in state.live}
+        keep = {bases[-1]} if bases else set()
+        for offset in held:
+            i = bisect_left(bases, offset + 1) - 1
+            keep.add(bases[i])
+        for base in bases:
+            if base in keep:
+                continue
+            for path in (self.layout.segment(base), self.layout.offset_index(base), self.layout.time_index(base)):
+                path.unlink(missing_ok=True)
+            self.stats["segments_deleted"] += 1
+            self.indexes.pop(base, None)
+            self.sizes.pop(base, None)
+
+
+def _verified_start(data: mmap.mmap, index: SegmentIndex, target: int, size: int) -> int | None:
+    """Where to start reading for `target`: the index entry at or before it, if that entry really points
+    at its record. None: the index is wrong and must be rebuilt."""
+    entry = index.floor(target)
+    if entry is None:
+        return FILE_HEADER_SIZE
+    offset, position = entry
+    header = header_at(data, position, size)
+    if header is None or header[0] != offset:
+        return None
+    return position
+
+
+def recover_files(layout: Layout, snap: CatalogSnapshot, index_interval: int, now_ms: int) -> RecoveryResult:
+    return _Recovery(layout, snap, index_interval, now_ms).run()

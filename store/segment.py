@@ -1,0 +1,99 @@
+"""Segment files: where they live, their header, and finding one record in them.
+
+A segment is an append-only file named by the offset of its first record (its base offset), starting with
+a 24-byte header (magic, format version, base offset) followed by frames (see frame.py) whose sequence
+number is the record's offset and whose payload is an encoded record (record_codec.py).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+
+from xxhash import xxh3_64_intdigest, xxh32_intdigest
+
+from store.frame import HEADER, HEADER_SIZE
+from store.segment_index import SegmentIndex
+
+SEGMENT_HEADER = struct.Struct("<8sHHIQ")  # magic, version, reserved, reserved, base offset
+SEGMENT_MAGIC = b"AMQPDSEG"
+ACK_MAGIC = b"AMQPDACK"
+FORMAT_VERSION = 1
+FILE_HEADER_SIZE = SEGMENT_HEADER.size  # 24, for segments and ack logs alike
+READ_BLOCK = 16384
+
+
+class UnsupportedFormat(Exception):
+    """A file written by a newer (or unknown) version of the store: refuse rather than misread it."""
+
+
+class Layout:
+    """Paths inside a data directory."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+        self.segments = self.root / "segments"
+        self.acklog = self.root / "acklog"
+        self.catalog = self.root / "catalog.sqlite"
+
+    def create_dirs(self) -> None:
+        for path in (self.root, self.segments, self.acklog):
+            path.mkdir(parents=True, exist_ok=True)
+
+    def segment(self, base: int) -> Path:
+        return self.segments / f"{base:020d}.seg"
+
+    def offset_index(self, base: int) -> Path:
+        return self.segments / f"{base:020d}.idx"
+
+    def time_index(self, base: int) -> Path:
+        return self.segments / f"{base:020d}.tix"
+
+    def ack_file(self, number: int) -> Path:
+        return self.acklog / f"{number:020d}.ack"
+
+    def segment_bases(self) -> list[int]:
+        return sorted(int(p.stem) for p in self.segments.glob("*.seg") if p.stem.isdigit())
+
+    def ack_numbers(self) -> list[int]:
+        return sorted(int(p.stem) for p in self.acklog.glob("*.ack") if p.stem.isdigit())
+
+
+def file_header(magic: bytes, number: int) -> bytes:
+    return SEGMENT_HEADER.pack(magic, FORMAT_VERSION, 0, 0, number)
+
+
+def header_intact(data: bytes, magic: bytes, number: int) -> bool:
+    """Whether `data` starts with a good header for this file. A recognisable header of another version
+    raises: reading it as ours could silently lose messages."""
+    if len(data) < FILE_HEADER_SIZE:
+        return False
+    got_magic, version, _, _, got_number = SEGMENT_HEADER.unpack_from(data, 0)
+    if got_magic == magic and version != FORMAT_VERSION:
+        raise UnsupportedFormat(f"{magic.decode()} format version {version}; this store reads {FORMAT_VERSION}")
+    return got_magic == magic and got_number == number
+
+
+def read_payload(fd: int, index: SegmentIndex, offset: int) -> bytes | None:
+    """The payload of record `offset`, walking from the nearest index entry; None if it is not found intact
+    that way (damage, or a wrong index entry: the caller may fall back to a full scan)."""
+    entry = index.floor(offset)
+    pos = entry[1] if entry is not None else FILE_HEADER_SIZE
+    block, block_start = b"", pos
+    while True:
+        rel = pos - block_start
+        if rel + HEADER_SIZE > len(block):
+            block, block_start, rel = os.pread(fd, READ_BLOCK, pos), pos, 0
+            if len(block) < HEADER_SIZE:
+                return None
+        length, sequence, payload_hash, check = HEADER.unpack_from(block, rel)
+        if xxh32_intdigest(block[rel : rel + 20]) != check or sequence > offset:
+            return None
+        if sequence == offset:
+            start = rel + HEADER_SIZE
+            payload = block[start : start + length]
+            if len(payload) < length:
+                payload = os.pread(fd, length, pos + HEADER_SIZE)
+            return payload if xxh3_64_intdigest(payload) == payload_hash else None
+        pos += HEADER_SIZE + length

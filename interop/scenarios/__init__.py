@@ -1,6 +1,7 @@
 """Scenario modules, grouped by area; importing this package registers them all."""
 
 from interop.scenarios import (  # noqa: F401
+    clients_cli,
     clients_python,
     confirms_tx,
     consuming,

@@ -72,27 +72,35 @@ def _get_all(ch: BlockingChannel, queue: str) -> list[tuple[bytes, bool]]:
 # --- mandatory / immediate -------------------------------------------------------------------------------
 
 
-def test_unroutable_mandatory_message_is_returned_with_its_properties_and_body(
-    ch: BlockingChannel, name: Name
-) -> None:
+def test_unroutable_mandatory_message_is_returned_with_its_properties_and_body(ch: BlockingChannel, name: Name) -> None:
     returned: list[tuple[spec.Basic.Return, spec.BasicProperties, bytes]] = []
     ch.add_on_return_callback(lambda _c, m, p, b: returned.append((m, p, b)))
     ex = name("x")
     ch.exchange_declare(ex, "direct", auto_delete=True)
     _queue(ch)  # keeps nothing bound to ex
     props = pika.BasicProperties(
-        content_type="text/plain", correlation_id="c-1", headers={"k": "v", "n": 7}, message_id="m-1",
-        delivery_mode=2, priority=3,
+        content_type="text/plain",
+        correlation_id="c-1",
+        headers={"k": "v", "n": 7},
+        message_id="m-1",
+        delivery_mode=2,
+        priority=3,
     )
     ch.basic_publish(ex, "nowhere", b"payload", props, mandatory=True)
     _wait_until(ch.connection, lambda: bool(returned), "basic.return")
     method, rprops, body = returned[0]
     assert (method.reply_code, method.reply_text, method.exchange, method.routing_key) == (
-        312, "NO_ROUTE", ex, "nowhere",
+        312,
+        "NO_ROUTE",
+        ex,
+        "nowhere",
     )
     assert body == b"payload"
     assert (rprops.content_type, rprops.correlation_id, rprops.headers, rprops.message_id) == (
-        "text/plain", "c-1", {"k": "v", "n": 7}, "m-1",
+        "text/plain",
+        "c-1",
+        {"k": "v", "n": 7},
+        "m-1",
     )
     assert (rprops.delivery_mode, rprops.priority) == (2, 3)
     ch.exchange_delete(ex)
@@ -210,7 +218,7 @@ def test_dead_letter_exchange_receives_rejected_messages(ch: BlockingChannel, na
     ch.queue_bind(dead, dlx)
     q = _queue(ch, name, arguments={"x-dead-letter-exchange": dlx})
     _publish(ch, q, 1)
-    (m, _, _), = _consume_n(ch, q, 1)
+    ((m, _, _),) = _consume_n(ch, q, 1)
     ch.basic_reject(m.delivery_tag, requeue=False)
     method, props, body = None, None, None
     deadline = time.monotonic() + WAIT
@@ -385,9 +393,7 @@ def test_cancel_stops_deliveries_and_keeps_unacked_messages(ch: BlockingChannel,
     assert len(got) == 1
 
 
-def test_deleting_queue_sends_consumer_cancel_to_its_consumers(
-    connect: Connect, name: Name
-) -> None:
+def test_deleting_queue_sends_consumer_cancel_to_its_consumers(connect: Connect, name: Name) -> None:
     conn = connect()
     ch = conn.channel()
     q = name("q")

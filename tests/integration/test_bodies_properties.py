@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import decimal
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pika
 import pytest
@@ -45,7 +45,7 @@ def test_large_bodies_to_a_consumer_arrive_intact_and_in_order(ch: BlockingChann
 
 
 def test_all_basic_properties_round_trip(ch: BlockingChannel) -> None:
-    stamp = datetime(2024, 5, 17, 12, 30, 45, tzinfo=timezone.utc)
+    stamp = datetime(2024, 5, 17, 12, 30, 45, tzinfo=UTC)
     props = pika.BasicProperties(
         content_type="application/json",
         content_encoding="gzip",
@@ -79,8 +79,18 @@ def test_all_basic_properties_round_trip(ch: BlockingChannel) -> None:
     got, body = _roundtrip(ch, b"{}", props)
     assert body == b"{}"
     for field in (
-        "content_type", "content_encoding", "delivery_mode", "priority", "correlation_id", "reply_to",
-        "expiration", "message_id", "timestamp", "type", "user_id", "app_id",
+        "content_type",
+        "content_encoding",
+        "delivery_mode",
+        "priority",
+        "correlation_id",
+        "reply_to",
+        "expiration",
+        "message_id",
+        "timestamp",
+        "type",
+        "user_id",
+        "app_id",
     ):
         assert getattr(got, field) == getattr(props, field), field
     expected_headers = dict(props.headers)

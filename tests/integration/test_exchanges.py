@@ -27,9 +27,7 @@ def _drain(ch: BlockingChannel, queue: str) -> list[bytes]:
 
 
 @pytest.mark.parametrize("kind", ["direct", "fanout", "topic", "headers"])
-def test_declare_each_exchange_type_then_passive_declare_finds_it(
-    ch: BlockingChannel, name: Name, kind: str
-) -> None:
+def test_declare_each_exchange_type_then_passive_declare_finds_it(ch: BlockingChannel, name: Name, kind: str) -> None:
     ex = name(kind)
     ok = ch.exchange_declare(ex, kind, auto_delete=True)
     assert isinstance(ok.method, pika.spec.Exchange.DeclareOk)
@@ -37,9 +35,7 @@ def test_declare_each_exchange_type_then_passive_declare_finds_it(
     ch.exchange_delete(ex)
 
 
-def test_passive_declare_of_missing_exchange_closes_channel_with_404(
-    conn: pika.BlockingConnection, name: Name
-) -> None:
+def test_passive_declare_of_missing_exchange_closes_channel_with_404(conn: pika.BlockingConnection, name: Name) -> None:
     ch = conn.channel()
     with pytest.raises(ChannelClosedByBroker) as info:
         ch.exchange_declare(name("missing"), passive=True)

@@ -48,13 +48,16 @@ def test_select_connection_sees_return_before_confirm_and_every_publish_confirme
     def on_confirm(frame: pika.frame.Method) -> None:
         m = frame.method
         events.append((type(m).__name__, m.delivery_tag, m.multiple))
-        confirmed = {t for kind, tag, multiple in events if kind == "Ack"
-                     for t in (range(1, tag + 1) if multiple else [tag])}
+        confirmed = {
+            t for kind, tag, multiple in events if kind == "Ack" for t in (range(1, tag + 1) if multiple else [tag])
+        }
         if confirmed >= {1, 2, 3}:
             conn.ioloop.stop()
 
     conn = pika.SelectConnection(
-        params, on_open_callback=on_open, on_open_error_callback=lambda _c, e: fail(f"open failed: {e!r}"),
+        params,
+        on_open_callback=on_open,
+        on_open_error_callback=lambda _c, e: fail(f"open failed: {e!r}"),
         on_close_callback=lambda _c, reason: fail(f"closed: {reason!r}"),
     )
     timer = conn.ioloop.call_later(WAIT, lambda: fail("timed out"))
@@ -70,8 +73,9 @@ def test_select_connection_sees_return_before_confirm_and_every_publish_confirme
     assert kinds.count("return") == 1 and events[kinds.index("return")] == ("return", 312, b"2")
 
     def first_ack_covering(tag: int) -> int:
-        return next(i for i, (kind, t, multiple) in enumerate(events)
-                    if kind == "Ack" and (t == tag or (multiple and t >= tag)))
+        return next(
+            i for i, (kind, t, multiple) in enumerate(events) if kind == "Ack" and (t == tag or (multiple and t >= tag))
+        )
 
     assert kinds.index("return") < first_ack_covering(2)
 
@@ -102,8 +106,11 @@ def test_asyncio_adapter_publish_and_consume(params: pika.URLParameters) -> None
                 done.set_exception(AssertionError(f"connection failed: {exc!r}"))
 
         conn = AsyncioConnection(
-            params, on_open_callback=lambda c: c.channel(on_open_callback=on_channel),
-            on_open_error_callback=on_error, on_close_callback=on_error, custom_ioloop=loop,
+            params,
+            on_open_callback=lambda c: c.channel(on_open_callback=on_channel),
+            on_open_error_callback=on_error,
+            on_close_callback=on_error,
+            custom_ioloop=loop,
         )
         try:
             return await asyncio.wait_for(done, WAIT)
@@ -144,8 +151,7 @@ def test_aio_pika_topic_exchange_get_and_reject(amqpd_url: str) -> None:
     async def scenario() -> tuple[bytes, bool]:
         async with await aio_pika.connect(amqpd_url) as conn:
             ch = await conn.channel()
-            ex = await ch.declare_exchange(f"it.aio.{uuid.uuid4().hex}", aio_pika.ExchangeType.TOPIC,
-                                           auto_delete=True)
+            ex = await ch.declare_exchange(f"it.aio.{uuid.uuid4().hex}", aio_pika.ExchangeType.TOPIC, auto_delete=True)
             queue = await ch.declare_queue("", exclusive=True)
             await queue.bind(ex, "orders.*")
             await ex.publish(aio_pika.Message(b"order"), routing_key="orders.new")
@@ -180,8 +186,7 @@ def test_kombu_producer_consumer_round_trip(amqpd_url: str, name: Callable[[str]
     queue = kombu.Queue(name("kq"), exchange, routing_key="k", auto_delete=True, durable=False)
     received: list[tuple[object, str]] = []
     with kombu.Connection(_kombu_url(amqpd_url), connect_timeout=10) as conn:
-        with conn.Consumer(queue, callbacks=[lambda body, msg: (received.append((body, msg.content_type)),
-                                                                msg.ack())]):
+        with conn.Consumer(queue, callbacks=[lambda body, msg: (received.append((body, msg.content_type)), msg.ack())]):
             producer = conn.Producer(serializer="json")
             for i in range(3):
                 producer.publish({"n": i}, exchange=exchange, routing_key="k", declare=[queue], retry=False)

@@ -2,6 +2,7 @@
 
 from interop.scenarios import (  # noqa: F401
     clients_cli,
+    clients_node,
     clients_python,
     confirms_tx,
     consuming,

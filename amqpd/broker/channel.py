@@ -29,7 +29,7 @@ from amqpd.protocol.fastpath import (
     parse_tag_bits,
 )
 from amqpd.protocol.frames import content_frames
-from amqpd.protocol.methods import encode_method
+from amqpd.protocol.methods import build, encode_method
 
 if TYPE_CHECKING:
     from amqpd.broker.broker import Broker
@@ -402,7 +402,7 @@ class Channel:
         )
         self.last_queue = q.name
         if not m.nowait:
-            self.reply(commands.Queue.DeclareOk(q.name, len(q.ready), len(q.consumers)))
+            self.reply(build(commands.Queue.DeclareOk, q.name, len(q.ready), len(q.consumers)))
 
     def _queue_name(self, name: str) -> str:
         """An empty queue name means the channel's last declared queue (AMQP 0-9-1)."""
@@ -467,13 +467,13 @@ class Channel:
                             priority=priority, arguments=args)
         self.consumers[tag] = consumer
         if not m.nowait:
-            self.reply(commands.Basic.ConsumeOk(tag))
+            self.reply(build(commands.Basic.ConsumeOk, tag))
         q.add_consumer(consumer)
 
     def basic_cancel(self, m: commands.Basic.Cancel) -> None:
         consumer = self.consumers.pop(m.consumer_tag, None)
         if not m.nowait:
-            self.reply(commands.Basic.CancelOk(m.consumer_tag))
+            self.reply(build(commands.Basic.CancelOk, m.consumer_tag))
         if consumer is not None:
             consumer.queue.remove_consumer(consumer)
             self.vhost.consumer_gone(consumer.queue)
@@ -483,7 +483,7 @@ class Channel:
         if self.consumers.pop(consumer.tag, None) is None:
             return
         if self.conn.consumer_cancel_notify and not self.closing:
-            self.reply(commands.Basic.Cancel(consumer.tag, False))
+            self.reply(build(commands.Basic.Cancel, consumer.tag, False))
 
     def basic_get(self, m: commands.Basic.Get) -> None:
         q = self.vhost.queue(self._queue_name(m.queue), self.conn)

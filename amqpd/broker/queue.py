@@ -7,11 +7,11 @@ durability through the optional store hooks; no I/O here.
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from amqpd.broker.message import Message
+from amqpd.broker.ready import FifoReady, PriorityReady
 
 if TYPE_CHECKING:
     from amqpd.broker.consumer import Consumer
@@ -69,7 +69,8 @@ class Queue:
         self.auto_delete = auto_delete
         self.arguments = arguments or {}
         self.hooks = hooks or QueueHooks()
-        self.ready: deque[Entry] = deque()
+        max_priority = (arguments or {}).get("x-max-priority")
+        self.ready: FifoReady | PriorityReady = PriorityReady(max_priority) if max_priority else FifoReady()
         self.consumers: list[Consumer] = []
         self.unacked = 0
         self.deleted = False
@@ -197,16 +198,10 @@ class Queue:
         back = sorted(entries, key=lambda e: e.seq)
         if not back:
             return
-        ready = self.ready
         for e in back:
             e.redelivered = True
             self.ready_bytes += len(e.msg.body)
-        if not ready or back[-1].seq < ready[0].seq:
-            ready.extendleft(reversed(back))
-        else:
-            merged = sorted([*ready, *back], key=lambda e: e.seq)
-            ready.clear()
-            ready.extend(merged)
+        self.ready.restore(back)
         self.dispatch()
 
     def purge(self) -> list[Entry]:

@@ -142,12 +142,22 @@ class Session:
         if self.state == CLOSED:
             return
         try:
-            for ftype, channel, payload in self.reader.feed(data):
+            frames = self.reader.feed(data)
+        except errors.AMQPError as exc:
+            # The stream has lost its frame boundaries: nothing after this can be read, close-ok included.
+            self._fail(exc)
+            self._close_transport()
+            return
+        try:
+            for ftype, channel, payload in frames:
                 self._frame(ftype, channel, payload)
                 if self.state == CLOSED:
                     return
         except errors.AMQPError as exc:
             self._fail(exc)
+        except Exception as exc:  # a bug of ours must cost one connection, never the broker
+            log.exception("internal error on connection from %s", self.peer)
+            self._fail(errors.ConnectionError(errors.INTERNAL_ERROR, f"internal error: {type(exc).__name__}"))
 
     def _protocol_header(self, data: bytes) -> bytes:
         buf = self._header_buf + data
@@ -182,8 +192,8 @@ class Session:
         elif ftype == FRAME_HEADER or ftype == FRAME_BODY:
             self._content(ftype, channel, payload)
         elif ftype == FRAME_HEARTBEAT:
-            if channel != 0:
-                raise errors.frame_error(f"heartbeat frame on channel {channel}")
+            if channel != 0:  # the spec says 501; clients see RabbitMQ's 505
+                raise errors.unexpected_frame(f"heartbeat frame on channel {channel}")
         else:
             raise errors.frame_error(f"unknown frame type {ftype}")
 
@@ -306,7 +316,7 @@ class Session:
             self._close_channel(ch, exc)
 
     def _channel_slow_path(self, ch: Channel, payload: bytes) -> None:
-        method = decode_method(payload)
+        method = decode_method(payload, self.settings.max_table_depth)
         if isinstance(method, commands.Channel.Close):
             self.channels.pop(ch.id, None)
             ch.shutdown()

@@ -33,7 +33,7 @@ class FrameReader:
         frames: list[Frame] = []
         pos, n = 0, len(buf)
         frame_max = self.frame_max
-        while n - pos >= 8:
+        while n - pos >= 7:
             ftype, channel, size = _unpack_header(buf, pos)
             # RabbitMQ allows a payload of up to frame_max (it adds the 8 bytes of framing as slack).
             if frame_max and size > frame_max:

@@ -21,7 +21,10 @@ def method_ids(payload: bytes) -> tuple[int, int]:
     return _class_method.unpack_from(payload)  # type: ignore[return-value]
 
 
-def decode_method(payload: bytes) -> base.Frame:
+MAX_TABLE_DEPTH = 64
+
+
+def decode_method(payload: bytes, max_depth: int = MAX_TABLE_DEPTH) -> base.Frame:
     """A method payload (with class/method ids) → pamqp method object.
 
     Unknown methods → 540 NOT_IMPLEMENTED; anything undecodable → 502 SYNTAX_ERROR, both naming the method.
@@ -40,6 +43,32 @@ def decode_method(payload: bytes) -> base.Frame:
         raise errors.ConnectionError(
             errors.SYNTAX_ERROR, f"cannot decode {cls.name}: {exc}", class_id, method_id
         ) from None
+    for name in method.__slots__:
+        value = getattr(method, name, None)
+        if isinstance(value, dict) and nesting_depth(value) > max_depth:
+            raise errors.ConnectionError(
+                errors.SYNTAX_ERROR, f"field table nested deeper than {max_depth}", class_id, method_id
+            )
+    return method
+
+
+def nesting_depth(value: object) -> int:
+    """How deeply tables and arrays nest, counted without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))  # type: ignore[union-attr]
+    return deepest
+
+
+def build(cls: type[base.Frame], *args: object) -> base.Frame:
+    """A method object from positional field values, skipping pamqp's validation in __init__ (its
+    name rules reject UTF-8 names that RabbitMQ and we accept)."""
+    method = cls.__new__(cls)
+    for name, value in zip(cls.__slots__, args, strict=True):
+        setattr(method, name, value)
     return method
 
 

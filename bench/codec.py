@@ -114,28 +114,60 @@ class ScanResult:
 class FrameScanner:
     """Walks a byte stream frame by frame, keeping a split frame's head until the rest arrives.
 
+    The socket reads straight into the scanner's buffer (recv_into(scanner.free()), then commit(n)):
+    a fresh 1 MiB bytes object per recv() cost ~30 µs in page faults, more than scanning what it held.
     Costs one struct call per frame plus one per counted method; bodies are skipped unless stamps are wanted,
     in which case the first 8 bytes of the first body frame after each basic.deliver are read.
     """
 
-    def __init__(self, want_stamps: bool = False) -> None:
-        self._tail = b""
+    def __init__(self, want_stamps: bool = False, capacity: int = 1 << 20) -> None:
+        self._buf = bytearray(capacity)
+        self._view = memoryview(self._buf)
+        self._have = 0  # bytes of an incomplete frame kept at the start of the buffer
         self._want_stamps = want_stamps
         self._stamp_pending = False
 
-    def feed(self, data: bytes) -> ScanResult:
-        if self._tail:
-            data = self._tail + data
+    def free(self) -> memoryview:
+        """Where the next read should land; always at least half the capacity."""
+        return self._view[self._have :]
+
+    def commit(self, nbytes: int) -> ScanResult:
+        """Scan after `nbytes` were written into free()."""
+        end = self._have + nbytes
         result = ScanResult()
-        pos = self._scan(data, result)
-        self._tail = data[pos:]
+        pos = self._scan(self._buf, end, result)
+        rest = end - pos
+        if rest:
+            self._buf[:rest] = self._buf[pos:end]
+        self._have = rest
+        if rest > len(self._buf) // 2:
+            self._grow(rest * 2)  # a frame larger than half the buffer (a big body): make room for all of it
+        return result
+
+    def feed(self, data: bytes) -> ScanResult:
+        """Scan bytes that did not come through free() (tests, bytes left over from setup)."""
+        result = ScanResult()
+        for i in range(0, len(data), len(self._buf) // 2):
+            chunk = data[i : i + len(self._buf) // 2]
+            self._view[self._have : self._have + len(chunk)] = chunk
+            part = self.commit(len(chunk))
+            result.delivery_tags += part.delivery_tags
+            result.stamps += part.stamps
+            result.acks += part.acks
+            result.nacks += part.nacks
         return result
 
     @property
     def buffered(self) -> int:
-        return len(self._tail)
+        return self._have
 
-    def _scan(self, data: bytes, out: ScanResult) -> int:
+    def _grow(self, size: int) -> None:
+        self._view.release()
+        bigger = bytearray(size)
+        bigger[: self._have] = self._buf[: self._have]
+        self._buf, self._view = bigger, memoryview(bigger)
+
+    def _scan(self, data: bytearray, end: int, out: ScanResult) -> int:
         # One flat loop with locals bound up front: this runs once per frame at 100k+ frames/s.
         hdr, u32, u64, ack_args = (
             _FRAME_HEADER.unpack_from,
@@ -143,7 +175,7 @@ class FrameScanner:
             _U64.unpack_from,
             _ACK_ARGS.unpack_from,
         )
-        tags, end, pos = out.delivery_tags, len(data), 0
+        tags, pos = out.delivery_tags, 0
         while end - pos >= 7:
             ftype, _channel, size = hdr(data, pos)
             nxt = pos + size + 8
@@ -163,7 +195,7 @@ class FrameScanner:
                     tag, bits = ack_args(data, pos + 11)
                     out.nacks.append((tag, bool(bits & 1)))
                 else:
-                    _raise_unexpected(data[pos:nxt])
+                    _raise_unexpected(bytes(data[pos:nxt]))
             elif ftype == FRAME_BODY and self._stamp_pending and size >= 8:
                 out.stamps.append(u64(data, pos + 7)[0])
                 self._stamp_pending = False

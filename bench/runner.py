@@ -6,7 +6,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import queue
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
 from typing import Any
@@ -17,6 +17,7 @@ from bench.workers import (
     RUN,
     SLOT_CONFIRMED,
     SLOT_COUNT,
+    SLOT_CPU_US,
     SLOT_IO_NS,
     SLOT_STATE,
     SLOT_SYSCALLS,
@@ -54,7 +55,7 @@ class Snapshot:
     confirmed: list[int]
     io_ns: list[int]
     syscalls: list[int]
-    worker_cpu: float
+    worker_cpu: list[float]
     broker_cpu: float
     broker_rss: int
 
@@ -72,7 +73,7 @@ class Window:
     publisher_io_share: float  # fraction of wall time publishers sat in sendall/recv, waiting on the broker
     consumer_io_share: float
     consumer_reads: int
-    rss_samples: list[int] = field(default_factory=list)
+    busiest_worker: float  # CPU share of the busiest generator process: near 1.0 would make it the bottleneck
 
 
 class WorkerGroup:
@@ -145,7 +146,7 @@ class WorkerGroup:
             confirmed=[self._slot(i, SLOT_CONFIRMED) for i in range(n)],
             io_ns=[self._slot(i, SLOT_IO_NS) for i in range(n)],
             syscalls=[self._slot(i, SLOT_SYSCALLS) for i in range(n)],
-            worker_cpu=sum(_cpu_or_zero(p.pid) for p in self.procs),
+            worker_cpu=[self._slot(i, SLOT_CPU_US) / 1e6 for i in range(n)],
             broker_cpu=_cpu_or_zero(self.broker_pid),
             broker_rss=_rss_or_zero(self.broker_pid),
         )
@@ -159,14 +160,16 @@ class WorkerGroup:
             return sum(getattr(b, snap_field)[i] - getattr(a, snap_field)[i] for i in rows)
 
         def share(rows: list[int]) -> float:
-            return delta(rows, "io_ns") / 1e9 / secs / len(rows) if rows else 0.0
+            # capped: a counter read mid-update can make the share overshoot by one batch
+            return min(1.0, delta(rows, "io_ns") / 1e9 / secs / len(rows)) if rows else 0.0
 
         return Window(
             seconds=secs,
             published=delta(pubs, "counts"),
             confirmed=delta(pubs, "confirmed"),
             consumed=delta(cons, "counts"),
-            worker_cpu=b.worker_cpu - a.worker_cpu,
+            worker_cpu=sum(b.worker_cpu) - sum(a.worker_cpu),
+            busiest_worker=max(y - x for x, y in zip(a.worker_cpu, b.worker_cpu, strict=True)) / secs,
             broker_cpu=b.broker_cpu - a.broker_cpu,
             publisher_io_share=share(pubs),
             consumer_io_share=share(cons),
@@ -205,7 +208,7 @@ def _cpu_or_zero(pid: int | None) -> float:
     try:
         return procstat.cpu_seconds(pid) if pid else 0.0
     except OSError:
-        return 0.0  # a worker that already exited: its CPU is no longer visible, the window is over anyway
+        return 0.0  # broker gone (crashed or stopped): the run fails elsewhere; don't mask that with a trace
 
 
 def _rss_or_zero(pid: int | None) -> int:

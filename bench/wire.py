@@ -37,13 +37,12 @@ class RawConnection:
         self.url = url
         self.frame_max = frame_max
         self.sock: socket.socket | None = None
+        self.server_properties: dict[str, Any] = {}
         self._buf = b""
 
     def connect(self, channels: int = 1) -> RawConnection:
         parsed = urlparse(self.url)
-        self.sock = socket.create_connection(
-            (parsed.hostname or "127.0.0.1", parsed.port or 5672), SETUP_TIMEOUT
-        )
+        self.sock = socket.create_connection((parsed.hostname or "127.0.0.1", parsed.port or 5672), SETUP_TIMEOUT)
         # Batches are written whole; Nagle would only add latency to S5's small writes.
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._handshake(
@@ -58,7 +57,8 @@ class RawConnection:
     def _handshake(self, user: str, password: str, vhost: str) -> None:
         assert self.sock is not None
         self.sock.sendall(frame.marshal(header.ProtocolHeader(), 0))
-        self.expect(commands.Connection.Start)
+        start = self.expect(commands.Connection.Start)
+        self.server_properties: dict[str, Any] = dict(start.server_properties or {})
         props = {"product": "amqpd-bench", "capabilities": {"authentication_failure_close": True}}
         self.send(
             0,
@@ -69,9 +69,7 @@ class RawConnection:
         tune = self.expect(commands.Connection.Tune)
         self.frame_max = min(self.frame_max, tune.frame_max or self.frame_max)
         # heartbeat 0: the generator never stalls long enough to need one, and it keeps the scanner simple
-        self.send(
-            0, commands.Connection.TuneOk(channel_max=tune.channel_max, frame_max=self.frame_max, heartbeat=0)
-        )
+        self.send(0, commands.Connection.TuneOk(channel_max=tune.channel_max, frame_max=self.frame_max, heartbeat=0))
         self.rpc(0, commands.Connection.Open(virtual_host=vhost), commands.Connection.OpenOk)
 
     def send(self, channel: int, method: Frame) -> None:
@@ -119,9 +117,7 @@ class RawConnection:
             return
         try:
             self.sock.settimeout(2.0)
-            self.send(
-                0, commands.Connection.Close(reply_code=200, reply_text="bench done", class_id=0, method_id=0)
-            )
+            self.send(0, commands.Connection.Close(reply_code=200, reply_text="bench done", class_id=0, method_id=0))
             if wait:
                 self._drain_until_close_ok()
         except (OSError, ConnectionError):

@@ -18,19 +18,18 @@ from typing import Any
 
 from pamqp import commands
 
-from bench.codec import ConfirmTracker, FrameScanner, StampedPublish, basic_ack, publish_frames
+from bench.codec import ConfirmTracker, FrameScanner, ScanResult, StampedPublish, basic_ack, publish_frames
 from bench.wire import RawConnection
 
 # Phases written by the parent into ctl[0]
 WAIT, RUN, MEASURE, STOP = 0, 1, 2, 3
 # Per-worker slots: messages sent (publisher) or received (consumer), confirmed, ns spent inside
-# sendall/recv (blocked on the broker), state, socket writes (publisher) or reads (consumer)
-SLOT_COUNT, SLOT_CONFIRMED, SLOT_IO_NS, SLOT_STATE, SLOT_SYSCALLS = 0, 1, 2, 3, 4
-SLOTS = 5
+# sendall/recv (blocked on the broker), state, socket reads (consumer), own CPU µs (user+system)
+SLOT_COUNT, SLOT_CONFIRMED, SLOT_IO_NS, SLOT_STATE, SLOT_SYSCALLS, SLOT_CPU_US = 0, 1, 2, 3, 4, 5
+SLOTS = 6
 STATE_STARTING, STATE_READY, STATE_DONE, STATE_FAILED = 0, 1, 2, 3
 SOCKET_TIMEOUT = 0.2  # how often a blocked worker rechecks the phase
 STALL_LIMIT = 10.0  # a sendall blocked this long means the broker stopped reading: give up
-RECV_SIZE = 1 << 20
 RCVLOWAT = 64 * 1024
 
 
@@ -78,6 +77,7 @@ def run_worker(spec: Spec, ctl: Any, slot: int, results: Queue[dict[str, Any]]) 
     try:
         worker = Publisher(spec, stats) if isinstance(spec, PublisherSpec) else Consumer(spec, stats)
         report["latencies"] = worker.run()
+        stats.cpu()
         stats.set(SLOT_STATE, STATE_DONE)
     except Exception as exc:  # any failure must reach the parent's report, not just this process's stderr
         report["error"] = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=4)}"
@@ -98,7 +98,14 @@ class Stats:
     def set(self, field: int, value: int) -> None:
         self.ctl[self.base + field] = value
 
+    def cpu(self) -> None:
+        """Own CPU time, published with the counters: it stays readable after this process has exited
+        (S4's workers finish before the parent's last snapshot), unlike /proc/<pid>/stat."""
+        t = os.times()
+        self.set(SLOT_CPU_US, int((t.user + t.system) * 1e6))
+
     def wait_for_start(self) -> None:
+        self.cpu()
         self.set(SLOT_STATE, STATE_READY)
         while self.ctl[0] == WAIT:
             time.sleep(0.005)
@@ -156,6 +163,7 @@ class Publisher:
         self.stats.set(SLOT_COUNT, self.tracker.published)
         self.stats.set(SLOT_CONFIRMED, self.tracker.confirmed)
         self.stats.set(SLOT_IO_NS, self.io_ns)
+        self.stats.cpu()
 
     def _flat_out(self) -> None:
         """No confirms: write the same pre-built batch until told to stop; the broker's TCP window and its
@@ -174,10 +182,10 @@ class Publisher:
         # poll(0), not MSG_DONTWAIT: a socket with a timeout waits for readability before any recv
         if not self.readable.poll(0):
             return
-        data = self.sock.recv(RECV_SIZE)
-        if not data:
+        n = self.sock.recv_into(self.scanner.free())
+        if not n:
             raise ConnectionError("broker closed the publisher's connection")
-        self.scanner.feed(data)
+        self.scanner.commit(n)
 
     def _confirmed(self) -> None:
         """At most confirm_window unconfirmed messages; refill in chunks of a quarter window so one write
@@ -201,15 +209,15 @@ class Publisher:
         self.sock.settimeout(SOCKET_TIMEOUT)
         t0 = time.perf_counter_ns()
         try:
-            data = self.sock.recv(RECV_SIZE)
+            n = self.sock.recv_into(self.scanner.free())
         except TimeoutError:
             return
         finally:
             self.io_ns += time.perf_counter_ns() - t0
             self.sock.settimeout(STALL_LIMIT)
-        if not data:
+        if not n:
             raise ConnectionError("broker closed the publisher's connection")
-        found = self.scanner.feed(data)
+        found = self.scanner.commit(n)
         now = time.monotonic_ns()
         keep = self.stats.phase() == MEASURE
         for tag, multiple in found.acks:
@@ -269,7 +277,7 @@ class Consumer:
             # overhead (syscall, TCP window updates, Python) otherwise dominates the consumer's CPU.
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, self.spec.rcvlowat)
         try:
-            self._handle(self.conn.take_buffered())
+            self._handle(self.scanner.feed(self.conn.take_buffered()))
             self._loop()
             self._ack_pending()
         finally:
@@ -278,37 +286,39 @@ class Consumer:
 
     def _loop(self) -> None:
         limit = self.spec.limit or 1 << 62
+        scanner, sock = self.scanner, self.sock
         while self.stats.phase() != STOP and self.count < limit:
             t0 = time.perf_counter_ns()
             try:
-                data = self.sock.recv(RECV_SIZE)
+                n = sock.recv_into(scanner.free())
             except TimeoutError:
-                data = self._recv_below_lowat()
-                if not data:
+                n = self._recv_below_lowat()
+                if n is None:
                     self._ack_pending()  # idle: don't leave a partial ack interval holding prefetch slots
                     continue
             finally:
                 self.io_ns += time.perf_counter_ns() - t0
-            if not data:
+            if not n:
                 raise ConnectionError("broker closed the consumer's connection")
-            self._handle(data)
+            self._handle(scanner.commit(n))
             self.reads += 1
             self.stats.set(SLOT_COUNT, self.count)
             self.stats.set(SLOT_IO_NS, self.io_ns)
             self.stats.set(SLOT_SYSCALLS, self.reads)
+            self.stats.cpu()
 
-    def _recv_below_lowat(self) -> bytes:
-        """After a timeout, take whatever is buffered even if under RCVLOWAT (the tail of a run)."""
+    def _recv_below_lowat(self) -> int | None:
+        """After a timeout, take whatever is buffered even if under RCVLOWAT (the tail of a run).
+        None: nothing there; 0: the broker closed the connection."""
         self.sock.setblocking(False)
         try:
-            return self.sock.recv(RECV_SIZE)
+            return self.sock.recv_into(self.scanner.free())
         except BlockingIOError:
-            return b""
+            return None
         finally:
             self.sock.settimeout(SOCKET_TIMEOUT)
 
-    def _handle(self, data: bytes) -> None:
-        found = self.scanner.feed(data)
+    def _handle(self, found: ScanResult) -> None:
         tags = found.delivery_tags
         if not tags:
             return

@@ -20,9 +20,7 @@ from bench.codec import (
 )
 
 
-def _pamqp_publish(
-    channel: int, exchange: str, key: str, payload: bytes, frame_max: int, mode: int | None
-) -> bytes:
+def _pamqp_publish(channel: int, exchange: str, key: str, payload: bytes, frame_max: int, mode: int | None) -> bytes:
     props = commands.Basic.Properties(delivery_mode=mode)
     out = frame.marshal(commands.Basic.Publish(exchange=exchange, routing_key=key), channel)
     out += frame.marshal(header.ContentHeader(0, len(payload), props), channel)
@@ -59,17 +57,13 @@ def test_body_larger_than_frame_max_is_split_like_pamqp() -> None:
     payload = b"x" * 10_000
     ours = body_frames(1, payload, 4096)
     step = 4096 - 8
-    theirs = b"".join(
-        frame.marshal(body.ContentBody(payload[i : i + step]), 1) for i in range(0, 10_000, step)
-    )
+    theirs = b"".join(frame.marshal(body.ContentBody(payload[i : i + step]), 1) for i in range(0, 10_000, step))
     assert ours == theirs
     assert publish_frames(1, "", "q", payload, 4096) == _pamqp_publish(1, "", "q", payload, 4096, None)
 
 
 def test_method_and_header_frames_match_pamqp_separately() -> None:
-    assert publish_method(7, "", "queue-name") == frame.marshal(
-        commands.Basic.Publish(routing_key="queue-name"), 7
-    )
+    assert publish_method(7, "", "queue-name") == frame.marshal(commands.Basic.Publish(routing_key="queue-name"), 7)
     props = commands.Basic.Properties(delivery_mode=2)
     assert content_header(7, 100, 2) == frame.marshal(header.ContentHeader(0, 100, props), 7)
 
@@ -94,11 +88,7 @@ def test_scanner_counts_coalesced_deliveries_and_extracts_tags() -> None:
 
 
 def test_scanner_handles_every_split_point() -> None:
-    stream = (
-        _deliver(1, b"a" * 10, ctag="x")
-        + _deliver(2, b"", ctag="longer-tag")
-        + _deliver(2**63 - 1, b"c" * 300)
-    )
+    stream = _deliver(1, b"a" * 10, ctag="x") + _deliver(2, b"", ctag="longer-tag") + _deliver(2**63 - 1, b"c" * 300)
     for cut in range(len(stream) + 1):
         scanner = FrameScanner()
         tags = scanner.feed(stream[:cut]).delivery_tags + scanner.feed(stream[cut:]).delivery_tags
@@ -133,9 +123,7 @@ def test_scanner_reports_publisher_confirms() -> None:
 
 def test_scanner_raises_on_channel_close_with_the_reply_text() -> None:
     close = frame.marshal(
-        commands.Channel.Close(
-            reply_code=404, reply_text="NOT_FOUND - no queue 'q'", class_id=60, method_id=20
-        ),
+        commands.Channel.Close(reply_code=404, reply_text="NOT_FOUND - no queue 'q'", class_id=60, method_id=20),
         1,
     )
     with pytest.raises(BrokerClosed, match="404 NOT_FOUND - no queue"):
@@ -175,3 +163,26 @@ def test_confirm_tracker_latency_weights_each_batch_by_its_messages() -> None:
     assert tracker.on_confirm(2, True, now_ns=1_100) == [(1_000, 2)]
     assert tracker.on_confirm(6, True, now_ns=1_200) == [(1_100, 2), (1_000, 2)]
     assert tracker.on_confirm(8, True, now_ns=1_500) == [(1_300, 2)]
+
+
+def test_scanner_grows_for_a_frame_larger_than_its_buffer() -> None:
+    stream = _deliver(1, b"b" * 500) + _deliver(2, b"c" * 10)
+    scanner = FrameScanner(capacity=64)
+    tags: list[int] = []
+    for i in range(0, len(stream), 7):
+        tags += scanner.feed(stream[i : i + 7]).delivery_tags
+    assert tags == [1, 2]
+
+
+def test_reads_into_free_space_are_scanned_on_commit() -> None:
+    stream = b"".join(_deliver(tag, b"p" * 100) for tag in range(1, 11))
+    scanner = FrameScanner(capacity=1024)
+    tags: list[int] = []
+    pos = 0
+    while pos < len(stream):
+        free = scanner.free()
+        n = min(len(free), 333, len(stream) - pos)  # like recv_into filling part of the buffer
+        free[:n] = stream[pos : pos + n]
+        pos += n
+        tags += scanner.commit(n).delivery_tags
+    assert tags == list(range(1, 11))

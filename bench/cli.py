@@ -17,7 +17,7 @@ from urllib.parse import urlparse
 
 from bench import procstat, report
 from bench.options import Options
-from bench.scenarios import SCENARIOS
+from bench.scenarios import DEFAULT_SCENARIOS, SCENARIOS
 from bench.wire import RawConnection, Target
 
 DEFAULT_RABBITMQ = os.environ.get("AMQPD_REFERENCE_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
@@ -26,7 +26,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    p.add_argument("scenarios", nargs="*", metavar="SCENARIO", help="S1…S6 (default: all)")
+    p.add_argument("scenarios", nargs="*", metavar="SCENARIO", help="S1…S6, SAT (default: S1…S6)")
     p.add_argument("--rounds", type=int, default=3, help="runs per scenario and target (median reported)")
     p.add_argument("--duration", type=float, default=10.0, help="measured seconds per steady-state scenario")
     p.add_argument("--warmup", type=float, default=2.0, help="seconds of load before measuring")
@@ -38,7 +38,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=RESULTS, help="directory for JSON and PNG")
     p.add_argument("--no-chart", action="store_true", help="skip the PNG (no matplotlib needed)")
     args = p.parse_args(argv)
-    args.scenarios = [s.upper() for s in args.scenarios] or list(SCENARIOS)
+    args.scenarios = [s.upper() for s in args.scenarios] or list(DEFAULT_SCENARIOS)
     unknown = [s for s in args.scenarios if s not in SCENARIOS]
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
     if unknown or not targets or any(t not in ("rabbitmq", "amqpd") for t in targets):

@@ -172,6 +172,22 @@ def s4(target: Target, opts: Options) -> Metrics:
     return out
 
 
+def sat(target: Target, opts: Options) -> Metrics:
+    """Saturation check (opt-in, not in the default set): S1 with one and then two publisher processes on the
+    same queue. If the second publisher adds no throughput, the broker, not the generator, sets the rate."""
+    out: Metrics = {}
+    for n in (1, 2):
+        q = unique(f"sat{n}")
+        specs: list[Spec] = [PublisherSpec(target.url, "", (q,)) for _ in range(n)]
+        with declared(target, Topology([q])):
+            w, _ = steady(target, opts, [*specs, ConsumerSpec(target.url, q)])
+        out[f"{n} pub: published msg/s"] = w.published / w.seconds
+        out[f"{n} pub: consumed msg/s"] = w.consumed / w.seconds
+        out[f"{n} pub: generator CPU us/msg"] = w.worker_cpu * 1e6 / max(w.consumed, 1)
+        out[f"{n} pub: publisher blocked %"] = 100 * w.publisher_io_share
+    return out
+
+
 SCENARIOS: dict[str, Callable[[Target, Options], Metrics]] = {
     "S1": s1,
     "S2": s2,
@@ -179,6 +195,8 @@ SCENARIOS: dict[str, Callable[[Target, Options], Metrics]] = {
     "S4": s4,
     "S5": s5,
     "S6": s6,
+    "SAT": sat,
 }
+DEFAULT_SCENARIOS = ["S1", "S2", "S3", "S4", "S5", "S6"]
 
-__all__ = ["SCENARIOS", "Options", "Metrics", "WorkerFailed"]
+__all__ = ["DEFAULT_SCENARIOS", "SCENARIOS", "Options", "Metrics", "WorkerFailed"]

@@ -17,15 +17,16 @@ from amqpd.broker.consumer import Consumer
 from amqpd.broker.message import Message
 from amqpd.broker.queue import Entry, Queue
 from amqpd.broker.vhost import VirtualHost, server_generated_name
-from amqpd.protocol.constants import FLAG_USER_ID
+from amqpd.protocol.constants import FLAG_HEADERS, FLAG_USER_ID
 from amqpd.protocol.fastpath import (
     encode_ack,
-    encode_deliver,
+    encode_delivery,
     encode_get_ok,
     encode_nack,
     encode_return,
     parse_content_header,
     parse_publish,
+    parse_publish_route,
     parse_tag_bits,
 )
 from amqpd.protocol.frames import content_frames
@@ -43,10 +44,10 @@ class ConnectionLike(Protocol):
     frame_max: int
     user: str
     consumer_cancel_notify: bool
+    writable: bool  # False while the socket's output is backed up
 
     def send(self, data: bytes) -> None: ...
     def confirms_pending(self, channel: Channel) -> None: ...
-    def can_write(self) -> bool: ...
 
 
 class Channel:
@@ -96,6 +97,16 @@ class Channel:
         self._pub = (exchange, routing_key, mandatory, route)
         self._header = None
 
+    def on_whole_publish(self, method: bytes, header: bytes, body: bytes) -> None:
+        """basic.publish with its header and body all at hand: the straight-line path."""
+        exchange, routing_key, route, bits = parse_publish_route(method)
+        class_id, body_size, flags = parse_content_header(header)
+        if bits & 2 or class_id != 60 or body_size > self.broker.settings.max_message_size:
+            self.on_publish(method)  # the frame-by-frame path raises the right error
+            self.on_header(header)
+            return
+        self.publish(Message(exchange, routing_key, route, header, body, flags), bool(bits & 1))
+
     def on_header(self, payload: bytes) -> None:
         if self._pub is None or self._header is not None:
             raise errors.unexpected_frame(f"unexpected content header frame on channel {self.id}")
@@ -136,16 +147,9 @@ class Channel:
     # -- publishing -----------------------------------------------------------------------------------------
 
     def publish(self, msg: Message, mandatory: bool) -> None:
-        try:
-            ex = self.vhost.exchange(msg.exchange)
-            if ex.internal:
-                raise errors.access_refused(
-                    f"cannot publish to internal exchange '{msg.exchange}' in vhost '{self.vhost.name}'"
-                )
-            if msg.flags & FLAG_USER_ID:
-                self._check_user_id(msg)
-        except errors.AMQPError as exc:
-            raise exc.with_method(60, 40) from None
+        ex = self.vhost.exchanges.get(msg.exchange)
+        if ex is None or ex.internal or msg.flags & FLAG_USER_ID:
+            self._check_publish(ex, msg)
         if self.tx:
             self.tx_publishes.append((msg.exchange, mandatory, msg))
             return
@@ -154,6 +158,20 @@ class Channel:
             self.publish_seq += 1
             seq = self.publish_seq
         self._deliver_published(msg, mandatory, seq, None)
+
+    def _check_publish(self, ex: Any, msg: Message) -> None:
+        """The rare refusals, kept off the per-message path: missing or internal exchange, forged user_id."""
+        try:
+            if ex is None:
+                self.vhost.exchange(msg.exchange)
+            elif ex.internal:
+                raise errors.access_refused(
+                    f"cannot publish to internal exchange '{msg.exchange}' in vhost '{self.vhost.name}'"
+                )
+            if msg.flags & FLAG_USER_ID:
+                self._check_user_id(msg)
+        except errors.AMQPError as exc:
+            raise exc.with_method(60, 40) from None
 
     def _check_user_id(self, msg: Message) -> None:
         user_id = msg.properties().user_id
@@ -174,15 +192,19 @@ class Channel:
                 self._send_return(msg, errors.NO_ROUTE, "NO_ROUTE")
             self._confirm(seq, True)
             return False
-        if msg.has_headers and msg.headers and "BCC" in msg.headers:
+        if msg.flags & FLAG_HEADERS and msg.headers and "BCC" in msg.headers:
             self._strip_bcc(msg)
-        accepting = [q for q in queues if not q.would_overflow()]
-        stored = self.broker.store_message(msg, accepting, self._durable_callback(seq, on_stored))
+        accepting = queues
+        if queues[0].limited if len(queues) == 1 else any(q.limited for q in queues):
+            accepting = [q for q in queues if not q.would_overflow()]
+        stored = False
+        if msg.persistent and self.broker.store is not None:
+            stored = self.broker.store_message(msg, accepting, self._durable_callback(seq, on_stored))
         for q in accepting:
             q.push(msg)
         if len(accepting) < len(queues):
             self._confirm(seq, False)
-        elif not stored:
+        elif seq and not stored:
             self._confirm(seq, True)
         return stored
 
@@ -247,28 +269,29 @@ class Channel:
     # -- delivering -----------------------------------------------------------------------------------------
 
     def can_deliver(self) -> bool:
-        return self.flow_active and not self.closing and self.conn.can_write()
+        return self.flow_active and not self.closing and self.conn.writable
 
     def can_deliver_acked(self) -> bool:
         if self.global_prefetch and self.unacked_count >= self.global_prefetch:
             return False
-        return self.can_deliver()
+        return self.flow_active and not self.closing and self.conn.writable
 
     def deliver(self, consumer: Consumer, queue: Queue, entry: Entry) -> None:
         tag = next(self._tags)
         msg = entry.msg
         if consumer.no_ack:
-            queue.hooks.settled(queue, entry)
+            if queue.store_id is not None:
+                queue.hooks.settled(queue, entry)
         else:
             self.unacked[tag] = (queue, entry, consumer)
             consumer.unacked += 1
             self.unacked_count += 1
             queue.unacked += 1
-            queue.hooks.delivered(queue, entry)
-        body = self.broker.body_of(msg)
+            if queue.store_id is not None:
+                queue.hooks.delivered(queue, entry)
         self.conn.send(
-            encode_deliver(self.id, consumer.ctag, tag, entry.redelivered, msg.route)
-            + content_frames(self.id, msg.header, body, self.conn.frame_max)
+            encode_delivery(self.id, consumer.ctag, tag, entry.redelivered, msg.route, msg.header, msg.body,
+                            self.conn.frame_max)
         )
 
     # -- acks -----------------------------------------------------------------------------------------------

@@ -84,6 +84,7 @@ class Queue:
         self.max_length_bytes: int | None = self.arguments.get("x-max-length-bytes")
         self.overflow: str = self.arguments.get("x-overflow", "drop-head")
         self.ready_bytes = 0
+        self.limited = self.max_length is not None or self.max_length_bytes is not None
         self.exclusive_consumer: Consumer | None = None
 
     def __repr__(self) -> str:
@@ -107,17 +108,21 @@ class Queue:
         return self.max_length_bytes is not None and self.ready_bytes + extra_bytes > self.max_length_bytes
 
     def push(self, msg: Message, redelivered: bool = False) -> Entry:
-        """Append a newly routed message and hand it to a consumer if one can take it."""
+        """Append a newly routed message, or hand it straight to a consumer that can take it."""
         self._seq += 1
-        entry = Entry(msg, self._seq, self._expiry(msg))
+        expires = None if self.message_ttl is None and msg.ttl_ms is None else self._expiry(msg)
+        entry = Entry(msg, self._seq, expires)
         entry.redelivered = redelivered
+        if self.consumers and not self.ready:
+            consumer = self._next_consumer()
+            if consumer is not None:
+                consumer.channel.deliver(consumer, self, entry)
+                return entry
         self.ready.append(entry)
         self.ready_bytes += len(msg.body)
-        if self.max_length is not None or self.max_length_bytes is not None:
+        if self.limited:
             self._drop_head_over_limit()
-        if self.consumers:
-            self.dispatch()
-        elif entry.expires_at is not None:
+        if expires is not None:
             self._arm_ttl_timer()
         return entry
 

@@ -29,7 +29,7 @@ from amqpd.protocol.constants import (
     FRAME_MIN_SIZE,
     PROTOCOL_HEADER,
 )
-from amqpd.protocol.frames import HEARTBEAT_FRAME, FrameReader
+from amqpd.protocol.frames import HEARTBEAT_FRAME, PUBLISH, FrameReader
 from amqpd.protocol.methods import decode_method, decode_table, encode_method
 
 if TYPE_CHECKING:
@@ -60,7 +60,6 @@ class Transport(Protocol):
 
     def request_flush(self) -> None: ...
     def close(self) -> None: ...
-    def can_write(self) -> bool: ...
 
 
 def server_properties() -> dict[str, Any]:
@@ -98,6 +97,7 @@ class Session:
         self.received_since_check = True
         self.sent_since_check = True
         self._header_buf = b""
+        self.writable = True  # the transport keeps this current (flow control)
         self.on_open: Callable[[], None] | None = None
 
     # -- output -------------------------------------------------------------------------------------------
@@ -123,9 +123,6 @@ class Session:
         if not self.confirm_channels and not self.out:
             self.transport.request_flush()
         self.confirm_channels.add(channel)
-
-    def can_write(self) -> bool:
-        return self.transport.can_write()
 
     def send_method(self, channel: int, method: Any) -> None:
         self.send(encode_method(channel, method))
@@ -180,7 +177,19 @@ class Session:
         self.send(PROTOCOL_HEADER)
         self._close_transport()
 
-    def _frame(self, ftype: int, channel: int, payload: bytes) -> None:
+    def _frame(self, ftype: int, channel: int, payload: Any) -> None:
+        if ftype == PUBLISH:
+            ch = self.channels.get(channel)
+            if ch is None or ch.assembling or self.state != OPEN:
+                for kind, part in zip((FRAME_METHOD, FRAME_HEADER, FRAME_BODY), payload, strict=False):
+                    if kind != FRAME_BODY or part:
+                        self._frame(kind, channel, part)
+                return
+            try:
+                ch.on_whole_publish(*payload)
+            except errors.ChannelError as exc:
+                self._close_channel(ch, exc)
+            return
         if self.state == CLOSING:
             self._frame_while_closing(ftype, channel, payload)
             return
@@ -428,6 +437,7 @@ class Session:
 
     def writable_again(self) -> None:
         """The socket drained: consumers on this connection may take messages again."""
+        self.writable = True
         for ch in list(self.channels.values()):
             ch._redispatch()  # noqa: SLF001 - the channel's own "try again" entry point
 

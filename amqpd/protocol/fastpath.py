@@ -44,6 +44,19 @@ def parse_publish(payload: bytes) -> tuple[str, str, bool, bool]:
     return exchange, routing_key, bool(bits & 1), bool(bits & 2)
 
 
+def parse_publish_route(payload: bytes) -> tuple[str, str, bytes, int]:
+    """basic.publish → (exchange, routing_key, route, bits): route is the two shortstrs as sent,
+    reused verbatim in every basic.deliver of the message."""
+    try:
+        elen = payload[6]
+        o = 7 + elen
+        rend = o + 1 + payload[o]
+        route = payload[6:rend]
+        return payload[7:o].decode(), payload[o + 1 : rend].decode(), route, payload[rend]
+    except (IndexError, UnicodeDecodeError) as exc:
+        raise errors.syntax_error(f"malformed basic.publish: {exc}").with_method(60, 40) from None
+
+
 def parse_content_header(payload: bytes) -> tuple[int, int, int]:
     """content header → (class_id, body_size, property_flags)."""
     try:
@@ -59,6 +72,27 @@ def encode_deliver(
     """basic.deliver method frame. ctag is an encoded shortstr; route the encoded exchange + routing key."""
     payload = b"".join((_DELIVER_PREFIX, ctag, _tag_bits.pack(delivery_tag, redelivered), route))
     return _frame_head.pack(1, channel, len(payload)) + payload + b"\xce"
+
+
+def encode_delivery(
+    channel: int, ctag: bytes, delivery_tag: int, redelivered: bool, route: bytes, header: bytes, body: bytes,
+    frame_max: int,
+) -> bytes:
+    """basic.deliver with its header and body frames, in one join: the whole per-delivery encoding."""
+    if len(body) > frame_max - 8:
+        from amqpd.protocol.frames import content_frames
+
+        return encode_deliver(channel, ctag, delivery_tag, redelivered, route) + content_frames(
+            channel, header, body, frame_max
+        )
+    pack = _frame_head.pack
+    parts = [
+        pack(1, channel, 13 + len(ctag) + len(route)), _DELIVER_PREFIX, ctag, _tag_bits.pack(delivery_tag, redelivered),
+        route, b"\xce", pack(2, channel, len(header)), header, b"\xce",
+    ]
+    if body:
+        parts += (pack(3, channel, len(body)), body, b"\xce")
+    return b"".join(parts)
 
 
 def encode_get_ok(channel: int, delivery_tag: int, redelivered: bool, route: bytes, message_count: int) -> bytes:

@@ -69,6 +69,8 @@ class AMQPServerProtocol(asyncio.Protocol):
         # The client reads slower than we write: stop delivering to it, and stop reading what it sends
         # (a publisher that does not read its confirms or returns is held back the same way).
         self._writable = False
+        if self.session is not None:
+            self.session.writable = False
         if self.transport is not None:
             self.transport.pause_reading()
 
@@ -94,9 +96,6 @@ class AMQPServerProtocol(asyncio.Protocol):
         if data:
             self._last_send = time.monotonic()
             self.transport.write(data)
-
-    def can_write(self) -> bool:
-        return self._writable
 
     def close(self) -> None:
         """Write what is pending, then close; the peer gets our last frames."""

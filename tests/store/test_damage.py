@@ -1,0 +1,205 @@
+"""Recovery from damaged files: torn tails, flipped bytes, missing or wrong indexes. Recovery must succeed,
+say in its stats what it dropped, and keep everything before the damage."""
+
+from __future__ import annotations
+
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+
+from store import MessageRecord, MessageStore, Recovered
+from store.frame import HEADER_SIZE, ScanReport, scan_frames
+from store.segment import FILE_HEADER_SIZE
+
+pytestmark = pytest.mark.anyio
+
+N = 60
+
+
+def record(i: int) -> MessageRecord:
+    return MessageRecord("ex", f"rk{i}", b"props", f"body-{i}-".encode().ljust(100, b"#"), 1000 + i)
+
+
+async def build(path: Path, *, clean_close: bool, segment_size: int = 1 << 20) -> list[int]:
+    """A store with one queue holding N messages. clean_close=False leaves it as a crash would (after the
+    data was written): recovery then scans it all as the tail instead of trusting a checkpoint."""
+    store = MessageStore(path, fsync="none", segment_size=segment_size)
+    await store.open()
+    qid = store.put_queue("/", "q", False, {})
+    offsets = [store.append(record(0), [qid])]
+    await store.flush()  # creates the first segment, which takes a checkpoint; the rest is the tail
+    offsets += [store.append(record(i), [qid]) for i in range(1, N)]
+    await store.flush()
+    if clean_close:
+        await store.close()
+    else:
+        await store.abort()
+    return offsets
+
+
+async def recover(path: Path, segment_size: int = 1 << 20) -> tuple[MessageStore, Recovered]:
+    store = MessageStore(path, fsync="none", segment_size=segment_size)
+    return store, await store.open()
+
+
+def frames(segment: Path) -> list[tuple[int, int, int]]:
+    """(offset, start, end) of every record in a segment file."""
+    data = segment.read_bytes()
+    return [
+        (seq, pos, pos + HEADER_SIZE + len(payload))
+        for pos, seq, payload in scan_frames(data, FILE_HEADER_SIZE, len(data), ScanReport())
+    ]
+
+
+def only_segment(path: Path) -> Path:
+    (segment,) = (path / "segments").glob("*.seg")
+    return segment
+
+
+def recovered_offsets(recovered: Recovered) -> list[int]:
+    return [m.offset for m in recovered.queues[0].messages]
+
+
+@pytest.fixture(params=[True, False], ids=["after-clean-close", "after-crash"])
+def clean_close(request: pytest.FixtureRequest) -> bool:
+    return bool(request.param)
+
+
+async def test_truncated_segment_keeps_every_record_before_the_cut(tmp_path: Path, clean_close: bool) -> None:
+    pristine = tmp_path / "pristine"
+    offsets = await build(pristine, clean_close=clean_close)
+    bounds = frames(only_segment(pristine))
+    assert [b[0] for b in bounds] == offsets
+    rng = random.Random(1234)
+    size = only_segment(pristine).stat().st_size
+    cuts = [FILE_HEADER_SIZE, bounds[10][2], size - 1] + rng.sample(range(FILE_HEADER_SIZE, size), 12)
+    for trial, cut in enumerate(cuts):
+        work = tmp_path / f"trial{trial}"
+        shutil.copytree(pristine, work)
+        with open(only_segment(work), "r+b") as f:
+            f.truncate(cut)
+        store, recovered = await recover(work)
+        kept = [off for off, _, end in bounds if end <= cut]
+        assert recovered_offsets(recovered) == kept, f"cut at {cut}"
+        last_end = max([end for _, _, end in bounds if end <= cut], default=FILE_HEADER_SIZE)
+        assert recovered.stats["torn_bytes_truncated"] == cut - last_end
+        # Records the checkpoint knew of but the file no longer has are reported lost; tail records that
+        # were never checkpointed are simply not found.
+        assert recovered.stats["lost_records"] == (N - len(kept) if clean_close else int(not kept))
+        # The store goes on: new records land after the last good one and survive the next restart.
+        new = store.append(record(999), [recovered.queues[0].queue_id])
+        await store.close()
+        store, recovered = await recover(work)
+        assert recovered_offsets(recovered) == kept + [new]
+        assert recovered.queues[0].messages[-1].record == record(999)
+        await store.close()
+
+
+async def test_a_flipped_byte_loses_only_the_record_it_hits(tmp_path: Path, clean_close: bool) -> None:
+    pristine = tmp_path / "pristine"
+    offsets = await build(pristine, clean_close=clean_close)
+    bounds = frames(only_segment(pristine))
+    rng = random.Random(99)
+    for trial in range(12):
+        k = rng.randrange(N - 1)  # not the last record: damage at the very end is a torn tail (next test)
+        _, start, end = bounds[k]
+        where = start + rng.choice([0, 4, 12, 20, HEADER_SIZE + 3, rng.randrange(end - start)])
+        work = tmp_path / f"trial{trial}"
+        shutil.copytree(pristine, work)
+        with open(only_segment(work), "r+b") as f:
+            f.seek(where)
+            byte = f.read(1)[0]
+            f.seek(where)
+            f.write(bytes([byte ^ 0x5A]))
+        store, recovered = await recover(work)
+        assert recovered_offsets(recovered) == offsets[:k] + offsets[k + 1 :], f"record {k}, byte {where}"
+        assert recovered.stats["corrupt_records_skipped"] == 1
+        assert [m.record for m in recovered.queues[0].messages[:k]] == [record(i) for i in range(k)]
+        await store.close()
+
+
+async def test_damage_in_the_last_record_is_cut_as_a_torn_tail(tmp_path: Path) -> None:
+    offsets = await build(tmp_path, clean_close=False)
+    _, start, end = frames(only_segment(tmp_path))[-1]
+    with open(only_segment(tmp_path), "r+b") as f:
+        f.seek(end - 5)
+        f.write(b"\x00\x01\x02\x03\x04")
+    store, recovered = await recover(tmp_path)
+    assert recovered_offsets(recovered) == offsets[:-1]
+    assert recovered.stats["torn_bytes_truncated"] == end - start
+    await store.close()
+
+
+async def test_garbage_appended_after_the_last_record_is_truncated(tmp_path: Path) -> None:
+    offsets = await build(tmp_path, clean_close=False)
+    with open(only_segment(tmp_path), "ab") as f:
+        f.write(b"\x00" * 1000 + random.Random(5).randbytes(3000))
+    store, recovered = await recover(tmp_path)
+    assert recovered_offsets(recovered) == offsets
+    assert recovered.stats["torn_bytes_truncated"] == 4000
+    await store.close()
+
+
+def index_files(path: Path) -> list[Path]:
+    return sorted((path / "segments").glob("*.idx")) + sorted((path / "segments").glob("*.tix"))
+
+
+@pytest.mark.parametrize("damage", ["deleted", "garbage", "truncated-entry", "shifted-positions"])
+async def test_missing_or_damaged_indexes_are_rebuilt(tmp_path: Path, clean_close: bool, damage: str) -> None:
+    offsets = await build(tmp_path, clean_close=clean_close, segment_size=2048)
+    for path in index_files(tmp_path):
+        data = path.read_bytes()
+        if damage == "deleted":
+            path.unlink()
+        elif damage == "garbage":
+            path.write_bytes(random.Random(str(path)).randbytes(len(data)))
+        elif damage == "truncated-entry":
+            path.write_bytes(data[:-3])
+        elif path.suffix == ".idx":  # well-formed file whose entries point one byte off
+            entries = bytearray(data)
+            for pos in range(24 + 4, len(entries), 8):
+                entries[pos] ^= 1
+            path.write_bytes(bytes(entries))
+    store, recovered = await recover(tmp_path, segment_size=2048)
+    assert recovered_offsets(recovered) == offsets
+    assert [m.record for m in recovered.queues[0].messages] == [record(i) for i in range(N)]
+    if damage != "truncated-entry":
+        assert recovered.stats["indexes_rebuilt"] >= 1
+    assert all(store.read(o) == record(i) for i, o in enumerate(offsets))
+    await store.close()
+    store, recovered = await recover(tmp_path, segment_size=2048)  # the rebuilt files are good
+    assert recovered.stats["indexes_rebuilt"] == 0
+    assert recovered_offsets(recovered) == offsets
+    await store.close()
+
+
+async def test_a_damaged_segment_header_does_not_lose_its_records(tmp_path: Path) -> None:
+    offsets = await build(tmp_path, clean_close=False, segment_size=2048)
+    first = sorted((tmp_path / "segments").glob("*.seg"))[0]
+    with open(first, "r+b") as f:
+        f.write(b"XXXXXXXX")
+    store, recovered = await recover(tmp_path, segment_size=2048)
+    assert recovered_offsets(recovered) == offsets
+    assert recovered.stats["damaged_headers"] == 1
+    await store.close()
+
+
+async def test_a_torn_ack_log_brings_the_unlogged_acks_messages_back(tmp_path: Path) -> None:
+    store = MessageStore(tmp_path, fsync="none")
+    await store.open()
+    qid = store.put_queue("/", "q", False, {})
+    offsets = [store.append(record(i), [qid]) for i in range(10)]
+    await store.flush()
+    store.ack(qid, offsets[0])
+    await store.flush()
+    store.ack(qid, offsets[1])
+    await store.flush()
+    await store.abort()
+    (ack_file,) = (tmp_path / "acklog").glob("*.ack")
+    with open(ack_file, "r+b") as f:
+        f.truncate(ack_file.stat().st_size - 2)  # the second ack's batch is torn
+    store, recovered = await recover(tmp_path)
+    assert recovered_offsets(recovered) == offsets[1:]
+    await store.close()

@@ -48,6 +48,7 @@ class ConnectionLike(Protocol):
 
     def send(self, data: bytes) -> None: ...
     def confirms_pending(self, channel: Channel) -> None: ...
+    def throttle(self, queue: Queue) -> None: ...
 
 
 class Channel:
@@ -202,6 +203,8 @@ class Channel:
             stored = self.broker.store_message(msg, accepting, self._durable_callback(seq, on_stored))
         for q in accepting:
             q.push(msg)
+            if len(q.ready) > q.FLOW_HIGH and q.consumers:
+                self.conn.throttle(q)
         if len(accepting) < len(queues):
             self._confirm(seq, False)
         elif seq and not stored:

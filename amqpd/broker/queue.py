@@ -86,6 +86,10 @@ class Queue:
         self.ready_bytes = 0
         self.limited = self.max_length is not None or self.max_length_bytes is not None
         self.exclusive_consumer: Consumer | None = None
+        self.throttled: set[Any] = set()  # publishing connections paused until the backlog drains
+
+    FLOW_HIGH = 20_000  # ready messages, with consumers attached, before publishers are paused
+    FLOW_LOW = 10_000
 
     def __repr__(self) -> str:
         return f"<Queue {self.vhost}:{self.name}>"
@@ -155,6 +159,8 @@ class Queue:
     def remove_consumer(self, consumer: Consumer) -> None:
         if consumer in self.consumers:
             self.consumers.remove(consumer)
+        if not self.consumers and self.throttled:
+            self.release_publishers()
         if self.exclusive_consumer is consumer:
             self.exclusive_consumer = None
 
@@ -170,6 +176,8 @@ class Queue:
                 self.hooks.dropped(self, entry, "expired")
                 continue
             consumer.deliver(self, entry)
+        if self.throttled and (len(ready) < self.FLOW_LOW or not self.consumers):
+            self.release_publishers()
         if ready and ready[0].expires_at is not None:
             self._arm_ttl_timer()
 
@@ -188,6 +196,11 @@ class Queue:
                 self._rr = (self._rr + i + 1) % n
                 return c
         return None
+
+    def release_publishers(self) -> None:
+        throttled, self.throttled = self.throttled, set()
+        for conn in throttled:
+            conn.unthrottle(self)
 
     def get(self) -> Entry | None:
         """basic.get: the next live message, or None."""
@@ -245,6 +258,7 @@ class Queue:
 
     def close(self) -> None:
         self.deleted = True
+        self.release_publishers()
         if self._ttl_timer is not None:
             self._ttl_timer.cancel()
             self._ttl_timer = None

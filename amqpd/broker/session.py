@@ -60,6 +60,8 @@ class Transport(Protocol):
 
     def request_flush(self) -> None: ...
     def close(self) -> None: ...
+    def hold_reading(self, reason: object) -> None: ...
+    def release_reading(self, reason: object) -> None: ...
 
 
 def server_properties() -> dict[str, Any]:
@@ -434,6 +436,16 @@ class Session:
         self.state = CLOSED
 
     # -- flow control and heartbeats ------------------------------------------------------------------------
+
+    def throttle(self, queue: Any) -> None:
+        """A queue we publish to has a backlog its consumers are not keeping up with: stop reading
+        from this client until it drains (RabbitMQ's credit flow does the same)."""
+        if self not in queue.throttled:
+            queue.throttled.add(self)
+            self.transport.hold_reading(queue)
+
+    def unthrottle(self, queue: Any) -> None:
+        self.transport.release_reading(queue)
 
     def writable_again(self) -> None:
         """The socket drained: consumers on this connection may take messages again."""

@@ -28,7 +28,7 @@ class AMQPServerProtocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.session: Session | None = None
         self._flush_scheduled = False
-        self._writable = True
+        self._read_holds: set[object] = set()  # why reading is paused: our output backed up, a full queue
         self._closed = False
         self._last_recv = time.monotonic()
         self._last_send = time.monotonic()
@@ -68,18 +68,24 @@ class AMQPServerProtocol(asyncio.Protocol):
     def pause_writing(self) -> None:
         # The client reads slower than we write: stop delivering to it, and stop reading what it sends
         # (a publisher that does not read its confirms or returns is held back the same way).
-        self._writable = False
         if self.session is not None:
             self.session.writable = False
-        if self.transport is not None:
-            self.transport.pause_reading()
+        self.hold_reading(self)
 
     def resume_writing(self) -> None:
-        self._writable = True
-        if self.transport is not None and not self._closed:
-            self.transport.resume_reading()
+        self.release_reading(self)
         if self.session is not None:
             self.session.writable_again()
+
+    def hold_reading(self, reason: object) -> None:
+        if not self._read_holds and self.transport is not None and not self._closed:
+            self.transport.pause_reading()
+        self._read_holds.add(reason)
+
+    def release_reading(self, reason: object) -> None:
+        self._read_holds.discard(reason)
+        if not self._read_holds and self.transport is not None and not self._closed:
+            self.transport.resume_reading()
 
     # -- the Session's transport interface ---------------------------------------------------------------
 

@@ -13,7 +13,8 @@ from typing import Any
 class Settings:
     host: str = "127.0.0.1"
     port: int = 5672
-    data_dir: str | None = None  # None: everything in memory (durable entities do not survive restart)
+    # Durable storage lives here; "" keeps everything in memory (durable entities then die with the process).
+    data_dir: str = field(default_factory=lambda: default_data_dir())
     mgmt_port: int | None = None  # HTTP management API; None: off
     # Handshake and connection limits, as RabbitMQ 3.10 negotiates them.
     channel_max: int = 2047
@@ -36,6 +37,11 @@ class Settings:
 
 
 ENV_PREFIX = "AMQPD_"
+
+
+def default_data_dir() -> str:
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return os.path.join(base, "amqpd")
 
 
 def _coerce(value: str, current: Any) -> Any:

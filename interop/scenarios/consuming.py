@@ -408,6 +408,7 @@ def delivery_tags_shared_between_get_and_consume(url: str) -> Any:
 @scenario("cancel")
 def cancel_returns_ok_and_stops(url: str) -> Any:
     with pika_session(url) as (s, conn, ch):
+        ch.confirm_delivery()  # declare-ok's message_count is only settled for confirmed publishes
         q = s.queue("q")
         ch.queue_declare(q)
         got: list[Any] = []

@@ -94,7 +94,9 @@ def queue_bind_empty_name_uses_last_declared(url: str) -> Any:
         c.rpc(1, C.Exchange.Declare(exchange=x, exchange_type="fanout"))
         c.rpc(1, C.Queue.Declare(queue=q))
         bind = c.rpc(1, C.Queue.Bind(queue="", exchange=x))
+        c.rpc(1, C.Confirm.Select())
         c.publish(1, x, "", b"via-last-declared")
+        c.recv_method()  # the confirm: declare-ok's count is settled only for confirmed publishes
         ok = c.rpc(1, C.Queue.Declare(queue=q, passive=True))
         return {"bind": getattr(bind, "name", bind), "message_count": getattr(ok, "message_count", ok)}
 
@@ -187,10 +189,13 @@ def frame_at_frame_max_ok(url: str) -> Any:
     with Scope(url) as s, _raw(url, frame_max=4096) as c:
         q = s.queue("q")
         c.rpc(1, C.Queue.Declare(queue=q))
+        c.rpc(1, C.Confirm.Select())
         body = b"x" * (4096 - 8)
         c.publish(1, "", q, body, frame_max=4096)
+        confirm = c.recv_method()
         r = c.rpc(1, C.Queue.Declare(queue=q, passive=True))
-        return {"message_count": getattr(r, "message_count", r)}
+        return {"confirm": getattr(confirm[1], "name", None) if isinstance(confirm, tuple) else confirm,
+                "message_count": getattr(r, "message_count", r)}
 
 
 @scenario("errors")

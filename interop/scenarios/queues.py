@@ -12,6 +12,7 @@ from interop.scope import Scope, pika_session
 @scenario("queues")
 def declare_ok_counts(url: str) -> Any:
     with pika_session(url) as (s, conn, ch):
+        ch.confirm_delivery()  # counts in *-ok replies are only settled for confirmed publishes
         q = s.queue("q")
         first = pt.summarize(ch.queue_declare(q))
         for i in range(3):
@@ -121,6 +122,7 @@ def auto_delete_after_last_consumer(url: str) -> Any:
 @scenario("queues")
 def purge_returns_count(url: str) -> Any:
     with pika_session(url) as (s, conn, ch):
+        ch.confirm_delivery()  # counts in *-ok replies are only settled for confirmed publishes
         q = s.queue("q")
         ch.queue_declare(q)
         for i in range(5):
@@ -138,6 +140,7 @@ def purge_missing_404(url: str) -> Any:
 @scenario("queues")
 def purge_keeps_unacked(url: str) -> Any:
     with pika_session(url) as (s, conn, ch):
+        ch.confirm_delivery()  # counts in *-ok replies are only settled for confirmed publishes
         q = s.queue("q")
         ch.queue_declare(q)
         for i in range(3):
@@ -151,6 +154,7 @@ def purge_keeps_unacked(url: str) -> Any:
 @scenario("queues")
 def delete_returns_count(url: str) -> Any:
     with pika_session(url) as (s, conn, ch):
+        ch.confirm_delivery()  # counts in *-ok replies are only settled for confirmed publishes
         q = s.queue("q")
         ch.queue_declare(q)
         for i in range(4):

@@ -1,0 +1,70 @@
+"""The broker process as an operator sees it: start-up line, SIGTERM, heartbeats, handshake timeout."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import time
+
+import pika
+import pytest
+from raw_amqp import RawConnection
+
+from amqpd.testing import BrokerProcess
+
+
+@pytest.mark.amqpd_only
+def test_sigterm_closes_clients_with_320_and_exits_zero() -> None:
+    with BrokerProcess(extra_args=["--in-memory"]) as broker:
+        conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+        ch = conn.channel()
+        ch.queue_declare("", exclusive=True)
+        assert broker.proc is not None
+        broker.proc.send_signal(signal.SIGTERM)
+        with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as closed:
+            conn.process_data_events(time_limit=10)
+            conn.sleep(10)
+        assert closed.value.reply_code == 320
+        assert broker.proc.wait(15) == 0
+
+
+@pytest.mark.amqpd_only
+def test_port_zero_reports_the_port_it_listens_on() -> None:
+    with BrokerProcess(extra_args=["--in-memory"]) as broker:
+        assert broker.port > 0
+        with socket.create_connection((broker.host, broker.port), timeout=5):
+            pass
+
+
+@pytest.mark.amqpd_only
+def test_client_silent_past_two_heartbeats_is_disconnected() -> None:
+    with BrokerProcess(extra_args=["--in-memory"]) as broker:
+        raw = RawConnection(broker.url, timeout=15)
+        raw.handshake(heartbeat=1)
+        started = time.monotonic()
+        raw.read_until_eof(timeout=15)  # heartbeats from the broker, then the close
+        assert time.monotonic() - started < 15  # bounded wait, not a timing claim: it did hang up
+
+
+@pytest.mark.amqpd_only
+def test_handshake_not_finished_in_time_is_dropped() -> None:
+    with BrokerProcess(extra_args=["--in-memory"], env={"AMQPD_HANDSHAKE_TIMEOUT": "1"}) as broker:
+        with socket.create_connection((broker.host, broker.port), timeout=10) as sock:
+            sock.sendall(b"AMQP\x00\x00\x09\x01")
+            data = b""
+            while chunk := sock.recv(65536):  # connection.start, then EOF when the deadline passes
+                data += chunk
+            assert data[:1] == b"\x01"  # the broker did answer with a method frame first
+
+
+@pytest.mark.amqpd_only
+def test_refused_login_does_not_disturb_other_clients(amqpd_url: str) -> None:
+    good = pika.BlockingConnection(pika.URLParameters(amqpd_url))
+    bad = pika.URLParameters(amqpd_url.replace("guest:guest", "guest:wrong"))
+    with pytest.raises(pika.exceptions.ProbableAuthenticationError):
+        pika.BlockingConnection(bad)
+    ch = good.channel()
+    q = ch.queue_declare("", exclusive=True).method.queue
+    ch.basic_publish("", q, b"still here")
+    assert ch.basic_get(q, auto_ack=True)[2] == b"still here"
+    good.close()

@@ -3,6 +3,7 @@ flags, segment rolling and deletion, fan-out written once, TTL, the catalogue.""
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from datetime import UTC, datetime
@@ -64,7 +65,12 @@ async def test_on_durable_fires_only_after_the_covering_fsync(tmp_path: Path, mo
 async def test_appends_during_an_fsync_go_into_the_next_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fsyncs: list[int] = []
     real_fsync = os.fsync
-    monkeypatch.setattr(os, "fsync", lambda fd: (fsyncs.append(fd), real_fsync(fd)))
+
+    def counting_fsync(fd: int) -> None:
+        fsyncs.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", counting_fsync)
     store = MessageStore(tmp_path)
     await store.open()
     qid = store.put_queue("/", "q", False, {})
@@ -72,7 +78,7 @@ async def test_appends_during_an_fsync_go_into_the_next_batch(tmp_path: Path, mo
     async with anyio.create_task_group() as tg:
         tg.start_soon(store.run)
         for i in range(2000):
-            store.append(record(i), [qid], lambda i=i: durable.append(i))
+            store.append(record(i), [qid], functools.partial(durable.append, i))
             if i % 100 == 0:
                 await anyio.sleep(0)
         await store.flush()
@@ -308,18 +314,36 @@ async def test_catalogue_round_trips_with_typed_arguments(tmp_path: Path) -> Non
     exchanges = sorted(recovered.exchanges, key=lambda e: (e["vhost"], e["name"]))
     assert exchanges == [
         {"vhost": "/", "name": "ex", "type": "topic", "auto_delete": False, "internal": False, "arguments": TYPED},
-        {"vhost": "vh", "name": "ex", "type": "headers", "auto_delete": True, "internal": True,
-         "arguments": {"x-match": "all"}},
+        {
+            "vhost": "vh",
+            "name": "ex",
+            "type": "headers",
+            "auto_delete": True,
+            "internal": True,
+            "arguments": {"x-match": "all"},
+        },
     ]
     args = exchanges[0]["arguments"]
     assert type(args["flag"]) is bool and type(args["big"]) is int and type(args["ratio"]) is float
     (queue,) = recovered.queues
     assert (queue.queue_id, queue.vhost, queue.name, queue.auto_delete, queue.arguments) == (qid, "/", "q", True, TYPED)
     assert sorted(recovered.bindings, key=lambda b: len(b["arguments"])) == [
-        {"vhost": "/", "source": "ex", "destination": "q", "destination_kind": "queue", "routing_key": "a.#",
-         "arguments": {"x-match": "any"}},
-        {"vhost": "/", "source": "ex", "destination": "q", "destination_kind": "queue", "routing_key": "a.#",
-         "arguments": TYPED},
+        {
+            "vhost": "/",
+            "source": "ex",
+            "destination": "q",
+            "destination_kind": "queue",
+            "routing_key": "a.#",
+            "arguments": {"x-match": "any"},
+        },
+        {
+            "vhost": "/",
+            "source": "ex",
+            "destination": "q",
+            "destination_kind": "queue",
+            "routing_key": "a.#",
+            "arguments": TYPED,
+        },
     ]
     await store.close()
 

@@ -1,0 +1,172 @@
+"""Stand-ins for the socket side of the broker, and frame builders/decoders made with pamqp.
+
+The broker layers under test do no I/O: a channel writes through `conn.send()`, a session through its
+transport. These fakes record what was written so tests can decode it with pamqp and assert on what a
+client would see.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pamqp import body, commands, frame, header
+from pamqp.base import Frame
+
+from amqpd.broker.broker import Broker
+from amqpd.broker.channel import Channel
+from amqpd.config import Settings
+
+Decoded = tuple[int, Any]  # (channel id, pamqp frame object)
+
+
+def decode_frames(data: bytes) -> list[Decoded]:
+    """Every frame in data, decoded by pamqp (the reference codec)."""
+    out: list[Decoded] = []
+    view = bytes(data)
+    while view:
+        used, channel, obj = frame.unmarshal(view)
+        out.append((channel, obj))
+        view = view[used:]
+    return out
+
+
+def method_payload(method: Frame) -> bytes:
+    """A method frame's payload (class id, method id, arguments), as a session hands it to a channel."""
+    return frame.marshal(method, 1)[7:-1]
+
+
+def header_payload(body_size: int, **properties: Any) -> bytes:
+    return frame.marshal(header.ContentHeader(0, body_size, commands.Basic.Properties(**properties)), 1)[7:-1]
+
+
+def publish_frames(channel: int, exchange: str, routing_key: str, payload: bytes, *, mandatory: bool = False,
+                   frame_max: int = 131072, **properties: Any) -> bytes:
+    """basic.publish + header + body frames exactly as a client writes them."""
+    out = [frame.marshal(commands.Basic.Publish(0, exchange, routing_key, mandatory), channel),
+           frame.marshal(header.ContentHeader(0, len(payload), commands.Basic.Properties(**properties)), channel)]
+    step = frame_max - 8
+    for start in range(0, len(payload), step):
+        out.append(frame.marshal(body.ContentBody(payload[start : start + step]), channel))
+    return b"".join(out)
+
+
+class FakeConnection:
+    """What a Channel needs from its connection (amqpd.broker.channel.ConnectionLike)."""
+
+    def __init__(self, *, user: str = "guest", frame_max: int = 131072, consumer_cancel_notify: bool = True) -> None:
+        self.frame_max = frame_max
+        self.user = user
+        self.consumer_cancel_notify = consumer_cancel_notify
+        self.writable = True
+        self.sent: list[bytes] = []
+        self.confirm_channels: list[Channel] = []
+
+    def send(self, data: bytes) -> None:
+        self.sent.append(bytes(data))
+
+    def confirms_pending(self, channel: Channel) -> None:
+        if channel not in self.confirm_channels:
+            self.confirm_channels.append(channel)
+
+    def can_write(self) -> bool:
+        return self.writable
+
+    def flush_confirms(self) -> None:
+        """What the server does once per loop turn."""
+        channels, self.confirm_channels = self.confirm_channels, []
+        for ch in channels:
+            ch.emit_confirms()
+
+    def take(self) -> list[Decoded]:
+        """Everything sent since the last take(), decoded; pending confirms are emitted first."""
+        self.flush_confirms()
+        data = b"".join(self.sent)
+        self.sent.clear()
+        return decode_frames(data)
+
+    def take_frames(self) -> list[Any]:
+        return [obj for _ch, obj in self.take()]
+
+
+class ClientChannel:
+    """A channel driven the way a session drives it: methods as pamqp objects, content as payloads."""
+
+    def __init__(self, broker: Broker, conn: FakeConnection | None = None, channel_id: int = 1,
+                 vhost: str = "/") -> None:
+        self.conn = conn or FakeConnection()
+        self.broker = broker
+        self.ch = Channel(self.conn, channel_id, broker.vhosts[vhost], broker)
+        self.pending: list[Any] = []
+
+    def call(self, method: Frame) -> list[Any]:
+        """A method other than publish/ack/nack/reject; returns the frames sent back."""
+        self.ch.handle(method)
+        return self.conn.take_frames()
+
+    def publish(self, exchange: str, routing_key: str, payload: bytes = b"x", *, mandatory: bool = False,
+                **properties: Any) -> None:
+        self.ch.on_publish(method_payload(commands.Basic.Publish(0, exchange, routing_key, mandatory)))
+        self.ch.on_header(header_payload(len(payload), **properties))
+        step = self.conn.frame_max - 8
+        for start in range(0, len(payload), step):
+            self.ch.on_body(payload[start : start + step])
+
+    def ack(self, tag: int, multiple: bool = False) -> None:
+        self.ch.on_ack(method_payload(commands.Basic.Ack(tag, multiple)))
+
+    def nack(self, tag: int, multiple: bool = False, requeue: bool = True) -> None:
+        self.ch.on_nack(method_payload(commands.Basic.Nack(tag, multiple, requeue)))
+
+    def reject(self, tag: int, requeue: bool = True) -> None:
+        self.ch.on_reject(method_payload(commands.Basic.Reject(tag, requeue)))
+
+    def declare_queue(self, name: str, **kwargs: Any) -> str:
+        (ok,) = self.call(commands.Queue.Declare(queue=name, **kwargs))
+        return ok.queue
+
+    def consume(self, queue: str, tag: str = "", **kwargs: Any) -> str:
+        """basic.consume; deliveries it triggers stay pending for deliveries()."""
+        frames = self.call(commands.Basic.Consume(queue=queue, consumer_tag=tag, **kwargs))
+        ok = frames[0]
+        assert isinstance(ok, commands.Basic.ConsumeOk)
+        self.pending += frames[1:]
+        return ok.consumer_tag
+
+    def deliveries(self) -> list[tuple[Any, bytes]]:
+        """(basic.deliver or basic.get-ok or basic.return, body) pairs sent since the last call."""
+        frames, self.pending = [*self.pending, *self.conn.take_frames()], []
+        return messages(frames)
+
+
+def messages(frames: list[Any]) -> list[tuple[Any, bytes]]:
+    """Group deliver/get-ok/return method frames with their bodies."""
+    out: list[tuple[Any, bytes]] = []
+    for obj in frames:
+        if isinstance(obj, (commands.Basic.Deliver, commands.Basic.GetOk, commands.Basic.Return)):
+            out.append((obj, b""))
+        elif isinstance(obj, body.ContentBody):
+            method, data = out[-1]
+            out[-1] = (method, data + obj.value)
+    return out
+
+
+def new_broker(**settings: Any) -> Broker:
+    return Broker(Settings(**settings))
+
+
+class FakeTransport:
+    """What a Session asks of the socket layer."""
+
+    def __init__(self) -> None:
+        self.closed = False
+        self.flush_requests = 0
+        self.writable = True
+
+    def request_flush(self) -> None:
+        self.flush_requests += 1
+
+    def close(self) -> None:
+        self.closed = True
+
+    def can_write(self) -> bool:
+        return self.writable

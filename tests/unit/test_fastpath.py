@@ -1,0 +1,207 @@
+"""The struct codecs on the per-message path produce and read exactly the bytes pamqp does.
+
+Names are drawn from pamqp's accepted alphabet where pamqp's marshal validates them (it is stricter than
+RabbitMQ). tests/unit/test_codec_properties.py covers more of the same ground; this file adds the whole
+delivery encoding and the lazily decoded message.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pamqp import body, commands, frame, header
+
+from amqpd import errors
+from amqpd.broker.message import Message
+from amqpd.protocol import fastpath
+from amqpd.protocol.fastpath import (
+    encode_ack,
+    encode_deliver,
+    encode_get_ok,
+    encode_nack,
+    encode_return,
+    parse_content_header,
+    parse_publish,
+    parse_tag_bits,
+    shortstr,
+)
+from amqpd.protocol.properties import PropertyScan
+
+NAME = st.text("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:@#,/+ ", max_size=40)
+TAG = st.integers(0, 2**63 - 1)  # pamqp encodes longlong as signed
+CHANNEL = st.integers(0, 65535)
+FEW = settings(max_examples=80, deadline=None)
+
+
+def route(exchange: str, routing_key: str) -> bytes:
+    return shortstr(exchange) + shortstr(routing_key)
+
+
+def payload_of(method: object) -> bytes:
+    return frame.marshal(method, 1)[7:-1]
+
+
+@FEW
+@given(CHANNEL, NAME, TAG, st.booleans(), NAME, NAME)
+def test_deliver_frame_is_what_pamqp_writes(ch: int, ctag: str, tag: int, redelivered: bool, ex: str, rk: str) -> None:
+    expected = frame.marshal(commands.Basic.Deliver(ctag, tag, redelivered, ex, rk), ch)
+    assert encode_deliver(ch, shortstr(ctag), tag, redelivered, route(ex, rk)) == expected
+
+
+@FEW
+@given(CHANNEL, TAG, st.booleans(), NAME, NAME, st.integers(0, 2**32 - 1))
+def test_get_ok_frame_is_what_pamqp_writes(ch: int, tag: int, redelivered: bool, ex: str, rk: str, count: int) -> None:
+    expected = frame.marshal(commands.Basic.GetOk(tag, redelivered, ex, rk, count), ch)
+    assert encode_get_ok(ch, tag, redelivered, route(ex, rk), count) == expected
+
+
+@FEW
+@given(CHANNEL, st.sampled_from([312, 313]), NAME, NAME, NAME)
+def test_return_frame_is_what_pamqp_writes(ch: int, code: int, text: str, ex: str, rk: str) -> None:
+    expected = frame.marshal(commands.Basic.Return(code, text, ex, rk), ch)
+    assert encode_return(ch, code, text, route(ex, rk)) == expected
+
+
+@FEW
+@given(CHANNEL, TAG, st.booleans())
+def test_confirm_ack_and_nack_frames_are_what_pamqp_writes(ch: int, tag: int, multiple: bool) -> None:
+    assert encode_ack(ch, tag, multiple) == frame.marshal(commands.Basic.Ack(tag, multiple), ch)
+    # A broker's nack for a confirm never asks for requeue.
+    assert encode_nack(ch, tag, multiple) == frame.marshal(commands.Basic.Nack(tag, multiple, False), ch)
+
+
+@FEW
+@given(NAME, NAME, st.booleans(), st.booleans())
+def test_publish_is_read_as_pamqp_wrote_it(ex: str, rk: str, mandatory: bool, immediate: bool) -> None:
+    assert parse_publish(payload_of(commands.Basic.Publish(0, ex, rk, mandatory, immediate))) == (
+        ex, rk, mandatory, immediate,
+    )
+
+
+def test_utf8_names_in_a_publish_are_read() -> None:
+    raw = b"\x00\x3c\x00\x28\x00\x00" + shortstr("échange") + shortstr("clé-ü") + b"\x01"
+    assert parse_publish(raw) == ("échange", "clé-ü", True, False)
+
+
+@pytest.mark.parametrize("cut", range(6, 13))
+def test_truncated_publish_is_a_syntax_error(cut: int) -> None:
+    raw = payload_of(commands.Basic.Publish(0, "ex", "rk"))
+    with pytest.raises(errors.ConnectionError) as info:
+        parse_publish(raw[:cut])
+    assert (info.value.code, info.value.class_id, info.value.method_id) == (502, 60, 40)
+
+
+@FEW
+@given(TAG, st.booleans(), st.booleans())
+def test_ack_nack_reject_tags_and_bits_are_read_as_pamqp_wrote_them(tag: int, multiple: bool, requeue: bool) -> None:
+    assert parse_tag_bits(payload_of(commands.Basic.Ack(tag, multiple)), "basic.ack") == (tag, int(multiple))
+    nack = parse_tag_bits(payload_of(commands.Basic.Nack(tag, multiple, requeue)), "basic.nack")
+    assert nack == (tag, int(multiple) | (2 if requeue else 0))
+    assert parse_tag_bits(payload_of(commands.Basic.Reject(tag, requeue)), "basic.reject") == (tag, int(requeue))
+
+
+def test_truncated_ack_is_a_syntax_error() -> None:
+    with pytest.raises(errors.ConnectionError) as info:
+        parse_tag_bits(payload_of(commands.Basic.Ack(1))[:8], "basic.ack")
+    assert info.value.code == 502
+
+
+# -- content headers and properties -----------------------------------------------------------------
+
+header_values = st.one_of(st.text(max_size=20), st.integers(-(2**31), 2**31 - 1), st.booleans())
+properties = st.builds(
+    commands.Basic.Properties,
+    content_type=st.none() | NAME,
+    content_encoding=st.none() | NAME,
+    headers=st.none() | st.dictionaries(st.text("abcxyz-", min_size=1, max_size=8), header_values, max_size=4),
+    delivery_mode=st.none() | st.sampled_from([1, 2]),
+    priority=st.none() | st.integers(0, 255),
+    correlation_id=st.none() | NAME,
+    reply_to=st.none() | NAME,
+    expiration=st.none() | st.integers(0, 10**9).map(str),
+    message_id=st.none() | NAME,
+    app_id=st.none() | NAME,
+)
+
+
+def header_payload(body_size: int, props: commands.Basic.Properties) -> bytes:
+    return frame.marshal(header.ContentHeader(0, body_size, props), 1)[7:-1]
+
+
+@FEW
+@given(st.integers(0, 2**62), properties)
+def test_content_header_fields_are_read_as_pamqp_wrote_them(body_size: int, props: commands.Basic.Properties) -> None:
+    raw = header_payload(body_size, props)
+    class_id, size, flags = parse_content_header(raw)
+    assert (class_id, size) == (60, body_size)
+    assert flags == int.from_bytes(raw[12:14], "big")
+
+
+@FEW
+@given(properties)
+def test_property_scan_finds_what_pamqp_decodes(props: commands.Basic.Properties) -> None:
+    raw = header_payload(3, props)
+    _, _, decoded = frame.unmarshal(frame.marshal(header.ContentHeader(0, 3, props), 1))
+    scan = PropertyScan(raw, parse_content_header(raw)[2])
+    p = decoded.properties
+    assert scan.delivery_mode == (p.delivery_mode or 0)
+    assert scan.priority == p.priority
+    assert scan.expiration == p.expiration
+    assert (scan.headers_raw is None) == (p.headers is None)
+
+
+@FEW
+@given(properties)
+def test_message_sees_the_published_properties(props: commands.Basic.Properties) -> None:
+    raw = header_payload(2, props)
+    msg = Message("ex", "rk", route("ex", "rk"), raw, b"hi", parse_content_header(raw)[2])
+    assert msg.persistent == (props.delivery_mode == 2)
+    assert msg.priority == props.priority
+    assert msg.ttl_ms == (int(props.expiration) if props.expiration is not None else None)
+    assert msg.headers == props.headers
+    assert msg.header == raw  # forwarded to consumers verbatim
+
+
+def test_truncated_headers_table_is_a_syntax_error() -> None:
+    raw = header_payload(0, commands.Basic.Properties(headers={"a": "bcd"}))
+    with pytest.raises(errors.ConnectionError) as info:
+        PropertyScan(raw[:-2], parse_content_header(raw)[2])
+    assert info.value.code == 502
+
+
+@pytest.mark.xfail(strict=True, reason="bug: a content header cut inside its expiration string is accepted; "
+                   "PropertyScan reads the truncated expiration '1' instead of refusing the header")
+def test_truncated_expiration_is_a_syntax_error() -> None:
+    raw = header_payload(0, commands.Basic.Properties(content_type="text/plain", expiration="100"))
+    with pytest.raises(errors.ConnectionError) as info:
+        PropertyScan(raw[:-2], parse_content_header(raw)[2])
+    assert info.value.code == 502
+
+
+@pytest.mark.parametrize("expiration", ["-1", "abc", "1.5", " 10"])
+def test_invalid_expiration_is_refused_with_406(expiration: str) -> None:
+    raw = header_payload(0, commands.Basic.Properties(expiration=expiration))
+    with pytest.raises(errors.ChannelError) as info:
+        Message("", "q", route("", "q"), raw, b"", parse_content_header(raw)[2])
+    assert info.value.code == 406
+
+
+# -- the whole delivery ------------------------------------------------------------------------------
+
+encode_delivery = getattr(fastpath, "encode_delivery", None)
+
+
+@pytest.mark.skipif(encode_delivery is None, reason="no one-step delivery encoder in this version")
+@FEW
+@given(CHANNEL, NAME, TAG, st.booleans(), NAME, NAME, properties, st.binary(max_size=9000),
+       st.sampled_from([4096, 8192, 131072]))
+def test_whole_delivery_is_what_pamqp_writes(ch: int, ctag: str, tag: int, redelivered: bool, ex: str, rk: str,
+                                             props: commands.Basic.Properties, data: bytes, frame_max: int) -> None:
+    hdr = header_payload(len(data), props)
+    expected = [frame.marshal(commands.Basic.Deliver(ctag, tag, redelivered, ex, rk), ch),
+                frame.marshal(header.ContentHeader(0, len(data), props), ch)]
+    step = frame_max - 8
+    expected += [frame.marshal(body.ContentBody(data[i : i + step]), ch) for i in range(0, len(data), step)]
+    got = encode_delivery(ch, shortstr(ctag), tag, redelivered, route(ex, rk), hdr, data, frame_max)
+    assert got == b"".join(expected)

@@ -1,0 +1,162 @@
+"""Frame boundaries: what the broker reads however the bytes arrive, and how it splits bodies it writes."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pamqp import body, commands, frame, header
+
+from amqpd import errors
+from amqpd.protocol import frames as frames_module
+from amqpd.protocol.frames import HEARTBEAT_FRAME, FrameReader, content_frames
+from amqpd.protocol.frames import frame as make_frame
+
+Frame = tuple[int, int, bytes]
+# The reader may hand a fully buffered publish + header + body over as one pseudo-frame (the straight-line
+# path); what a user cares about is that the same frames come out, so tests expand it back.
+PUBLISH = getattr(frames_module, "PUBLISH", None)
+
+
+def expand(items: list) -> list[Frame]:
+    out: list[Frame] = []
+    for ftype, channel, payload in items:
+        if PUBLISH is not None and ftype == PUBLISH:
+            method, hdr, body_ = payload
+            out += [(1, channel, method), (2, channel, hdr)]
+            if body_:
+                out.append((3, channel, body_))
+        else:
+            out.append((ftype, channel, payload))
+    return out
+
+
+def publish_unit(channel: int, payload: bytes, pieces: int) -> list[Frame]:
+    """A client's publish: method, header and the body in `pieces` frames (0 pieces for an empty body)."""
+    method = frame.marshal(commands.Basic.Publish(0, "ex", "rk"), channel)[7:-1]
+    hdr = frame.marshal(header.ContentHeader(0, len(payload), commands.Basic.Properties()), channel)[7:-1]
+    out = [(1, channel, method), (2, channel, hdr)]
+    if payload:
+        step = -(-len(payload) // max(pieces, 1))
+        out += [(3, channel, payload[i : i + step]) for i in range(0, len(payload), step)]
+    return out
+
+
+raw_frame = st.tuples(st.sampled_from([1, 2, 3, 8]), st.integers(0, 65535), st.binary(max_size=300)).map(
+    lambda f: [f]
+)
+publish = st.builds(publish_unit, st.integers(1, 3), st.binary(max_size=200), st.integers(1, 3))
+frames_strategy = st.lists(st.one_of(raw_frame, publish), max_size=10).map(lambda units: sum(units, []))
+
+
+def stream_of(frames: list[Frame]) -> bytes:
+    return b"".join(make_frame(t, c, p) for t, c, p in frames)
+
+
+@given(frames=frames_strategy, cuts=st.lists(st.integers(0, 4000), max_size=20))
+@settings(max_examples=200, deadline=None)
+def test_any_chunking_of_a_stream_yields_the_same_frames(frames: list[Frame], cuts: list[int]) -> None:
+    data = stream_of(frames)
+    bounds = sorted({min(c, len(data)) for c in cuts} | {0, len(data)})
+    reader = FrameReader(131072)
+    got: list = []
+    for start, end in zip(bounds, bounds[1:], strict=False):
+        got += reader.feed(data[start:end])
+    assert expand(got) == frames
+    assert reader.buffered == 0
+
+
+def test_one_byte_at_a_time_yields_frames_only_when_complete() -> None:
+    data = frame.marshal(commands.Basic.Ack(7), 3)
+    reader = FrameReader(4096)
+    for byte in data[:-1]:
+        assert reader.feed(bytes([byte])) == []
+    assert reader.feed(data[-1:]) == [(1, 3, data[7:-1])]
+
+
+def test_coalesced_frames_come_out_in_order() -> None:
+    data = (frame.marshal(commands.Basic.Publish(0, "ex", "rk"), 1)
+            + frame.marshal(header.ContentHeader(0, 2, commands.Basic.Properties()), 1)
+            + frame.marshal(body.ContentBody(b"hi"), 1) + HEARTBEAT_FRAME)
+    got = expand(FrameReader(4096).feed(data))
+    assert [(t, c) for t, c, _ in got] == [(1, 1), (2, 1), (3, 1), (8, 0)]
+    assert got[2][2] == b"hi"
+
+
+def test_partial_frame_stays_buffered() -> None:
+    reader = FrameReader(4096)
+    data = make_frame(3, 1, b"abcdef")
+    assert reader.feed(data + data[:5]) == [(3, 1, b"abcdef")]
+    assert reader.buffered == 5
+
+
+def test_frame_larger_than_frame_max_is_refused_from_its_header_alone() -> None:
+    reader = FrameReader(4096)
+    with pytest.raises(errors.ConnectionError) as info:
+        reader.feed(b"\x03\x00\x01" + (4097).to_bytes(4, "big"))  # only the 7-byte header has arrived
+    assert info.value.code == errors.FRAME_ERROR == 501
+
+
+def test_frame_payload_of_exactly_frame_max_is_accepted() -> None:
+    # RabbitMQ allows the 8 bytes of framing as slack on top of frame_max.
+    reader = FrameReader(4096)
+    assert reader.feed(make_frame(3, 1, b"x" * 4096)) == [(3, 1, b"x" * 4096)]
+
+
+def test_body_frame_over_frame_max_inside_a_buffered_publish_is_refused() -> None:
+    data = (frame.marshal(commands.Basic.Publish(0, "ex", "rk"), 1)
+            + frame.marshal(header.ContentHeader(0, 5000, commands.Basic.Properties()), 1)
+            + make_frame(3, 1, bytes(5000)))
+    with pytest.raises(errors.ConnectionError) as info:
+        FrameReader(4096).feed(data)
+    assert info.value.code == 501
+
+
+def test_bad_frame_end_byte_is_a_frame_error() -> None:
+    data = bytearray(make_frame(1, 1, b"\x00\x3c\x00\x50" + bytes(9)))
+    data[-1] = 0x00
+    with pytest.raises(errors.ConnectionError) as info:
+        FrameReader(4096).feed(bytes(data))
+    assert info.value.code == 501
+
+
+def test_frame_max_zero_means_no_limit() -> None:
+    assert FrameReader(0).feed(make_frame(3, 1, b"y" * 200_000)) == [(3, 1, b"y" * 200_000)]
+
+
+# -- writing content ---------------------------------------------------------------------------------
+
+
+def body_frames(data: bytes) -> list[tuple[int, int, bytes]]:
+    return FrameReader(0).feed(data)
+
+
+@pytest.mark.parametrize("size", [0, 1, 4088, 4089, 8176, 8177, 20000])
+def test_content_frames_split_bodies_at_frame_max_minus_8(size: int) -> None:
+    hdr = b"\x00\x3c\x00\x00" + size.to_bytes(8, "big") + b"\x00\x00"
+    payload = bytes(i % 251 for i in range(size))
+    frames = body_frames(content_frames(5, hdr, payload, 4096))
+    assert frames[0] == (2, 5, hdr)
+    bodies = frames[1:]
+    assert all(t == 3 and c == 5 for t, c, _ in bodies)
+    assert all(len(p) + 8 <= 4096 for _, _, p in bodies)
+    assert b"".join(p for _, _, p in bodies) == payload
+    assert len(bodies) == -(-size // 4088)  # no empty body frame, none more than needed
+
+
+@given(size=st.integers(0, 3 * 4096), frame_max=st.integers(4096, 9000))
+@settings(max_examples=60, deadline=None)
+def test_content_frames_decode_with_pamqp_to_the_same_body(size: int, frame_max: int) -> None:
+    payload = bytes(size)
+    hdr = frame.marshal(header.ContentHeader(0, size, commands.Basic.Properties(content_type="a/b")), 1)[7:-1]
+    data = content_frames(1, hdr, payload, frame_max)
+    got, rest = b"", data
+    used, _, head = frame.unmarshal(rest)
+    rest = rest[used:]
+    assert head.body_size == size and head.properties.content_type == "a/b"
+    while rest:
+        used, _, piece = frame.unmarshal(rest)
+        assert used <= frame_max
+        got += piece.value
+        rest = rest[used:]
+    assert got == payload

@@ -14,7 +14,9 @@ from pamqp.base import Frame
 
 from amqpd.broker.broker import Broker
 from amqpd.broker.channel import Channel
+from amqpd.broker.message import Message
 from amqpd.config import Settings
+from amqpd.protocol.fastpath import shortstr
 
 Decoded = tuple[int, Any]  # (channel id, pamqp frame object)
 
@@ -170,3 +172,10 @@ class FakeTransport:
 
     def can_write(self) -> bool:
         return self.writable
+
+
+def make_message(exchange: str, routing_key: str, payload: bytes = b"x", **properties: Any) -> Message:
+    """A message as the channel builds it from a client's publish."""
+    hdr = header_payload(len(payload), **properties)
+    route = shortstr(exchange) + shortstr(routing_key)
+    return Message(exchange, routing_key, route, hdr, payload, int.from_bytes(hdr[12:14], "big"))

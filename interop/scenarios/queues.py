@@ -293,6 +293,7 @@ def negative_ttl_406(url: str) -> Any:
 @scenario("queues")
 def unicode_queue_name(url: str) -> Any:
     with pika_session(url) as (s, conn, ch):
+        ch.confirm_delivery()  # counts in *-ok replies are only settled for confirmed publishes
         q = s.queue("очередь-日本-🐇")
         ch.queue_declare(q)
         ch.basic_publish("", q, "héllo wörld ✓".encode())

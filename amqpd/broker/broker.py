@@ -71,12 +71,17 @@ class Broker:
         if msg.timestamp_ms == 0:
             msg.stamp()
         expires = msg.timestamp_ms + msg.ttl_ms if msg.ttl_ms is not None else None
-        record = MessageRecord(msg.exchange, msg.routing_key, msg.header, msg.body, msg.timestamp_ms, expires)
+        record = MessageRecord(msg.exchange, msg.routing_key, msg.header, self.body_of(msg), msg.timestamp_ms, expires)
         msg.store_offset = self.store.append(record, ids, on_durable)
+        msg.pageable = len(ids) == len(queues)
         return on_durable is not None
 
     def body_of(self, msg: Message) -> bytes:
-        return msg.body
+        """The body, read back from the store when the queue paged it out."""
+        if msg.body is not None:
+            return msg.body
+        assert self.store is not None and msg.store_offset is not None
+        return bytes(self.store.read(msg.store_offset).body)
 
     # -- dead-lettering ----------------------------------------------------------------------------------
 

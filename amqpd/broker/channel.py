@@ -228,12 +228,12 @@ class Channel:
         from amqpd.protocol.properties import replace_headers
 
         headers = {k: v for k, v in (msg.headers or {}).items() if k != "BCC"}
-        msg.header = replace_headers(msg.header, len(msg.body), headers)
+        msg.header = replace_headers(msg.header, msg.size, headers)
         msg._headers = headers  # noqa: SLF001 - the message owns this cache, we just re-encoded it
 
     def _send_return(self, msg: Message, code: int, text: str) -> None:
         frames = encode_return(self.id, code, text, msg.route)
-        self.conn.send(frames + content_frames(self.id, msg.header, msg.body, self.conn.frame_max))
+        self.conn.send(frames + content_frames(self.id, msg.header, self.broker.body_of(msg), self.conn.frame_max))
 
     def _confirm(self, seq: int, ok: bool) -> None:
         if not seq:
@@ -293,7 +293,8 @@ class Channel:
             if queue.store_id is not None:
                 queue.hooks.delivered(queue, entry)
         self.conn.send(
-            encode_delivery(self.id, consumer.ctag, tag, entry.redelivered, msg.route, msg.header, msg.body,
+            encode_delivery(self.id, consumer.ctag, tag, entry.redelivered, msg.route, msg.header,
+                            msg.body if msg.body is not None else self.broker.body_of(msg),
                             self.conn.frame_max)
         )
 

@@ -22,7 +22,7 @@ def dead_letter(broker: Broker, queue: Queue, entry: Entry, reason: str, dlx_nam
         return  # RabbitMQ drops the message when the dead-letter exchange does not exist
     msg = entry.msg
     routing_key = queue.arguments.get("x-dead-letter-routing-key") or msg.routing_key
-    dead = _dead_message(msg, queue, reason, dlx_name, routing_key)
+    dead = _dead_message(broker, msg, queue, reason, dlx_name, routing_key)
     deaths: list[dict[str, Any]] = dead.headers.get("x-death", []) if dead.headers else []
     targets = [q for q in vhost.route(vhost.exchanges[dlx_name], dead) if not _cycles(q, deaths)]
     if not targets:
@@ -32,7 +32,7 @@ def dead_letter(broker: Broker, queue: Queue, entry: Entry, reason: str, dlx_nam
         q.push(dead)
 
 
-def _dead_message(msg: Message, queue: Queue, reason: str, dlx: str, routing_key: str) -> Message:
+def _dead_message(broker: Broker, msg: Message, queue: Queue, reason: str, dlx: str, routing_key: str) -> Message:
     props = msg.properties()
     headers = dict(props.headers or {})
     deaths = [dict(d) for d in headers.get("x-death") or [] if isinstance(d, dict)]
@@ -56,9 +56,10 @@ def _dead_message(msg: Message, queue: Queue, reason: str, dlx: str, routing_key
     headers.setdefault("x-first-death-exchange", msg.exchange)
     props.headers = headers
     props.expiration = None  # the message's own TTL does not follow it to the dead-letter queue
-    header = encode_header(len(msg.body), props)
+    body = broker.body_of(msg)
+    header = encode_header(len(body), props)
     flags = struct.unpack_from(">H", header, 12)[0]
-    dead = Message(dlx, routing_key, shortstr(dlx) + shortstr(routing_key), header, msg.body, flags)
+    dead = Message(dlx, routing_key, shortstr(dlx) + shortstr(routing_key), header, body, flags)
     dead.timestamp_ms = msg.timestamp_ms
     return dead
 

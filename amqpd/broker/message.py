@@ -18,7 +18,7 @@ class Message:
 
     __slots__ = (
         "exchange", "routing_key", "route", "header", "body", "flags", "persistent", "priority",
-        "ttl_ms", "timestamp_ms", "store_offset", "_headers",
+        "ttl_ms", "timestamp_ms", "store_offset", "_headers", "size", "pageable",
     )
 
     def __init__(self, exchange: str, routing_key: str, route: bytes, header: bytes, body: bytes, flags: int) -> None:
@@ -26,7 +26,9 @@ class Message:
         self.routing_key = routing_key
         self.route = route
         self.header = header
-        self.body = body
+        self.body: bytes | None = body  # None while paged out to the store (see Queue.push)
+        self.size = len(body)
+        self.pageable = False  # every queue holding it is durable, so the store can always give it back
         self.flags = flags
         self.persistent = False
         self.priority: int | None = None

@@ -90,7 +90,10 @@ class Queue:
 
     FLOW_HIGH = 20_000  # ready messages, with consumers attached, before publishers are paused
     FLOW_LOW = 10_000
-
+    PAGE_WINDOW = 2_000  # persistent messages kept in memory at the head of a durable queue
+    # Smaller bodies stay in memory: a read-back costs more than the bytes it saves (the
+    # per-message bookkeeping is ~600 bytes either way).
+    PAGE_MIN_BODY = 512
     def __repr__(self) -> str:
         return f"<Queue {self.vhost}:{self.name}>"
 
@@ -123,7 +126,9 @@ class Queue:
                 consumer.channel.deliver(consumer, self, entry)
                 return entry
         self.ready.append(entry)
-        self.ready_bytes += len(msg.body)
+        self.ready_bytes += msg.size
+        if msg.pageable and msg.size >= self.PAGE_MIN_BODY and len(self.ready) > self.PAGE_WINDOW:
+            msg.body = None  # deep in a backlog: the store holds it, and it is read back when its turn comes
         if self.limited:
             self._drop_head_over_limit()
         if expires is not None:
@@ -143,7 +148,7 @@ class Queue:
 
     def _popleft(self) -> Entry:
         entry = self.ready.popleft()
-        self.ready_bytes -= len(entry.msg.body)
+        self.ready_bytes -= entry.msg.size
         return entry
 
     # -- consuming -------------------------------------------------------------------------------------
@@ -218,7 +223,7 @@ class Queue:
             return
         for e in back:
             e.redelivered = True
-            self.ready_bytes += len(e.msg.body)
+            self.ready_bytes += e.msg.size
         self.ready.restore(back)
         self.dispatch()
 

@@ -55,4 +55,5 @@ def message_from_record(record: Any, offset: int) -> Message:
     msg.persistent = True
     msg.timestamp_ms = record.timestamp_ms
     msg.store_offset = offset
+    msg.pageable = True
     return msg

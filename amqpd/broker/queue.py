@@ -114,10 +114,11 @@ class Queue:
             return True
         return self.max_length_bytes is not None and self.ready_bytes + extra_bytes > self.max_length_bytes
 
-    def push(self, msg: Message, redelivered: bool = False) -> Entry:
-        """Append a newly routed message, or hand it straight to a consumer that can take it."""
+    def push(self, msg: Message, redelivered: bool = False, enqueued_ms: int | None = None) -> Entry:
+        """Append a newly routed message, or hand it straight to a consumer that can take it.
+        enqueued_ms: when it first entered the queue (recovery), so TTLs keep counting from then."""
         self._seq += 1
-        expires = None if self.message_ttl is None and msg.ttl_ms is None else self._expiry(msg)
+        expires = None if self.message_ttl is None and msg.ttl_ms is None else self._expiry(msg, enqueued_ms)
         entry = Entry(msg, self._seq, expires)
         entry.redelivered = redelivered
         if self.consumers and not self.ready:
@@ -135,11 +136,11 @@ class Queue:
             self._arm_ttl_timer()
         return entry
 
-    def _expiry(self, msg: Message) -> int | None:
+    def _expiry(self, msg: Message, enqueued_ms: int | None) -> int | None:
         ttl = self.message_ttl
         if msg.ttl_ms is not None and (ttl is None or msg.ttl_ms < ttl):
             ttl = msg.ttl_ms
-        return None if ttl is None else now_ms() + ttl
+        return None if ttl is None else (enqueued_ms or now_ms()) + ttl
 
     def _drop_head_over_limit(self) -> None:
         while self.ready and self._over_limit(0, 0):

@@ -32,7 +32,7 @@ def restore(broker: Any, recovered: Any) -> None:
         q.store_id = entry.queue_id
         vhost.queues[entry.name] = q
         for rm in entry.messages:
-            q.push(message_from_record(rm.record, rm.offset), redelivered=rm.redelivered)
+            q.push(message_from_record(rm.record, rm.offset), rm.redelivered, rm.record.timestamp_ms)
             count += 1
     for b in recovered.bindings:
         vhost = broker.vhosts.get(b["vhost"])

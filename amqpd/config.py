@@ -27,6 +27,12 @@ class Settings:
     # Flow control: stop reading a connection while its socket output exceeds this many bytes.
     write_buffer_high: int = 4 * 1024 * 1024
     write_buffer_low: int = 1 * 1024 * 1024
+    # Resource alarms (RabbitMQ's memory and disk alarms): publishers are blocked (connection.blocked)
+    # while the process uses more memory than this (a fraction of RAM when <= 1, else bytes) or the data
+    # dir's disk has less free space than disk_free_limit bytes. Checked every alarm_interval seconds.
+    memory_high_watermark: float = 0.4
+    disk_free_limit: int = 50 * 1024 * 1024
+    alarm_interval: float = 1.0
     # Users: name -> password; vhosts that exist.
     users: dict[str, str] = field(default_factory=lambda: {"guest": "guest"})
     vhosts: list[str] = field(default_factory=lambda: ["/"])

@@ -47,6 +47,7 @@ class Broker:
         self.users = dict(settings.users)
         self.vhosts = {name: VirtualHost(name, self.hooks, store) for name in settings.vhosts}
         self.connections: set[Any] = set()
+        self.alarms: frozenset[str] = frozenset()  # resource alarms in force (server/alarms.py sets them)
 
     def authenticate(self, user: str, password: str) -> bool:
         return user in self.users and self.users[user] == password

@@ -100,6 +100,8 @@ class Session:
         self.sent_since_check = True
         self._header_buf = b""
         self.writable = True  # the transport keeps this current (flow control)
+        self.publishes = False  # has published: blocked while a resource alarm is on
+        self.blocked_by_alarm = False
         self.on_open: Callable[[], None] | None = None
 
     # -- output -------------------------------------------------------------------------------------------
@@ -187,6 +189,8 @@ class Session:
                     if kind != FRAME_BODY or part:
                         self._frame(kind, channel, part)
                 return
+            if not self.publishes:
+                self._first_publish()
             try:
                 ch.on_whole_publish(*payload)
             except errors.ChannelError as exc:
@@ -314,6 +318,8 @@ class Session:
             raise errors.unexpected_frame(f"expected content header for class 60, got a method on channel {channel}")
         try:
             if key == BASIC_PUBLISH:
+                if not self.publishes:
+                    self._first_publish()
                 ch.on_publish(payload)
             elif key == BASIC_ACK:
                 ch.on_ack(payload)
@@ -436,6 +442,28 @@ class Session:
         self.state = CLOSED
 
     # -- flow control and heartbeats ------------------------------------------------------------------------
+
+    def _first_publish(self) -> None:
+        self.publishes = True
+        if self.broker.alarms:
+            self.apply_alarms()
+
+    def apply_alarms(self) -> None:
+        """Block a publishing connection while any resource alarm is on; unblock when all clear."""
+        block = bool(self.broker.alarms) and self.publishes and self.state == OPEN
+        if block == self.blocked_by_alarm:
+            return
+        self.blocked_by_alarm = block
+        caps = self.client_properties.get("capabilities") or {}
+        if block:
+            if caps.get("connection.blocked"):
+                reason = "low on " + " and ".join(sorted(self.broker.alarms))
+                self.send_method(0, commands.Connection.Blocked(reason))
+            self.transport.hold_reading("alarm")
+        else:
+            if caps.get("connection.blocked"):
+                self.send_method(0, commands.Connection.Unblocked())
+            self.transport.release_reading("alarm")
 
     def throttle(self, queue: Any) -> None:
         """A queue we publish to has a backlog its consumers are not keeping up with: stop reading

@@ -13,6 +13,7 @@ import anyio
 
 from amqpd.broker.broker import Broker
 from amqpd.config import Settings
+from amqpd.server.alarms import Alarms
 from amqpd.server.connection import AMQPServerProtocol
 
 log = logging.getLogger("amqpd")
@@ -34,6 +35,7 @@ async def serve(settings: Settings) -> None:
     async with anyio.create_task_group() as tg:
         if store is not None:
             tg.start_soon(store.run)
+        tg.start_soon(Alarms(broker, settings).run)
         print(f"amqpd listening on {sock[0]}:{sock[1]}", flush=True)
         log.info("accepting AMQP 0-9-1 connections on %s:%s", sock[0], sock[1])
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:

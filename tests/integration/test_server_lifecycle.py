@@ -68,3 +68,29 @@ def test_refused_login_does_not_disturb_other_clients(amqpd_url: str) -> None:
     ch.basic_publish("", q, b"still here")
     assert ch.basic_get(q, auto_ack=True)[2] == b"still here"
     good.close()
+
+
+@pytest.mark.amqpd_only
+@pytest.mark.parametrize(
+    "env",
+    [{"AMQPD_MEMORY_HIGH_WATERMARK": "100"}, {"AMQPD_DISK_FREE_LIMIT": str(2**62)}],
+    ids=["memory", "disk"],
+)
+def test_resource_alarm_blocks_publishers_but_not_consumers(env: dict[str, str]) -> None:
+    with BrokerProcess(env={**env, "AMQPD_ALARM_INTERVAL": "0.1"}) as broker:
+        publisher = pika.BlockingConnection(pika.URLParameters(broker.url))
+        blocked: list[str] = []
+        publisher.add_on_connection_blocked_callback(lambda _conn, frame: blocked.append(frame.method.reason))
+        pch = publisher.channel()
+        q = pch.queue_declare("alarm-q").method.queue
+        pch.basic_publish("", q, b"first")
+        deadline = time.monotonic() + 10
+        while not blocked and time.monotonic() < deadline:
+            publisher.process_data_events(time_limit=0.2)
+        assert blocked and blocked[0].startswith("low on")
+        # A connection that does not publish is not blocked: it still declares, gets and consumes.
+        consumer = pika.BlockingConnection(pika.URLParameters(broker.url))
+        cch = consumer.channel()
+        assert cch.queue_declare(q, passive=True).method.queue == q
+        cch.basic_get(q, auto_ack=True)  # answered (get-ok or get-empty) instead of hanging
+        consumer.close()

@@ -1,0 +1,76 @@
+"""Memory and disk alarms, as RabbitMQ raises them: while one is on, connections that publish are
+blocked (connection.blocked to clients that asked for it, and their socket is not read), so queues
+drain through their consumers instead of the broker running out of memory or disk."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from amqpd.broker.broker import Broker
+    from amqpd.config import Settings
+
+log = logging.getLogger("amqpd.alarms")
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def process_rss() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except OSError:
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def total_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 8 * 1024**3
+
+
+def memory_limit(settings: Settings) -> int:
+    w = settings.memory_high_watermark
+    return int(w * total_memory()) if w <= 1 else int(w)
+
+
+class Alarms:
+    def __init__(self, broker: Broker, settings: Settings) -> None:
+        self.broker = broker
+        self.settings = settings
+        self.memory_limit = memory_limit(settings)
+        self.active: set[str] = set()
+
+    def check(self) -> None:
+        self._set("memory", process_rss() > self.memory_limit)
+        data_dir = self.settings.data_dir
+        if data_dir and os.path.isdir(data_dir):
+            self._set("disk", shutil.disk_usage(data_dir).free < self.settings.disk_free_limit)
+        self.broker.alarms = frozenset(self.active)
+        if self.active:
+            for session in list(self.broker.connections):
+                session.apply_alarms()
+
+    def _set(self, name: str, on: bool) -> None:
+        if on and name not in self.active:
+            log.warning("%s alarm set: blocking publishers", name)
+            self.active.add(name)
+        elif not on and name in self.active:
+            log.warning("%s alarm cleared", name)
+            self.active.discard(name)
+            if not self.active:
+                self.broker.alarms = frozenset()
+                for session in list(self.broker.connections):
+                    session.apply_alarms()
+
+    async def run(self) -> None:
+        while True:
+            self.check()
+            await asyncio.sleep(self.settings.alarm_interval)

@@ -146,6 +146,6 @@ def celery_countdown_and_eta(url: str) -> Any:
 
 @scenario("celery", timeout=90,
           needs="needs quorum queues (x-queue-type), x-overflow reject-publish, dead-lettering and "
-                "exchange-to-exchange bindings for Celery native delayed delivery, issue #N")
+                "exchange-to-exchange bindings for Celery native delayed delivery, issue #TBD")
 def celery_native_delayed_delivery_quorum(url: str) -> Any:
     return _run(url, "quorum", _countdown_eta)

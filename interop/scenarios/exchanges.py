@@ -133,6 +133,25 @@ def redeclare_amq_direct_same_type_ok(url: str) -> Any:
 
 
 @scenario("exchanges")
+def redeclare_amq_topic_durable_ok(url: str) -> Any:
+    """Apps (MQTT bridges, STOMP users) redeclare amq.topic with its own flags: RabbitMQ says ok."""
+    with pika_session(url) as (s, conn, ch):
+        return pt.expect_close(lambda: ch.exchange_declare("amq.topic", "topic", durable=True))
+
+
+@scenario("exchanges")
+def redeclare_amq_direct_other_type(url: str) -> Any:
+    with pika_session(url) as (s, conn, ch):
+        return pt.expect_close(lambda: ch.exchange_declare("amq.direct", "fanout", durable=True))
+
+
+@scenario("exchanges")
+def redeclare_amq_direct_not_durable(url: str) -> Any:
+    with pika_session(url) as (s, conn, ch):
+        return pt.expect_close(lambda: ch.exchange_declare("amq.direct", "direct", durable=False))
+
+
+@scenario("exchanges")
 def internal_exchange_publish_403(url: str) -> Any:
     with pika_session(url) as (s, conn, ch):
         x = s.exchange("internal")

@@ -498,7 +498,7 @@ class Channel:
         q.add_consumer(consumer)
 
     def basic_cancel(self, m: commands.Basic.Cancel) -> None:
-        consumer = self.consumers.pop(m.consumer_tag, None)
+        consumer = self.consumers.pop(m.consumer_tag or "", None)
         if not m.nowait:
             self.reply(build(commands.Basic.CancelOk, m.consumer_tag))
         if consumer is not None:

@@ -46,13 +46,8 @@ CAPABILITIES = (
     "direct_reply_to",
 )
 
-# Handshake states and the one method each accepts on channel 0.
+# Handshake states; _HANDSHAKE (after the class) names the one method each accepts on channel 0.
 AWAIT_HEADER, AWAIT_START_OK, AWAIT_TUNE_OK, AWAIT_OPEN, OPEN, CLOSING, CLOSED = range(7)
-_EXPECTED = {
-    AWAIT_START_OK: commands.Connection.StartOk,
-    AWAIT_TUNE_OK: commands.Connection.TuneOk,
-    AWAIT_OPEN: commands.Connection.Open,
-}
 
 
 class Transport(Protocol):
@@ -216,15 +211,14 @@ class Session:
 
     def _connection_method(self, payload: bytes) -> None:
         method = decode_method(payload)
-        expected = _EXPECTED.get(self.state)
-        if expected is not None:
+        step = _HANDSHAKE.get(self.state)
+        if step is not None:
+            expected, handler = step
             if not isinstance(method, expected):
                 raise errors.ConnectionError(
-                    errors.COMMAND_INVALID, f"expected {expected.name}, got {method.name}", *_ids(method)
+                    errors.COMMAND_INVALID, f"expected {expected.__name__}, got {method.name}", *_ids(method)
                 )
-            {AWAIT_START_OK: self._start_ok, AWAIT_TUNE_OK: self._tune_ok, AWAIT_OPEN: self._open}[self.state](
-                method
-            )
+            handler(self, method)
             return
         if isinstance(method, commands.Connection.Close):
             self.send_method(0, commands.Connection.CloseOk())
@@ -239,7 +233,7 @@ class Session:
 
     def _start_ok(self, m: commands.Connection.StartOk) -> None:
         self.client_properties = m.client_properties or {}
-        caps = self.client_properties.get("capabilities") or {}
+        caps = self.capabilities
         self.consumer_cancel_notify = bool(caps.get("consumer_cancel_notify"))
         self.auth_failure_close = bool(caps.get("authentication_failure_close"))
         user, password = self._credentials(m.mechanism, m.response)
@@ -257,6 +251,11 @@ class Session:
         self.state = AWAIT_TUNE_OK
         s = self.settings
         self.send_method(0, commands.Connection.Tune(s.channel_max, s.frame_max, s.heartbeat))
+
+    @property
+    def capabilities(self) -> dict[str, Any]:
+        caps = self.client_properties.get("capabilities")
+        return caps if isinstance(caps, dict) else {}
 
     def _credentials(self, mechanism: str, response: str | bytes) -> tuple[str, str]:
         raw = response.encode("latin-1") if isinstance(response, str) else bytes(response)
@@ -454,7 +453,7 @@ class Session:
         if block == self.blocked_by_alarm:
             return
         self.blocked_by_alarm = block
-        caps = self.client_properties.get("capabilities") or {}
+        caps = self.capabilities
         if block:
             if caps.get("connection.blocked"):
                 reason = "low on " + " and ".join(sorted(self.broker.alarms))
@@ -487,6 +486,13 @@ class Session:
             self.send(HEARTBEAT_FRAME)
         self.sent_since_check = False
         return True
+
+
+_HANDSHAKE: dict[int, tuple[type, Callable[[Session, Any], None]]] = {
+    AWAIT_START_OK: (commands.Connection.StartOk, Session._start_ok),
+    AWAIT_TUNE_OK: (commands.Connection.TuneOk, Session._tune_ok),
+    AWAIT_OPEN: (commands.Connection.Open, Session._open),
+}
 
 
 def _ids(method: Any) -> tuple[int, int]:

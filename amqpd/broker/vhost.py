@@ -296,7 +296,7 @@ class VirtualHost:
                 matched = True
                 if isinstance(dest, Queue):
                     found[dest] = None
-                else:
+                elif isinstance(dest, Exchange):
                     self._visit(dest, keys, headers, found, seen)
         alternate = ex.arguments.get("alternate-exchange")
         if not matched and isinstance(alternate, str):

@@ -41,7 +41,7 @@ def decode_method(payload: bytes, max_depth: int = MAX_TABLE_DEPTH) -> base.Fram
         method.unmarshal(payload[4:])
     except (struct.error, ValueError, TypeError, IndexError, UnicodeDecodeError, RecursionError, KeyError) as exc:
         raise errors.ConnectionError(
-            errors.SYNTAX_ERROR, f"cannot decode {cls.name}: {exc}", class_id, method_id
+            errors.SYNTAX_ERROR, f"cannot decode {method.name}: {exc}", class_id, method_id
         ) from None
     for name in method.__slots__:
         value = getattr(method, name, None)
@@ -58,8 +58,8 @@ def nesting_depth(value: object) -> int:
     while stack:
         item, depth = stack.pop()
         deepest = max(deepest, depth)
-        children = item.values() if isinstance(item, dict) else item
-        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))  # type: ignore[union-attr]
+        children = list(item.values()) if isinstance(item, dict) else item if isinstance(item, list) else []
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
     return deepest
 
 

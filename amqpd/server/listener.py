@@ -21,12 +21,12 @@ log = logging.getLogger("amqpd")
 
 async def serve(settings: Settings) -> None:
     loop = asyncio.get_running_loop()
-    store = await _open_store(settings)
+    store, recovered = await _open_store(settings)
     broker = Broker(settings, store=store, scheduler=loop.call_later)
     if store is not None:
         from amqpd.broker.recovery import restore
 
-        restore(broker, store.recovered)
+        restore(broker, recovered)
     registry: set[AMQPServerProtocol] = set()
     server = await loop.create_server(
         lambda: AMQPServerProtocol(broker, registry), settings.host, settings.port, reuse_address=True, backlog=1024
@@ -57,17 +57,14 @@ async def _wait_closed(registry: set[Any], timeout: float = 5.0) -> None:
             await anyio.sleep(0.02)
 
 
-async def _open_store(settings: Settings) -> Any:
+async def _open_store(settings: Settings) -> tuple[Any, Any]:
+    """The store and what it recovered; (None, None) for a broker that keeps nothing on disk."""
     if not settings.data_dir:
-        return None
-    try:
-        from store import MessageStore
-    except ImportError:
-        log.warning("the store package is missing: durable queues live in memory only")
-        return None
+        return None, None
+    from store import MessageStore
+
     store = MessageStore(settings.data_dir, segment_size=settings.segment_size, fsync=settings.fsync)
-    store.recovered = await store.open()
-    return store
+    return store, await store.open()
 
 
 def run(settings: Settings) -> None:

@@ -398,6 +398,17 @@ def test_mandatory_unroutable_message_is_returned_before_its_confirm(client: Cli
     assert isinstance(frames[-1], commands.Basic.Ack) and frames[-1].delivery_tag == 1
 
 
+def test_mandatory_message_caught_by_an_alternate_exchange_is_not_returned(client: ClientChannel) -> None:
+    client.call(commands.Exchange.Declare(exchange="ae", exchange_type="fanout"))
+    client.declare_queue("caught")
+    client.call(commands.Queue.Bind(queue="caught", exchange="ae"))
+    client.call(commands.Exchange.Declare(exchange="x", exchange_type="direct",
+                                          arguments={"alternate-exchange": "ae"}))
+    client.publish("x", "nobody", b"m", mandatory=True)
+    assert client.conn.take_frames() == []
+    assert queue_of(client, "caught").message_count == 1
+
+
 def test_mandatory_routable_message_is_not_returned(client: ClientChannel) -> None:
     client.declare_queue("q")
     client.publish("", "q", b"m", mandatory=True)
@@ -511,6 +522,27 @@ def test_closing_the_channel_drops_uncommitted_tx_work(broker: Broker) -> None:
     q = queue_of(client, "q")
     assert (q.message_count, q.unacked) == (1, 0)
     assert get(ClientChannel(broker, channel_id=2), "q")[0].redelivered  # type: ignore[index]
+
+
+def test_closing_the_channel_deletes_an_auto_delete_queue_it_consumed(broker: Broker) -> None:
+    client = ClientChannel(broker)
+    client.declare_queue("temp", auto_delete=True)
+    client.consume("temp", "c")
+    client.ch.shutdown()
+    assert "temp" not in broker.vhosts["/"].queues
+
+
+def test_exclusive_queue_is_405_for_another_connection(broker: Broker) -> None:
+    owner = ClientChannel(broker)
+    owner.declare_queue("mine", exclusive=True)
+    other = ClientChannel(broker)
+    for method in (commands.Basic.Consume(queue="mine"), commands.Basic.Get(queue="mine"),
+                   commands.Queue.Bind(queue="mine", exchange="amq.direct", routing_key="k"),
+                   commands.Queue.Purge(queue="mine"), commands.Queue.Delete(queue="mine")):
+        exc = error_of(other.call, method)
+        assert (exc.code, exc.connection_level) == (405, False), method
+    other.publish("", "mine", b"publishing to it is allowed")
+    assert queue_of(owner, "mine").message_count == 1
 
 
 def test_deleting_the_queue_cancels_its_consumers_for_clients_that_asked(broker: Broker) -> None:

@@ -425,3 +425,33 @@ def test_purge_empties_the_queue_and_returns_what_was_ready() -> None:
     assert q.message_count == 0
     ch.settle(q, c)
     assert ch.bodies() == [b"1"]
+
+
+@pytest.mark.xfail(strict=True, reason="bug: requeue does not apply x-max-length; RabbitMQ drops from the head "
+                   "after a requeue (requeue_and_run -> maybe_drop_head), so the queue never exceeds its limit")
+def test_requeue_into_a_full_queue_drops_from_the_head() -> None:
+    hooks = RecordingHooks()
+    q = Queue("/", "q", arguments={"x-max-length": 2}, hooks=hooks)
+    q.push(msg(b"1"))
+    q.push(msg(b"2"))
+    one = q.get()
+    assert one is not None
+    q.push(msg(b"3"))
+    q.requeue([one])
+    assert q.message_count == 2
+    assert drain(q) == [b"2", b"3"]
+    assert hooks.dropped_entries == [(b"1", "maxlen")]
+
+
+@pytest.mark.xfail(strict=True, reason="bug: x-single-active-consumer is accepted but ignored; messages are "
+                   "shared round-robin instead of all going to the first consumer")
+def test_single_active_consumer_gets_every_message_until_it_leaves() -> None:
+    q, ch = Queue("/", "q", arguments={"x-single-active-consumer": True}), RecordingChannel()
+    first = consumer(q, ch, "first")
+    consumer(q, ch, "second")
+    for i in range(3):
+        q.push(msg(str(i).encode()))
+    assert ch.tags() == ["first"] * 3
+    q.remove_consumer(first)
+    q.push(msg(b"3"))
+    assert ch.tags()[-1] == "second"

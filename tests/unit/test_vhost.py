@@ -379,3 +379,19 @@ def test_headers_exchange_routes_on_message_headers(vh: VirtualHost) -> None:
     assert route(vh, "h", "", headers={"format": "pdf"}) == ["pdf"]
     assert route(vh, "h", "", headers={"format": "zip"}) == []
     assert route(vh, "h", "") == []
+
+
+@pytest.mark.xfail(strict=True, reason="bug: x-expires is accepted but never acted on; RabbitMQ deletes a queue "
+                   "that has had no consumers and no basic.get for x-expires milliseconds")
+def test_unused_queue_is_deleted_after_x_expires() -> None:
+    from amqpd.broker.broker import Broker
+    from amqpd.config import Settings
+
+    timers: list[tuple[float, Any]] = []
+    broker = Broker(Settings(), scheduler=lambda delay, callback: timers.append((delay, callback)))
+    vh = broker.vhosts["/"]
+    declare_queue(vh, "temp", arguments={"x-expires": 1000})
+    assert timers and all(delay <= 1.05 for delay, _ in timers)  # a timer within x-expires
+    for _, callback in list(timers):
+        callback()
+    assert "temp" not in vh.queues

@@ -212,3 +212,30 @@ def many_channels_pika(url: str) -> Any:
         return {"opened": len(chans), "numbers": nums == list(range(1, 51))}
     finally:
         conn.close()
+
+
+@scenario("handshake", timeout=40)
+def handshake_not_finished_closed(url: str) -> Any:
+    """Protocol header then silence: RabbitMQ closes after its 10 s handshake timeout."""
+    with RawConnection(url, timeout=30) as c:
+        from pamqp import header as H
+
+        c.send_raw(H.ProtocolHeader().marshal())
+        t0 = time.monotonic()
+        start = c.recv_method()
+        while True:
+            r = c.recv(30)
+            if isinstance(r, str) or r[1].name == "Connection.Close":
+                break
+        took = time.monotonic() - t0
+        return {"start": getattr(start[1], "name", None) if isinstance(start, tuple) else start,
+                "end": r if isinstance(r, str) else close_of(r), "closed_between_5_and_20s": 5 <= took <= 20}
+
+
+@scenario("handshake")
+def amqp_0_8_header(url: str) -> Any:
+    """RabbitMQ still speaks 0-8 to an old header: it answers with a frame, not a header."""
+    with RawConnection(url) as c:
+        c.send_raw(b"AMQP\x01\x01\x08\x00")
+        data = c.recv_bytes(2)
+        return {"answer_starts_hex": data[:1].hex(), "is_protocol_header": data.startswith(b"AMQP")}

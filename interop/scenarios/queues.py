@@ -331,3 +331,107 @@ def durable_queue_declare_durable_exchange_bind(url: str) -> Any:
 
         ch.basic_publish(x, "k", b"p", pika.BasicProperties(delivery_mode=2))
         return pt.get_all(ch, q, with_props=True)
+
+
+# --- more queue arguments clients use ---------------------------------------------------------------
+
+@scenario("queues")
+def max_priority_orders_by_priority(url: str) -> Any:
+    import pika
+
+    with pika_session(url) as (s, conn, ch):
+        q = s.queue("q")
+        ch.queue_declare(q, arguments={"x-max-priority": 5})
+        for i, prio in enumerate([0, 3, 9, 1, 5, 3]):
+            ch.basic_publish("", q, b"%d-p%d" % (i, prio), pika.BasicProperties(priority=prio))
+        return pt.bodies(ch, q)
+
+
+@scenario("queues")
+def max_length_bytes_drops_head(url: str) -> Any:
+    with pika_session(url) as (s, conn, ch):
+        q = s.queue("q")
+        ch.queue_declare(q, arguments={"x-max-length-bytes": 10})
+        for i in range(4):
+            ch.basic_publish("", q, b"%04d" % i)
+        return pt.bodies(ch, q)
+
+
+@scenario("queues")
+def queue_expires_when_unused(url: str) -> Any:
+    with pika_session(url) as (s, conn, ch):
+        q = s.queue("q")
+        ch.queue_declare(q, arguments={"x-expires": 100})
+        pt.pump(conn, 0.6)
+        return pt.expect_close(lambda: ch.queue_declare(q, passive=True))
+
+
+@scenario("queues")
+def ttl_expiry_dead_letters_with_routing_key(url: str) -> Any:
+    with pika_session(url) as (s, conn, ch):
+        q, dlx, dlq = s.queue("q"), s.exchange("dlx"), s.queue("dlq")
+        ch.exchange_declare(dlx, "direct")
+        ch.queue_declare(dlq)
+        ch.queue_bind(dlq, dlx, "expired")
+        ch.queue_declare(q, arguments={"x-message-ttl": 50, "x-dead-letter-exchange": dlx,
+                                       "x-dead-letter-routing-key": "expired"})
+        ch.basic_publish("", q, b"will-expire")
+        pt.pump(conn, 0.4)
+        got = pt.get_all(ch, dlq, with_props=True)
+        for g in got:
+            for d in g["props"].get("headers", {}).get("x-death", []):
+                d.pop("time", None)
+        return got
+
+
+@scenario("queues")
+def max_length_dead_letters_overflow(url: str) -> Any:
+    with pika_session(url) as (s, conn, ch):
+        q, dlq = s.queue("q"), s.queue("dlq")
+        ch.queue_declare(dlq)
+        ch.queue_declare(q, arguments={"x-max-length": 1, "x-dead-letter-exchange": "",
+                                       "x-dead-letter-routing-key": dlq})
+        for i in range(3):
+            ch.basic_publish("", q, b"%d" % i)
+        pt.pump(conn, 0.2)
+        return {"q": pt.bodies(ch, q), "dlq": pt.bodies(ch, dlq)}
+
+
+@scenario("queues")
+def single_active_consumer(url: str) -> Any:
+    with pika_session(url) as (s, conn, ch):
+        q = s.queue("q")
+        ch.queue_declare(q, arguments={"x-single-active-consumer": True})
+        a: list[str] = []
+        b: list[str] = []
+        ta = ch.basic_consume(q, lambda c, m, p, body: a.append(body.decode()), auto_ack=True)
+        ch.basic_consume(q, lambda c, m, p, body: b.append(body.decode()), auto_ack=True)
+        for i in range(3):
+            ch.basic_publish("", q, b"s%d" % i)
+        pt.pump(conn, 0.3)
+        ch.basic_cancel(ta)
+        ch.basic_publish("", q, b"after-cancel")
+        pt.pump(conn, 0.3)
+        return {"first": a, "second": b}
+
+
+@scenario("queues")
+def queue_mode_lazy_accepted(url: str) -> Any:
+    with pika_session(url) as (s, conn, ch):
+        q = s.queue("q")
+        r = pt.expect_close(lambda: ch.queue_declare(q, arguments={"x-queue-mode": "lazy"}))
+        return r
+
+
+@scenario("queues")
+def unknown_x_argument_ignored(url: str) -> Any:
+    with pika_session(url) as (s, conn, ch):
+        q = s.queue("q")
+        return pt.expect_close(lambda: ch.queue_declare(q, arguments={"x-interop-unknown": 1, "plain": "v"}))
+
+
+@scenario("queues")
+def classic_queue_type_explicit(url: str) -> Any:
+    with pika_session(url) as (s, conn, ch):
+        q = s.queue("q")
+        return pt.expect_close(lambda: ch.queue_declare(q, arguments={"x-queue-type": "classic"}))

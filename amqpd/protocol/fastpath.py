@@ -111,7 +111,8 @@ def encode_ack(channel: int, delivery_tag: int, multiple: bool) -> bytes:
 
 
 def encode_nack(channel: int, delivery_tag: int, multiple: bool) -> bytes:
-    bits = 1 if multiple else 0
+    # requeue is set, as in RabbitMQ's nacks (the method's default; publishers ignore it).
+    bits = 3 if multiple else 2
     return _frame_head.pack(1, channel, 13) + _NACK_PREFIX + _tag_bits.pack(delivery_tag, bits) + b"\xce"
 
 

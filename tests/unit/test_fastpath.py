@@ -69,11 +69,10 @@ def test_confirm_ack_frame_is_what_pamqp_writes(ch: int, tag: int, multiple: boo
     assert encode_ack(ch, tag, multiple) == frame.marshal(commands.Basic.Ack(tag, multiple), ch)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: publisher nacks are sent with requeue=false; RabbitMQ 3.10 sends the "
-                   "basic.nack record default requeue=true (bits 0x02 / 0x03)")
 @FEW
 @given(CHANNEL, TAG, st.booleans())
 def test_confirm_nack_frame_is_what_rabbitmq_writes(ch: int, tag: int, multiple: bool) -> None:
+    # RabbitMQ sends the basic.nack record's default, requeue=true (bits 0x02 / 0x03).
     assert encode_nack(ch, tag, multiple) == frame.marshal(commands.Basic.Nack(tag, multiple, True), ch)
 
 

@@ -403,3 +403,46 @@ def test_decode_method_agrees_with_pamqp_unmarshal(method: object) -> None:
     assert type(ours) is type(expected)
     for name in expected.__slots__:
         assert getattr(ours, name) == getattr(expected, name), name
+
+
+@given(any_names, any_names, st.booleans(), st.booleans())
+def test_parse_publish_route_returns_the_route_bytes_deliver_reuses(
+    exchange: str, key: str, mandatory: bool, immediate: bool
+) -> None:
+    bits = (1 if mandatory else 0) | (2 if immediate else 0)
+    payload = struct.pack(">HHH", 60, 40, 0) + _route(exchange, key) + bytes((bits,))
+    assert fastpath.parse_publish_route(payload) == (exchange, key, _route(exchange, key), bits)
+
+
+@given(
+    channels,
+    pamqp_names,
+    delivery_tags,
+    st.booleans(),
+    pamqp_names,
+    pamqp_names,
+    basic_properties,
+    st.integers(4096, 9000),
+    st.binary(max_size=20000),
+)
+def test_encode_delivery_matches_pamqp_deliver_header_and_body_frames(
+    channel: int,
+    ctag: str,
+    tag: int,
+    redelivered: bool,
+    exchange: str,
+    key: str,
+    props: commands.Basic.Properties,
+    frame_max: int,
+    payload: bytes,
+) -> None:
+    header_payload = header.ContentHeader(0, len(payload), props).marshal()
+    expected = pamqp.frame.marshal(commands.Basic.Deliver(ctag, tag, redelivered, exchange, key), channel)
+    expected += pamqp.frame.marshal(header.ContentHeader(0, len(payload), props), channel)
+    step = frame_max - 8
+    for start in range(0, len(payload), step):
+        expected += pamqp.frame.marshal(body.ContentBody(payload[start : start + step]), channel)
+    ours = fastpath.encode_delivery(
+        channel, fastpath.shortstr(ctag), tag, redelivered, _route(exchange, key), header_payload, payload, frame_max
+    )
+    assert ours == expected

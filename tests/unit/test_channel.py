@@ -341,6 +341,17 @@ def test_immediate_publish_is_not_implemented(client: ClientChannel) -> None:
     assert (exc.code, exc.connection_level) == (540, True)
 
 
+@pytest.mark.xfail(strict=True, reason="bug: a content header for another class (50) is 501 FRAME_ERROR; RabbitMQ's "
+                   "command assembler answers 505 UNEXPECTED_FRAME 'expected content header for class 60, got one "
+                   "for class 50 instead'")
+def test_content_header_for_another_class_is_505(client: ClientChannel) -> None:
+    from fakes import method_payload
+
+    client.ch.on_publish(method_payload(commands.Basic.Publish(0, "", "q")))
+    exc = error_of(client.ch.on_header, b"\x00\x32\x00\x00" + bytes(8) + b"\x00\x00")
+    assert (exc.code, exc.connection_level) == (505, True)
+
+
 def test_message_over_the_size_limit_is_406(broker: Broker) -> None:
     broker.settings.max_message_size = 100
     client = ClientChannel(broker)

@@ -341,9 +341,6 @@ def test_immediate_publish_is_not_implemented(client: ClientChannel) -> None:
     assert (exc.code, exc.connection_level) == (540, True)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: a content header for another class (50) is 501 FRAME_ERROR; RabbitMQ's "
-                   "command assembler answers 505 UNEXPECTED_FRAME 'expected content header for class 60, got one "
-                   "for class 50 instead'")
 def test_content_header_for_another_class_is_505(client: ClientChannel) -> None:
     from fakes import method_payload
 

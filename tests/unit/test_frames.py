@@ -66,6 +66,18 @@ def test_any_chunking_of_a_stream_yields_the_same_frames(frames: list[Frame], cu
     assert reader.buffered == 0
 
 
+def stream_error(reader: FrameReader, data: bytes) -> tuple[errors.AMQPError, list]:
+    """The error a broken stream causes, and the frames read before it. The reader either raises or, so
+    that frames before the bad one still count, reports it in `reader.error` after returning them."""
+    try:
+        frames = reader.feed(data)
+    except errors.AMQPError as exc:
+        return exc, []
+    error = getattr(reader, "error", None)
+    assert error is not None, "the broken stream was not reported"
+    return error, frames
+
+
 def test_one_byte_at_a_time_yields_frames_only_when_complete() -> None:
     data = frame.marshal(commands.Basic.Ack(7), 3)
     reader = FrameReader(4096)
@@ -91,10 +103,8 @@ def test_partial_frame_stays_buffered() -> None:
 
 
 def test_frame_larger_than_frame_max_is_refused_from_its_header_alone() -> None:
-    reader = FrameReader(4096)
-    with pytest.raises(errors.ConnectionError) as info:
-        reader.feed(b"\x03\x00\x01" + (4097).to_bytes(4, "big"))  # only the 7-byte header has arrived
-    assert info.value.code == errors.FRAME_ERROR == 501
+    exc, _ = stream_error(FrameReader(4096), b"\x03\x00\x01" + (4097).to_bytes(4, "big"))  # header only
+    assert (exc.code, exc.connection_level) == (errors.FRAME_ERROR, True)
 
 
 def test_frame_payload_of_exactly_frame_max_is_accepted() -> None:
@@ -107,17 +117,20 @@ def test_body_frame_over_frame_max_inside_a_buffered_publish_is_refused() -> Non
     data = (frame.marshal(commands.Basic.Publish(0, "ex", "rk"), 1)
             + frame.marshal(header.ContentHeader(0, 5000, commands.Basic.Properties()), 1)
             + make_frame(3, 1, bytes(5000)))
-    with pytest.raises(errors.ConnectionError) as info:
-        FrameReader(4096).feed(data)
-    assert info.value.code == 501
+    assert stream_error(FrameReader(4096), data)[0].code == 501
 
 
 def test_bad_frame_end_byte_is_a_frame_error() -> None:
     data = bytearray(make_frame(1, 1, b"\x00\x3c\x00\x50" + bytes(9)))
     data[-1] = 0x00
-    with pytest.raises(errors.ConnectionError) as info:
-        FrameReader(4096).feed(bytes(data))
-    assert info.value.code == 501
+    assert stream_error(FrameReader(4096), bytes(data))[0].code == 501
+
+
+def test_frames_before_a_broken_one_are_still_returned() -> None:
+    good = make_frame(1, 1, b"\x00\x3c\x00\x50" + bytes(9))
+    error, frames = stream_error(FrameReader(4096), good + b"\x03\x00\x01" + (5000).to_bytes(4, "big"))
+    assert error.code == 501
+    assert frames == [(1, 1, good[7:-1])]
 
 
 def test_frame_max_zero_means_no_limit() -> None:

@@ -146,8 +146,6 @@ def test_consumers_of_equal_priority_share_round_robin() -> None:
     assert ch.tags() == ["a", "b", "a", "b"]
 
 
-@pytest.mark.xfail(strict=True, reason="bug: with the top priority level full, round-robin can skip the middle "
-                   "level and hand a message to a lower-priority consumer that the next-highest should get")
 def test_middle_priority_consumer_goes_before_the_lowest_when_the_top_is_full() -> None:
     q, ch = Queue("/", "q"), RecordingChannel()
     consumer(q, ch, "top", priority=10, prefetch=1)
@@ -427,8 +425,6 @@ def test_purge_empties_the_queue_and_returns_what_was_ready() -> None:
     assert ch.bodies() == [b"1"]
 
 
-@pytest.mark.xfail(strict=True, reason="bug: requeue does not apply x-max-length; RabbitMQ drops from the head "
-                   "after a requeue (requeue_and_run -> maybe_drop_head), so the queue never exceeds its limit")
 def test_requeue_into_a_full_queue_drops_from_the_head() -> None:
     hooks = RecordingHooks()
     q = Queue("/", "q", arguments={"x-max-length": 2}, hooks=hooks)
@@ -443,8 +439,6 @@ def test_requeue_into_a_full_queue_drops_from_the_head() -> None:
     assert hooks.dropped_entries == [(b"1", "maxlen")]
 
 
-@pytest.mark.xfail(strict=True, reason="bug: x-single-active-consumer is accepted but ignored; messages are "
-                   "shared round-robin instead of all going to the first consumer")
 def test_single_active_consumer_gets_every_message_until_it_leaves() -> None:
     q, ch = Queue("/", "q", arguments={"x-single-active-consumer": True}), RecordingChannel()
     first = consumer(q, ch, "first")

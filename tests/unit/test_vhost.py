@@ -381,8 +381,6 @@ def test_headers_exchange_routes_on_message_headers(vh: VirtualHost) -> None:
     assert route(vh, "h", "") == []
 
 
-@pytest.mark.xfail(strict=True, reason="bug: x-expires is accepted but never acted on; RabbitMQ deletes a queue "
-                   "that has had no consumers and no basic.get for x-expires milliseconds")
 def test_unused_queue_is_deleted_after_x_expires() -> None:
     from amqpd.broker.broker import Broker
     from amqpd.config import Settings

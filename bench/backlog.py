@@ -40,7 +40,7 @@ def run_backlog(target: Target, opts: Options, queue: str, depth: Callable[[], i
         "drain msg/s": drain.consumed / drain.seconds,
         "queued msgs": float(queued),
         "peak RSS MB": max(fill_peak, drain_peak) / 1e6,
-        "RSS bytes/queued msg": (fill_peak - baseline) / per,
+        "RSS bytes/queued msg": (max(fill_peak, drain_peak) - baseline) / per,
         "broker CPU us/msg": (fill.broker_cpu + drain.broker_cpu) * 1e6 / per,
         "generator CPU us/msg": (fill.worker_cpu + drain.worker_cpu) * 1e6 / per,
         "broker CPU us/msg publish": fill.broker_cpu * 1e6 / per,

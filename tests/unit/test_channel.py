@@ -111,6 +111,18 @@ def test_consuming_from_a_missing_queue_is_404(client: ClientChannel) -> None:
     assert (exc.code, exc.class_id, exc.method_id, exc.connection_level) == (404, 60, 20, False)
 
 
+@pytest.mark.parametrize("method", [
+    commands.Queue.Bind(queue="missing", exchange="amq.direct", routing_key="k"),
+    commands.Queue.Bind(queue="q", exchange="missing", routing_key="k"),
+    commands.Exchange.Bind(destination="missing", source="amq.direct", routing_key="k"),
+    commands.Exchange.Bind(destination="amq.fanout", source="missing", routing_key="k"),
+])
+def test_binding_something_missing_is_404(client: ClientChannel, method: Any) -> None:
+    client.declare_queue("q")
+    exc = error_of(client.call, method)
+    assert (exc.code, exc.connection_level) == (404, False)
+
+
 def test_empty_queue_name_means_the_last_declared_queue(client: ClientChannel) -> None:
     name = client.declare_queue("")
     client.publish("", name, b"m")

@@ -304,6 +304,27 @@ def test_publish_reaches_a_consumer_whether_bytes_arrive_together_or_split(clien
     assert [(d.delivery_tag, b) for d, b in got] == [(1, b"one"), (2, b"two"), (3, b"three")]
 
 
+def test_content_of_different_channels_may_interleave(client: Client) -> None:
+    client.open_channel(1)
+    client.open_channel(2)
+    client.method(1, commands.Queue.Declare(queue="q"))
+    client.method(1, commands.Basic.Consume(queue="q", consumer_tag="c", no_ack=True))
+    one = publish_frames(1, "", "q", b"from-1")
+    two = publish_frames(2, "", "q", b"from-2")
+    body_one = frame.marshal(body.ContentBody(b"from-1"), 1)
+    frames = client.send(one[: -len(body_one)] + two + body_one)
+    assert [b for _, b in messages([obj for _, obj in frames])] == [b"from-2", b"from-1"]
+
+
+def test_empty_body_is_delivered_without_a_body_frame(client: Client) -> None:
+    client.open_channel(1)
+    client.method(1, commands.Queue.Declare(queue="q"))
+    client.method(1, commands.Basic.Consume(queue="q", consumer_tag="c", no_ack=True))
+    frames = [obj for _, obj in client.send(publish_frames(1, "", "q", b""))]
+    assert [type(f).__name__ for f in frames] == ["Deliver", "ContentHeader"]
+    assert frames[1].body_size == 0
+
+
 def test_confirms_reach_the_client_as_one_ack_per_read(client: Client) -> None:
     client.open_channel(1)
     client.method(1, commands.Queue.Declare(queue="q"))

@@ -10,6 +10,9 @@ from typing import Any
 
 import pytest
 from fakes import header_payload
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from amqpd.broker import queue as queue_module
 from amqpd.broker.consumer import Consumer
@@ -449,3 +452,77 @@ def test_single_active_consumer_gets_every_message_until_it_leaves() -> None:
     q.remove_consumer(first)
     q.push(msg(b"3"))
     assert ch.tags()[-1] == "second"
+
+
+# -- model-based: random publish / get / requeue / ack sequences ------------------------------------------
+
+class QueueModel(RuleBasedStateMachine):
+    """The queue against a list kept in the order RabbitMQ defines: by priority level (when the queue has
+    x-max-priority), then by publish order, requeued messages back in their original place."""
+
+    MAX_PRIORITY: int | None = None
+
+    def __init__(self) -> None:
+        super().__init__()
+        args = {"x-max-priority": self.MAX_PRIORITY} if self.MAX_PRIORITY else {}
+        self.q = Queue("/", "q", arguments=args)
+        self.n = 0
+        self.model: list[tuple[int, int, bytes]] = []  # (level, seq, body)
+        self.redelivered: set[bytes] = set()
+        self.out: dict[bytes, Entry] = {}
+
+    def _key(self, item: tuple[int, int, bytes]) -> tuple[int, int]:
+        return (-item[0], item[1])
+
+    @rule(priority=st.none() | st.integers(0, 9))
+    def publish(self, priority: int | None) -> None:
+        self.n += 1
+        body = str(self.n).encode()
+        self.q.push(msg(body, priority=priority) if priority is not None else msg(body))
+        level = min(priority or 0, self.MAX_PRIORITY) if self.MAX_PRIORITY else 0
+        self.model.append((level, self.n, body))
+        self.model.sort(key=self._key)
+
+    @rule()
+    def get(self) -> None:
+        entry = self.q.get()
+        if not self.model:
+            assert entry is None
+            return
+        _, _, body = self.model.pop(0)
+        assert entry is not None and entry.msg.body == body
+        assert entry.redelivered == (body in self.redelivered)
+        self.out[body] = entry
+
+    @precondition(lambda self: self.out)
+    @rule(data=st.data())
+    def requeue(self, data: st.DataObject) -> None:
+        chosen = data.draw(st.lists(st.sampled_from(sorted(self.out)), min_size=1, unique=True))
+        entries = [self.out.pop(b) for b in chosen]
+        self.q.requeue(entries)
+        for e in entries:
+            level = min(e.msg.priority or 0, self.MAX_PRIORITY) if self.MAX_PRIORITY else 0
+            self.model.append((level, int(e.msg.body), e.msg.body))
+            self.redelivered.add(e.msg.body)
+        self.model.sort(key=self._key)
+
+    @precondition(lambda self: self.out)
+    @rule(data=st.data())
+    def ack(self, data: st.DataObject) -> None:
+        self.out.pop(data.draw(st.sampled_from(sorted(self.out))))
+
+    @invariant()
+    def same_order(self) -> None:
+        assert [e.msg.body for e in self.q.ready] == [b for _, _, b in self.model]
+        assert self.q.message_count == len(self.model)
+
+
+class PriorityQueueModel(QueueModel):
+    MAX_PRIORITY = 3
+
+
+_model_settings = hsettings(max_examples=60, stateful_step_count=30, deadline=None)
+TestQueueAgainstModel = QueueModel.TestCase
+TestQueueAgainstModel.settings = _model_settings
+TestPriorityQueueAgainstModel = PriorityQueueModel.TestCase
+TestPriorityQueueAgainstModel.settings = _model_settings

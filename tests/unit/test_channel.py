@@ -123,6 +123,23 @@ def test_binding_something_missing_is_404(client: ClientChannel, method: Any) ->
     assert (exc.code, exc.connection_level) == (404, False)
 
 
+def test_bind_with_empty_queue_and_key_uses_the_last_declared_queue_for_both(client: ClientChannel) -> None:
+    name = client.declare_queue("")
+    client.call(commands.Queue.Bind(queue="", exchange="amq.direct", routing_key=""))
+    client.publish("amq.direct", name, b"m")
+    assert queue_of(client, name).message_count == 1
+
+
+@pytest.mark.xfail(strict=True, reason="bug: queue.unbind with empty queue and routing key unbinds key '' instead "
+                   "of the last declared queue's name; RabbitMQ expands both shortcuts for unbind as for bind")
+def test_unbind_with_empty_queue_and_key_uses_the_last_declared_queue_for_both(client: ClientChannel) -> None:
+    name = client.declare_queue("")
+    client.call(commands.Queue.Bind(queue="", exchange="amq.direct", routing_key=""))
+    client.call(commands.Queue.Unbind(queue="", exchange="amq.direct", routing_key=""))
+    client.publish("amq.direct", name, b"m")
+    assert queue_of(client, name).message_count == 0
+
+
 def test_empty_queue_name_means_the_last_declared_queue(client: ClientChannel) -> None:
     name = client.declare_queue("")
     client.publish("", name, b"m")

@@ -17,6 +17,15 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
+def machine_busy_seconds() -> float:
+    """CPU seconds spent by all processes on the machine (all cores), from /proc/stat. Minus the broker's and
+    the generator's, it shows how much other load shared the cores during a window. Softirq time (loopback
+    TCP, charged to no process) is left out: it is this run's own traffic as much as anyone's."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, _softirq, steal = (int(x) for x in fields[:8])
+    return (user + nice + system + irq + steal) / _TICKS
+
+
 def rss_bytes(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):

@@ -58,6 +58,7 @@ class Snapshot:
     worker_cpu: list[float]
     broker_cpu: float
     broker_rss: int
+    machine_busy: float
 
 
 @dataclass
@@ -74,6 +75,7 @@ class Window:
     consumer_io_share: float
     consumer_reads: int
     busiest_worker: float  # CPU share of the busiest generator process: near 1.0 would make it the bottleneck
+    other_cpu: float  # CPU seconds of everything else on the machine (other users' tests, kernel softirq)
 
 
 class WorkerGroup:
@@ -149,6 +151,7 @@ class WorkerGroup:
             worker_cpu=[self._slot(i, SLOT_CPU_US) / 1e6 for i in range(n)],
             broker_cpu=_cpu_or_zero(self.broker_pid),
             broker_rss=_rss_or_zero(self.broker_pid),
+            machine_busy=procstat.machine_busy_seconds(),
         )
 
     def window(self, a: Snapshot, b: Snapshot) -> Window:
@@ -169,6 +172,9 @@ class WorkerGroup:
             confirmed=delta(pubs, "confirmed"),
             consumed=delta(cons, "counts"),
             worker_cpu=sum(b.worker_cpu) - sum(a.worker_cpu),
+            other_cpu=(b.machine_busy - a.machine_busy)
+            - (b.broker_cpu - a.broker_cpu)
+            - (sum(b.worker_cpu) - sum(a.worker_cpu)),
             busiest_worker=max(y - x for x, y in zip(a.worker_cpu, b.worker_cpu, strict=True)) / secs,
             broker_cpu=b.broker_cpu - a.broker_cpu,
             publisher_io_share=share(pubs),

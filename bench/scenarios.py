@@ -98,6 +98,7 @@ def rates(w: Window, per: int) -> Metrics:
         "generator CPU us/msg": w.worker_cpu * 1e6 / per,
         "broker CPU cores": w.broker_cpu / w.seconds,
         "generator CPU cores": w.worker_cpu / w.seconds,
+        "other load CPU cores": max(0.0, w.other_cpu / w.seconds),
         "busiest generator process CPU %": 100 * w.busiest_worker,
         "publisher blocked %": 100 * w.publisher_io_share,
     }

@@ -41,11 +41,21 @@ def header_payload(body_size: int, **properties: Any) -> bytes:
     return frame.marshal(header.ContentHeader(0, body_size, commands.Basic.Properties(**properties)), 1)[7:-1]
 
 
-def publish_frames(channel: int, exchange: str, routing_key: str, payload: bytes, *, mandatory: bool = False,
-                   frame_max: int = 131072, **properties: Any) -> bytes:
+def publish_frames(
+    channel: int,
+    exchange: str,
+    routing_key: str,
+    payload: bytes,
+    *,
+    mandatory: bool = False,
+    frame_max: int = 131072,
+    **properties: Any,
+) -> bytes:
     """basic.publish + header + body frames exactly as a client writes them."""
-    out = [frame.marshal(commands.Basic.Publish(0, exchange, routing_key, mandatory), channel),
-           frame.marshal(header.ContentHeader(0, len(payload), commands.Basic.Properties(**properties)), channel)]
+    out = [
+        frame.marshal(commands.Basic.Publish(0, exchange, routing_key, mandatory), channel),
+        frame.marshal(header.ContentHeader(0, len(payload), commands.Basic.Properties(**properties)), channel),
+    ]
     step = frame_max - 8
     for start in range(0, len(payload), step):
         out.append(frame.marshal(body.ContentBody(payload[start : start + step]), channel))
@@ -93,8 +103,9 @@ class FakeConnection:
 class ClientChannel:
     """A channel driven the way a session drives it: methods as pamqp objects, content as payloads."""
 
-    def __init__(self, broker: Broker, conn: FakeConnection | None = None, channel_id: int = 1,
-                 vhost: str = "/") -> None:
+    def __init__(
+        self, broker: Broker, conn: FakeConnection | None = None, channel_id: int = 1, vhost: str = "/"
+    ) -> None:
         self.conn = conn or FakeConnection()
         self.broker = broker
         self.ch = Channel(self.conn, channel_id, broker.vhosts[vhost], broker)
@@ -105,8 +116,9 @@ class ClientChannel:
         self.ch.handle(method)
         return self.conn.take_frames()
 
-    def publish(self, exchange: str, routing_key: str, payload: bytes = b"x", *, mandatory: bool = False,
-                **properties: Any) -> None:
+    def publish(
+        self, exchange: str, routing_key: str, payload: bytes = b"x", *, mandatory: bool = False, **properties: Any
+    ) -> None:
         self.ch.on_publish(method_payload(commands.Basic.Publish(0, exchange, routing_key, mandatory)))
         self.ch.on_header(header_payload(len(payload), **properties))
         step = self.conn.frame_max - 8

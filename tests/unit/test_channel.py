@@ -59,7 +59,9 @@ def test_consumer_receives_messages_with_delivery_tags_1_2_3(client: ClientChann
     fill(client, "q", b"c")
     got = client.deliveries()
     assert [(d.consumer_tag, d.delivery_tag, d.redelivered, d.exchange, d.routing_key) for d, _ in got] == [
-        ("ctag", 1, False, "", "q"), ("ctag", 2, False, "", "q"), ("ctag", 3, False, "", "q"),
+        ("ctag", 1, False, "", "q"),
+        ("ctag", 2, False, "", "q"),
+        ("ctag", 3, False, "", "q"),
     ]
     assert [b for _, b in got] == [b"a", b"b", b"c"]
     assert tag == "ctag"
@@ -68,8 +70,9 @@ def test_consumer_receives_messages_with_delivery_tags_1_2_3(client: ClientChann
 def test_consumer_gets_the_published_properties_unchanged(client: ClientChannel) -> None:
     client.declare_queue("q")
     client.consume("q", "c", no_ack=True)
-    client.publish("", "q", b"{}", content_type="application/json", delivery_mode=2, message_id="m1",
-                   headers={"k": "v"})
+    client.publish(
+        "", "q", b"{}", content_type="application/json", delivery_mode=2, message_id="m1", headers={"k": "v"}
+    )
     frames = client.conn.take_frames()
     (head,) = [f for f in frames if isinstance(f, header.ContentHeader)]
     p = head.properties
@@ -111,12 +114,15 @@ def test_consuming_from_a_missing_queue_is_404(client: ClientChannel) -> None:
     assert (exc.code, exc.class_id, exc.method_id, exc.connection_level) == (404, 60, 20, False)
 
 
-@pytest.mark.parametrize("method", [
-    commands.Queue.Bind(queue="missing", exchange="amq.direct", routing_key="k"),
-    commands.Queue.Bind(queue="q", exchange="missing", routing_key="k"),
-    commands.Exchange.Bind(destination="missing", source="amq.direct", routing_key="k"),
-    commands.Exchange.Bind(destination="amq.fanout", source="missing", routing_key="k"),
-])
+@pytest.mark.parametrize(
+    "method",
+    [
+        commands.Queue.Bind(queue="missing", exchange="amq.direct", routing_key="k"),
+        commands.Queue.Bind(queue="q", exchange="missing", routing_key="k"),
+        commands.Exchange.Bind(destination="missing", source="amq.direct", routing_key="k"),
+        commands.Exchange.Bind(destination="amq.fanout", source="missing", routing_key="k"),
+    ],
+)
 def test_binding_something_missing_is_404(client: ClientChannel, method: Any) -> None:
     client.declare_queue("q")
     exc = error_of(client.call, method)
@@ -130,8 +136,11 @@ def test_bind_with_empty_queue_and_key_uses_the_last_declared_queue_for_both(cli
     assert queue_of(client, name).message_count == 1
 
 
-@pytest.mark.xfail(strict=True, reason="bug: queue.unbind with empty queue and routing key unbinds key '' instead "
-                   "of the last declared queue's name; RabbitMQ expands both shortcuts for unbind as for bind")
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: queue.unbind with empty queue and routing key unbinds key '' instead "
+    "of the last declared queue's name; RabbitMQ expands both shortcuts for unbind as for bind",
+)
 def test_unbind_with_empty_queue_and_key_uses_the_last_declared_queue_for_both(client: ClientChannel) -> None:
     name = client.declare_queue("")
     client.call(commands.Queue.Bind(queue="", exchange="amq.direct", routing_key=""))
@@ -215,10 +224,16 @@ def test_ack_multiple_with_tag_zero_settles_everything(client: ClientChannel) ->
     assert queue_of(client, "q").unacked == 0
 
 
-@pytest.mark.parametrize(("settle", "method_id"), [
-    (lambda c: c.ack(9), 80), (lambda c: c.ack(9, multiple=True), 80), (lambda c: c.ack(0), 80),
-    (lambda c: c.nack(9), 120), (lambda c: c.reject(9), 90),
-])
+@pytest.mark.parametrize(
+    ("settle", "method_id"),
+    [
+        (lambda c: c.ack(9), 80),
+        (lambda c: c.ack(9, multiple=True), 80),
+        (lambda c: c.ack(0), 80),
+        (lambda c: c.nack(9), 120),
+        (lambda c: c.reject(9), 90),
+    ],
+)
 def test_unknown_delivery_tag_is_406_naming_the_method(client: ClientChannel, settle: Any, method_id: int) -> None:
     client.declare_queue("q")
     fill(client, "q", b"1")
@@ -439,8 +454,7 @@ def test_mandatory_message_caught_by_an_alternate_exchange_is_not_returned(clien
     client.call(commands.Exchange.Declare(exchange="ae", exchange_type="fanout"))
     client.declare_queue("caught")
     client.call(commands.Queue.Bind(queue="caught", exchange="ae"))
-    client.call(commands.Exchange.Declare(exchange="x", exchange_type="direct",
-                                          arguments={"alternate-exchange": "ae"}))
+    client.call(commands.Exchange.Declare(exchange="x", exchange_type="direct", arguments={"alternate-exchange": "ae"}))
     client.publish("x", "nobody", b"m", mandatory=True)
     assert client.conn.take_frames() == []
     assert queue_of(client, "caught").message_count == 1
@@ -573,9 +587,13 @@ def test_exclusive_queue_is_405_for_another_connection(broker: Broker) -> None:
     owner = ClientChannel(broker)
     owner.declare_queue("mine", exclusive=True)
     other = ClientChannel(broker)
-    for method in (commands.Basic.Consume(queue="mine"), commands.Basic.Get(queue="mine"),
-                   commands.Queue.Bind(queue="mine", exchange="amq.direct", routing_key="k"),
-                   commands.Queue.Purge(queue="mine"), commands.Queue.Delete(queue="mine")):
+    for method in (
+        commands.Basic.Consume(queue="mine"),
+        commands.Basic.Get(queue="mine"),
+        commands.Queue.Bind(queue="mine", exchange="amq.direct", routing_key="k"),
+        commands.Queue.Purge(queue="mine"),
+        commands.Queue.Delete(queue="mine"),
+    ):
         exc = error_of(other.call, method)
         assert (exc.code, exc.connection_level) == (405, False), method
     other.publish("", "mine", b"publishing to it is allowed")

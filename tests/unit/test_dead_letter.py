@@ -79,13 +79,20 @@ def test_rejected_message_goes_to_the_dead_letter_exchange_with_x_death(client: 
     assert (got.method.exchange, got.method.routing_key) == ("dlx", "work")
     (death,) = got.deaths
     assert {k: death[k] for k in ("count", "reason", "queue", "exchange", "routing-keys")} == {
-        "count": 1, "reason": "rejected", "queue": "work", "exchange": "", "routing-keys": ["work"],
+        "count": 1,
+        "reason": "rejected",
+        "queue": "work",
+        "exchange": "",
+        "routing-keys": ["work"],
     }
     assert isinstance(death["time"], datetime.datetime)
     assert "original-expiration" not in death
     assert got.headers["app"] == "v"
-    assert (got.headers["x-first-death-reason"], got.headers["x-first-death-queue"],
-            got.headers["x-first-death-exchange"]) == ("rejected", "work", "")
+    assert (
+        got.headers["x-first-death-reason"],
+        got.headers["x-first-death-queue"],
+        got.headers["x-first-death-exchange"],
+    ) == ("rejected", "work", "")
 
 
 def test_rejected_with_requeue_is_not_dead_lettered(client: ClientChannel) -> None:
@@ -96,8 +103,7 @@ def test_rejected_with_requeue_is_not_dead_lettered(client: ClientChannel) -> No
     assert (count(client, "work"), count(client, "dlq")) == (1, 0)
 
 
-def test_expired_message_is_dead_lettered_with_its_original_expiration(client: ClientChannel,
-                                                                       clock: list[int]) -> None:
+def test_expired_message_is_dead_lettered_with_its_original_expiration(client: ClientChannel, clock: list[int]) -> None:
     setup_dlx(client)
     client.publish("", "work", b"m", expiration="100")
     clock[0] += 100
@@ -109,8 +115,7 @@ def test_expired_message_is_dead_lettered_with_its_original_expiration(client: C
     assert got.properties.expiration is None  # the TTL does not follow the message
 
 
-def test_queue_ttl_expiry_is_dead_lettered_without_original_expiration(client: ClientChannel,
-                                                                       clock: list[int]) -> None:
+def test_queue_ttl_expiry_is_dead_lettered_without_original_expiration(client: ClientChannel, clock: list[int]) -> None:
     setup_dlx(client, **{"x-message-ttl": 50})
     client.publish("", "work", b"m")
     clock[0] += 50
@@ -182,8 +187,11 @@ def test_routing_keys_in_x_death_include_cc(client: ClientChannel) -> None:
     assert got.deaths[0]["exchange"] == "amq.direct"
 
 
-@pytest.mark.xfail(strict=True, reason="bug: with x-dead-letter-routing-key set, the CC header still routes the "
-                   "dead-lettered copy; RabbitMQ removes CC then and routes by the dead-letter key only")
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: with x-dead-letter-routing-key set, the CC header still routes the "
+    "dead-lettered copy; RabbitMQ removes CC then and routes by the dead-letter key only",
+)
 def test_dead_letter_routing_key_stops_cc_from_routing_the_dead_message(client: ClientChannel) -> None:
     client.call(commands.Exchange.Declare(exchange="dlx", exchange_type="direct"))
     for name, key in (("errors", "err"), ("copies", "b")):
@@ -210,8 +218,11 @@ def test_routing_keys_in_x_death_leave_out_bcc(client: ClientChannel) -> None:
     assert "BCC" not in got.headers and got.headers["CC"] == ["b"]
 
 
-@pytest.mark.xfail(strict=True, reason="bug: without x-dead-letter-routing-key the dead letter is routed by its key "
-                   "and CC only; RabbitMQ routes it by the message's routing keys, which still include BCC")
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: without x-dead-letter-routing-key the dead letter is routed by its key "
+    "and CC only; RabbitMQ routes it by the message's routing keys, which still include BCC",
+)
 def test_dead_letter_without_a_routing_key_follows_the_original_cc_and_bcc_keys(client: ClientChannel) -> None:
     client.call(commands.Exchange.Declare(exchange="dlx", exchange_type="direct"))
     for name in ("a", "b", "c"):
@@ -224,8 +235,11 @@ def test_dead_letter_without_a_routing_key_follows_the_original_cc_and_bcc_keys(
     assert [count(client, f"dl-{name}") for name in ("a", "b", "c")] == [1, 1, 1]
 
 
-@pytest.mark.xfail(strict=True, reason="bug: a repeated death updates the x-death entry's time; RabbitMQ only "
-                   "increments count and keeps the rest of the entry from the first death in that queue")
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: a repeated death updates the x-death entry's time; RabbitMQ only "
+    "increments count and keeps the rest of the entry from the first death in that queue",
+)
 def test_repeated_death_keeps_the_time_of_the_first(client: ClientChannel, monkeypatch: pytest.MonkeyPatch) -> None:
     from amqpd.broker import dead_letter as dead_letter_module
 
@@ -255,10 +269,12 @@ def test_second_death_in_the_same_queue_increments_the_count(client: ClientChann
     assert (death["count"], death["reason"], death["queue"]) == (2, "rejected", "retry")
 
 
-def test_x_death_lists_the_latest_death_first_and_first_death_headers_stay(client: ClientChannel,
-                                                                           clock: list[int]) -> None:
-    client.declare_queue("delay", arguments={"x-message-ttl": 10, "x-dead-letter-exchange": "",
-                                              "x-dead-letter-routing-key": "final"})
+def test_x_death_lists_the_latest_death_first_and_first_death_headers_stay(
+    client: ClientChannel, clock: list[int]
+) -> None:
+    client.declare_queue(
+        "delay", arguments={"x-message-ttl": 10, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "final"}
+    )
     client.declare_queue("work", arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "delay"})
     client.declare_queue("final")
     client.publish("", "work", b"m")
@@ -272,8 +288,9 @@ def test_x_death_lists_the_latest_death_first_and_first_death_headers_stay(clien
 
 
 def test_expiry_cycle_back_to_the_same_queue_is_dropped(client: ClientChannel, clock: list[int]) -> None:
-    client.declare_queue("loop", arguments={"x-message-ttl": 10, "x-dead-letter-exchange": "",
-                                             "x-dead-letter-routing-key": "loop"})
+    client.declare_queue(
+        "loop", arguments={"x-message-ttl": 10, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "loop"}
+    )
     client.publish("", "loop", b"m")
     clock[0] += 10
     assert get(client, "loop") is None
@@ -281,10 +298,12 @@ def test_expiry_cycle_back_to_the_same_queue_is_dropped(client: ClientChannel, c
 
 
 def test_cycle_through_two_queues_without_a_rejection_is_dropped(client: ClientChannel, clock: list[int]) -> None:
-    client.declare_queue("a", arguments={"x-message-ttl": 10, "x-dead-letter-exchange": "",
-                                          "x-dead-letter-routing-key": "b"})
-    client.declare_queue("b", arguments={"x-message-ttl": 10, "x-dead-letter-exchange": "",
-                                          "x-dead-letter-routing-key": "a"})
+    client.declare_queue(
+        "a", arguments={"x-message-ttl": 10, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "b"}
+    )
+    client.declare_queue(
+        "b", arguments={"x-message-ttl": 10, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "a"}
+    )
     client.publish("", "a", b"m")
     clock[0] += 10
     assert get(client, "a") is None
@@ -294,10 +313,10 @@ def test_cycle_through_two_queues_without_a_rejection_is_dropped(client: ClientC
     assert count(client, "a") == 0
 
 
-def test_expiry_cycle_after_an_older_rejection_elsewhere_is_dropped(client: ClientChannel,
-                                                                    clock: list[int]) -> None:
-    client.declare_queue("park", arguments={"x-message-ttl": 10, "x-dead-letter-exchange": "",
-                                             "x-dead-letter-routing-key": "park"})
+def test_expiry_cycle_after_an_older_rejection_elsewhere_is_dropped(client: ClientChannel, clock: list[int]) -> None:
+    client.declare_queue(
+        "park", arguments={"x-message-ttl": 10, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "park"}
+    )
     client.declare_queue("work", arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "park"})
     client.publish("", "work", b"m")
     reject_one(client, "work")  # x-death: [rejected@work]

@@ -80,7 +80,10 @@ def test_confirm_nack_frame_is_what_rabbitmq_writes(ch: int, tag: int, multiple:
 @given(NAME, NAME, st.booleans(), st.booleans())
 def test_publish_is_read_as_pamqp_wrote_it(ex: str, rk: str, mandatory: bool, immediate: bool) -> None:
     assert parse_publish(payload_of(commands.Basic.Publish(0, ex, rk, mandatory, immediate))) == (
-        ex, rk, mandatory, immediate,
+        ex,
+        rk,
+        mandatory,
+        immediate,
     )
 
 
@@ -197,13 +200,33 @@ encode_delivery = getattr(fastpath, "encode_delivery", None)
 
 @pytest.mark.skipif(encode_delivery is None, reason="no one-step delivery encoder in this version")
 @FEW
-@given(CHANNEL, NAME, TAG, st.booleans(), NAME, NAME, properties, st.binary(max_size=9000),
-       st.sampled_from([4096, 8192, 131072]))
-def test_whole_delivery_is_what_pamqp_writes(ch: int, ctag: str, tag: int, redelivered: bool, ex: str, rk: str,
-                                             props: commands.Basic.Properties, data: bytes, frame_max: int) -> None:
+@given(
+    CHANNEL,
+    NAME,
+    TAG,
+    st.booleans(),
+    NAME,
+    NAME,
+    properties,
+    st.binary(max_size=9000),
+    st.sampled_from([4096, 8192, 131072]),
+)
+def test_whole_delivery_is_what_pamqp_writes(
+    ch: int,
+    ctag: str,
+    tag: int,
+    redelivered: bool,
+    ex: str,
+    rk: str,
+    props: commands.Basic.Properties,
+    data: bytes,
+    frame_max: int,
+) -> None:
     hdr = header_payload(len(data), props)
-    expected = [frame.marshal(commands.Basic.Deliver(ctag, tag, redelivered, ex, rk), ch),
-                frame.marshal(header.ContentHeader(0, len(data), props), ch)]
+    expected = [
+        frame.marshal(commands.Basic.Deliver(ctag, tag, redelivered, ex, rk), ch),
+        frame.marshal(header.ContentHeader(0, len(data), props), ch),
+    ]
     step = frame_max - 8
     expected += [frame.marshal(body.ContentBody(data[i : i + step]), ch) for i in range(0, len(data), step)]
     got = encode_delivery(ch, shortstr(ctag), tag, redelivered, route(ex, rk), hdr, data, frame_max)

@@ -42,9 +42,7 @@ def publish_unit(channel: int, payload: bytes, pieces: int) -> list[Frame]:
     return out
 
 
-raw_frame = st.tuples(st.sampled_from([1, 2, 3, 8]), st.integers(0, 65535), st.binary(max_size=300)).map(
-    lambda f: [f]
-)
+raw_frame = st.tuples(st.sampled_from([1, 2, 3, 8]), st.integers(0, 65535), st.binary(max_size=300)).map(lambda f: [f])
 publish = st.builds(publish_unit, st.integers(1, 3), st.binary(max_size=200), st.integers(1, 3))
 frames_strategy = st.lists(st.one_of(raw_frame, publish), max_size=10).map(lambda units: sum(units, []))
 
@@ -87,9 +85,12 @@ def test_one_byte_at_a_time_yields_frames_only_when_complete() -> None:
 
 
 def test_coalesced_frames_come_out_in_order() -> None:
-    data = (frame.marshal(commands.Basic.Publish(0, "ex", "rk"), 1)
-            + frame.marshal(header.ContentHeader(0, 2, commands.Basic.Properties()), 1)
-            + frame.marshal(body.ContentBody(b"hi"), 1) + HEARTBEAT_FRAME)
+    data = (
+        frame.marshal(commands.Basic.Publish(0, "ex", "rk"), 1)
+        + frame.marshal(header.ContentHeader(0, 2, commands.Basic.Properties()), 1)
+        + frame.marshal(body.ContentBody(b"hi"), 1)
+        + HEARTBEAT_FRAME
+    )
     got = expand(FrameReader(4096).feed(data))
     assert [(t, c) for t, c, _ in got] == [(1, 1), (2, 1), (3, 1), (8, 0)]
     assert got[2][2] == b"hi"
@@ -114,9 +115,11 @@ def test_frame_payload_of_exactly_frame_max_is_accepted() -> None:
 
 
 def test_body_frame_over_frame_max_inside_a_buffered_publish_is_refused() -> None:
-    data = (frame.marshal(commands.Basic.Publish(0, "ex", "rk"), 1)
-            + frame.marshal(header.ContentHeader(0, 5000, commands.Basic.Properties()), 1)
-            + make_frame(3, 1, bytes(5000)))
+    data = (
+        frame.marshal(commands.Basic.Publish(0, "ex", "rk"), 1)
+        + frame.marshal(header.ContentHeader(0, 5000, commands.Basic.Properties()), 1)
+        + make_frame(3, 1, bytes(5000))
+    )
     assert stream_error(FrameReader(4096), data)[0].code == 501
 
 

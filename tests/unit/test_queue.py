@@ -74,8 +74,9 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return now
 
 
-def consumer(q: Queue, ch: RecordingChannel, tag: str, *, prefetch: int = 0, priority: int = 0,
-             no_ack: bool = False) -> Consumer:
+def consumer(
+    q: Queue, ch: RecordingChannel, tag: str, *, prefetch: int = 0, priority: int = 0, no_ack: bool = False
+) -> Consumer:
     c = Consumer(tag, ch, q, no_ack=no_ack, exclusive=False, prefetch=prefetch, priority=priority)  # type: ignore[arg-type]
     q.add_consumer(c)
     return c
@@ -235,7 +236,7 @@ def test_requeued_message_goes_to_a_waiting_consumer_first() -> None:
     c = consumer(q, ch, "c", prefetch=1)
     q.push(msg(b"1"))
     q.push(msg(b"2"))
-    (_, entry), = ch.got
+    ((_, entry),) = ch.got
     c.unacked -= 1
     q.unacked -= 1
     q.requeue([entry])
@@ -455,6 +456,7 @@ def test_single_active_consumer_gets_every_message_until_it_leaves() -> None:
 
 
 # -- model-based: random publish / get / requeue / ack sequences ------------------------------------------
+
 
 class QueueModel(RuleBasedStateMachine):
     """The queue against a list kept in the order RabbitMQ defines: by priority level (when the queue has

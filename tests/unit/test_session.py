@@ -32,8 +32,14 @@ class Client:
     def method(self, channel: int, method: Any) -> list[Any]:
         return [obj for _, obj in self.send(frame.marshal(method, channel))]
 
-    def start_ok(self, user: str = "guest", password: str = "guest", *, mechanism: str = "PLAIN",
-                 capabilities: dict | None = None) -> list[Any]:
+    def start_ok(
+        self,
+        user: str = "guest",
+        password: str = "guest",
+        *,
+        mechanism: str = "PLAIN",
+        capabilities: dict | None = None,
+    ) -> list[Any]:
         if mechanism == "AMQPLAIN":
             response = encode.field_table({"LOGIN": user, "PASSWORD": password})[4:].decode("latin-1")
         else:
@@ -77,9 +83,17 @@ def test_protocol_header_is_answered_with_connection_start_and_capabilities() ->
     assert (start.version_major, start.version_minor) == (0, 9)
     assert set(start.mechanisms.split()) == {"PLAIN", "AMQPLAIN"}
     caps = start.server_properties["capabilities"]
-    for cap in ("publisher_confirms", "exchange_exchange_bindings", "basic.nack", "consumer_cancel_notify",
-                "connection.blocked", "consumer_priorities", "authentication_failure_close", "per_consumer_qos",
-                "direct_reply_to"):
+    for cap in (
+        "publisher_confirms",
+        "exchange_exchange_bindings",
+        "basic.nack",
+        "consumer_cancel_notify",
+        "connection.blocked",
+        "consumer_priorities",
+        "authentication_failure_close",
+        "per_consumer_qos",
+        "direct_reply_to",
+    ):
         assert caps[cap] is True
 
 
@@ -91,10 +105,16 @@ def test_protocol_header_split_across_reads_is_accepted() -> None:
     assert isinstance(start, commands.Connection.Start)
 
 
-@pytest.mark.parametrize("data", [
-    b"AMQP\x00\x00\x09\x02", b"AMQP\x00\x01\x00\x00", b"GET / HTTP/1.1\r\n\r\n", b"\x16\x03\x01\x02\x00\x01\x00\x01",
-    b"HELLO",
-])
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"AMQP\x00\x00\x09\x02",
+        b"AMQP\x00\x01\x00\x00",
+        b"GET / HTTP/1.1\r\n\r\n",
+        b"\x16\x03\x01\x02\x00\x01\x00\x01",
+        b"HELLO",
+    ],
+)
 def test_any_other_protocol_header_gets_ours_back_and_the_connection_closed(data: bytes) -> None:
     c = Client()
     c.session.feed(data)
@@ -232,9 +252,11 @@ def test_content_header_without_a_publish_is_505(client: Client) -> None:
 def test_method_while_a_body_is_incomplete_is_505(client: Client) -> None:
     client.open_channel(1)
     client.method(1, commands.Queue.Declare(queue="q"))
-    partial = frame.marshal(commands.Basic.Publish(0, "", "q"), 1) + frame.marshal(
-        header.ContentHeader(0, 10, commands.Basic.Properties()), 1
-    ) + frame.marshal(body.ContentBody(b"12345"), 1)
+    partial = (
+        frame.marshal(commands.Basic.Publish(0, "", "q"), 1)
+        + frame.marshal(header.ContentHeader(0, 10, commands.Basic.Properties()), 1)
+        + frame.marshal(body.ContentBody(b"12345"), 1)
+    )
     assert client.send(partial) == []
     assert close_of(client.method(1, commands.Basic.Qos(prefetch_count=1)))[0] == 505
 

@@ -14,18 +14,48 @@ from amqpd.broker.vhost import VirtualHost
 OWNER, OTHER = object(), object()
 
 
-def declare_exchange(vh: VirtualHost, name: str, type_name: str = "direct", *, passive: bool = False,
-                     durable: bool = False, auto_delete: bool = False, internal: bool = False,
-                     arguments: dict | None = None) -> Any:
-    return vh.declare_exchange(name, type_name, passive=passive, durable=durable, auto_delete=auto_delete,
-                               internal=internal, arguments=arguments or {})
+def declare_exchange(
+    vh: VirtualHost,
+    name: str,
+    type_name: str = "direct",
+    *,
+    passive: bool = False,
+    durable: bool = False,
+    auto_delete: bool = False,
+    internal: bool = False,
+    arguments: dict | None = None,
+) -> Any:
+    return vh.declare_exchange(
+        name,
+        type_name,
+        passive=passive,
+        durable=durable,
+        auto_delete=auto_delete,
+        internal=internal,
+        arguments=arguments or {},
+    )
 
 
-def declare_queue(vh: VirtualHost, name: str, *, passive: bool = False, durable: bool = False,
-                  exclusive: bool = False, auto_delete: bool = False, arguments: dict | None = None,
-                  owner: object = OWNER) -> Queue:
-    return vh.declare_queue(name, passive=passive, durable=durable, exclusive=exclusive, auto_delete=auto_delete,
-                            arguments=arguments or {}, owner=owner)
+def declare_queue(
+    vh: VirtualHost,
+    name: str,
+    *,
+    passive: bool = False,
+    durable: bool = False,
+    exclusive: bool = False,
+    auto_delete: bool = False,
+    arguments: dict | None = None,
+    owner: object = OWNER,
+) -> Queue:
+    return vh.declare_queue(
+        name,
+        passive=passive,
+        durable=durable,
+        exclusive=exclusive,
+        auto_delete=auto_delete,
+        arguments=arguments or {},
+        owner=owner,
+    )
 
 
 def route(vh: VirtualHost, exchange: str, routing_key: str, **properties: Any) -> list[str]:
@@ -57,10 +87,16 @@ def test_redeclaring_an_exchange_identically_is_ok(vh: VirtualHost) -> None:
     assert declare_exchange(vh, "x", "topic", durable=True) is first
 
 
-@pytest.mark.parametrize("change", [
-    {"type_name": "fanout"}, {"durable": True}, {"auto_delete": True}, {"internal": True},
-    {"arguments": {"alternate-exchange": "ae"}},
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"type_name": "fanout"},
+        {"durable": True},
+        {"auto_delete": True},
+        {"internal": True},
+        {"arguments": {"alternate-exchange": "ae"}},
+    ],
+)
 def test_redeclaring_an_exchange_differently_is_406(vh: VirtualHost, change: dict) -> None:
     declare_exchange(vh, "x", "direct")
     assert code_of(declare_exchange, vh, "x", **change) == (406, False)
@@ -79,26 +115,38 @@ def test_declaring_reserved_exchange_names_is_403(vh: VirtualHost, name: str) ->
 
 # rabbit_channel (3.7-3.12) checks the amq. prefix only when the exchange does not exist yet: redeclaring
 # a standard exchange is an equivalence check like any other.
-@pytest.mark.xfail(strict=True, reason="bug: redeclaring amq.direct with its own properties is refused with 403; "
-                   "RabbitMQ answers declare-ok (check_name runs only for exchanges that do not exist)")
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: redeclaring amq.direct with its own properties is refused with 403; "
+    "RabbitMQ answers declare-ok (check_name runs only for exchanges that do not exist)",
+)
 def test_redeclaring_a_standard_exchange_with_its_own_properties_is_ok(vh: VirtualHost) -> None:
     assert declare_exchange(vh, "amq.direct", "direct", durable=True) is vh.exchanges["amq.direct"]
 
 
-@pytest.mark.xfail(strict=True, reason="bug: redeclaring amq.direct as fanout is 403; RabbitMQ's equivalence "
-                   "check answers 406 inequivalent arg 'type'")
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: redeclaring amq.direct as fanout is 403; RabbitMQ's equivalence "
+    "check answers 406 inequivalent arg 'type'",
+)
 def test_redeclaring_a_standard_exchange_differently_is_406(vh: VirtualHost) -> None:
     assert code_of(declare_exchange, vh, "amq.direct", "fanout", durable=True) == (406, False)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: declaring the default exchange with an unknown type is 403; RabbitMQ "
-                   "checks the type first and closes the connection with 503")
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: declaring the default exchange with an unknown type is 403; RabbitMQ "
+    "checks the type first and closes the connection with 503",
+)
 def test_unknown_type_is_checked_before_the_name(vh: VirtualHost) -> None:
     assert code_of(declare_exchange, vh, "", "x-made-up") == (503, True)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: passive declare of the default exchange is declare-ok; RabbitMQ "
-                   "refuses it with 403 (check_not_default_exchange runs for passive declares too)")
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: passive declare of the default exchange is declare-ok; RabbitMQ "
+    "refuses it with 403 (check_not_default_exchange runs for passive declares too)",
+)
 def test_passive_declare_of_the_default_exchange_is_403(vh: VirtualHost) -> None:
     assert code_of(declare_exchange, vh, "", passive=True) == (403, False)
 
@@ -206,10 +254,15 @@ def test_redeclaring_a_queue_identically_returns_it(vh: VirtualHost) -> None:
     assert declare_queue(vh, "q", durable=True, arguments={"x-message-ttl": 5}) is q
 
 
-@pytest.mark.parametrize("change", [
-    {"durable": True}, {"auto_delete": True}, {"arguments": {"x-message-ttl": 10}},
-    {"arguments": {"x-max-length": 1}},
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"durable": True},
+        {"auto_delete": True},
+        {"arguments": {"x-message-ttl": 10}},
+        {"arguments": {"x-max-length": 1}},
+    ],
+)
 def test_redeclaring_a_queue_differently_is_406(vh: VirtualHost, change: dict) -> None:
     declare_queue(vh, "q")
     assert code_of(declare_queue, vh, "q", **change) == (406, False)
@@ -241,9 +294,12 @@ def test_redeclaring_an_exclusive_queue_as_shared_is_405(vh: VirtualHost) -> Non
     assert code_of(declare_queue, vh, "mine", exclusive=False) == (405, False)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: an exclusive queue declared durable is kept durable, so redeclaring "
-                   "it non-durable is 406; RabbitMQ makes exclusive queues non-durable (durable andalso not "
-                   "exclusive) and answers declare-ok")
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: an exclusive queue declared durable is kept durable, so redeclaring "
+    "it non-durable is 406; RabbitMQ makes exclusive queues non-durable (durable andalso not "
+    "exclusive) and answers declare-ok",
+)
 def test_exclusive_queue_is_never_durable(vh: VirtualHost) -> None:
     q = declare_queue(vh, "mine", exclusive=True, durable=True)
     assert not q.durable

@@ -7,7 +7,7 @@ import multiprocessing as mp
 import queue
 import time
 from dataclasses import dataclass
-from multiprocessing.context import BaseContext
+from multiprocessing.context import ForkServerContext
 from multiprocessing.process import BaseProcess
 from typing import Any
 
@@ -36,10 +36,11 @@ READY_TIMEOUT = 30.0
 JOIN_TIMEOUT = 10.0
 
 
-def context() -> BaseContext:
+def context() -> ForkServerContext:
     """forkserver: children start from a clean process with the worker module preloaded, fast and without
     inheriting BrokerProcess's reader threads (forking a threaded parent is fragile)."""
     ctx = mp.get_context("forkserver")
+    assert isinstance(ctx, ForkServerContext)
     ctx.set_forkserver_preload(["bench.workers"])
     return ctx
 

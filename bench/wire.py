@@ -58,8 +58,8 @@ class RawConnection:
         assert self.sock is not None
         self.sock.sendall(frame.marshal(header.ProtocolHeader(), 0))
         start = self.expect(commands.Connection.Start)
-        self.server_properties: dict[str, Any] = dict(start.server_properties or {})
-        props = {"product": "amqpd-bench", "capabilities": {"authentication_failure_close": True}}
+        self.server_properties = dict(start.server_properties or {})
+        props: dict[str, Any] = {"product": "amqpd-bench", "capabilities": {"authentication_failure_close": True}}
         self.send(
             0,
             commands.Connection.StartOk(

@@ -289,6 +289,7 @@ class Consumer:
         scanner, sock = self.scanner, self.sock
         while self.stats.phase() != STOP and self.count < limit:
             t0 = time.perf_counter_ns()
+            n: int | None
             try:
                 n = sock.recv_into(scanner.free())
             except TimeoutError:

@@ -76,7 +76,8 @@ class Window:
     consumer_io_share: float
     consumer_reads: int
     busiest_worker: float  # CPU share of the busiest generator process: near 1.0 would make it the bottleneck
-    other_cpu: float  # CPU seconds of everything else on the machine (other users' tests, kernel softirq)
+    other_cpu: float  # CPU seconds of every other process on the machine (other users' tests)
+    broker_idle_cores: float = 0.0  # set by the scenario: broker CPU before our load started
 
 
 class WorkerGroup:

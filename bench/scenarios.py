@@ -7,8 +7,9 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from bench import procstat
 from bench.backlog import run_backlog
 from bench.options import Options
 from bench.runner import Window, WorkerFailed, WorkerGroup
@@ -76,7 +77,21 @@ def sleep_watching(group: WorkerGroup, seconds: float) -> None:
         time.sleep(min(0.1, left))
 
 
+IDLE_SAMPLE = 1.0
+
+
+def idle_cores(pid: int | None, seconds: float = IDLE_SAMPLE) -> float:
+    """The broker's CPU use with none of our load: RabbitMQ here is shared with other people's interop tests,
+    and whatever it spends on them lands in our window too. Reported so a contaminated run can be spotted."""
+    if not pid:
+        return 0.0
+    before = procstat.cpu_seconds(pid)
+    time.sleep(seconds)
+    return (procstat.cpu_seconds(pid) - before) / seconds
+
+
 def steady(target: Target, opts: Options, specs: list[Spec]) -> tuple[Window, list[tuple[int, int]]]:
+    idle = idle_cores(target.pid)
     with WorkerGroup(specs, target.pid) as group:
         group.start()
         sleep_watching(group, opts.warmup)
@@ -85,7 +100,7 @@ def steady(target: Target, opts: Options, specs: list[Spec]) -> tuple[Window, li
         sleep_watching(group, opts.duration)
         b = group.snapshot()
         group.stop()
-        return group.window(a, b), group.latencies()
+        return replace(group.window(a, b), broker_idle_cores=idle), group.latencies()
 
 
 def rates(w: Window, per: int) -> Metrics:
@@ -97,6 +112,7 @@ def rates(w: Window, per: int) -> Metrics:
         "broker CPU us/msg": w.broker_cpu * 1e6 / per,
         "generator CPU us/msg": w.worker_cpu * 1e6 / per,
         "broker CPU cores": w.broker_cpu / w.seconds,
+        "broker CPU cores before load": w.broker_idle_cores,
         "generator CPU cores": w.worker_cpu / w.seconds,
         "other load CPU cores": max(0.0, w.other_cpu / w.seconds),
         "busiest generator process CPU %": 100 * w.busiest_worker,

@@ -207,13 +207,20 @@ def test_bad_field_table_type_tag_closes_connection_with_502(opened: RawConnecti
     assert (close.reply_code, close.class_id, close.method_id) == (502, 50, 10)
 
 
-@pytest.mark.amqpd_only
-def test_string_longer_than_its_frame_closes_connection_with_502(opened: RawConnection) -> None:
-    # RabbitMQ 3.10 drops the socket without a reply.
+def test_string_longer_than_its_frame_closes_connection_with_501(opened: RawConnection) -> None:
+    # RabbitMQ 3.10 answers 501 FRAME_ERROR "cannot decode" with the method's ids.
     args = b"\x00\x00" + b"\xc8" + b"short"  # queue.declare whose queue name claims 200 bytes
     opened.send(frame(FRAME_METHOD, 1, method_payload(50, 10, args)))
     close = opened.expect_connection_close()
-    assert (close.reply_code, close.class_id, close.method_id) == (502, 50, 10)
+    assert (close.reply_code, close.class_id, close.method_id) == (501, 50, 10)
+
+
+def test_table_longer_than_its_frame_closes_connection_with_501(opened: RawConnection) -> None:
+    # As above for a field table whose length runs past the frame.
+    args = b"\x00\x00" + shortstr(b"it-q") + b"\x00" + struct.pack(">I", 100000) + b"abc"
+    opened.send(frame(FRAME_METHOD, 1, method_payload(50, 10, args)))
+    close = opened.expect_connection_close()
+    assert (close.reply_code, close.class_id, close.method_id) == (501, 50, 10)
 
 
 @pytest.mark.amqpd_only

@@ -1,7 +1,7 @@
 """What the broker answers to bytes no well-behaved client sends. Built frame by frame on a raw socket.
 
 Tests marked amqpd_only assert amqpd's deliberately better answer where RabbitMQ 3.10 only drops the
-socket (or waits); they are skipped when the suite targets another broker (AMQPD_TEST_TARGET_URL).
+socket, waits, or accepts without limit; each says which. They are skipped when the suite targets another broker (AMQPD_TEST_TARGET_URL).
 After every test a fresh pika client must still work: bad input on one connection never hurts the broker.
 """
 
@@ -225,7 +225,8 @@ def test_table_longer_than_its_frame_closes_connection_with_501(opened: RawConne
 
 @pytest.mark.amqpd_only
 def test_field_table_nested_too_deep_closes_connection_with_502(opened: RawConnection) -> None:
-    # amqpd refuses tables nested deeper than max_table_depth (64) instead of recursing without bound.
+    # A deliberate difference: RabbitMQ 3.10 accepts (and stores) this 200-deep table; amqpd refuses tables
+    # nested deeper than max_table_depth (64) rather than recurse without bound.
     table = b""
     for _ in range(200):
         table = shortstr(b"n") + b"F" + struct.pack(">I", len(table)) + table

@@ -611,6 +611,20 @@ def test_deleting_the_queue_cancels_its_consumers_for_clients_that_asked(broker:
     assert client.ch.consumers == {}
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: the server's basic.cancel is sent with nowait=false; RabbitMQ's cancel_consumer sends "
+    "#'basic.cancel'{nowait = true}",
+)
+def test_server_cancel_is_sent_with_nowait(broker: Broker) -> None:
+    client = ClientChannel(broker, FakeConnection(consumer_cancel_notify=True))
+    client.declare_queue("q")
+    client.consume("q", "watcher")
+    ClientChannel(broker, channel_id=2).call(commands.Queue.Delete(queue="q"))
+    (cancel,) = client.conn.take_frames()
+    assert cancel.nowait is True
+
+
 def test_deleting_the_queue_cancels_silently_for_clients_that_did_not_ask(broker: Broker) -> None:
     client = ClientChannel(broker, FakeConnection(consumer_cancel_notify=False))
     client.declare_queue("q")

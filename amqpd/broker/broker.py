@@ -37,6 +37,11 @@ class BrokerHooks(QueueHooks):
     def schedule(self, delay_s: float, callback: Callable[[], None]) -> Any:
         return self.broker.schedule(delay_s, callback)
 
+    def unused(self, queue: Queue) -> None:
+        vhost = self.broker.vhosts.get(queue.vhost)
+        if vhost is not None:
+            vhost.remove_queue(queue)
+
 
 class Broker:
     def __init__(self, settings: Settings, store: Any = None, scheduler: Scheduler | None = None) -> None:

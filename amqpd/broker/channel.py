@@ -113,7 +113,9 @@ class Channel:
             raise errors.unexpected_frame(f"unexpected content header frame on channel {self.id}")
         class_id, body_size, flags = parse_content_header(payload)
         if class_id != 60:
-            raise errors.ConnectionError(errors.FRAME_ERROR, f"content header for class {class_id}", 60, 40)
+            raise errors.unexpected_frame(
+                f"expected content header for class 60, got one for class {class_id} instead"
+            )
         max_size = self.broker.settings.max_message_size
         if body_size > max_size:
             self._pub = None
@@ -197,7 +199,7 @@ class Channel:
             self._strip_bcc(msg)
         accepting = queues
         if queues[0].limited if len(queues) == 1 else any(q.limited for q in queues):
-            accepting = [q for q in queues if not q.would_overflow()]
+            accepting = self._refuse_overflowing(msg, queues)
         stored = False
         if msg.persistent and self.broker.store is not None:
             stored = self.broker.store_message(msg, accepting, self._durable_callback(seq, on_stored))
@@ -210,6 +212,17 @@ class Channel:
         elif seq and not stored:
             self._confirm(seq, True)
         return stored
+
+    def _refuse_overflowing(self, msg: Message, queues: list[Queue]) -> list[Queue]:
+        """x-overflow reject-publish(-dlx): a full queue refuses the message (and with -dlx
+        dead-letters it, reason maxlen); the others still take it."""
+        accepting = []
+        for q in queues:
+            if not q.would_overflow():
+                accepting.append(q)
+            elif q.overflow == "reject-publish-dlx":
+                self.broker.dead_letter(q, Entry(msg, 0, None), "maxlen")
+        return accepting
 
     def _durable_callback(self, seq: int, on_stored: Callable[[], None] | None) -> Callable[[], None] | None:
         if not seq:

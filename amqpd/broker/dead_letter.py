@@ -24,7 +24,9 @@ def dead_letter(broker: Broker, queue: Queue, entry: Entry, reason: str, dlx_nam
     routing_key = queue.arguments.get("x-dead-letter-routing-key") or msg.routing_key
     dead = _dead_message(broker, msg, queue, reason, dlx_name, routing_key)
     deaths: list[dict[str, Any]] = dead.headers.get("x-death", []) if dead.headers else []
-    targets = [q for q in vhost.route(vhost.exchanges[dlx_name], dead) if not _cycles(q, deaths)]
+    targets = vhost.route(vhost.exchanges[dlx_name], dead)
+    if reason != "rejected":  # a rejection is the application's choice, never a cycle to break
+        targets = [q for q in targets if not _cycles(q, deaths)]
     if not targets:
         return
     broker.store_message(dead, targets, None)
@@ -65,11 +67,12 @@ def _dead_message(broker: Broker, msg: Message, queue: Queue, reason: str, dlx: 
 
 
 def _cycles(target: Queue, deaths: list[dict[str, Any]]) -> bool:
-    """RabbitMQ drops a dead-lettering that returns to a queue the message already died in,
-    unless a client rejected it somewhere on the way (then the loop is the application's choice)."""
-    if any(d.get("reason") == "rejected" for d in deaths):
-        return False
-    return any(d.get("queue") == target.name for d in deaths)
+    """RabbitMQ's is_cycle: the message already died in `target`, and nothing in the deaths since
+    then (that one included) was a client's rejection, so the loop would run forever on its own."""
+    for i, death in enumerate(deaths):
+        if death.get("queue") == target.name:
+            return all(d.get("reason") != "rejected" for d in deaths[: i + 1])
+    return False
 
 
 def _cc(headers: dict[str, Any]) -> list[str]:

@@ -45,6 +45,9 @@ class QueueHooks:
     def delivered(self, queue: Queue, entry: Entry) -> None:
         """A message was handed to a consumer that will ack it later."""
 
+    def unused(self, queue: Queue) -> None:
+        """x-expires ran out: the queue should be deleted."""
+
     def schedule(self, delay_s: float, callback: Callable[[], None]) -> Any:
         """Run callback later on the broker's loop; returns a handle with cancel()."""
         return None
@@ -87,6 +90,11 @@ class Queue:
         self.limited = self.max_length is not None or self.max_length_bytes is not None
         self.exclusive_consumer: Consumer | None = None
         self.throttled: set[Any] = set()  # publishing connections paused until the backlog drains
+        self.single_active = self.arguments.get("x-single-active-consumer") is True
+        self._prioritised = False
+        self._rr_levels: dict[int, int] = {}
+        self.expires_ms: int | None = self.arguments.get("x-expires")
+        self._expiry_timer: Any = None
 
     FLOW_HIGH = 20_000  # ready messages, with consumers attached, before publishers are paused
     FLOW_LOW = 10_000
@@ -156,8 +164,11 @@ class Queue:
 
     def add_consumer(self, consumer: Consumer) -> None:
         self.consumers.append(consumer)
-        self.consumers.sort(key=lambda c: -c.priority)  # stable: equal priorities keep arrival order
+        if not self.single_active:  # a single active consumer is the longest-waiting one, priority aside
+            self.consumers.sort(key=lambda c: -c.priority)  # stable: equal priorities keep arrival order
+        self._prioritised = len({c.priority for c in self.consumers}) > 1
         self.had_consumers = True
+        self._cancel_expiry()
         if consumer.exclusive:
             self.exclusive_consumer = consumer
         self.dispatch()
@@ -165,10 +176,13 @@ class Queue:
     def remove_consumer(self, consumer: Consumer) -> None:
         if consumer in self.consumers:
             self.consumers.remove(consumer)
+        self._prioritised = len({c.priority for c in self.consumers}) > 1
         if not self.consumers and self.throttled:
             self.release_publishers()
         if self.exclusive_consumer is consumer:
             self.exclusive_consumer = None
+        if not self.consumers:
+            self.touch()
 
     def dispatch(self) -> None:
         """Deliver ready messages while some consumer has room."""
@@ -190,17 +204,28 @@ class Queue:
     def _next_consumer(self) -> Consumer | None:
         consumers = self.consumers
         n = len(consumers)
-        if n == 1:
+        if n == 1 or (n and self.single_active):
             c = consumers[0]
             return c if c.can_accept() else None
-        top = consumers[0].priority if n else 0
+        if self._prioritised:
+            return self._next_by_priority()
         for i in range(n):
             c = consumers[(self._rr + i) % n]
-            if c.priority != top and any(o.priority == top and o.can_accept() for o in consumers):
-                continue  # a higher-priority consumer with room goes first
             if c.can_accept():
                 self._rr = (self._rr + i + 1) % n
                 return c
+        return None
+
+    def _next_by_priority(self) -> Consumer | None:
+        """The highest priority level with a consumer that has room; round-robin within the level."""
+        for priority in sorted({c.priority for c in self.consumers}, reverse=True):
+            level = [c for c in self.consumers if c.priority == priority]
+            start = self._rr_levels.get(priority, 0)
+            for i in range(len(level)):
+                c = level[(start + i) % len(level)]
+                if c.can_accept():
+                    self._rr_levels[priority] = (start + i + 1) % len(level)
+                    return c
         return None
 
     def release_publishers(self) -> None:
@@ -210,6 +235,7 @@ class Queue:
 
     def get(self) -> Entry | None:
         """basic.get: the next live message, or None."""
+        self.touch()
         self.expire_head()
         if not self.ready:
             return None
@@ -226,6 +252,8 @@ class Queue:
             e.redelivered = True
             self.ready_bytes += e.msg.size
         self.ready.restore(back)
+        if self.limited:
+            self._drop_head_over_limit()
         self.dispatch()
 
     def purge(self) -> list[Entry]:
@@ -262,8 +290,30 @@ class Queue:
 
         self._ttl_timer = self.hooks.schedule(delay, fire)
 
+    # -- x-expires: an unused queue deletes itself ---------------------------------------------------------
+
+    def touch(self) -> None:
+        """The queue was used (declared, polled with basic.get, or lost its last consumer): the
+        x-expires countdown starts again."""
+        if self.expires_ms is None or self.deleted:
+            return
+        self._cancel_expiry()
+        if not self.consumers:
+            self._expiry_timer = self.hooks.schedule(self.expires_ms / 1000, self._expire)
+
+    def _cancel_expiry(self) -> None:
+        if self._expiry_timer is not None:
+            self._expiry_timer.cancel()
+            self._expiry_timer = None
+
+    def _expire(self) -> None:
+        self._expiry_timer = None
+        if not self.deleted and not self.consumers:
+            self.hooks.unused(self)
+
     def close(self) -> None:
         self.deleted = True
+        self._cancel_expiry()
         self.release_publishers()
         if self._ttl_timer is not None:
             self._ttl_timer.cancel()

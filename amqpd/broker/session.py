@@ -29,7 +29,7 @@ from amqpd.protocol.constants import (
     FRAME_MIN_SIZE,
     PROTOCOL_HEADER,
 )
-from amqpd.protocol.frames import HEARTBEAT_FRAME, PUBLISH, FrameReader
+from amqpd.protocol.frames import HEARTBEAT_FRAME, PUBLISH, BrokenStream, FrameReader
 from amqpd.protocol.methods import decode_method, decode_table, encode_method
 
 if TYPE_CHECKING:
@@ -137,18 +137,20 @@ class Session:
                 return
         if self.state == CLOSED:
             return
+        broken: BrokenStream | None = None
         try:
             frames = self.reader.feed(data)
-        except errors.AMQPError as exc:
-            # The stream has lost its frame boundaries: nothing after this can be read, close-ok included.
-            self._fail(exc)
-            self._close_transport()
-            return
+        except BrokenStream as exc:
+            frames, broken = exc.frames, exc
         try:
             for ftype, channel, payload in frames:
                 self._frame(ftype, channel, payload)
                 if self.state == CLOSED:
                     return
+            if broken is not None:
+                # Nothing after the damage can be read, close-ok included: close, then hang up.
+                self._fail(broken)
+                self._close_transport()
         except errors.AMQPError as exc:
             self._fail(exc)
         except Exception as exc:  # a bug of ours must cost one connection, never the broker
@@ -200,6 +202,8 @@ class Session:
             else:
                 self._channel_method(channel, payload)
         elif ftype == FRAME_HEADER or ftype == FRAME_BODY:
+            if channel == 0:
+                raise errors.unexpected_frame(f"content frame (type {ftype}) on channel 0")
             self._content(ftype, channel, payload)
         elif ftype == FRAME_HEARTBEAT:
             if channel != 0:  # the spec says 501; clients see RabbitMQ's 505
@@ -215,9 +219,7 @@ class Session:
         if step is not None:
             expected, handler = step
             if not isinstance(method, expected):
-                raise errors.ConnectionError(
-                    errors.COMMAND_INVALID, f"expected {expected.__name__}, got {method.name}", *_ids(method)
-                )
+                raise self._out_of_order(method)
             handler(self, method)
             return
         if isinstance(method, commands.Connection.Close):
@@ -229,7 +231,13 @@ class Session:
         elif isinstance(method, (commands.Connection.Blocked, commands.Connection.Unblocked)):
             return
         else:
-            raise errors.ConnectionError(errors.COMMAND_INVALID, f"unexpected method {method.name}", *_ids(method))
+            raise self._out_of_order(method)
+
+    def _out_of_order(self, method: Any) -> errors.ConnectionError:
+        state = {AWAIT_START_OK: "starting", AWAIT_TUNE_OK: "tuning", AWAIT_OPEN: "opening"}.get(self.state, "running")
+        return errors.ConnectionError(
+            errors.CHANNEL_ERROR, f"unexpected method in connection state {state}", *_ids(method)
+        )
 
     def _start_ok(self, m: commands.Connection.StartOk) -> None:
         self.client_properties = m.client_properties or {}
@@ -356,9 +364,12 @@ class Session:
             return
         if not isinstance(method, commands.Channel.Open):
             raise errors.ConnectionError(errors.CHANNEL_ERROR, "expected 'channel.open'", *_ids(method))
-        if channel > self.channel_max:
+        # Beyond RabbitMQ 3.10, which only counts open channels, an id over the negotiated channel_max is
+        # refused too: the client agreed to that limit in tune-ok.
+        if channel > self.channel_max or len(self.channels) >= self.channel_max:
             raise errors.ConnectionError(
-                errors.NOT_ALLOWED, f"channel id {channel} exceeds channel_max {self.channel_max}", 20, 10
+                errors.NOT_ALLOWED, f"number of channels opened ({len(self.channels) + 1}) has reached the "
+                f"negotiated channel_max ({self.channel_max})", 20, 10
             )
         assert self.vhost is not None
         self.channels[channel] = Channel(self, channel, self.vhost, self.broker)

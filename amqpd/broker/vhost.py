@@ -167,10 +167,12 @@ class VirtualHost:
         existing = self.queues.get(name)
         if existing is not None:
             self._check_queue_equivalent(existing, durable, exclusive, auto_delete, arguments, owner)
+            existing.touch()
             return existing
         q = Queue(self.name, name, durable=durable, exclusive_owner=owner if exclusive else None,
                   auto_delete=auto_delete, arguments=arguments, hooks=self.hooks)
         self.queues[name] = q
+        q.touch()
         self._route_cache.clear()
         if durable and self.store is not None and not exclusive:
             q.store_id = self.store.put_queue(self.name, name, auto_delete, arguments)

@@ -25,6 +25,15 @@ _u64 = struct.Struct(">Q")
 _BASIC_PUBLISH = (60 << 16) | 40
 
 
+class BrokenStream(errors.ConnectionError):
+    """The byte stream lost its frame boundaries. `frames` are the complete ones before the damage:
+    they still take effect (RabbitMQ acts on them) before the connection is closed."""
+
+    def __init__(self, cause: errors.AMQPError, frames: list[tuple[int, int, Any]]) -> None:
+        super().__init__(cause.code, cause.text, cause.class_id, cause.method_id)
+        self.frames = frames
+
+
 class FrameReader:
     """Accepts arbitrary chunks (split or coalesced) and returns the complete frames in them.
 
@@ -56,9 +65,11 @@ class FrameReader:
                         continue
                 frames.append((ftype, channel, bytes(buf[pos + 7 : end])))
                 pos = end + 1
-        finally:
-            if pos:
-                del buf[:pos]
+        except errors.AMQPError as exc:
+            buf.clear()
+            raise BrokenStream(exc, frames) from None
+        if pos:
+            del buf[:pos]
         return frames
 
     def _frame_end(self, buf: bytearray, pos: int, size: int, n: int) -> int:

@@ -72,6 +72,8 @@ class PropertyScan:
         if flags & FLAG_REPLY_TO:
             o += 1 + h[o]
         n = h[o]
+        if len(h) < o + 1 + n:
+            raise IndexError("expiration runs past the header")
         self.expiration = h[o + 1 : o + 1 + n].decode()
 
 

@@ -90,8 +90,9 @@ def test_delivered_but_unacked_messages_come_back_redelivered(broker: BrokerProc
         got = []
         while (m := ch.basic_get("d-unacked", auto_ack=True))[0] is not None:
             got.append((m[2], m[0].redelivered))
-        # Exact flags: only the message that had been delivered is marked (RabbitMQ marks all).
-        assert got == [(b"one", True), (b"three", False)]
+        # Exact flags: only messages that had been delivered are marked (RabbitMQ marks all). An ack not yet
+        # on disk when the broker died may bring "two" back: at-least-once, and then flagged as redelivered.
+        assert got in ([(b"one", True), (b"three", False)], [(b"one", True), (b"two", True), (b"three", False)])
     finally:
         broker.close()
 

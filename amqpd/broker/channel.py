@@ -240,7 +240,9 @@ class Channel:
     def _strip_bcc(self, msg: Message) -> None:
         from amqpd.protocol.properties import replace_headers
 
-        headers = {k: v for k, v in (msg.headers or {}).items() if k != "BCC"}
+        headers = dict(msg.headers or {})
+        bcc = headers.pop("BCC", None)
+        msg.bcc = [k.decode() if isinstance(k, bytes) else k for k in bcc or [] if isinstance(k, (str, bytes))]
         msg.header = replace_headers(msg.header, msg.size, headers)
         msg._headers = headers  # noqa: SLF001 - the message owns this cache, we just re-encoded it
 

@@ -41,18 +41,19 @@ def _dead_message(broker: Broker, msg: Message, queue: Queue, reason: str, dlx: 
     previous = next((d for d in deaths if d.get("queue") == queue.name and d.get("reason") == reason), None)
     if previous is not None:
         deaths.remove(previous)
-        previous["count"] = int(previous.get("count", 0)) + 1
-        previous["time"] = _now()
+        previous["count"] = int(previous.get("count", 0)) + 1  # the rest stays as at the first death
         deaths.insert(0, previous)
     else:
         death: dict[str, Any] = {
             "count": 1, "reason": reason, "queue": queue.name, "time": _now(), "exchange": msg.exchange,
-            "routing-keys": [msg.routing_key, *_cc(headers)],
+            "routing-keys": [msg.routing_key, *_cc(headers), *msg.bcc],
         }
         if props.expiration is not None:
             death["original-expiration"] = props.expiration
         deaths.insert(0, death)
     headers["x-death"] = deaths
+    if "x-dead-letter-routing-key" in queue.arguments:
+        headers.pop("CC", None)  # RabbitMQ: the dead-letter key alone routes the message then
     headers.setdefault("x-first-death-reason", reason)
     headers.setdefault("x-first-death-queue", queue.name)
     headers.setdefault("x-first-death-exchange", msg.exchange)
@@ -63,6 +64,8 @@ def _dead_message(broker: Broker, msg: Message, queue: Queue, reason: str, dlx: 
     flags = struct.unpack_from(">H", header, 12)[0]
     dead = Message(dlx, routing_key, shortstr(dlx) + shortstr(routing_key), header, body, flags)
     dead.timestamp_ms = msg.timestamp_ms
+    if "x-dead-letter-routing-key" not in queue.arguments:
+        dead.bcc = msg.bcc  # routed again by all the original keys, BCC's included
     return dead
 
 

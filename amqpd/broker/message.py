@@ -18,7 +18,7 @@ class Message:
 
     __slots__ = (
         "exchange", "routing_key", "route", "header", "body", "flags", "persistent", "priority",
-        "ttl_ms", "timestamp_ms", "store_offset", "_headers", "size", "pageable",
+        "ttl_ms", "timestamp_ms", "store_offset", "_headers", "size", "pageable", "bcc",
     )
 
     def __init__(self, exchange: str, routing_key: str, route: bytes, header: bytes, body: bytes, flags: int) -> None:
@@ -28,7 +28,8 @@ class Message:
         self.header = header
         self.body: bytes | None = body  # None while paged out to the store (see Queue.push)
         self.size = len(body)
-        self.pageable = False  # every queue holding it is durable, so the store can always give it back
+        self.pageable = False
+        self.bcc: list[str] = []  # BCC routing keys: the header goes before delivery, the keys are remembered  # every queue holding it is durable, so the store can always give it back
         self.flags = flags
         self.persistent = False
         self.priority: int | None = None

@@ -280,7 +280,7 @@ class VirtualHost:
                 self._route_cache[key] = cached
             return cached
         headers = msg.headers or {}
-        keys = [msg.routing_key, *_string_list(headers.get("CC")), *_string_list(headers.get("BCC"))]
+        keys = [msg.routing_key, *_string_list(headers.get("CC")), *_string_list(headers.get("BCC")), *msg.bcc]
         return self._route_uncached(ex, keys, headers)
 
     def _route_uncached(self, ex: Exchange, keys: list[str], headers: dict | None) -> list[Queue]:

@@ -28,8 +28,8 @@ class Message:
         self.header = header
         self.body: bytes | None = body  # None while paged out to the store (see Queue.push)
         self.size = len(body)
-        self.pageable = False
-        self.bcc: list[str] = []  # BCC routing keys: the header goes before delivery, the keys are remembered  # every queue holding it is durable, so the store can always give it back
+        self.pageable = False  # every queue holding it is durable, so the store can always give it back
+        self.bcc: list[str] = []  # BCC routing keys: the header goes before delivery, the keys are remembered
         self.flags = flags
         self.persistent = False
         self.priority: int | None = None

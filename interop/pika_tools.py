@@ -216,3 +216,18 @@ def close_quietly(conn: Any) -> None:
             conn.close()
     except (pex.AMQPError, OSError):  # already dead: closing is best effort by design
         pass
+
+
+def settle(conn: Any, measure: Callable[[], Any], quiet: float = 0.3, limit: float = 3.0) -> None:
+    """Pump until `measure()` stopped changing for `quiet` seconds (bounded by `limit`): how scenarios
+    count deliveries that should *not* come (prefetch) without being fooled by a slow broker."""
+    end = time.monotonic() + limit
+    last = measure()
+    stable_since = time.monotonic()
+    while time.monotonic() < end:
+        conn.process_data_events(time_limit=0.05)
+        now = measure()
+        if now != last:
+            last, stable_since = now, time.monotonic()
+        elif time.monotonic() - stable_since >= quiet:
+            return

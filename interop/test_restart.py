@@ -12,6 +12,7 @@ import pytest
 from amqpd.testing import BrokerProcess
 from interop import pika_tools as pt
 from interop.normalise import normalise
+from interop.runner import diff
 
 
 def _prepare(url: str) -> None:
@@ -86,6 +87,7 @@ def test_durable_state_survives_restart_like_rabbitmq(how: str, tmp_path: Any) -
         else:
             broker.kill()
         broker.start()
-        assert _observe(broker.url) == EXPECTED
+        seen = _observe(broker.url)
+        assert seen == EXPECTED, f"after {how} amqpd shows\n{diff(EXPECTED, seen)}"
     finally:
         broker.close()

@@ -40,7 +40,7 @@ def consume_then_publish(url: str) -> Any:
         ch.basic_consume(q, lambda c, m, p, b: got.append(b.decode()), auto_ack=True)
         for i in range(3):
             ch.basic_publish("", q, b"late%d" % i)
-        pt.pump(conn, 0.3)
+        pt.settle(conn, lambda: len(got))
         return got
 
 
@@ -157,7 +157,7 @@ def redelivery_to_consumer(url: str) -> Any:
 
         ch.basic_qos(prefetch_count=1)
         ch.basic_consume(q, on)
-        pt.pump(conn, 0.4)
+        pt.settle(conn, lambda: len(seen))
         return seen
 
 
@@ -179,9 +179,9 @@ def recover_redelivers_to_consumer(url: str) -> Any:
         _fill(ch, q, 2)
         seen: list[Any] = []
         ch.basic_consume(q, lambda c, m, p, b: seen.append(pt.msg_obs(m, p, b)))
-        pt.pump(conn, 0.2)
+        pt.settle(conn, lambda: len(seen))
         ch.basic_recover(requeue=True)
-        pt.pump(conn, 0.3)
+        pt.settle(conn, lambda: len(seen))
         return seen
 
 
@@ -246,7 +246,9 @@ def prefetch_count_limits_unacked(url: str) -> Any:
         q = s.queue("q")
         _fill(ch, q, 10)
         ch.basic_qos(prefetch_count=3)
-        got = pt.consume_n(ch, q, 99, timeout=0.4)
+        got: list[Any] = []
+        ch.basic_consume(q, lambda c, m, p, b: got.append(m))
+        pt.settle(conn, lambda: len(got))
         return {"before_ack": len(got)}
 
 
@@ -258,13 +260,13 @@ def prefetch_ack_releases_one(url: str) -> Any:
         ch.basic_qos(prefetch_count=3)
         got: list[Any] = []
         ch.basic_consume(q, lambda c, m, p, b: got.append(m))
-        pt.pump(conn, 0.3)
+        pt.settle(conn, lambda: len(got))
         n1 = len(got)
         ch.basic_ack(got[0].delivery_tag)
-        pt.pump(conn, 0.3)
+        pt.settle(conn, lambda: len(got))
         n2 = len(got)
         ch.basic_ack(got[-1].delivery_tag, multiple=True)
-        pt.pump(conn, 0.3)
+        pt.settle(conn, lambda: len(got))
         return [n1, n2, len(got)]
 
 
@@ -279,7 +281,7 @@ def prefetch_per_consumer(url: str) -> Any:
         b: list[Any] = []
         ch.basic_consume(q1, lambda c, m, p, body: a.append(m))
         ch.basic_consume(q2, lambda c, m, p, body: b.append(m))
-        pt.pump(conn, 0.4)
+        pt.settle(conn, lambda: (len(a), len(b)))
         return {"consumer1": len(a), "consumer2": len(b)}
 
 
@@ -293,9 +295,9 @@ def prefetch_global_shared(url: str) -> Any:
         a: list[Any] = []
         b: list[Any] = []
         ch.basic_consume(q1, lambda c, m, p, body: a.append(m))
-        pt.pump(conn, 0.3)
+        pt.settle(conn, lambda: len(a))
         ch.basic_consume(q2, lambda c, m, p, body: b.append(m))
-        pt.pump(conn, 0.3)
+        pt.settle(conn, lambda: (len(a), len(b)))
         return {"total": len(a) + len(b), "first": len(a)}
 
 
@@ -311,7 +313,7 @@ def prefetch_global_and_per_consumer(url: str) -> Any:
         b: list[Any] = []
         ch.basic_consume(q1, lambda c, m, p, body: a.append(m))
         ch.basic_consume(q2, lambda c, m, p, body: b.append(m))
-        pt.pump(conn, 0.4)
+        pt.settle(conn, lambda: (len(a), len(b)))
         return {"consumer1": len(a), "consumer2": len(b)}
 
 
@@ -354,7 +356,7 @@ def round_robin_two_consumers(url: str) -> Any:
         ch.basic_consume(q, lambda c, m, p, body: b.append(body.decode()), auto_ack=True)
         for i in range(6):
             ch.basic_publish("", q, b"m%d" % i)
-        pt.pump(conn, 0.4)
+        pt.settle(conn, lambda: (len(a), len(b)))
         return {"a": a, "b": b}
 
 
@@ -439,7 +441,7 @@ def server_cancel_on_queue_delete(url: str) -> Any:
         ch.basic_consume(q, lambda *a: None, consumer_tag="my-tag")
         other = conn.channel()
         other.queue_delete(q)
-        pt.pump(conn, 0.3)
+        pt.settle(conn, lambda: len(cancelled))
         return {"cancelled": cancelled, "consumer_tags": ch.consumer_tags}
 
 

@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 from fakes import FakeTransport, decode_frames, messages, new_broker, publish_frames
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pamqp import body, commands, encode, frame, header
 
 from amqpd.broker.broker import Broker
@@ -475,3 +477,45 @@ def test_frames_before_a_bad_frame_in_the_same_read_still_take_effect(client: Cl
 
 def test_unknown_frame_type_is_501(client: Client) -> None:
     assert close_of([obj for _, obj in client.send(raw_frame(5, 0, b""))])[0] == 501
+
+
+# -- any chunking of a client's bytes gives the same deliveries ------------------------------------------
+
+
+def conversation(bodies: list[bytes]) -> bytes:
+    """A client's whole byte stream: handshake, a no-ack consumer, then publishes (some over frame_max)."""
+    start_ok = commands.Connection.StartOk({"capabilities": {}}, "PLAIN", "\0guest\0guest", "en_US")
+    parts = [
+        PROTOCOL_HEADER,
+        frame.marshal(start_ok, 0),
+        frame.marshal(commands.Connection.TuneOk(2047, 4096, 0), 0),
+        frame.marshal(commands.Connection.Open("/"), 0),
+        frame.marshal(commands.Channel.Open(), 1),
+        frame.marshal(commands.Queue.Declare(queue="q"), 1),
+        frame.marshal(commands.Basic.Consume(queue="q", consumer_tag="c", no_ack=True), 1),
+    ]
+    parts += [publish_frames(1, "", "q", b, frame_max=4096, message_id=str(i)) for i, b in enumerate(bodies)]
+    return b"".join(parts)
+
+
+def deliveries_for(chunks: list[bytes]) -> list[tuple[int, str, bytes]]:
+    c = Client()
+    out: list[Any] = []
+    for chunk in chunks:
+        out += [obj for _, obj in c.send(chunk)]
+    heads = [f.properties.message_id for f in out if isinstance(f, header.ContentHeader)]
+    return [(d.delivery_tag, mid, b) for (d, b), mid in zip(messages(out), heads, strict=True)]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    bodies=st.lists(st.binary(max_size=9000), min_size=1, max_size=5),
+    cuts=st.lists(st.integers(0, 60_000), max_size=12),
+)
+def test_any_chunking_of_the_client_bytes_gives_the_same_deliveries(bodies: list[bytes], cuts: list[int]) -> None:
+    data = conversation(bodies)
+    bounds = sorted({min(c, len(data)) for c in cuts} | {0, len(data)})
+    chunks = [data[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+    expected = [(i + 1, str(i), b) for i, b in enumerate(bodies)]
+    assert deliveries_for([data]) == expected
+    assert deliveries_for(chunks) == expected

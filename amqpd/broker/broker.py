@@ -14,6 +14,21 @@ from amqpd.config import Settings
 Scheduler = Callable[[float, Callable[[], None]], Any]
 
 
+class Once:
+    """A callback that runs at most once, whichever of its callers comes first."""
+
+    __slots__ = ("fn", "fired")
+
+    def __init__(self, fn: Callable[[], None]) -> None:
+        self.fn = fn
+        self.fired = False
+
+    def __call__(self) -> None:
+        if not self.fired:
+            self.fired = True
+            self.fn()
+
+
 class BrokerHooks(QueueHooks):
     """Queue events → store bookkeeping, dead-lettering and timers."""
 
@@ -26,8 +41,17 @@ class BrokerHooks(QueueHooks):
 
     def settled(self, queue: Queue, entry: Entry) -> None:
         store = self.broker.store
-        if store is not None and queue.store_id is not None and entry.msg.store_offset is not None:
-            store.ack(queue.store_id, entry.msg.store_offset)
+        msg = entry.msg
+        if store is None or queue.store_id is None or msg.store_offset is None:
+            return
+        store.ack(queue.store_id, msg.store_offset)
+        if msg.on_settled is not None:
+            # Every durable queue is done with it before its fsync: confirm now, as RabbitMQ does
+            # (nothing confirmed can be lost: it has been consumed).
+            msg.holders -= 1
+            if msg.holders <= 0:
+                confirm, msg.on_settled = msg.on_settled, None
+                confirm()
 
     def delivered(self, queue: Queue, entry: Entry) -> None:
         store = self.broker.store
@@ -78,6 +102,9 @@ class Broker:
             msg.stamp()
         expires = msg.timestamp_ms + msg.ttl_ms if msg.ttl_ms is not None else None
         record = MessageRecord(msg.exchange, msg.routing_key, msg.header, self.body_of(msg), msg.timestamp_ms, expires)
+        if on_durable is not None:
+            on_durable = Once(on_durable)
+            msg.on_settled, msg.holders = on_durable, len(ids)
         msg.store_offset = self.store.append(record, ids, on_durable)
         msg.pageable = len(ids) == len(queues)
         return on_durable is not None

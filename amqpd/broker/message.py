@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from amqpd import errors
 from amqpd.protocol.constants import FLAG_DELIVERY_MODE, FLAG_EXPIRATION, FLAG_HEADERS, FLAG_PRIORITY
@@ -18,7 +19,7 @@ class Message:
 
     __slots__ = (
         "exchange", "routing_key", "route", "header", "body", "flags", "persistent", "priority",
-        "ttl_ms", "timestamp_ms", "store_offset", "_headers", "size", "pageable", "bcc",
+        "ttl_ms", "timestamp_ms", "store_offset", "_headers", "size", "pageable", "bcc", "on_settled", "holders",
     )
 
     def __init__(self, exchange: str, routing_key: str, route: bytes, header: bytes, body: bytes, flags: int) -> None:
@@ -29,6 +30,8 @@ class Message:
         self.body: bytes | None = body  # None while paged out to the store (see Queue.push)
         self.size = len(body)
         self.pageable = False  # every queue holding it is durable, so the store can always give it back
+        self.on_settled: Callable[[], None] | None = None  # the confirm, if all holders ack before the fsync
+        self.holders = 0  # durable queues that still hold it, while on_settled waits
         self.bcc: list[str] = []  # BCC routing keys: the header goes before delivery, the keys are remembered
         self.flags = flags
         self.persistent = False

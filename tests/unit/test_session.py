@@ -475,6 +475,16 @@ def test_frames_before_a_bad_frame_in_the_same_read_still_take_effect(client: Cl
     assert "q" in client.broker.vhosts["/"].queues
 
 
+def test_field_table_nested_deeper_than_max_table_depth_is_502() -> None:
+    c = Client(new_broker(max_table_depth=3))
+    c.handshake()
+    c.open_channel(1)
+    ok = c.method(1, commands.Queue.Declare(queue="flat", arguments={"x-a": {"b": {"c": 1}}}))
+    assert isinstance(ok[0], commands.Queue.DeclareOk)
+    deep = commands.Queue.Declare(queue="deep", arguments={"x-a": {"b": {"c": {"d": 1}}}})
+    assert close_of(c.method(1, deep)) == (502, 50, 10)
+
+
 def test_unknown_frame_type_is_501(client: Client) -> None:
     assert close_of([obj for _, obj in client.send(raw_frame(5, 0, b""))])[0] == 501
 

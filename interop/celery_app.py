@@ -16,12 +16,20 @@ from kombu import Exchange, Queue
 QUEUE = os.environ.get("INTEROP_CELERY_QUEUE", "interop-celery")
 QUEUE_TYPE = os.environ.get("INTEROP_CELERY_QUEUE_TYPE", "classic")
 
-app = Celery("interop", broker=os.environ.get("INTEROP_CELERY_BROKER", "pyamqp://guest:guest@127.0.0.1//"),
-             backend="rpc://")
+app = Celery(
+    "interop", broker=os.environ.get("INTEROP_CELERY_BROKER", "pyamqp://guest:guest@127.0.0.1//"), backend="rpc://"
+)
 _queue_args = {"x-queue-type": "quorum"} if QUEUE_TYPE == "quorum" else None
 app.conf.update(
-    task_queues=[Queue(QUEUE, Exchange(QUEUE, "direct", durable=QUEUE_TYPE == "quorum"), routing_key=QUEUE,
-                       queue_arguments=_queue_args, durable=QUEUE_TYPE == "quorum")],
+    task_queues=[
+        Queue(
+            QUEUE,
+            Exchange(QUEUE, "direct", durable=QUEUE_TYPE == "quorum"),
+            routing_key=QUEUE,
+            queue_arguments=_queue_args,
+            durable=QUEUE_TYPE == "quorum",
+        )
+    ],
     task_default_queue=QUEUE,
     task_default_exchange=QUEUE,
     task_default_routing_key=QUEUE,

@@ -22,7 +22,7 @@ def target_is_reference() -> bool:
         return False
     ref = urlparse(os.environ.get("AMQPD_REFERENCE_URL", "amqp://guest:guest@127.0.0.1:5672/%2F"))
     tgt = urlparse(override)
-    return ((tgt.hostname, tgt.port or 5672, tgt.path) == (ref.hostname, ref.port or 5672, ref.path))
+    return (tgt.hostname, tgt.port or 5672, tgt.path) == (ref.hostname, ref.port or 5672, ref.path)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -46,8 +46,7 @@ def _leftovers_on_reference() -> list[str] | None:
             out = subprocess.run([ctl, "-q", what, "name"], capture_output=True, text=True, timeout=60)
         except (OSError, subprocess.TimeoutExpired):
             return None
-        found += [f"{what[5:-1]} {line.strip()}" for line in out.stdout.splitlines()
-                  if scope.TOKEN_RE.search(line)]
+        found += [f"{what[5:-1]} {line.strip()}" for line in out.stdout.splitlines() if scope.TOKEN_RE.search(line)]
     return found
 
 

@@ -15,7 +15,9 @@ from typing import Any
 
 _TOKEN = re.compile(r"itp[0-9a-f]{10}")
 _GEN = re.compile(r"amq\.(gen|ctag)-[A-Za-z0-9_\-]+")
-_UUID = re.compile(r"(?<![0-9a-f])(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{32})(?![0-9a-f])")
+_UUID = re.compile(
+    r"(?<![0-9a-f])(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{32})(?![0-9a-f])"
+)
 _DROP_KEYS = {"at", "elapsed"}
 
 
@@ -46,8 +48,11 @@ def _walk(v: Any, namer: _Namer) -> Any:
         v = _GEN.sub(namer.gen, v)
         return _UUID.sub(namer.uuid, v)
     if isinstance(v, dict):
-        return {_walk(k, namer): (x if str(k).endswith("_hex") else _walk(x, namer))
-                for k, x in v.items() if k not in _DROP_KEYS}
+        return {
+            _walk(k, namer): (x if str(k).endswith("_hex") else _walk(x, namer))
+            for k, x in v.items()
+            if k not in _DROP_KEYS
+        }
     if isinstance(v, list | tuple):
         return [_walk(x, namer) for x in v]
     return v

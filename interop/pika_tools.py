@@ -139,8 +139,20 @@ def jsonable(v: Any) -> Any:
 
 
 PROPS = (
-    "content_type", "content_encoding", "headers", "delivery_mode", "priority", "correlation_id",
-    "reply_to", "expiration", "message_id", "timestamp", "type", "user_id", "app_id", "cluster_id",
+    "content_type",
+    "content_encoding",
+    "headers",
+    "delivery_mode",
+    "priority",
+    "correlation_id",
+    "reply_to",
+    "expiration",
+    "message_id",
+    "timestamp",
+    "type",
+    "user_id",
+    "app_id",
+    "cluster_id",
 )
 
 
@@ -162,8 +174,12 @@ def body_obs(body: bytes) -> Any:
 
 
 def msg_obs(method: Any, props: Any, body: bytes, *, with_props: bool = False) -> dict[str, Any]:
-    o: dict[str, Any] = {"body": body_obs(body), "redelivered": method.redelivered,
-                         "exchange": method.exchange, "routing_key": method.routing_key}
+    o: dict[str, Any] = {
+        "body": body_obs(body),
+        "redelivered": method.redelivered,
+        "exchange": method.exchange,
+        "routing_key": method.routing_key,
+    }
     if hasattr(method, "delivery_tag"):
         o["delivery_tag"] = method.delivery_tag
     if with_props:
@@ -188,8 +204,9 @@ def bodies(ch: Any, queue: str, **kw: Any) -> list[Any]:
     return [m["body"] for m in get_all(ch, queue, **kw)]
 
 
-def consume_n(ch: Any, queue: str, n: int, timeout: float = 3.0, auto_ack: bool = False,
-              quiet: float = 0.0, **consume_kw: Any) -> list[tuple[Any, Any, bytes]]:
+def consume_n(
+    ch: Any, queue: str, n: int, timeout: float = 3.0, auto_ack: bool = False, quiet: float = 0.0, **consume_kw: Any
+) -> list[tuple[Any, Any, bytes]]:
     """Consume until n deliveries arrived (then wait `quiet` s for extra ones), bounded by `timeout`."""
     got: list[tuple[Any, Any, bytes]] = []
     tag = ch.basic_consume(queue, lambda c, m, p, b: got.append((m, p, b)), auto_ack=auto_ack, **consume_kw)

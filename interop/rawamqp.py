@@ -90,12 +90,24 @@ class RawConnection:
                 return r
 
     # --- handshake ---------------------------------------------------------------------------------
-    def handshake(self, capabilities: dict[str, bool] | None = None, channel_max: int = 0,
-                  frame_max: int | None = None, heartbeat: int = 0, password: str | None = None,
-                  vhost: str | None = None, open_: bool = True) -> Any:
+    def handshake(
+        self,
+        capabilities: dict[str, bool] | None = None,
+        channel_max: int = 0,
+        frame_max: int | None = None,
+        heartbeat: int = 0,
+        password: str | None = None,
+        vhost: str | None = None,
+        open_: bool = True,
+    ) -> Any:
         """Up to connection.open-ok; returns the last thing seen (an object, or EOF/TIMEOUT)."""
-        caps = {"authentication_failure_close": True, "basic.nack": True, "publisher_confirms": True,
-                "consumer_cancel_notify": True, "connection.blocked": True}
+        caps = {
+            "authentication_failure_close": True,
+            "basic.nack": True,
+            "publisher_confirms": True,
+            "consumer_cancel_notify": True,
+            "connection.blocked": True,
+        }
         if capabilities is not None:
             caps = capabilities
         self.send_raw(H.ProtocolHeader().marshal())
@@ -104,15 +116,27 @@ class RawConnection:
             return r
         self.start = r[1]
         pw = self.password if password is None else password
-        self.send(0, C.Connection.StartOk(
-            client_properties={"product": "interop-raw", "capabilities": caps},
-            mechanism="PLAIN", response=f"\0{self.user}\0{pw}", locale="en_US"))
+        self.send(
+            0,
+            C.Connection.StartOk(
+                client_properties={"product": "interop-raw", "capabilities": caps},
+                mechanism="PLAIN",
+                response=f"\0{self.user}\0{pw}",
+                locale="en_US",
+            ),
+        )
         r = self.recv_method()
         if isinstance(r, str) or r[1].name != "Connection.Tune":
             return r if isinstance(r, str) else r[1]
         self.tune = r[1]
-        self.send(0, C.Connection.TuneOk(channel_max=channel_max or self.tune.channel_max,
-                                         frame_max=frame_max or self.tune.frame_max, heartbeat=heartbeat))
+        self.send(
+            0,
+            C.Connection.TuneOk(
+                channel_max=channel_max or self.tune.channel_max,
+                frame_max=frame_max or self.tune.frame_max,
+                heartbeat=heartbeat,
+            ),
+        )
         if not open_:
             return self.tune
         self.send(0, C.Connection.Open(virtual_host=self.vhost if vhost is None else vhost))
@@ -128,8 +152,16 @@ class RawConnection:
         r = self.recv_method()
         return r if isinstance(r, str) else r[1]
 
-    def publish(self, ch: int, exchange: str, routing_key: str, body: bytes, props_raw: bytes = b"\0\0",
-                frame_max: int | None = None, **kw: Any) -> None:
+    def publish(
+        self,
+        ch: int,
+        exchange: str,
+        routing_key: str,
+        body: bytes,
+        props_raw: bytes = b"\0\0",
+        frame_max: int | None = None,
+        **kw: Any,
+    ) -> None:
         """basic.publish with properties given as raw encoded bytes (flags + property list)."""
         fm = frame_max or (self.tune.frame_max if self.tune else 131072)
         out = F.marshal(C.Basic.Publish(exchange=exchange, routing_key=routing_key, **kw), ch)
@@ -137,7 +169,7 @@ class RawConnection:
         out += struct.pack(">BHI", 2, ch, len(hdr)) + hdr + FRAME_END
         step = fm - 8
         for i in range(0, len(body), step):
-            part = body[i:i + step]
+            part = body[i : i + step]
             out += struct.pack(">BHI", 3, ch, len(part)) + part + FRAME_END
         self.send_raw(out)
 
@@ -148,8 +180,8 @@ class RawConnection:
             if len(self.buf) >= 7:
                 t, ch, size = struct.unpack(">BHI", self.buf[:7])
                 if len(self.buf) >= size + 8:
-                    payload = self.buf[7:7 + size]
-                    self.buf = self.buf[size + 8:]
+                    payload = self.buf[7 : 7 + size]
+                    self.buf = self.buf[size + 8 :]
                     return t, ch, payload
             left = end - time.monotonic()
             if left <= 0:
@@ -185,8 +217,13 @@ def close_of(r: Any) -> Any:
     if isinstance(r, str):
         return r
     if r.name in ("Connection.Close", "Channel.Close"):
-        return {"method": r.name, "code": r.reply_code, "text": r.reply_text.split(" - ", 1)[0],
-                "class_id": r.class_id, "method_id": r.method_id}
+        return {
+            "method": r.name,
+            "code": r.reply_code,
+            "text": r.reply_text.split(" - ", 1)[0],
+            "class_id": r.class_id,
+            "method_id": r.method_id,
+        }
     return {"method": r.name}
 
 

@@ -22,7 +22,6 @@ import pika
 
 from interop import pika_tools
 
-
 TOKEN_RE = re.compile(r"itp[0-9a-f]{10}")
 
 

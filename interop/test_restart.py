@@ -57,8 +57,15 @@ def _observe(url: str) -> Any:
 
 
 def _msg(body: str, tag: int, count: int, i: int) -> dict[str, Any]:
-    return {"body": body, "delivery_tag": tag, "exchange": "dx", "message_count": count,
-            "props": {"delivery_mode": 2, "headers": {"i": i}}, "redelivered": False, "routing_key": "k"}
+    return {
+        "body": body,
+        "delivery_tag": tag,
+        "exchange": "dx",
+        "message_count": count,
+        "props": {"delivery_mode": 2, "headers": {"i": i}},
+        "redelivered": False,
+        "routing_key": "k",
+    }
 
 
 # RabbitMQ 3.10 after a clean restart: durable entities and persistent messages in durable queues
@@ -70,8 +77,16 @@ EXPECTED: dict[str, Any] = {
     "tx": {"class_id": 40, "closed": "channel", "code": 404, "method_id": 10, "text": "NOT_FOUND"},
     "transient-q": {"class_id": 50, "closed": "channel", "code": 404, "method_id": 10, "text": "NOT_FOUND"},
     "durable-q": [_msg("persistent-0", 1, 2, 0), _msg("persistent-1", 2, 1, 1), _msg("persistent-2", 3, 0, 2)],
-    "max-length-q": [{"body": "delivered-unacked", "delivery_tag": 4, "exchange": "", "message_count": 0,
-                      "redelivered": True, "routing_key": "server-named-durable"}],
+    "max-length-q": [
+        {
+            "body": "delivered-unacked",
+            "delivery_tag": 4,
+            "exchange": "",
+            "message_count": 0,
+            "redelivered": True,
+            "routing_key": "server-named-durable",
+        }
+    ],
     "binding_survived": ["after-restart"],
 }
 

@@ -21,13 +21,35 @@ DELAYED_NAMES = [f"celery_delayed_{i}" for i in range(28)]
 
 
 def _start_worker(url: str, queue: str, queue_type: str) -> subprocess.Popen[bytes]:
-    env = dict(os.environ, INTEROP_CELERY_BROKER=url.replace("amqp://", "pyamqp://", 1),
-               INTEROP_CELERY_QUEUE=queue, INTEROP_CELERY_QUEUE_TYPE=queue_type, PYTHONUNBUFFERED="1")
-    cmd = [sys.executable, "-m", "celery", "-A", "interop.celery_app", "worker", "-P", "solo", "-c", "1",
-           "--without-heartbeat", "--without-gossip", "--without-mingle", "-l", "warning", "-n",
-           f"interop-{queue}@%h"]
-    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    env = dict(
+        os.environ,
+        INTEROP_CELERY_BROKER=url.replace("amqp://", "pyamqp://", 1),
+        INTEROP_CELERY_QUEUE=queue,
+        INTEROP_CELERY_QUEUE_TYPE=queue_type,
+        PYTHONUNBUFFERED="1",
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "interop.celery_app",
+        "worker",
+        "-P",
+        "solo",
+        "-c",
+        "1",
+        "--without-heartbeat",
+        "--without-gossip",
+        "--without-mingle",
+        "-l",
+        "warning",
+        "-n",
+        f"interop-{queue}@%h",
+    ]
+    return subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
 
 
 def _stop_worker(p: subprocess.Popen[bytes]) -> str:
@@ -50,11 +72,22 @@ def _producer_app(url: str, queue: str, queue_type: str) -> Any:
     app = Celery("interop-producer", broker=url.replace("amqp://", "pyamqp://", 1), backend="rpc://")
     args = {"x-queue-type": "quorum"} if queue_type == "quorum" else None
     app.conf.update(
-        task_queues=[Queue(queue, Exchange(queue, "direct", durable=queue_type == "quorum"), routing_key=queue,
-                           queue_arguments=args, durable=queue_type == "quorum")],
-        task_default_queue=queue, task_default_exchange=queue, task_default_routing_key=queue,
-        task_default_queue_type=queue_type, broker_connection_retry_on_startup=False,
-        broker_connection_max_retries=0, task_send_sent_event=False,
+        task_queues=[
+            Queue(
+                queue,
+                Exchange(queue, "direct", durable=queue_type == "quorum"),
+                routing_key=queue,
+                queue_arguments=args,
+                durable=queue_type == "quorum",
+            )
+        ],
+        task_default_queue=queue,
+        task_default_exchange=queue,
+        task_default_routing_key=queue,
+        task_default_queue_type=queue_type,
+        broker_connection_retry_on_startup=False,
+        broker_connection_max_retries=0,
+        task_send_sent_event=False,
     )
     return app
 
@@ -62,8 +95,7 @@ def _producer_app(url: str, queue: str, queue_type: str) -> Any:
 def _delayed_topology_exists(url: str) -> bool:
     conn = pt.connect(url)
     try:
-        return "ok" in pt.expect_close(lambda: conn.channel().exchange_declare("celery_delayed_delivery",
-                                                                                passive=True))
+        return "ok" in pt.expect_close(lambda: conn.channel().exchange_declare("celery_delayed_delivery", passive=True))
     finally:
         pt.close_quietly(conn)
 
@@ -121,7 +153,7 @@ def _retries(app: Any, s: Scope) -> Any:
 def _countdown_eta(app: Any, s: Scope) -> Any:
     t0 = time.monotonic()
     r1 = app.send_task("interop.add", args=(1, 1), countdown=2)
-    eta = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=2)
+    eta = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=2)
     r2 = app.send_task("interop.add", args=(2, 2), eta=eta)
     v1 = _get(r1, 25)
     v2 = _get(r2, 25)
@@ -144,8 +176,11 @@ def celery_countdown_and_eta(url: str) -> Any:
     return _run(url, "classic", _countdown_eta)
 
 
-@scenario("celery", timeout=90,
-          needs="needs quorum queues (x-queue-type), x-overflow reject-publish, dead-lettering and "
-                "exchange-to-exchange bindings for Celery native delayed delivery, issue #TBD")
+@scenario(
+    "celery",
+    timeout=90,
+    needs="needs quorum queues (x-queue-type), x-overflow reject-publish, dead-lettering and "
+    "exchange-to-exchange bindings for Celery native delayed delivery, issue #TBD",
+)
 def celery_native_delayed_delivery_quorum(url: str) -> Any:
     return _run(url, "quorum", _countdown_eta)

@@ -14,8 +14,10 @@ from interop import pika_tools as pt
 from interop.registry import scenario
 from interop.scope import Scope, pika_session
 
-CODE_NAMES = re.compile(r"\b(NOT_FOUND|ACCESS_REFUSED|RESOURCE_LOCKED|PRECONDITION_FAILED|NOT_ALLOWED|"
-                        r"COMMAND_INVALID|NOT_IMPLEMENTED|CHANNEL_ERROR|FRAME_ERROR|UNEXPECTED_FRAME)\b")
+CODE_NAMES = re.compile(
+    r"\b(NOT_FOUND|ACCESS_REFUSED|RESOURCE_LOCKED|PRECONDITION_FAILED|NOT_ALLOWED|"
+    r"COMMAND_INVALID|NOT_IMPLEMENTED|CHANNEL_ERROR|FRAME_ERROR|UNEXPECTED_FRAME)\b"
+)
 
 
 def tool(name: str, url: str, *args: str, stdin: bytes | None = None, timeout: float = 10) -> dict[str, Any]:
@@ -23,8 +25,11 @@ def tool(name: str, url: str, *args: str, stdin: bytes | None = None, timeout: f
     if exe is None:
         raise RuntimeError(f"{name} is not installed (Debian package amqp-tools)")
     p = subprocess.run([exe, "--url", url, *args], input=stdin, capture_output=True, timeout=timeout)
-    return {"rc": p.returncode, "out": p.stdout.decode(errors="replace"),
-            "errors": sorted(set(CODE_NAMES.findall(p.stderr.decode(errors="replace"))))}
+    return {
+        "rc": p.returncode,
+        "out": p.stdout.decode(errors="replace"),
+        "errors": sorted(set(CODE_NAMES.findall(p.stderr.decode(errors="replace")))),
+    }
 
 
 @scenario("client-cli")
@@ -57,8 +62,10 @@ def get_from_missing_queue(url: str) -> Any:
 def declare_durable_then_mismatch(url: str) -> Any:
     with Scope(url) as s:
         q = s.queue("q")
-        return {"durable": tool("amqp-declare-queue", url, "-d", "-q", q),
-                "non_durable": tool("amqp-declare-queue", url, "-q", q)}
+        return {
+            "durable": tool("amqp-declare-queue", url, "-d", "-q", q),
+            "non_durable": tool("amqp-declare-queue", url, "-q", q),
+        }
 
 
 @scenario("client-cli")
@@ -74,8 +81,25 @@ def publish_with_properties_and_headers(url: str) -> Any:
     with pika_session(url) as (s, conn, ch):
         q = s.queue("q")
         ch.queue_declare(q)
-        r = tool("amqp-publish", url, "-r", q, "-p", "-C", "application/json", "-E", "utf-8",
-                 "-t", "reply.here", "-H", "x-one: 1", "-H", "tenant: acme", "-b", '{"a":1}')
+        r = tool(
+            "amqp-publish",
+            url,
+            "-r",
+            q,
+            "-p",
+            "-C",
+            "application/json",
+            "-E",
+            "utf-8",
+            "-t",
+            "reply.here",
+            "-H",
+            "x-one: 1",
+            "-H",
+            "tenant: acme",
+            "-b",
+            '{"a":1}',
+        )
         return {"publish": r, "got": pt.get_all(ch, q, with_props=True)}
 
 
@@ -121,10 +145,11 @@ def consume_exclusive_bound_queue(url: str) -> Any:
         t.start()
         deadline = time.monotonic() + 5
         published = 0
+        returned: list[Any] = []
+        ch.add_on_return_callback(lambda c, m, p, b: returned.append(b))
         while t.is_alive() and time.monotonic() < deadline and published < 2:
             # publish mandatory and retry on return: the consumer's queue may not be bound yet
-            returned: list[Any] = []
-            ch.add_on_return_callback(lambda c, m, p, b: returned.append(b))
+            returned.clear()
             ch.basic_publish(x, "rk", b"e%d;" % published, mandatory=True)
             pt.pump(conn, 0.1)
             if not returned:

@@ -25,14 +25,23 @@ def ensure_node_modules() -> None:
     with open(NODE_DIR / ".install.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (NODE_DIR / "node_modules" / "amqplib").is_dir():
-            subprocess.run([npm, "install", "--no-audit", "--no-fund", "--no-package-lock"], cwd=NODE_DIR,
-                           check=True, capture_output=True, timeout=300)
+            subprocess.run(
+                [npm, "install", "--no-audit", "--no-fund", "--no-package-lock"],
+                cwd=NODE_DIR,
+                check=True,
+                capture_output=True,
+                timeout=300,
+            )
 
 
 def run_node(name: str, url: str, names: dict[str, str], timeout: float = 15) -> Any:
     ensure_node_modules()
-    p = subprocess.run(["node", str(NODE_DIR / "scenarios.js"), name, url, json.dumps(names)],
-                       capture_output=True, timeout=timeout, cwd=NODE_DIR)
+    p = subprocess.run(
+        ["node", str(NODE_DIR / "scenarios.js"), name, url, json.dumps(names)],
+        capture_output=True,
+        timeout=timeout,
+        cwd=NODE_DIR,
+    )
     lines = p.stdout.decode().strip().splitlines()
     if not lines:
         return {"node_failed": p.returncode, "stderr": p.stderr.decode()[-300:]}

@@ -65,8 +65,9 @@ def _async_roundtrip(url: str, adapter: str) -> Any:
         else:
             loop = asyncio.new_event_loop()
             try:
-                conn = AsyncioConnection(params, on_open_callback=on_open, on_close_callback=on_closed,
-                                         custom_ioloop=loop)
+                conn = AsyncioConnection(
+                    params, on_open_callback=on_open, on_close_callback=on_closed, custom_ioloop=loop
+                )
                 loop.call_later(8, loop.stop)
                 loop.run_forever()
             finally:
@@ -105,6 +106,7 @@ def blocking_consume_generator(url: str) -> Any:
 
 # --- aio-pika -------------------------------------------------------------------------------------
 
+
 def _aio(coro_fn: Any, url: str) -> Any:
     async def bounded() -> Any:
         return await asyncio.wait_for(coro_fn(url), 15)
@@ -130,15 +132,27 @@ def aio_pika_publish_consume(url: str) -> Any:
                 q = await ch.declare_queue(s.queue("q"))
                 await q.bind(x, "orders.*")
                 for i, rk in enumerate(["orders.new", "orders.old", "users.new"]):
-                    msg = aio_pika.Message(b"m%d" % i, content_type="text/plain", headers={"i": i},
-                                           delivery_mode=aio_pika.DeliveryMode.PERSISTENT)
+                    msg = aio_pika.Message(
+                        b"m%d" % i,
+                        content_type="text/plain",
+                        headers={"i": i},
+                        delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+                    )
                     confirm = await x.publish(msg, rk)
                     _ = confirm
                 got = []
                 async with q.iterator(no_ack=False) as it:
                     async for m in it:
-                        got.append({"body": m.body.decode(), "rk": m.routing_key, "headers": m.headers,
-                                    "ct": m.content_type, "mode": int(m.delivery_mode), "redelivered": m.redelivered})
+                        got.append(
+                            {
+                                "body": m.body.decode(),
+                                "rk": m.routing_key,
+                                "headers": m.headers,
+                                "ct": m.content_type,
+                                "mode": int(m.delivery_mode),
+                                "redelivered": m.redelivered,
+                            }
+                        )
                         await m.ack()
                         if len(got) == 2:
                             break
@@ -177,8 +191,10 @@ def aio_pika_mandatory_return(url: str) -> Any:
                 try:
                     await ch.default_exchange.publish(aio_pika.Message(b"x"), s.name("nowhere"), mandatory=True)
                 except Exception as e:  # aio_pika.exceptions.DeliveryError carries the returned message
-                    return {"error": type(e).__name__, "returned_body": getattr(getattr(e, "message", None),
-                                                                                "body", b"").decode()}
+                    return {
+                        "error": type(e).__name__,
+                        "returned_body": getattr(getattr(e, "message", None), "body", b"").decode(),
+                    }
                 return {"returned": False}
 
     return _aio(run, url)
@@ -201,7 +217,8 @@ def aio_pika_rpc_with_exclusive_reply_queue(url: str) -> Any:
                 async def serve(m: aio_pika.abc.AbstractIncomingMessage) -> None:
                     async with m.process():
                         await ch.default_exchange.publish(
-                            aio_pika.Message(m.body.upper(), correlation_id=m.correlation_id), m.reply_to)
+                            aio_pika.Message(m.body.upper(), correlation_id=m.correlation_id), m.reply_to
+                        )
 
                 await server_q.consume(serve)
                 fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -209,12 +226,14 @@ def aio_pika_rpc_with_exclusive_reply_queue(url: str) -> Any:
                 async def on_reply(m: aio_pika.abc.AbstractIncomingMessage) -> None:
                     await m.ack()
                     if not fut.done():
-                        fut.set_result({"body": m.body.decode(), "correlation_id": m.correlation_id,
-                                        "routing_key": m.routing_key})
+                        fut.set_result(
+                            {"body": m.body.decode(), "correlation_id": m.correlation_id, "routing_key": m.routing_key}
+                        )
 
                 await reply_q.consume(on_reply)
                 await ch.default_exchange.publish(
-                    aio_pika.Message(b"hello", correlation_id="c1", reply_to=reply_q.name), server_q.name)
+                    aio_pika.Message(b"hello", correlation_id="c1", reply_to=reply_q.name), server_q.name
+                )
                 return {"reply": await fut, "reply_queue": reply_q.name}
 
     return _aio(run, url)
@@ -241,10 +260,10 @@ def aio_pika_direct_reply_to(url: str) -> Any:
                 await server_q.consume(serve)
                 fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
                 reply = await ch.get_queue("amq.rabbitmq.reply-to", ensure=False)
-                await reply.consume(lambda m: fut.set_result(m.body.decode()) if not fut.done() else None,
-                                    no_ack=True)
-                await ch.default_exchange.publish(aio_pika.Message(b"ping", reply_to="amq.rabbitmq.reply-to"),
-                                                  server_q.name)
+                await reply.consume(lambda m: fut.set_result(m.body.decode()) if not fut.done() else None, no_ack=True)
+                await ch.default_exchange.publish(
+                    aio_pika.Message(b"ping", reply_to="amq.rabbitmq.reply-to"), server_q.name
+                )
                 return {"reply": await asyncio.wait_for(fut, 5), **seen}
 
     return _aio(run, url)
@@ -296,13 +315,19 @@ def aio_pika_queue_get_and_counts(url: str) -> Any:
                     await q.get(no_ack=True)
                 except aio_pika.exceptions.QueueEmpty as e:
                     empty_err = type(e).__name__
-                return {"count": again.declaration_result.message_count, "first": m.body.decode(),
-                        "second": m2.body.decode(), "second_redelivered": m2.redelivered, "empty": empty_err}
+                return {
+                    "count": again.declaration_result.message_count,
+                    "first": m.body.decode(),
+                    "second": m2.body.decode(),
+                    "second_redelivered": m2.redelivered,
+                    "empty": empty_err,
+                }
 
     return _aio(run, url)
 
 
 # --- kombu ----------------------------------------------------------------------------------------
+
 
 def _kombu_url(url: str) -> str:
     return url.replace("amqp://", "pyamqp://", 1)
@@ -318,13 +343,20 @@ def kombu_producer_consumer(url: str) -> Any:
         got: list[Any] = []
         with Connection(_kombu_url(url), connect_timeout=5) as conn:
             ch = conn.channel()
-            Producer(ch).publish({"n": 1, "s": "ü"}, exchange=x, routing_key="task", declare=[q],
-                                 serializer="json", headers={"h": "v"})
+            Producer(ch).publish(
+                {"n": 1, "s": "ü"}, exchange=x, routing_key="task", declare=[q], serializer="json", headers={"h": "v"}
+            )
             Producer(ch).publish("plain", exchange=x, routing_key="task", serializer="json")
 
             def on(body: Any, message: Any) -> None:
-                got.append({"body": body, "ct": message.content_type, "headers": message.headers,
-                            "rk": message.delivery_info["routing_key"]})
+                got.append(
+                    {
+                        "body": body,
+                        "ct": message.content_type,
+                        "headers": message.headers,
+                        "rk": message.delivery_info["routing_key"],
+                    }
+                )
                 message.ack()
 
             with Consumer(ch, [q], callbacks=[on]):
@@ -384,8 +416,11 @@ def kombu_passive_missing(url: str) -> Any:
         try:
             Queue(s.name("missing"), channel=c.channel()).queue_declare(passive=True)
         except Exception as e:  # amqp.exceptions.NotFound: its class and code are the observation
-            return {"error": type(e).__name__, "code": getattr(e, "code", None),
-                    "method": getattr(e, "method_name", None) and str(e.method_name)}
+            return {
+                "error": type(e).__name__,
+                "code": getattr(e, "code", None),
+                "method": getattr(e, "method_name", None) and str(e.method_name),
+            }
         return {"declared": True}
 
 

@@ -13,8 +13,9 @@ from interop.registry import scenario
 from interop.scope import Scope, pika_session
 
 
-def _confirm_events(c: RawConnection, expect: int, return_seqs: tuple[int, ...] = (),
-                    timeout: float = 3.0) -> dict[str, Any]:
+def _confirm_events(
+    c: RawConnection, expect: int, return_seqs: tuple[int, ...] = (), timeout: float = 3.0
+) -> dict[str, Any]:
     """Read frames until `expect` seqs are confirmed: the acked/nacked sets, and each return with whether
     its message (seq `return_seqs[i]`) had already been confirmed — a return must come first. How
     acks are coalesced (multiple=true) legitimately differs, so only the sets are compared."""
@@ -35,8 +36,14 @@ def _confirm_events(c: RawConnection, expect: int, return_seqs: tuple[int, ...] 
             highest = max(highest, f.delivery_tag)
         elif f.name == "Basic.Return":
             seq = return_seqs[len(events)] if len(events) < len(return_seqs) else None
-            events.append({"return": f.reply_code, "text": f.reply_text, "routing_key": f.routing_key,
-                           "its_confirm_came_first": seq in acked | nacked})
+            events.append(
+                {
+                    "return": f.reply_code,
+                    "text": f.reply_text,
+                    "routing_key": f.routing_key,
+                    "its_confirm_came_first": seq in acked | nacked,
+                }
+            )
         elif f.name in ("ContentHeader", "ContentBody"):
             continue
         else:
@@ -71,7 +78,7 @@ def confirms_for_unroutable(url: str) -> Any:
         c.handshake()
         c.open_channel(1)
         c.rpc(1, C.Confirm.Select())
-        for i in range(3):
+        for _i in range(3):
             c.publish(1, "amq.direct", s.name("nowhere"), b"x")
         return _confirm_events(c, 3)
 
@@ -143,16 +150,21 @@ def confirm_after_publish_to_missing_exchange(url: str) -> Any:
 
 # --- mandatory returns (no confirms) --------------------------------------------------------------
 
+
 @scenario("returns")
 def mandatory_unroutable_312(url: str) -> Any:
     with pika_session(url) as (s, conn, ch):
         x = s.exchange("d")
         ch.exchange_declare(x, "direct")
         returned: list[Any] = []
-        ch.add_on_return_callback(lambda c, m, p, b: returned.append(
-            {"method": pt.summarize(type("F", (), {"method": m})()), "props": pt.props_obs(p), "body": b.decode()}))
-        props = pika.BasicProperties(content_type="text/plain", headers={"h": 1}, message_id="mid",
-                                     delivery_mode=2, priority=3)
+        ch.add_on_return_callback(
+            lambda c, m, p, b: returned.append(
+                {"method": pt.summarize(type("F", (), {"method": m})()), "props": pt.props_obs(p), "body": b.decode()}
+            )
+        )
+        props = pika.BasicProperties(
+            content_type="text/plain", headers={"h": 1}, message_id="mid", delivery_mode=2, priority=3
+        )
         ch.basic_publish(x, "nowhere", b"back to you", props, mandatory=True)
         pt.pump(conn, 0.3)
         return returned
@@ -203,6 +215,7 @@ def immediate_flag_540(url: str) -> Any:
 
 
 # --- transactions ---------------------------------------------------------------------------------
+
 
 @scenario("tx")
 def commit_publishes(url: str) -> Any:

@@ -188,6 +188,7 @@ def recover_redelivers_to_consumer(url: str) -> Any:
 @scenario("consume")
 def ack_unknown_tag_406(url: str) -> Any:
     with pika_session(url) as (s, conn, ch):
+
         def op() -> Any:
             ch.basic_ack(99)
             return ch.queue_declare("", exclusive=True)
@@ -239,6 +240,7 @@ def multiple_ack_zero_acks_all(url: str) -> Any:
 
 
 # --- prefetch -------------------------------------------------------------------------------------
+
 
 @scenario("prefetch")
 def prefetch_count_limits_unacked(url: str) -> Any:
@@ -362,6 +364,7 @@ def round_robin_two_consumers(url: str) -> Any:
 
 # --- basic.get ------------------------------------------------------------------------------------
 
+
 @scenario("get")
 def get_empty(url: str) -> Any:
     with pika_session(url) as (s, conn, ch):
@@ -406,6 +409,7 @@ def delivery_tags_shared_between_get_and_consume(url: str) -> Any:
 
 
 # --- cancel ---------------------------------------------------------------------------------------
+
 
 @scenario("cancel")
 def cancel_returns_ok_and_stops(url: str) -> Any:

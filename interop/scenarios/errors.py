@@ -38,9 +38,11 @@ def _method_frame(ch: int, class_id: int, method_id: int, args: bytes = b"") -> 
 
 # --- channel errors -------------------------------------------------------------------------------
 
+
 @scenario("errors")
 def publish_to_missing_exchange_404(url: str) -> Any:
     with pika_session(url) as (s, conn, ch):
+
         def op() -> Any:
             ch.basic_publish(s.name("missing"), "k", b"x")
             return ch.queue_declare("", exclusive=True)
@@ -62,6 +64,7 @@ def channel_usable_after_other_channel_error(url: str) -> Any:
 @scenario("errors")
 def nack_unknown_tag_406(url: str) -> Any:
     with pika_session(url) as (s, conn, ch):
+
         def op() -> Any:
             ch.basic_nack(7)
             return ch.queue_declare("", exclusive=True)
@@ -72,6 +75,7 @@ def nack_unknown_tag_406(url: str) -> Any:
 @scenario("errors")
 def reject_unknown_tag_406(url: str) -> Any:
     with pika_session(url) as (s, conn, ch):
+
         def op() -> Any:
             ch.basic_reject(7)
             return ch.queue_declare("", exclusive=True)
@@ -81,7 +85,7 @@ def reject_unknown_tag_406(url: str) -> Any:
 
 @scenario("errors")
 def ack_tag_zero_single_406(url: str) -> Any:
-    with Scope(url) as s, _raw(url) as c:
+    with _raw(url) as c:
         c.send(1, C.Basic.Ack(delivery_tag=0, multiple=False))
         return until_close(c)
 
@@ -108,12 +112,13 @@ def queue_bind_empty_name_uses_last_declared(url: str) -> Any:
 
 @scenario("errors")
 def queue_bind_empty_name_without_declare(url: str) -> Any:
-    with Scope(url) as s, _raw(url) as c:
+    with _raw(url) as c:
         c.send(1, C.Queue.Bind(queue="", exchange="amq.fanout"))
         return until_close(c)
 
 
 # --- connection errors (hard errors) -------------------------------------------------------------
+
 
 @scenario("errors")
 def qos_prefetch_size_540(url: str) -> Any:
@@ -199,8 +204,10 @@ def frame_at_frame_max_ok(url: str) -> Any:
         c.publish(1, "", q, body, frame_max=4096)
         confirm = c.recv_method()
         r = c.rpc(1, C.Queue.Declare(queue=q, passive=True))
-        return {"confirm": getattr(confirm[1], "name", None) if isinstance(confirm, tuple) else confirm,
-                "message_count": getattr(r, "message_count", r)}
+        return {
+            "confirm": getattr(confirm[1], "name", None) if isinstance(confirm, tuple) else confirm,
+            "message_count": getattr(r, "message_count", r),
+        }
 
 
 @scenario("errors")

@@ -51,8 +51,11 @@ for _name, _a, _b in [
     ("durable_mismatch_406", {"exchange_type": "direct", "durable": True}, {"exchange_type": "direct"}),
     ("auto_delete_mismatch_406", {"exchange_type": "topic"}, {"exchange_type": "topic", "auto_delete": True}),
     ("internal_mismatch_406", {"exchange_type": "topic"}, {"exchange_type": "topic", "internal": True}),
-    ("arguments_mismatch_406", {"exchange_type": "direct", "arguments": {"alternate-exchange": "a"}},
-     {"exchange_type": "direct", "arguments": {"alternate-exchange": "b"}}),
+    (
+        "arguments_mismatch_406",
+        {"exchange_type": "direct", "arguments": {"alternate-exchange": "a"}},
+        {"exchange_type": "direct", "arguments": {"alternate-exchange": "b"}},
+    ),
 ]:
     add("exchanges", f"redeclare_{_name}", _mismatch(_a, _b))
 
@@ -118,9 +121,14 @@ def delete_if_unused_when_unused_ok(url: str) -> Any:
 def predeclared_exchanges_exist(url: str) -> Any:
     with pika_session(url) as (s, conn, ch):
         out = {}
-        for name, t in [("amq.direct", "direct"), ("amq.fanout", "fanout"), ("amq.topic", "topic"),
-                        ("amq.headers", "headers"), ("amq.match", "headers")]:
-            out[name] = pt.expect_close(lambda n=name, t=t: ch.exchange_declare(n, t, passive=True))
+        for name, t in [
+            ("amq.direct", "direct"),
+            ("amq.fanout", "fanout"),
+            ("amq.topic", "topic"),
+            ("amq.headers", "headers"),
+            ("amq.match", "headers"),
+        ]:
+            out[name] = pt.expect_close(lambda n=name, t=t, ch=ch: ch.exchange_declare(n, t, passive=True))
             if "closed" in out[name]:
                 ch = conn.channel()
         return out
@@ -202,6 +210,7 @@ def auto_delete_exchange_goes_with_last_binding(url: str) -> Any:
 
 
 # --- exchange-to-exchange bindings ---------------------------------------------------------------
+
 
 @scenario("e2e")
 def direct_to_fanout(url: str) -> Any:
@@ -331,6 +340,7 @@ def headers_to_queue_through_e2e(url: str) -> Any:
 
 
 # --- alternate exchanges -----------------------------------------------------------------------------
+
 
 @scenario("exchanges")
 def alternate_exchange_catches_unroutable(url: str) -> Any:

@@ -29,8 +29,11 @@ def server_capabilities_pika(url: str) -> Any:
     conn = pt.connect(url)
     try:
         props = conn._impl.server_properties
-        return {"capabilities": {k.decode() if isinstance(k, bytes) else k: v
-                                 for k, v in sorted(props["capabilities"].items())}}
+        return {
+            "capabilities": {
+                k.decode() if isinstance(k, bytes) else k: v for k, v in sorted(props["capabilities"].items())
+            }
+        }
     finally:
         conn.close()
 
@@ -41,8 +44,12 @@ def server_properties_keys_raw(url: str) -> Any:
     with RawConnection(url) as c:
         c.handshake(open_=False)
         s = c.start
-        return {"version": [s.version_major, s.version_minor], "keys": sorted(s.server_properties),
-                "mechanisms": sorted(s.mechanisms.split()), "locales": s.locales}
+        return {
+            "version": [s.version_major, s.version_minor],
+            "keys": sorted(s.server_properties),
+            "mechanisms": sorted(s.mechanisms.split()),
+            "locales": s.locales,
+        }
 
 
 @scenario("handshake")
@@ -70,8 +77,11 @@ def open_ok_and_channel_open(url: str) -> Any:
         ch = c.open_channel(1)
         c.send(0, C.Connection.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0))
         closing = c.recv_method()
-        return {"open": r.name, "channel": ch[1].name if isinstance(ch, tuple) else ch,
-                "close": closing[1].name if isinstance(closing, tuple) else closing}
+        return {
+            "open": r.name,
+            "channel": ch[1].name if isinstance(ch, tuple) else ch,
+            "close": closing[1].name if isinstance(closing, tuple) else closing,
+        }
 
 
 @scenario("handshake")
@@ -154,8 +164,15 @@ def unsupported_mechanism(url: str) -> Any:
     with RawConnection(url, timeout=8) as c:
         c.send_raw(H.ProtocolHeader().marshal())
         c.recv_method()
-        c.send(0, C.Connection.StartOk(client_properties={"capabilities": {"authentication_failure_close": True}},
-                                       mechanism="CRAM-MD5", response="x", locale="en_US"))
+        c.send(
+            0,
+            C.Connection.StartOk(
+                client_properties={"capabilities": {"authentication_failure_close": True}},
+                mechanism="CRAM-MD5",
+                response="x",
+                locale="en_US",
+            ),
+        )
         r = c.recv_method()
         return close_of(r)
 
@@ -228,8 +245,11 @@ def handshake_not_finished_closed(url: str) -> Any:
             if isinstance(r, str) or r[1].name == "Connection.Close":
                 break
         took = time.monotonic() - t0
-        return {"start": getattr(start[1], "name", None) if isinstance(start, tuple) else start,
-                "end": r if isinstance(r, str) else close_of(r), "closed_between_5_and_20s": 5 <= took <= 20}
+        return {
+            "start": getattr(start[1], "name", None) if isinstance(start, tuple) else start,
+            "end": r if isinstance(r, str) else close_of(r),
+            "closed_between_5_and_20s": 5 <= took <= 20,
+        }
 
 
 @scenario("handshake")

@@ -70,15 +70,27 @@ def user_id_mismatch_406(url: str) -> Any:
 
 # The table types pika chooses for Python values, as pika reads them back.
 PIKA_HEADERS = {
-    "str": "text", "unicode": "žluťoučký 🐇", "int": 42, "negative": -7, "big": 2**40, "bool": True,
-        "false": False, "none": None, "decimal": decimal.Decimal("3.14"),
-        "timestamp": datetime.datetime(2024, 1, 2, 3, 4, 5), "bytes": b"\x00\x01\xff",
-    "list": [1, "two", [3]], "nested": {"inner": {"deep": 1}}, "empty_list": [], "empty_table": {},
+    "str": "text",
+    "unicode": "žluťoučký 🐇",
+    "int": 42,
+    "negative": -7,
+    "big": 2**40,
+    "bool": True,
+    "false": False,
+    "none": None,
+    "decimal": decimal.Decimal("3.14"),
+    "timestamp": datetime.datetime(2024, 1, 2, 3, 4, 5),
+    "bytes": b"\x00\x01\xff",
+    "list": [1, "two", [3]],
+    "nested": {"inner": {"deep": 1}},
+    "empty_list": [],
+    "empty_table": {},
 }
 add("properties", "pika_header_value_types", _roundtrip({"headers": PIKA_HEADERS}))
 
 
 # --- raw field-table types ------------------------------------------------------------------------
+
 
 def _shortstr(s: str) -> bytes:
     b = s.encode()
@@ -179,6 +191,7 @@ def all_types_in_one_table_via_headers_exchange(url: str) -> Any:
 
 # --- bodies ---------------------------------------------------------------------------------------
 
+
 def _body_case(size: int, frame_max: int | None = None) -> Any:
     def run(url: str) -> Any:
         body = bytes((i * 7 + 3) % 256 for i in range(min(size, 4096))) * (size // 4096 + 1)
@@ -260,6 +273,6 @@ def pika_free_frames(ch: int, q: str, body: bytes, frame_max: int) -> list[bytes
     frames.append(struct.pack(">BHI", 2, ch, len(hdr)) + hdr + b"\xce")
     step = frame_max - 8
     for i in range(0, len(body), step):
-        part = body[i:i + step]
+        part = body[i : i + step]
         frames.append(struct.pack(">BHI", 3, ch, len(part)) + part + b"\xce")
     return frames

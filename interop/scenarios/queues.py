@@ -125,7 +125,7 @@ def purge_returns_count(url: str) -> Any:
         ch.confirm_delivery()  # counts in *-ok replies are only settled for confirmed publishes
         q = s.queue("q")
         ch.queue_declare(q)
-        for i in range(5):
+        for _i in range(5):
             ch.basic_publish("", q, b"x")
         r = pt.summarize(ch.queue_purge(q))
         return {"purge": r, "after": pt.summarize(ch.queue_declare(q, passive=True))}
@@ -157,7 +157,7 @@ def delete_returns_count(url: str) -> Any:
         ch.confirm_delivery()  # counts in *-ok replies are only settled for confirmed publishes
         q = s.queue("q")
         ch.queue_declare(q)
-        for i in range(4):
+        for _i in range(4):
             ch.basic_publish("", q, b"x")
         return pt.summarize(ch.queue_delete(q))
 
@@ -335,6 +335,7 @@ def durable_queue_declare_durable_exchange_bind(url: str) -> Any:
 
 # --- more queue arguments clients use ---------------------------------------------------------------
 
+
 @scenario("queues")
 def max_priority_orders_by_priority(url: str) -> Any:
     import pika
@@ -373,8 +374,9 @@ def ttl_expiry_dead_letters_with_routing_key(url: str) -> Any:
         ch.exchange_declare(dlx, "direct")
         ch.queue_declare(dlq)
         ch.queue_bind(dlq, dlx, "expired")
-        ch.queue_declare(q, arguments={"x-message-ttl": 50, "x-dead-letter-exchange": dlx,
-                                       "x-dead-letter-routing-key": "expired"})
+        ch.queue_declare(
+            q, arguments={"x-message-ttl": 50, "x-dead-letter-exchange": dlx, "x-dead-letter-routing-key": "expired"}
+        )
         ch.basic_publish("", q, b"will-expire")
         pt.pump(conn, 0.4)
         got = pt.get_all(ch, dlq, with_props=True)
@@ -389,8 +391,9 @@ def max_length_dead_letters_overflow(url: str) -> Any:
     with pika_session(url) as (s, conn, ch):
         q, dlq = s.queue("q"), s.queue("dlq")
         ch.queue_declare(dlq)
-        ch.queue_declare(q, arguments={"x-max-length": 1, "x-dead-letter-exchange": "",
-                                       "x-dead-letter-routing-key": dlq})
+        ch.queue_declare(
+            q, arguments={"x-max-length": 1, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq}
+        )
         for i in range(3):
             ch.basic_publish("", q, b"%d" % i)
         pt.pump(conn, 0.2)

@@ -158,6 +158,7 @@ def invalid_x_match_406(url: str) -> Any:
 
 # --- direct / fanout / default ------------------------------------------------------------------
 
+
 @scenario("routing")
 def default_exchange_routes_by_queue_name(url: str) -> Any:
     with pika_session(url) as (s, conn, ch):
@@ -275,4 +276,4 @@ def publish_order_kept_in_queue(url: str) -> Any:
         for i in range(200):
             ch.basic_publish("", q, b"%03d" % i)
         got = pt.bodies(ch, q)
-        return {"n": len(got), "in_order": got == ["%03d" % i for i in range(200)]}
+        return {"n": len(got), "in_order": got == [f"{i:03d}" for i in range(200)]}

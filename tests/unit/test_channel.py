@@ -393,6 +393,36 @@ def test_content_header_for_another_class_is_505(client: ClientChannel) -> None:
     assert (exc.code, exc.connection_level) == (505, True)
 
 
+# rabbit_basic:parse_expiration reads the property with Erlang's string:to_integer, then check_expiry:
+# 0 <= ttl <= 4294967295 (the largest erlang:send_after timer).
+def test_largest_expiration_is_accepted(client: ClientChannel) -> None:
+    client.declare_queue("q")
+    client.publish("", "q", b"m", expiration="4294967295")
+    assert queue_of(client, "q").message_count == 1
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: an expiration over 4294967295 ms is accepted; RabbitMQ refuses it with 406 "
+    "(check_expiry: value_too_large)",
+)
+def test_expiration_over_the_largest_timer_is_406(client: ClientChannel) -> None:
+    client.declare_queue("q")
+    exc = error_of(lambda: client.publish("", "q", b"m", expiration="4294967296"))
+    assert (exc.code, exc.class_id, exc.method_id) == (406, 60, 40)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: expiration '+10' is refused with 406; RabbitMQ parses it with string:to_integer, which takes a "
+    "sign, and holds the message for 10 ms",
+)
+def test_expiration_with_a_plus_sign_is_accepted(client: ClientChannel) -> None:
+    client.declare_queue("q")
+    client.publish("", "q", b"m", expiration="+10")
+    assert queue_of(client, "q").message_count == 1
+
+
 def test_message_over_the_size_limit_is_406(broker: Broker) -> None:
     broker.settings.max_message_size = 100
     client = ClientChannel(broker)

@@ -8,8 +8,8 @@
 # Safe to run any number of times.
 set -euo pipefail
 
-HOST=127.0.0.1
-PORT=5672
+HOST=${RABBITMQ_HOST:-127.0.0.1}  # overridable only to exercise this script against stubs
+PORT=${RABBITMQ_PORT:-5672}
 WAIT_SECONDS=${RABBITMQ_WAIT_SECONDS:-120}
 APT_UPDATED=0
 

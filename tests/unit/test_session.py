@@ -344,6 +344,7 @@ HEADER_10 = frame.marshal(header.ContentHeader(0, 10, commands.Basic.Properties(
             "UNEXPECTED_FRAME - expected content header for class 60, got one for class 50 instead",
         ),
     ],
+    ids=["header-expected", "body-expected", "header-of-another-class"],
 )
 def test_content_assembly_errors_name_basic_publish(client: Client, sent: bytes, text: str) -> None:
     client.open_channel(1)

@@ -64,6 +64,11 @@ if ! command -v rabbitmq-server >/dev/null 2>&1; then
     fi
 fi
 
+# The node is named rabbit@<hostname>; a container whose hostname does not resolve cannot boot it.
+if ! getent hosts "$(hostname)" >/dev/null 2>&1; then
+    log "hostname $(hostname) does not resolve; naming the node rabbit@localhost"
+    export RABBITMQ_NODENAME=rabbit@localhost
+fi
 log "starting rabbitmq-server -detached"
 # Non-fatal: if a node is already booting (e.g. started by the package) this start fails; the wait decides.
 as_root rabbitmq-server -detached || log "rabbitmq-server -detached exited with $?; waiting for the port anyway"

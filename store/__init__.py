@@ -6,6 +6,15 @@ nothing of AMQP (properties stay encoded bytes). On-disk format: FORMAT.md.
 
 from store.message_store import MessageStore
 from store.records import MessageRecord, QueueEntry, Recovered, RecoveredMessage
+from store.recovery import MissingCatalogue
 from store.segment import UnsupportedFormat
 
-__all__ = ["MessageRecord", "MessageStore", "QueueEntry", "Recovered", "RecoveredMessage", "UnsupportedFormat"]
+__all__ = [
+    "MessageRecord",
+    "MessageStore",
+    "MissingCatalogue",
+    "QueueEntry",
+    "Recovered",
+    "RecoveredMessage",
+    "UnsupportedFormat",
+]

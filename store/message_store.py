@@ -10,6 +10,7 @@ covers its message.
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 import time
 from bisect import bisect_right
@@ -245,7 +246,6 @@ class MessageStore:
         append_frame(batch.frames_for(active), offset, payload)
         self._indexes[active].observe(offset, self._tail, record.timestamp_ms)
         self._tail += size
-        batch.segment_ends[active] = self._tail
         self._next_offset = offset + 1
         for qid in holders:
             queues[qid].live[offset] = None
@@ -327,6 +327,7 @@ class MessageStore:
         old = self._active
         if old is not None:
             self._sizes[old] = self._tail
+            self._pending.segment_ends[old] = self._tail
             self._pending.sealed_segments.append(old)
             if self._refs[old] == 0:
                 self._pending.delete_segments.append(old)
@@ -336,7 +337,6 @@ class MessageStore:
         self._refs[base] = 0
         self._tail = FILE_HEADER_SIZE
         self._pending.new_segments.append(base)
-        self._pending.segment_ends[base] = self._tail
 
     def _read_fd(self, base: int) -> int:
         fd = self._read_fds.get(base)
@@ -380,6 +380,8 @@ class MessageStore:
     def _seal(self, force_checkpoint: bool) -> Batch:
         batch = self._pending
         batch.end_offset = self._next_offset
+        if self._active is not None and batch.chunks:
+            batch.segment_ends[self._active] = self._tail
         self._pending = Batch(number=batch.number + 1, first_offset=self._next_offset)
         batch.index_writes = [(base, *self._indexes[base].take_unsaved()) for base, _ in batch.chunks]
         if force_checkpoint or batch.new_segments or self._since_checkpoint >= self._checkpoint_bytes:
@@ -482,10 +484,10 @@ class MessageStore:
 def _scan_for(fd: int, offset: int) -> bytes | None:
     """Slow path for read(): check every frame of the segment."""
     size = os.fstat(fd).st_size
-    data = os.pread(fd, size, 0)
-    for _, sequence, payload in scan_frames(data, FILE_HEADER_SIZE, size, ScanReport()):
-        if sequence == offset:
-            return payload
-        if sequence > offset:
-            break
+    if size <= FILE_HEADER_SIZE:
+        return None
+    with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as data:
+        for _, sequence, payload in scan_frames(data, FILE_HEADER_SIZE, size, ScanReport()):
+            if sequence >= offset:
+                return payload if sequence == offset else None
     return None

@@ -18,6 +18,14 @@ FIXED = struct.Struct("<QQBBBHI")
 _EXPIRES = struct.Struct("<Q")
 FLAG_EXPIRES = 1
 MAX_SHORT = 255  # exchange names and routing keys are AMQP short strings
+_QUEUE_IDS: dict[int, struct.Struct] = {}
+
+
+def _queue_ids_struct(count: int) -> struct.Struct:
+    found = _QUEUE_IDS.get(count)
+    if found is None:
+        found = _QUEUE_IDS[count] = struct.Struct(f"<{count}I")
+    return found
 
 
 def encode_record(message_id: int, record: MessageRecord, queue_ids: list[int]) -> bytes:
@@ -41,7 +49,7 @@ def encode_record(message_id: int, record: MessageRecord, queue_ids: list[int]) 
     if expires is not None:
         parts.append(_EXPIRES.pack(expires))
     if queue_ids:
-        parts.append(struct.pack(f"<{len(queue_ids)}I", *queue_ids))
+        parts.append(_queue_ids_struct(len(queue_ids)).pack(*queue_ids))
     parts += (exchange, routing_key, record.properties, record.body)
     return b"".join(parts)
 
@@ -54,7 +62,7 @@ def decode_record(payload: bytes) -> tuple[int, tuple[int, ...], MessageRecord]:
     if flags & FLAG_EXPIRES:
         (expires,) = _EXPIRES.unpack_from(payload, pos)
         pos += 8
-    queue_ids: tuple[int, ...] = struct.unpack_from(f"<{n_queues}I", payload, pos) if n_queues else ()
+    queue_ids: tuple[int, ...] = _queue_ids_struct(n_queues).unpack_from(payload, pos) if n_queues else ()
     pos += 4 * n_queues
     exchange = payload[pos : pos + ex_len].decode()
     pos += ex_len
@@ -69,7 +77,7 @@ def decode_queue_ids(payload: bytes) -> tuple[int, ...]:
     """Only the queue ids: what the recovery scan needs for records it will not return."""
     n_queues = payload[19] | (payload[20] << 8)
     pos = FIXED.size + (8 if payload[16] & FLAG_EXPIRES else 0)
-    return struct.unpack_from(f"<{n_queues}I", payload, pos) if n_queues else ()
+    return _queue_ids_struct(n_queues).unpack_from(payload, pos) if n_queues else ()
 
 
 def decode_message_id(payload: bytes) -> int:

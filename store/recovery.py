@@ -20,10 +20,14 @@ from store import ack_log
 from store.catalog import CatalogSnapshot, Checkpoint
 from store.frame import ScanReport, header_at, scan_frames
 from store.queue_state import QueueState, decode_runs
-from store.record_codec import decode_message_id, decode_queue_ids, decode_record
+from store.record_codec import decode_record
 from store.records import MessageRecord
 from store.segment import FILE_HEADER_SIZE, SEGMENT_MAGIC, Layout, file_header, header_intact
 from store.segment_index import SegmentIndex, load_index, write_index_files
+
+
+class MissingCatalogue(Exception):
+    """Segment files without the catalogue that describes them: refuse to open rather than lose them."""
 
 
 @dataclass
@@ -61,6 +65,7 @@ class _Recovery:
         self.interval = index_interval
         self.now_ms = now_ms
         self.cp = snap.checkpoint or Checkpoint()
+        self.no_checkpoint = snap.checkpoint is None
         self.stats = new_stats()
         self.queues = {q[0]: QueueState() for q in snap.queues}
         for qid, (live, delivered) in snap.queue_state.items():
@@ -79,6 +84,10 @@ class _Recovery:
     def run(self) -> RecoveryResult:
         started = time.perf_counter()
         bases = self.layout.segment_bases()
+        if bases and self.no_checkpoint:
+            # Every store writes a checkpoint before its first segment exists, so the catalogue here is not
+            # the one these segments belong to. Guessing would mean deleting them all as unneeded.
+            raise MissingCatalogue(f"{self.layout.segments} holds segments but {self.layout.catalog} has no checkpoint")
         for i, base in enumerate(bases):
             upper = bases[i + 1] if i + 1 < len(bases) else None
             self._segment(base, upper)
@@ -148,23 +157,27 @@ class _Recovery:
     def _read_frames(self, data: mmap.mmap, start: int, size: int, index: SegmentIndex, report: ScanReport) -> None:
         cp_next = self.cp.next_offset
         wanted, records, queues = self.wanted_set, self.records, self.queues
+        observe = index.observe
         scanned = tail = 0
+        message_id = offset = -1
         for pos, offset, payload in scan_frames(data, start, size, report):
             scanned += 1
-            index.observe(offset, pos, int.from_bytes(payload[8:16], "little"))
             if offset < cp_next:
+                observe(offset, pos, int.from_bytes(payload[8:16], "little"))
                 if offset in wanted:
                     records[offset] = decode_record(payload)[2]
                 continue
             tail += 1
-            self.last_message_id = max(self.last_message_id, decode_message_id(payload))
-            holders = [q for q in decode_queue_ids(payload) if q in queues]
-            if holders:
-                records[offset] = decode_record(payload)[2]
-                for qid in holders:
-                    queues[qid].live[offset] = None
-        if scanned:
-            self.max_offset = max(self.max_offset, offset)
+            message_id, queue_ids, record = decode_record(payload)
+            observe(offset, pos, record.timestamp_ms)
+            for qid in queue_ids:
+                state = queues.get(qid)
+                if state is not None:  # else a queue deleted since: nobody needs the record for it
+                    state.live[offset] = None
+                    records[offset] = record
+        # Offsets and message ids increase through the log: the last ones seen are the largest.
+        self.max_offset = max(self.max_offset, offset)
+        self.last_message_id = max(self.last_message_id, message_id)
         self.stats["records_scanned"] += scanned
         self.stats["tail_records"] += tail
 

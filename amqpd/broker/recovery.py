@@ -14,7 +14,10 @@ from amqpd.protocol.fastpath import shortstr
 log = logging.getLogger("amqpd.recovery")
 
 
-def restore(broker: Any, recovered: Any) -> None:
+def restore(broker: Any, recovered: Any, crashed: bool = False) -> None:
+    """crashed: the last run ended without a clean stop. Delivered-marks written since its last commit are
+    lost, so every message is flagged redelivered (as RabbitMQ does after a crash): a consumer may have
+    seen any of them. After a clean stop the flags are exact."""
     for x in recovered.exchanges:
         vhost = broker.vhosts.get(x["vhost"])
         if vhost is not None and x["name"] not in vhost.exchanges:
@@ -32,7 +35,7 @@ def restore(broker: Any, recovered: Any) -> None:
         q.store_id = entry.queue_id
         vhost.queues[entry.name] = q
         for rm in entry.messages:
-            q.push(message_from_record(rm.record, rm.offset), rm.redelivered, rm.record.timestamp_ms)
+            q.push(message_from_record(rm.record, rm.offset), rm.redelivered or crashed, rm.record.timestamp_ms)
             count += 1
     for b in recovered.bindings:
         vhost = broker.vhosts.get(b["vhost"])
@@ -43,8 +46,9 @@ def restore(broker: Any, recovered: Any) -> None:
         dest = table.get(b["destination"])
         if source is not None and dest is not None:
             source.bind(dest, b["routing_key"], b["arguments"])
-    log.info("recovered %d exchanges, %d queues, %d bindings, %d messages; %s", len(recovered.exchanges),
-             len(recovered.queues), len(recovered.bindings), count, recovered.stats)
+    log.info("recovered %d exchanges, %d queues, %d bindings, %d messages after a %s; %s",
+             len(recovered.exchanges), len(recovered.queues), len(recovered.bindings), count,
+             "crash" if crashed else "clean stop", recovered.stats)
 
 
 def message_from_record(record: Any, offset: int) -> Message:

@@ -27,8 +27,9 @@ MAX_TABLE_DEPTH = 64
 def decode_method(payload: bytes, max_depth: int = MAX_TABLE_DEPTH) -> base.Frame:
     """A method payload (with class/method ids) → pamqp method object.
 
-    Unknown methods → 540 NOT_IMPLEMENTED; anything undecodable → 502 SYNTAX_ERROR, both naming the method.
-    RabbitMQ 3.10 drops the socket silently in both cases; a close with a reason is kinder to clients.
+    Unknown methods → 540 NOT_IMPLEMENTED and unknown field types → 502 SYNTAX_ERROR (RabbitMQ 3.10 drops
+    the socket silently there; a close with a reason is kinder). Fields running past the end of the
+    frame → 501 FRAME_ERROR "cannot decode", as RabbitMQ answers. All name the method.
     """
     class_id, method_id = method_ids(payload)
     cls = commands.INDEX_MAPPING.get((class_id << 16) | method_id)
@@ -40,9 +41,9 @@ def decode_method(payload: bytes, max_depth: int = MAX_TABLE_DEPTH) -> base.Fram
     try:
         method.unmarshal(payload[4:])
     except (struct.error, ValueError, TypeError, IndexError, UnicodeDecodeError, RecursionError, KeyError) as exc:
-        raise errors.ConnectionError(
-            errors.SYNTAX_ERROR, f"cannot decode {method.name}: {exc}", class_id, method_id
-        ) from None
+        # pamqp raises ValueError("Unknown type ...") for a bad type tag; everything else is a truncation.
+        code = errors.SYNTAX_ERROR if "Unknown type" in str(exc) else errors.FRAME_ERROR
+        raise errors.ConnectionError(code, f"cannot decode {method.name}: {exc}", class_id, method_id) from None
     for name in method.__slots__:
         value = getattr(method, name, None)
         if isinstance(value, dict) and nesting_depth(value) > max_depth:

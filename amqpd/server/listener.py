@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import sys
 from typing import Any
@@ -21,12 +22,13 @@ log = logging.getLogger("amqpd")
 
 async def serve(settings: Settings) -> None:
     loop = asyncio.get_running_loop()
+    crashed = _take_clean_marker(settings)
     store, recovered = await _open_store(settings)
     broker = Broker(settings, store=store, scheduler=loop.call_later)
     if store is not None:
         from amqpd.broker.recovery import restore
 
-        restore(broker, recovered)
+        restore(broker, recovered, crashed)
     registry: set[AMQPServerProtocol] = set()
     server = await loop.create_server(
         lambda: AMQPServerProtocol(broker, registry), settings.host, settings.port, reuse_address=True, backlog=1024
@@ -48,6 +50,7 @@ async def serve(settings: Settings) -> None:
         await _wait_closed(registry)
         if store is not None:
             await store.close()
+            _leave_clean_marker(settings)
         tg.cancel_scope.cancel()
 
 
@@ -55,6 +58,28 @@ async def _wait_closed(registry: set[Any], timeout: float = 5.0) -> None:
     with anyio.move_on_after(timeout):
         while registry:
             await anyio.sleep(0.02)
+
+
+CLEAN_MARKER = "clean-shutdown"
+
+
+def _take_clean_marker(settings: Settings) -> bool:
+    """True when the last run did not stop cleanly (a crash, kill -9, power loss): delivered-marks it had
+    not yet written are lost then, so every recovered message must be flagged redelivered."""
+    if not settings.data_dir or not os.path.isdir(settings.data_dir):
+        return False
+    marker = os.path.join(settings.data_dir, CLEAN_MARKER)
+    if os.path.exists(marker):
+        os.unlink(marker)
+        return False
+    return any(name != CLEAN_MARKER for name in os.listdir(settings.data_dir))
+
+
+def _leave_clean_marker(settings: Settings) -> None:
+    with open(os.path.join(settings.data_dir, CLEAN_MARKER), "w") as f:
+        f.write("amqpd stopped cleanly; the store's delivered-marks are complete\n")
+        f.flush()
+        os.fsync(f.fileno())
 
 
 async def _open_store(settings: Settings) -> tuple[Any, Any]:

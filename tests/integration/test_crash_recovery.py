@@ -96,4 +96,6 @@ def test_every_confirmed_message_survives_kill_9(tmp_path: Path, seed: int) -> N
     assert all_confirmed, "no message was confirmed before the kills"
     assert lost == [], f"{len(lost)} confirmed messages lost of {len(all_confirmed)}"
     assert duplicates == 0
-    assert redelivered == 0  # nothing was ever delivered, so nothing comes back flagged
+    # After a crash every recovered message is flagged, as RabbitMQ does: delivered-marks not yet on disk
+    # when the broker died are lost, so any message may have been seen by a consumer.
+    assert redelivered == len(bodies)

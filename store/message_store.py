@@ -105,10 +105,14 @@ class MessageStore:
         self._commit_lock = anyio.Lock()
         self._layout.create_dirs()
         await self._catalog.open()
-        snap = await self._catalog.load()
-        result = await anyio.to_thread.run_sync(
-            recover_files, self._layout, snap, self._interval, int(time.time() * 1000)
-        )
+        try:
+            snap = await self._catalog.load()
+            result = await anyio.to_thread.run_sync(
+                recover_files, self._layout, snap, self._interval, int(time.time() * 1000)
+            )
+        except BaseException:
+            await self._catalog.close()  # its worker thread would otherwise keep the process alive
+            raise
         self._install(snap, result)
         await anyio.to_thread.run_sync(self._resume_files, result)
         self._open = True

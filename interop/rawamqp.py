@@ -6,7 +6,7 @@ from __future__ import annotations
 import socket
 import struct
 import time
-from typing import Any
+from typing import Any, cast
 from urllib.parse import unquote, urlparse
 
 from pamqp import commands as C
@@ -119,7 +119,7 @@ class RawConnection:
         self.send(
             0,
             C.Connection.StartOk(
-                client_properties={"product": "interop-raw", "capabilities": caps},
+                client_properties=cast(Any, {"product": "interop-raw", "capabilities": caps}),
                 mechanism="PLAIN",
                 response=f"\0{self.user}\0{pw}",
                 locale="en_US",

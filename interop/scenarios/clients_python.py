@@ -217,7 +217,7 @@ def aio_pika_rpc_with_exclusive_reply_queue(url: str) -> Any:
                 async def serve(m: aio_pika.abc.AbstractIncomingMessage) -> None:
                     async with m.process():
                         await ch.default_exchange.publish(
-                            aio_pika.Message(m.body.upper(), correlation_id=m.correlation_id), m.reply_to
+                            aio_pika.Message(m.body.upper(), correlation_id=m.correlation_id), m.reply_to or ""
                         )
 
                 await server_q.consume(serve)
@@ -255,12 +255,17 @@ def aio_pika_direct_reply_to(url: str) -> Any:
                 async def serve(m: aio_pika.abc.AbstractIncomingMessage) -> None:
                     seen["reply_to_prefix"] = (m.reply_to or "")[:22]
                     await m.ack()
-                    await ch.default_exchange.publish(aio_pika.Message(b"pong"), m.reply_to)
+                    await ch.default_exchange.publish(aio_pika.Message(b"pong"), m.reply_to or "")
 
                 await server_q.consume(serve)
                 fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
                 reply = await ch.get_queue("amq.rabbitmq.reply-to", ensure=False)
-                await reply.consume(lambda m: fut.set_result(m.body.decode()) if not fut.done() else None, no_ack=True)
+
+                async def on_reply(m: aio_pika.abc.AbstractIncomingMessage) -> None:
+                    if not fut.done():
+                        fut.set_result(m.body.decode())
+
+                await reply.consume(on_reply, no_ack=True)
                 await ch.default_exchange.publish(
                     aio_pika.Message(b"ping", reply_to="amq.rabbitmq.reply-to"), server_q.name
                 )
@@ -419,7 +424,7 @@ def kombu_passive_missing(url: str) -> Any:
             return {
                 "error": type(e).__name__,
                 "code": getattr(e, "code", None),
-                "method": getattr(e, "method_name", None) and str(e.method_name),
+                "method": str(getattr(e, "method_name", None)),
             }
         return {"declared": True}
 

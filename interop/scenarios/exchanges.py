@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import pika
@@ -45,7 +46,7 @@ def _mismatch(first: dict[str, Any], second: dict[str, Any]) -> Any:
     return run
 
 
-for _name, _a, _b in [
+_MISMATCHES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("same_args_ok", {"exchange_type": "direct"}, {"exchange_type": "direct"}),
     ("type_mismatch_406", {"exchange_type": "direct"}, {"exchange_type": "fanout"}),
     ("durable_mismatch_406", {"exchange_type": "direct", "durable": True}, {"exchange_type": "direct"}),
@@ -56,7 +57,8 @@ for _name, _a, _b in [
         {"exchange_type": "direct", "arguments": {"alternate-exchange": "a"}},
         {"exchange_type": "direct", "arguments": {"alternate-exchange": "b"}},
     ),
-]:
+]
+for _name, _a, _b in _MISMATCHES:
     add("exchanges", f"redeclare_{_name}", _mismatch(_a, _b))
 
 
@@ -128,7 +130,7 @@ def predeclared_exchanges_exist(url: str) -> Any:
             ("amq.headers", "headers"),
             ("amq.match", "headers"),
         ]:
-            out[name] = pt.expect_close(lambda n=name, t=t, ch=ch: ch.exchange_declare(n, t, passive=True))
+            out[name] = pt.expect_close(partial(ch.exchange_declare, name, t, passive=True))
             if "closed" in out[name]:
                 ch = conn.channel()
         return out

@@ -135,19 +135,25 @@ FIELD_VALUES: dict[str, bytes] = {
 }
 
 
+def _payload(c: RawConnection) -> bytes:
+    r = c.recv_raw_frame()
+    if isinstance(r, str):
+        raise ConnectionError(f"{r} while reading a basic.get reply")
+    return r[2]
+
+
 def raw_get(c: RawConnection, ch: int, q: str) -> dict[str, Any]:
     """basic.get on a raw connection: the content header's property bytes and the body, undecoded."""
     c.send(ch, C.Basic.Get(queue=q, no_ack=True))
-    t, _, payload = c.recv_raw_frame()  # type: ignore[misc]
+    payload = _payload(c)
     method = struct.unpack(">HH", payload[:4])
     if method != (60, 71):
         return {"method": list(method)}
-    t, _, hdr = c.recv_raw_frame()  # type: ignore[misc]
+    hdr = _payload(c)
     size = struct.unpack(">Q", hdr[4:12])[0]
     body = b""
     while len(body) < size:
-        t, _, part = c.recv_raw_frame()  # type: ignore[misc]
-        body += part
+        body += _payload(c)
     return {"props_hex": hdr[12:].hex(), "body_size": size, "body": pt.body_obs(body)}
 
 

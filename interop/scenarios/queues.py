@@ -55,7 +55,7 @@ def _mismatch(first: dict[str, Any], second: dict[str, Any]) -> Any:
     return run
 
 
-for _name, _a, _b in [
+_MISMATCHES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("same_flags_ok", {"durable": True}, {"durable": True}),
     ("durable_406", {"durable": True}, {"durable": False}),
     ("auto_delete_406", {}, {"auto_delete": True}),
@@ -64,7 +64,8 @@ for _name, _a, _b in [
     ("argument_added_406", {}, {"arguments": {"x-max-length": 5}}),
     ("argument_removed_406", {"arguments": {"x-max-length": 5}}, {}),
     ("passive_ignores_flags", {"durable": True}, {"passive": True, "durable": False}),
-]:
+]
+for _name, _a, _b in _MISMATCHES:
     add("queues", f"redeclare_{_name}", _mismatch(_a, _b))
 
 

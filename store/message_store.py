@@ -89,6 +89,8 @@ class MessageStore:
         self._ack_number = 0
         self._since_checkpoint = 0
         self._pending = Batch(number=1, first_offset=0)
+        self._frames: bytearray | None = None  # the pending batch's frames for the active segment
+        self._woken = False
         self._durable_number = 0
         self._open = False
         self._closing = False
@@ -130,6 +132,7 @@ class MessageStore:
                         return
                     await self._wake.wait()
                     self._wake = anyio.Event()
+                    self._woken = False
                     continue
                 await self._commit_once()
         finally:
@@ -163,6 +166,7 @@ class MessageStore:
             return
         self._closing = True
         self._pending = Batch(number=self._pending.number, first_offset=self._next_offset)
+        self._frames = None
         await self._release_files()
 
     async def _release_files(self) -> None:
@@ -229,7 +233,7 @@ class MessageStore:
 
     def _catalog_op(self, ops: list[Any]) -> None:
         self._pending.catalog_ops.extend(ops)
-        self._wake.set()
+        self._poke()
 
     # ---- messages -----------------------------------------------------------------------------------
 
@@ -247,7 +251,10 @@ class MessageStore:
         active = self._active
         assert active is not None
         batch = self._pending
-        append_frame(batch.frames_for(active), offset, payload)
+        frames = self._frames
+        if frames is None:  # first record of this batch in this segment
+            frames = self._frames = batch.frames_for(active)
+        append_frame(frames, offset, payload)
         self._indexes[active].observe(offset, self._tail, record.timestamp_ms)
         self._tail += size
         self._next_offset = offset + 1
@@ -258,7 +265,8 @@ class MessageStore:
         if on_durable is not None:
             batch.callbacks.append(on_durable)
         self._since_checkpoint += size
-        self._wake.set()
+        if not self._woken:
+            self._poke()
         return offset
 
     def mark_delivered(self, queue_id: int, offset: int) -> None:
@@ -314,10 +322,16 @@ class MessageStore:
 
     # ---- internals: bookkeeping on the loop ----------------------------------------------------------
 
+    def _poke(self) -> None:
+        """Wake the commit loop (once per wait: setting an already-set event still costs a call)."""
+        self._woken = True
+        self._wake.set()
+
     def _ack_entry(self, kind: int, queue_id: int, offset: int) -> None:
         self._pending.acks += ack_log.ENTRY.pack(kind, queue_id, offset)
         self._since_checkpoint += ack_log.ENTRY.size
-        self._wake.set()
+        if not self._woken:
+            self._poke()
 
     def _release(self, offset: int) -> None:
         """One queue stopped holding `offset`; a segment nobody holds anything in goes once this is synced."""
@@ -325,7 +339,7 @@ class MessageStore:
         self._refs[base] -= 1
         if self._refs[base] == 0 and base != self._active:
             self._pending.delete_segments.append(base)
-            self._wake.set()
+            self._poke()
 
     def _roll(self, base: int) -> None:
         old = self._active
@@ -336,6 +350,7 @@ class MessageStore:
             if self._refs[old] == 0:
                 self._pending.delete_segments.append(old)
         self._active = base
+        self._frames = None
         self._bases.append(base)
         self._indexes[base] = SegmentIndex(base, self._interval)
         self._refs[base] = 0
@@ -387,6 +402,7 @@ class MessageStore:
         if self._active is not None and batch.chunks:
             batch.segment_ends[self._active] = self._tail
         self._pending = Batch(number=batch.number + 1, first_offset=self._next_offset)
+        self._frames = None
         batch.index_writes = [(base, *self._indexes[base].take_unsaved()) for base, _ in batch.chunks]
         if force_checkpoint or batch.new_segments or self._since_checkpoint >= self._checkpoint_bytes:
             # The snapshot reflects exactly this batch and those before it; it is committed only after the

@@ -19,6 +19,7 @@ _EXPIRES = struct.Struct("<Q")
 FLAG_EXPIRES = 1
 MAX_SHORT = 255  # exchange names and routing keys are AMQP short strings
 _QUEUE_IDS: dict[int, struct.Struct] = {}
+_HEADS: dict[tuple[int, bool], struct.Struct] = {}
 
 
 def _queue_ids_struct(count: int) -> struct.Struct:
@@ -28,30 +29,28 @@ def _queue_ids_struct(count: int) -> struct.Struct:
     return found
 
 
+def _head_struct(count: int, expires: bool) -> struct.Struct:
+    """Fixed fields, optional expiry and queue ids in one Struct: one pack per record on the hot path."""
+    key = (count, expires)
+    found = _HEADS.get(key)
+    if found is None:
+        found = _HEADS[key] = struct.Struct(FIXED.format + ("Q" if expires else "") + f"{count}I")
+    return found
+
+
 def encode_record(message_id: int, record: MessageRecord, queue_ids: list[int]) -> bytes:
     exchange = record.exchange.encode()
     routing_key = record.routing_key.encode()
     if len(exchange) > MAX_SHORT or len(routing_key) > MAX_SHORT:
         raise ValueError("exchange and routing key are limited to 255 bytes")
     expires = record.expires_at_ms
-    flags = FLAG_EXPIRES if expires is not None else 0
-    parts = [
-        FIXED.pack(
-            message_id,
-            record.timestamp_ms,
-            flags,
-            len(exchange),
-            len(routing_key),
-            len(queue_ids),
-            len(record.properties),
-        )
-    ]
-    if expires is not None:
-        parts.append(_EXPIRES.pack(expires))
-    if queue_ids:
-        parts.append(_queue_ids_struct(len(queue_ids)).pack(*queue_ids))
-    parts += (exchange, routing_key, record.properties, record.body)
-    return b"".join(parts)
+    fixed = (message_id, record.timestamp_ms)
+    lengths = (len(exchange), len(routing_key), len(queue_ids), len(record.properties))
+    if expires is None:
+        head = _head_struct(len(queue_ids), False).pack(*fixed, 0, *lengths, *queue_ids)
+    else:
+        head = _head_struct(len(queue_ids), True).pack(*fixed, FLAG_EXPIRES, *lengths, expires, *queue_ids)
+    return b"".join((head, exchange, routing_key, record.properties, record.body))
 
 
 def decode_record(payload: bytes) -> tuple[int, tuple[int, ...], MessageRecord]:

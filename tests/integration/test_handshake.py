@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pika
 import pytest
 
@@ -81,7 +79,7 @@ def test_many_channels_open_and_close(conn: pika.BlockingConnection) -> None:
     assert conn.channel().is_open
 
 
-def test_heartbeat_keeps_idle_connection_open(params: pika.URLParameters, name: Callable[[str], str]) -> None:
+def test_heartbeat_keeps_idle_connection_open(params: pika.URLParameters) -> None:
     params.heartbeat = 1
     conn = pika.BlockingConnection(params)
     try:

@@ -1,7 +1,8 @@
 """What the broker answers to bytes no well-behaved client sends. Built frame by frame on a raw socket.
 
 Tests marked amqpd_only assert amqpd's deliberately better answer where RabbitMQ 3.10 only drops the
-socket, waits, or accepts without limit; each says which. They are skipped when the suite targets another broker (AMQPD_TEST_TARGET_URL).
+socket, waits, or accepts without limit; each says which. They are skipped when the suite targets
+another broker (AMQPD_TEST_TARGET_URL).
 After every test a fresh pika client must still work: bad input on one connection never hurts the broker.
 """
 

@@ -386,3 +386,17 @@ async def test_find_offset_by_time_uses_the_time_index(tmp_path: Path) -> None:
     assert store.find_offset_by_time(0) == offsets[0]
     assert store.find_offset_by_time(2_000_000_000_000) is None
     await store.close()
+
+
+async def test_a_queue_named_twice_holds_the_message_once(tmp_path: Path) -> None:
+    store, _ = await reopen(tmp_path, segment_size=1024)
+    qid = store.put_queue("/", "q", False, {})
+    offsets = [store.append(record(i), [qid, qid]) for i in range(30)]
+    for offset in offsets:
+        store.ack(qid, offset)
+    await store.flush()
+    assert len(segment_files(tmp_path)) == 1  # every full segment was freed
+    await store.close()
+    store, recovered = await reopen(tmp_path, segment_size=1024)
+    assert offsets_of(recovered, "q") == []
+    await store.close()

@@ -203,3 +203,14 @@ async def test_a_torn_ack_log_brings_the_unlogged_acks_messages_back(tmp_path: P
     store, recovered = await recover(tmp_path)
     assert recovered_offsets(recovered) == offsets[1:]
     await store.close()
+
+
+async def test_a_segment_from_a_newer_format_is_refused(tmp_path: Path) -> None:
+    from store import UnsupportedFormat
+
+    await build(tmp_path, clean_close=True)
+    with open(only_segment(tmp_path), "r+b") as f:
+        f.seek(8)
+        f.write((2).to_bytes(2, "little"))
+    with pytest.raises(UnsupportedFormat):
+        await recover(tmp_path)

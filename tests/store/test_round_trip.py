@@ -400,3 +400,16 @@ async def test_a_queue_named_twice_holds_the_message_once(tmp_path: Path) -> Non
     store, recovered = await reopen(tmp_path, segment_size=1024)
     assert offsets_of(recovered, "q") == []
     await store.close()
+
+
+async def test_restart_reads_only_what_queues_still_hold_and_the_tail(tmp_path: Path) -> None:
+    store, _ = await reopen(tmp_path, segment_size=4096)
+    qid = store.put_queue("/", "q", False, {})
+    offsets = [store.append(record(i), [qid]) for i in range(1000)]
+    for offset in offsets[:-10]:
+        store.ack(qid, offset)
+    await store.close()
+    store, recovered = await reopen(tmp_path, segment_size=4096)
+    assert offsets_of(recovered, "q") == offsets[-10:]
+    assert recovered.stats["records_scanned"] <= 40  # one segment's worth, not 1000
+    await store.close()

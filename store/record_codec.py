@@ -70,14 +70,3 @@ def decode_record(payload: bytes) -> tuple[int, tuple[int, ...], MessageRecord]:
     properties = payload[pos : pos + props_len]
     body = payload[pos + props_len :]
     return message_id, queue_ids, MessageRecord(exchange, routing_key, properties, body, timestamp, expires)
-
-
-def decode_queue_ids(payload: bytes) -> tuple[int, ...]:
-    """Only the queue ids: what the recovery scan needs for records it will not return."""
-    n_queues = payload[19] | (payload[20] << 8)
-    pos = FIXED.size + (8 if payload[16] & FLAG_EXPIRES else 0)
-    return _queue_ids_struct(n_queues).unpack_from(payload, pos) if n_queues else ()
-
-
-def decode_message_id(payload: bytes) -> int:
-    return int.from_bytes(payload[0:8], "little")

@@ -214,3 +214,16 @@ async def test_a_segment_from_a_newer_format_is_refused(tmp_path: Path) -> None:
         f.write((2).to_bytes(2, "little"))
     with pytest.raises(UnsupportedFormat):
         await recover(tmp_path)
+
+
+async def test_a_deleted_segment_file_is_reported_missing_with_its_records(tmp_path: Path) -> None:
+    offsets = await build(tmp_path, clean_close=True, segment_size=2048)
+    segments = sorted((tmp_path / "segments").glob("*.seg"))
+    gone = segments[1]
+    gone.unlink()
+    store, recovered = await recover(tmp_path, segment_size=2048)
+    gone_base, next_base = int(gone.stem), int(segments[2].stem)
+    assert recovered_offsets(recovered) == [o for o in offsets if not gone_base <= o < next_base]
+    assert recovered.stats["segments_missing"] == 1
+    assert recovered.stats["lost_records"] == next_base - gone_base
+    await store.close()

@@ -6,6 +6,8 @@ from typing import Any
 
 from amqpd import errors
 
+MAX_EXPIRY_TIMER = 4294967295  # ms: RabbitMQ's largest timer, the bound of every TTL
+
 # Arguments RabbitMQ compares when a queue is redeclared; others may differ freely.
 QUEUE_EQUIVALENCE_ARGS = (
     "x-expires", "x-message-ttl", "x-dead-letter-exchange", "x-dead-letter-routing-key", "x-max-length",
@@ -60,6 +62,9 @@ def check_queue_arguments(args: dict, queue: str, vhost: str) -> None:
                           ("x-max-length-bytes", 0), ("x-max-priority", 0)):
         if name in args:
             _check_int(name, args[name], queue, vhost, minimum)
+    for name in ("x-expires", "x-message-ttl"):
+        if name in args and args[name] > MAX_EXPIRY_TIMER:
+            raise _invalid(name, queue, vhost, f"{{value_too_large,{args[name]},{MAX_EXPIRY_TIMER}}}")
     if "x-max-priority" in args and args["x-max-priority"] > 255:
         raise _invalid("x-max-priority", queue, vhost, f"{{value_too_large,{args['x-max-priority']},255}}")
     for name in ("x-dead-letter-exchange", "x-dead-letter-routing-key"):

@@ -90,6 +90,10 @@ class Channel:
     def assembling(self) -> bool:
         return self._pub is not None
 
+    @property
+    def awaiting_body(self) -> bool:
+        return self._header is not None
+
     def on_publish(self, payload: bytes) -> None:
         exchange, routing_key, mandatory, immediate = parse_publish(payload)
         if immediate:
@@ -109,13 +113,13 @@ class Channel:
         self.publish(Message(exchange, routing_key, route, header, body, flags), bool(bits & 1))
 
     def on_header(self, payload: bytes) -> None:
-        if self._pub is None or self._header is not None:
-            raise errors.unexpected_frame(f"unexpected content header frame on channel {self.id}")
+        if self._pub is None:
+            raise errors.unexpected_frame("expected method frame, got non method frame instead")
+        if self._header is not None:
+            raise _assembly("expected content body, got non content body frame instead")
         class_id, body_size, flags = parse_content_header(payload)
         if class_id != 60:
-            raise errors.unexpected_frame(
-                f"expected content header for class 60, got one for class {class_id} instead"
-            )
+            raise _assembly(f"expected content header for class 60, got one for class {class_id} instead")
         max_size = self.broker.settings.max_message_size
         if body_size > max_size:
             self._pub = None
@@ -130,7 +134,9 @@ class Channel:
 
     def on_body(self, payload: bytes) -> None:
         if self._header is None:
-            raise errors.unexpected_frame(f"unexpected content body frame on channel {self.id}")
+            if self._pub is None:
+                raise errors.unexpected_frame("expected method frame, got non method frame instead")
+            raise _assembly("expected content header for class 60, got non content header frame instead")
         if len(payload) > self._remaining:
             raise errors.unexpected_frame(f"content body exceeds the declared size on channel {self.id}")
         self._body.append(payload)
@@ -465,9 +471,10 @@ class Channel:
 
     def queue_unbind(self, m: commands.Queue.Unbind) -> None:
         name = self._queue_name(m.queue)
+        key = m.routing_key if (m.routing_key or m.queue) else name
         q = self.vhost.queue(name, self.conn)
         self.vhost.exchange(m.exchange) if m.exchange else None
-        self.vhost.unbind(m.exchange, q, m.routing_key, m.arguments or {})
+        self.vhost.unbind(m.exchange, q, key, m.arguments or {})
         self.reply(commands.Queue.UnbindOk())
 
     def queue_purge(self, m: commands.Queue.Purge) -> None:
@@ -525,7 +532,7 @@ class Channel:
         if self.consumers.pop(consumer.tag, None) is None:
             return
         if self.conn.consumer_cancel_notify and not self.closing:
-            self.reply(build(commands.Basic.Cancel, consumer.tag, False))
+            self.reply(build(commands.Basic.Cancel, consumer.tag, True))
 
     def basic_get(self, m: commands.Basic.Get) -> None:
         q = self.vhost.queue(self._queue_name(m.queue), self.conn)
@@ -631,6 +638,11 @@ class Channel:
         self._apply_settle("requeue", taken, True)
         for consumer in consumers:
             self.vhost.consumer_gone(consumer.queue)
+
+
+def _assembly(text: str) -> errors.ConnectionError:
+    """A content-assembly error names the method being assembled, as RabbitMQ's command assembler does."""
+    return errors.ConnectionError(errors.UNEXPECTED_FRAME, text, 60, 40)
 
 
 def _ids(method: base.Frame) -> tuple[int, int]:

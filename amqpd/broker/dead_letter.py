@@ -46,7 +46,7 @@ def _dead_message(broker: Broker, msg: Message, queue: Queue, reason: str, dlx: 
     else:
         death: dict[str, Any] = {
             "count": 1, "reason": reason, "queue": queue.name, "time": _now(), "exchange": msg.exchange,
-            "routing-keys": [msg.routing_key, *_cc(headers), *msg.bcc],
+            "routing-keys": [msg.routing_key, *_cc(headers)],  # BCC keys stay secret, as in RabbitMQ
         }
         if props.expiration is not None:
             death["original-expiration"] = props.expiration

@@ -70,10 +70,22 @@ class Message:
         self.timestamp_ms = int(time.time() * 1000)
 
 
+MAX_EXPIRY_TIMER = 4294967295
+
+
 def parse_expiration(value: str) -> int:
-    """The expiration property: a non-negative integer of milliseconds as a string, as RabbitMQ requires."""
-    if not value.isdigit():
-        raise errors.precondition_failed(f"invalid expiration '{value}': {{value_negative,{value}}}"
-                                         if value.startswith("-") else
-                                         f"invalid expiration '{value}': {{invalid_format,<<\"{value}\">>}}")
-    return int(value)
+    """The expiration property: milliseconds as a decimal string, read as RabbitMQ reads it (an optional sign,
+    then digits), from 0 up to its largest timer."""
+    digits = value[1:] if value[:1] in "+-" else value
+    if not digits.isdigit() or not digits.isascii():
+        raise _invalid(value, f"{{invalid_format,<<\"{value}\">>}}")
+    ms = int(value)
+    if ms < 0:
+        raise _invalid(value, f"{{value_negative,{ms}}}")
+    if ms > MAX_EXPIRY_TIMER:
+        raise _invalid(value, f"{{value_too_large,{ms},{MAX_EXPIRY_TIMER}}}")
+    return ms
+
+
+def _invalid(value: str, reason: str) -> errors.ChannelError:
+    return errors.ChannelError(errors.PRECONDITION_FAILED, f"invalid expiration '{value}': {reason}", 60, 40)

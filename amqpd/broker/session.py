@@ -219,6 +219,9 @@ class Session:
         if step is not None:
             expected, handler = step
             if not isinstance(method, expected):
+                if self.state != AWAIT_OPEN:
+                    self._close_transport()  # RabbitMQ hangs up on a handshake out of order before tune-ok
+                    return
                 raise self._out_of_order(method)
             handler(self, method)
             return
@@ -282,18 +285,19 @@ class Session:
 
     def _tune_ok(self, m: commands.Connection.TuneOk) -> None:
         s = self.settings
+        # 0 means "no limit", which is above ours: RabbitMQ refuses it too (validate_negotiated_integer_value).
         if m.frame_max and m.frame_max < FRAME_MIN_SIZE:
             raise errors.ConnectionError(
-                errors.NOT_ALLOWED, f"frame_max={m.frame_max} < {FRAME_MIN_SIZE} min size", 10, 31
+                errors.NOT_ALLOWED, f"negotiated frame_max = {m.frame_max} is lower than the minimum allowed "
+                f"value ({FRAME_MIN_SIZE})", 10, 31
             )
-        if m.frame_max > s.frame_max:
-            raise errors.ConnectionError(
-                errors.NOT_ALLOWED, f"frame_max={m.frame_max} > {s.frame_max} max size", 10, 31
-            )
-        if m.channel_max > s.channel_max:
-            raise errors.ConnectionError(
-                errors.NOT_ALLOWED, f"channel_max={m.channel_max} > {s.channel_max} max size", 10, 31
-            )
+        for name, value, limit in (("frame_max", m.frame_max, s.frame_max), ("channel_max", m.channel_max,
+                                                                             s.channel_max)):
+            if limit and (value == 0 or value > limit):
+                raise errors.ConnectionError(
+                    errors.NOT_ALLOWED, f"negotiated {name} = {value} is higher than the maximum allowed value "
+                    f"({limit})", 10, 31
+                )
         self.frame_max = m.frame_max or s.frame_max
         self.reader.frame_max = self.frame_max
         self.channel_max = m.channel_max or s.channel_max
@@ -315,14 +319,16 @@ class Session:
 
     def _channel_method(self, channel: int, payload: bytes) -> None:
         if self.state != OPEN:
-            raise errors.ConnectionError(errors.CHANNEL_ERROR, "channel method before connection.open")
+            raise errors.unexpected_frame("expected method frame on channel 0 before connection.open-ok")
         ch = self.channels.get(channel)
         if ch is None:
             self._method_on_unopened(channel, payload)
             return
         key = _u32.unpack_from(payload)[0] if len(payload) >= 4 else 0
         if ch.assembling:
-            raise errors.unexpected_frame(f"expected content header for class 60, got a method on channel {channel}")
+            if ch.awaiting_body:
+                raise _assembly("expected content body, got non content body frame instead")
+            raise _assembly("expected content header for class 60, got non content header frame instead")
         try:
             if key == BASIC_PUBLISH:
                 if not self.publishes:
@@ -368,8 +374,8 @@ class Session:
         # refused too: the client agreed to that limit in tune-ok.
         if channel > self.channel_max or len(self.channels) >= self.channel_max:
             raise errors.ConnectionError(
-                errors.NOT_ALLOWED, f"number of channels opened ({len(self.channels) + 1}) has reached the "
-                f"negotiated channel_max ({self.channel_max})", 20, 10
+                errors.NOT_ALLOWED, f"number of channels opened ({len(self.channels)}) has reached the "
+                f"negotiated channel_max ({self.channel_max})"
             )
         assert self.vhost is not None
         self.channels[channel] = Channel(self, channel, self.vhost, self.broker)
@@ -380,7 +386,7 @@ class Session:
         if ch is None:
             if channel in self.closing_channels:
                 return  # the rest of a message published before our channel.close
-            raise errors.ConnectionError(errors.CHANNEL_ERROR, f"content frame on closed channel {channel}")
+            raise errors.unexpected_frame("expected method frame, got non method frame instead")
         try:
             if ftype == FRAME_HEADER:
                 ch.on_header(payload)
@@ -504,6 +510,10 @@ _HANDSHAKE: dict[int, tuple[type, Callable[[Session, Any], None]]] = {
     AWAIT_TUNE_OK: (commands.Connection.TuneOk, Session._tune_ok),
     AWAIT_OPEN: (commands.Connection.Open, Session._open),
 }
+
+
+def _assembly(text: str) -> errors.ConnectionError:
+    return errors.ConnectionError(errors.UNEXPECTED_FRAME, text, 60, 40)
 
 
 def _ids(method: Any) -> tuple[int, int]:

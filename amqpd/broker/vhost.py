@@ -95,16 +95,21 @@ class VirtualHost:
         self, name: str, type_name: str, *, passive: bool, durable: bool, auto_delete: bool, internal: bool,
         arguments: dict,
     ) -> Exchange:
+        # The order of the checks is RabbitMQ's: type, default exchange, then (only for a new one) the name.
         if passive:
+            if name == "":
+                raise self._reserved("exchange", name)
             return self.exchange(name)
-        if name == "" or name.startswith("amq."):
-            raise self._reserved("exchange", name)
         if type_name not in EXCHANGE_TYPES:
             raise errors.command_invalid(f"unknown exchange type '{type_name}'")
+        if name == "":
+            raise self._reserved("exchange", name)
         existing = self.exchanges.get(name)
         if existing is not None:
             self._check_exchange_equivalent(existing, type_name, durable, auto_delete, internal, arguments)
             return existing
+        if name.startswith("amq."):
+            raise self._reserved("exchange", name)
         ex = make_exchange(type_name, name, durable=durable, auto_delete=auto_delete, internal=internal,
                            arguments=arguments)
         self.exchanges[name] = ex
@@ -164,6 +169,7 @@ class VirtualHost:
         elif name.startswith("amq."):
             raise self._reserved("queue", name)
         check_queue_arguments(arguments, name, self.name)
+        durable = durable and not exclusive  # RabbitMQ: an exclusive queue dies with its connection anyway
         existing = self.queues.get(name)
         if existing is not None:
             self._check_queue_equivalent(existing, durable, exclusive, auto_delete, arguments, owner)

@@ -2,7 +2,7 @@
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 # RabbitMQ still accepts the 0-9 and 0-8 headers some old clients send.
-ACCEPTED_HEADERS = (PROTOCOL_HEADER, b"AMQP\x01\x01\x00\x09", b"AMQP\x01\x01\x08\x00")
+ACCEPTED_HEADERS = (PROTOCOL_HEADER, b"AMQP\x01\x01\x00\x09", b"AMQP\x01\x01\x08\x00", b"AMQP\x01\x01\x09\x01")
 
 FRAME_METHOD = 1
 FRAME_HEADER = 2

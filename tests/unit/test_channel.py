@@ -136,11 +136,6 @@ def test_bind_with_empty_queue_and_key_uses_the_last_declared_queue_for_both(cli
     assert queue_of(client, name).message_count == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: queue.unbind with empty queue and routing key unbinds key '' instead "
-    "of the last declared queue's name; RabbitMQ expands both shortcuts for unbind as for bind",
-)
 def test_unbind_with_empty_queue_and_key_uses_the_last_declared_queue_for_both(client: ClientChannel) -> None:
     name = client.declare_queue("")
     client.call(commands.Queue.Bind(queue="", exchange="amq.direct", routing_key=""))
@@ -401,22 +396,12 @@ def test_largest_expiration_is_accepted(client: ClientChannel) -> None:
     assert queue_of(client, "q").message_count == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: an expiration over 4294967295 ms is accepted; RabbitMQ refuses it with 406 "
-    "(check_expiry: value_too_large)",
-)
 def test_expiration_over_the_largest_timer_is_406(client: ClientChannel) -> None:
     client.declare_queue("q")
     exc = error_of(lambda: client.publish("", "q", b"m", expiration="4294967296"))
     assert (exc.code, exc.class_id, exc.method_id) == (406, 60, 40)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: expiration '+10' is refused with 406; RabbitMQ parses it with string:to_integer, which takes a "
-    "sign, and holds the message for 10 ms",
-)
 def test_expiration_with_a_plus_sign_is_accepted(client: ClientChannel) -> None:
     client.declare_queue("q")
     client.publish("", "q", b"m", expiration="+10")
@@ -641,11 +626,6 @@ def test_deleting_the_queue_cancels_its_consumers_for_clients_that_asked(broker:
     assert client.ch.consumers == {}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: the server's basic.cancel is sent with nowait=false; RabbitMQ's cancel_consumer sends "
-    "#'basic.cancel'{nowait = true}",
-)
 def test_server_cancel_is_sent_with_nowait(broker: Broker) -> None:
     client = ClientChannel(broker, FakeConnection(consumer_cancel_notify=True))
     client.declare_queue("q")

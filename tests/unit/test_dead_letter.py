@@ -201,11 +201,6 @@ def test_dead_letter_routing_key_stops_cc_from_routing_the_dead_message(client: 
     assert got is not None and "CC" not in got.headers
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: x-death routing-keys now include the BCC keys; rabbit_dead_letter records "
-    "[publish key | header_routes(Headers)] from the stored headers, where BCC was removed at publish",
-)
 def test_routing_keys_in_x_death_leave_out_bcc(client: ClientChannel) -> None:
     # rabbit_dead_letter records [publish key | CC and BCC still in the headers]; BCC was stripped at publish.
     setup_dlx(client)

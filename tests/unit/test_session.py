@@ -219,11 +219,6 @@ def tuned_client() -> Client:
     return c
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: an out-of-order method while tuning gets connection.close 504; RabbitMQ 3.10 closes the socket "
-    "without a reply (handle_exception only answers not_allowed in the tuning state)",
-)
 def test_connection_method_out_of_order_while_tuning_closes_silently() -> None:
     c = Client()
     c.send(PROTOCOL_HEADER)
@@ -239,21 +234,11 @@ def test_connection_method_out_of_order_while_opening_is_504() -> None:
     assert frames[0].reply_text == "CHANNEL_ERROR - unexpected method in connection state opening"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a channel frame before connection.open-ok gets 504 CHANNEL_ERROR; RabbitMQ 3.10 treats any "
-    "frame on a non-zero channel before the connection runs as 505 UNEXPECTED_FRAME",
-)
 def test_channel_frame_while_opening_is_505() -> None:
     c = tuned_client()
     assert close_of(c.method(1, commands.Channel.Open()))[0] == 505
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: tune-ok with frame_max 0 is accepted; RabbitMQ 3.10 refuses 0 when its own frame_max is set "
-    "(validate_negotiated_integer_value: 'negotiated frame_max = 0 is higher than the maximum allowed value')",
-)
 def test_tune_ok_with_frame_max_zero_is_530() -> None:
     c = Client()
     c.send(PROTOCOL_HEADER)
@@ -261,11 +246,6 @@ def test_tune_ok_with_frame_max_zero_is_530() -> None:
     assert close_of(c.method(0, commands.Connection.TuneOk(2047, 0, 0))) == (530, 10, 31)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: tune-ok with channel_max 0 is accepted; RabbitMQ 3.10 refuses 0 when its own channel_max is set "
-    "(validate_negotiated_integer_value)",
-)
 def test_tune_ok_with_channel_max_zero_is_530() -> None:
     c = Client()
     c.send(PROTOCOL_HEADER)
@@ -329,11 +309,6 @@ HEADER_10 = frame.marshal(header.ContentHeader(0, 10, commands.Basic.Properties(
 
 
 # rabbit_command_assembler names the method being assembled (basic.publish) in these errors.
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: content-assembly errors close with class/method 0/0 (and one text for both cases); RabbitMQ's "
-    "command assembler names basic.publish (60/40) and says which frame it expected",
-)
 @pytest.mark.parametrize(
     ("sent", "text"),
     [
@@ -355,11 +330,6 @@ def test_content_assembly_errors_name_basic_publish(client: Client, sent: bytes,
     assert frames[0].reply_text == text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a content frame on a channel never opened is 504 CHANNEL_ERROR; RabbitMQ creates the channel's "
-    "assembler for any frame and answers 505 'expected method frame, got non method frame instead'",
-)
 def test_content_frame_on_a_channel_never_opened_is_505(client: Client) -> None:
     frames = [obj for _, obj in client.send(HEADER_10.replace(b"\x02\x00\x01", b"\x02\x00\x05", 1))]
     assert close_of(frames) == (505, 0, 0)
@@ -396,11 +366,6 @@ def test_opening_more_channels_than_channel_max_is_530() -> None:
     assert close_of(c.method(4, commands.Channel.Open()))[0] == 530
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: the channel_max refusal names channel.open (20/10); RabbitMQ 3.10 raises it from create_channel "
-    "with method 'none', so its connection.close carries class/method 0/0",
-)
 def test_channel_max_refusal_names_no_method() -> None:
     c = Client()
     c.send(PROTOCOL_HEADER)

@@ -115,38 +115,18 @@ def test_declaring_reserved_exchange_names_is_403(vh: VirtualHost, name: str) ->
 
 # rabbit_channel (3.7-3.12) checks the amq. prefix only when the exchange does not exist yet: redeclaring
 # a standard exchange is an equivalence check like any other.
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: redeclaring amq.direct with its own properties is refused with 403; "
-    "RabbitMQ answers declare-ok (check_name runs only for exchanges that do not exist)",
-)
 def test_redeclaring_a_standard_exchange_with_its_own_properties_is_ok(vh: VirtualHost) -> None:
     assert declare_exchange(vh, "amq.direct", "direct", durable=True) is vh.exchanges["amq.direct"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: redeclaring amq.direct as fanout is 403; RabbitMQ's equivalence "
-    "check answers 406 inequivalent arg 'type'",
-)
 def test_redeclaring_a_standard_exchange_differently_is_406(vh: VirtualHost) -> None:
     assert code_of(declare_exchange, vh, "amq.direct", "fanout", durable=True) == (406, False)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: declaring the default exchange with an unknown type is 403; RabbitMQ "
-    "checks the type first and closes the connection with 503",
-)
 def test_unknown_type_is_checked_before_the_name(vh: VirtualHost) -> None:
     assert code_of(declare_exchange, vh, "", "x-made-up") == (503, True)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: passive declare of the default exchange is declare-ok; RabbitMQ "
-    "refuses it with 403 (check_not_default_exchange runs for passive declares too)",
-)
 def test_passive_declare_of_the_default_exchange_is_403(vh: VirtualHost) -> None:
     assert code_of(declare_exchange, vh, "", passive=True) == (403, False)
 
@@ -280,11 +260,6 @@ def test_invalid_queue_arguments_are_406(vh: VirtualHost) -> None:
     assert "q" not in vh.queues
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: x-message-ttl / x-expires over 4294967295 are accepted; RabbitMQ refuses them with 406 "
-    "(check_expiry: value_too_large)",
-)
 @pytest.mark.parametrize("argument", ["x-message-ttl", "x-expires"])
 def test_ttl_arguments_over_the_largest_timer_are_406(vh: VirtualHost, argument: str) -> None:
     assert declare_queue(vh, "ok", arguments={argument: 4294967295}).name == "ok"
@@ -305,12 +280,6 @@ def test_redeclaring_an_exclusive_queue_as_shared_is_405(vh: VirtualHost) -> Non
     assert code_of(declare_queue, vh, "mine", exclusive=False) == (405, False)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: an exclusive queue declared durable is kept durable, so redeclaring "
-    "it non-durable is 406; RabbitMQ makes exclusive queues non-durable (durable andalso not "
-    "exclusive) and answers declare-ok",
-)
 def test_exclusive_queue_is_never_durable(vh: VirtualHost) -> None:
     q = declare_queue(vh, "mine", exclusive=True, durable=True)
     assert not q.durable

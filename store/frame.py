@@ -114,6 +114,13 @@ def _resync(data: Buffer, pos: int, end: int, last_sequence: int) -> int | None:
     unpack = HEADER.unpack_from
     limit = end - HEADER_SIZE
     while pos <= limit:
+        if data[pos] == 0:
+            # Torn tails are often zero-filled: an all-zero header can't check out, so jump over the run
+            # to the last position whose header would still include a non-zero byte.
+            run_end = _zero_run_end(data, pos, end)
+            if run_end - pos > HEADER_SIZE:
+                pos = run_end - HEADER_SIZE + 1
+                continue
         length, sequence, _, _ = unpack(data, pos)
         # Cheap plausibility tests first: most positions inside garbage fail them without hashing.
         if sequence > last_sequence and pos + HEADER_SIZE + length <= end:
@@ -122,3 +129,14 @@ def _resync(data: Buffer, pos: int, end: int, last_sequence: int) -> int | None:
                 return pos
         pos += 1
     return None
+
+
+def _zero_run_end(data: Buffer, pos: int, end: int) -> int:
+    """First position at or after pos holding a non-zero byte (or end)."""
+    while pos < end:
+        chunk = bytes(data[pos : min(end, pos + 65536)])
+        zeros = len(chunk) - len(chunk.lstrip(b"\0"))
+        pos += zeros
+        if zeros < len(chunk):
+            return pos
+    return end

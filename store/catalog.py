@@ -58,7 +58,8 @@ class Checkpoint:
 @dataclass
 class CheckpointData:
     checkpoint: Checkpoint
-    queue_rows: list[tuple[int, bytes, bytes]]  # queue_id, live ranges, delivered ranges
+    # queue_id, live, delivered: offset lists as snapshotted, then (before writing) encoded runs.
+    queue_rows: list[tuple[int, Any, Any]]
     segment_rows: list[tuple[int, int, int, bool]]  # base, end offset (exclusive), size, sealed
 
 

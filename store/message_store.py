@@ -456,9 +456,8 @@ class MessageStore:
             last_message_id=self._last_message_id,
             created_ms=int(time.time() * 1000),
         )
-        queue_rows = [
-            (qid, encode_runs(state.live), encode_runs(sorted(state.delivered))) for qid, state in self._queues.items()
-        ]
+        # Only copies on the loop (C-speed); the run encoding happens in a worker thread (_write_checkpoint).
+        queue_rows = [(qid, list(state.live), list(state.delivered)) for qid, state in self._queues.items()]
         segment_rows = []
         for i, base in enumerate(self._bases):
             sealed = base != self._active
@@ -467,6 +466,7 @@ class MessageStore:
         return CheckpointData(checkpoint, queue_rows, segment_rows)
 
     async def _write_checkpoint(self, data: CheckpointData) -> None:
+        data.queue_rows = await anyio.to_thread.run_sync(_encode_queue_rows, data.queue_rows)
         await self._catalog.write_checkpoint(data)
 
     # ---- internals: after recovery -------------------------------------------------------------------
@@ -516,3 +516,8 @@ def _scan_for(fd: int, offset: int) -> bytes | None:
             if sequence >= offset:
                 return payload if sequence == offset else None
     return None
+
+
+def _encode_queue_rows(rows: list[tuple[int, Any, Any]]) -> list[tuple[int, Any, Any]]:
+    """(queue_id, live offsets in order, delivered offsets) -> (queue_id, live runs, delivered runs)."""
+    return [(qid, encode_runs(live), encode_runs(sorted(delivered))) for qid, live, delivered in rows]

@@ -16,8 +16,8 @@ from amqpd import errors
 from amqpd.broker.consumer import Consumer
 from amqpd.broker.message import Message
 from amqpd.broker.queue import Entry, Queue
-from amqpd.broker.vhost import VirtualHost, server_generated_name
-from amqpd.protocol.constants import FLAG_HEADERS, FLAG_USER_ID
+from amqpd.broker.vhost import REPLY_TO, REPLY_TO_PREFIX, VirtualHost, server_generated_name
+from amqpd.protocol.constants import FLAG_HEADERS, FLAG_REPLY_TO, FLAG_USER_ID
 from amqpd.protocol.fastpath import (
     encode_ack,
     encode_delivery,
@@ -31,6 +31,7 @@ from amqpd.protocol.fastpath import (
 )
 from amqpd.protocol.frames import content_frames
 from amqpd.protocol.methods import build, encode_method
+from amqpd.protocol.properties import encode_header
 
 if TYPE_CHECKING:
     from amqpd.broker.broker import Broker
@@ -60,6 +61,7 @@ class Channel:
         self.closing = False
         self.flow_active = True
         self.last_queue: str | None = None
+        self.reply_token: str | None = None  # direct reply-to: set while the channel consumes its replies
         # deliveries
         self._tags = itertools.count(1)
         self.unacked: dict[int, Unacked] = {}
@@ -159,6 +161,8 @@ class Channel:
         ex = self.vhost.exchanges.get(msg.exchange)
         if ex is None or ex.internal or msg.flags & FLAG_USER_ID:
             self._check_publish(ex, msg)
+        if msg.flags & FLAG_REPLY_TO:
+            self._rewrite_reply_to(msg)
         if self.tx:
             self.tx_publishes.append((msg.exchange, mandatory, msg))
             return
@@ -444,6 +448,9 @@ class Channel:
     # queue class
 
     def queue_declare(self, m: commands.Queue.Declare) -> None:
+        if m.passive and (m.queue == REPLY_TO or m.queue.startswith(REPLY_TO_PREFIX)):
+            self.reply(build(commands.Queue.DeclareOk, m.queue, 0, 0))  # the pseudo-queue always "exists"
+            return
         q = self.vhost.declare_queue(
             m.queue, passive=m.passive, durable=m.durable, exclusive=m.exclusive, auto_delete=m.auto_delete,
             arguments=m.arguments or {}, owner=self.conn,
@@ -502,6 +509,9 @@ class Channel:
         self._redispatch()
 
     def basic_consume(self, m: commands.Basic.Consume) -> None:
+        if m.queue == REPLY_TO:
+            self._consume_replies(m)
+            return
         q = self.vhost.queue(self._queue_name(m.queue), self.conn)
         tag = m.consumer_tag or server_generated_name("amq.ctag-")
         if tag in self.consumers:
@@ -519,13 +529,46 @@ class Channel:
             self.reply(build(commands.Basic.ConsumeOk, tag))
         q.add_consumer(consumer)
 
+    def _consume_replies(self, m: commands.Basic.Consume) -> None:
+        """Direct reply-to: the channel consumes its own pseudo-queue, auto-ack only, one per channel."""
+        if not m.no_ack:
+            raise errors.precondition_failed("reply consumer cannot acknowledge")
+        if self.reply_token is not None:
+            raise errors.precondition_failed("reply consumer already set")
+        tag = m.consumer_tag or server_generated_name("amq.ctag-")
+        if tag in self.consumers:
+            raise errors.not_allowed(f"attempt to reuse consumer tag '{tag}'")
+        self.reply_token, q = self.vhost.open_reply_queue()
+        consumer = Consumer(tag, self, q, no_ack=True, exclusive=True, prefetch=0)
+        self.consumers[tag] = consumer
+        if not m.nowait:
+            self.reply(build(commands.Basic.ConsumeOk, tag))
+        q.add_consumer(consumer)
+
+    def _rewrite_reply_to(self, msg: Message) -> None:
+        """reply_to=amq.rabbitmq.reply-to becomes this channel's own reply address."""
+        props = msg.properties()
+        if props.reply_to != REPLY_TO:
+            return
+        if self.reply_token is None:
+            raise errors.ChannelError(errors.PRECONDITION_FAILED, "fast reply consumer does not exist", 60, 40)
+        props.reply_to = REPLY_TO_PREFIX + self.reply_token
+        msg.header = encode_header(msg.size, props)
+        msg._headers = False  # noqa: SLF001 - re-encoded: decode again if asked
+
     def basic_cancel(self, m: commands.Basic.Cancel) -> None:
         consumer = self.consumers.pop(m.consumer_tag or "", None)
         if not m.nowait:
             self.reply(build(commands.Basic.CancelOk, m.consumer_tag))
         if consumer is not None:
             consumer.queue.remove_consumer(consumer)
+            self._release_reply_queue(consumer)
             self.vhost.consumer_gone(consumer.queue)
+
+    def _release_reply_queue(self, consumer: Consumer) -> None:
+        if self.reply_token is not None and consumer.queue.name == REPLY_TO:
+            self.vhost.close_reply_queue(self.reply_token)
+            self.reply_token = None
 
     def cancel_by_server(self, consumer: Consumer) -> None:
         """The queue went away: RabbitMQ tells clients that asked for consumer_cancel_notify."""
@@ -633,6 +676,7 @@ class Channel:
         self.consumers.clear()
         for consumer in consumers:
             consumer.queue.remove_consumer(consumer)
+            self._release_reply_queue(consumer)
         taken = sorted(self.unacked.items())
         self.unacked.clear()
         self._apply_settle("requeue", taken, True)

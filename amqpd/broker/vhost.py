@@ -32,17 +32,25 @@ STANDARD_EXCHANGES = (
 )
 
 
+REPLY_TO = "amq.rabbitmq.reply-to"
+REPLY_TO_PREFIX = REPLY_TO + "."
+
+
 class DefaultExchange(Exchange):
-    """The nameless direct exchange every queue is implicitly bound to by its own name."""
+    """The nameless direct exchange every queue is implicitly bound to by its own name; it also
+    reaches direct reply-to consumers by their amq.rabbitmq.reply-to.<token> names."""
 
     type_name = "direct"
 
-    def __init__(self, queues: dict[str, Queue]) -> None:
+    def __init__(self, queues: dict[str, Queue], replies: dict[str, Queue]) -> None:
         super().__init__("", durable=True)
         self._queues = queues
+        self._replies = replies
 
     def route(self, routing_key: str, headers: dict | None = None) -> list:
         q = self._queues.get(routing_key)
+        if q is None and routing_key.startswith(REPLY_TO_PREFIX):
+            q = self._replies.get(routing_key[len(REPLY_TO_PREFIX) :])
         return [q] if q is not None else []
 
 
@@ -57,7 +65,8 @@ class VirtualHost:
         self.hooks = hooks or QueueHooks()
         self.store = store
         self.queues: dict[str, Queue] = {}
-        self.exchanges: dict[str, Exchange] = {"": DefaultExchange(self.queues)}
+        self.replies: dict[str, Queue] = {}  # direct reply-to: token -> the requester's private queue
+        self.exchanges: dict[str, Exchange] = {"": DefaultExchange(self.queues, self.replies)}
         self._route_cache: dict[tuple[str, str], list[Queue]] = {}
         for xname, xtype, internal in STANDARD_EXCHANGES:
             self.exchanges[xname] = make_exchange(xtype, xname, durable=True, internal=internal)
@@ -311,6 +320,22 @@ class VirtualHost:
             ae = self.exchanges.get(alternate)
             if ae is not None:
                 self._visit(ae, keys, headers, found, seen)
+
+    # -- direct reply-to -----------------------------------------------------------------------------------
+
+    def open_reply_queue(self) -> tuple[str, Queue]:
+        """A private, unlisted queue for one channel's amq.rabbitmq.reply-to consumer."""
+        token = server_generated_name("")
+        q = Queue(self.name, REPLY_TO, hooks=self.hooks)
+        self.replies[token] = q
+        self._route_cache.clear()
+        return token, q
+
+    def close_reply_queue(self, token: str) -> None:
+        q = self.replies.pop(token, None)
+        if q is not None:
+            q.close()
+            self._route_cache.clear()
 
     # -- connection teardown ---------------------------------------------------------------------------
 

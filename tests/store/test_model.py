@@ -48,6 +48,9 @@ class Model:
 
 
 class StoreMachine(RuleBasedStateMachine):
+    # Tiny segments: rolls, deletions and the checkpoints taken at each roll happen every few steps.
+    options: dict[str, int] = {"segment_size": 700, "checkpoint_bytes": 900}
+
     def __init__(self) -> None:
         super().__init__()
         self.portal_cm = start_blocking_portal("asyncio")
@@ -68,7 +71,7 @@ class StoreMachine(RuleBasedStateMachine):
         return self.portal.call(fn, *args)
 
     def _open_checked(self) -> MessageStore:
-        store = MessageStore(self.dir, fsync="none", segment_size=700, checkpoint_bytes=900, index_interval=128)
+        store = MessageStore(self.dir, fsync="none", index_interval=128, **self.options)
         recovered = self.call(store.open)
         self._check_recovered(recovered)
         return store
@@ -171,11 +174,20 @@ class StoreMachine(RuleBasedStateMachine):
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
-StoreMachine.TestCase.settings = settings(
+class LongTailMachine(StoreMachine):
+    """Rare checkpoints: restarts rebuild most state from the tail scan and the ack-log replay."""
+
+    options = {"segment_size": 1 << 20, "checkpoint_bytes": 1 << 30}
+
+
+MODEL_SETTINGS = settings(
     # Bounded so the suite stays fast; STORE_MODEL_EXAMPLES=500 for a deeper run.
-    max_examples=int(os.environ.get("STORE_MODEL_EXAMPLES", "30")),
+    max_examples=int(os.environ.get("STORE_MODEL_EXAMPLES", "20")),
     stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
+StoreMachine.TestCase.settings = MODEL_SETTINGS
+LongTailMachine.TestCase.settings = MODEL_SETTINGS
 TestStoreAgainstModel = StoreMachine.TestCase
+TestStoreAgainstModelWithRareCheckpoints = LongTailMachine.TestCase

@@ -9,7 +9,7 @@ from pamqp import commands as C
 from interop import pika_tools as pt
 from interop.rawamqp import RawConnection, until_close
 from interop.registry import scenario
-from interop.scope import pika_session
+from interop.scope import Scope, pika_session
 
 
 def _fill(ch: Any, q: str, n: int) -> None:
@@ -508,3 +508,51 @@ def server_generated_consumer_tag(url: str) -> Any:
             c.open_channel(1)
             ok = c.rpc(1, C.Basic.Consume(queue=q, consumer_tag=""))
             return {"reply": ok.name, "tag": ok.consumer_tag}
+
+
+@scenario("prefetch")
+def consumer_priorities(url: str) -> Any:
+    """Capability consumer_priorities: the higher x-priority consumer gets messages while it has room."""
+    with pika_session(url) as (s, conn, ch):
+        q = s.queue("q")
+        ch.queue_declare(q)
+        ch.basic_qos(prefetch_count=2)
+        low: list[str] = []
+        high: list[str] = []
+        ch.basic_consume(q, lambda c, m, p, b: low.append(b.decode()), arguments={"x-priority": 1})
+        ch.basic_consume(q, lambda c, m, p, b: high.append(b.decode()), arguments={"x-priority": 10})
+        for i in range(5):
+            ch.basic_publish("", q, b"m%d" % i)
+        pt.settle(conn, lambda: (len(low), len(high)))
+        return {"high": high, "low": low}
+
+
+@scenario("consume")
+def consume_nowait_and_declare_nowait(url: str) -> Any:
+    with Scope(url) as s, RawConnection(url) as c:
+        q = s.queue("q")
+        c.handshake()
+        c.open_channel(1)
+        c.send(1, C.Queue.Declare(queue=q, nowait=True))
+        c.send(1, C.Basic.Consume(queue=q, consumer_tag="nw", no_ack=True, nowait=True))
+        c.publish(1, "", q, b"nowait")
+        seen = []
+        for _ in range(3):
+            r = c.recv_method(2)
+            if isinstance(r, str):
+                seen.append(r)
+                break
+            seen.append(r[1].name)
+            if r[1].name == "ContentBody":
+                break
+        return seen
+
+
+@scenario("handshake", timeout=25)
+def heartbeats_keep_idle_connection_alive(url: str) -> Any:
+    with pika_session(url, heartbeat=1) as (s, conn, ch):
+        q = s.queue("q")
+        ch.queue_declare(q)
+        pt.pump(conn, 4.0)  # pika answers heartbeats while pumping; the server must not give up
+        ch.basic_publish("", q, b"still-alive")
+        return {"open": conn.is_open, "got": pt.bodies(ch, q)}

@@ -139,3 +139,28 @@ def test_priority_queue_delivers_higher_priority_first(ch: BlockingChannel) -> N
         ch.basic_publish("", q, body, pika.BasicProperties(priority=prio))
     got = [ch.basic_get(q, auto_ack=True)[2] for _ in range(4)]
     assert got == [b"high", b"mid", b"low", b"none"]
+
+
+def test_timestamp_beyond_32_bits_survives_rewrites_of_the_properties(ch: BlockingChannel) -> None:
+    # Some clients put milliseconds in the timestamp property (e.g. JavaScript's Date.now()). RabbitMQ keeps
+    # the 64-bit value as sent, also when it rewrites the properties: dead-lettering (x-death) and BCC.
+    millis = 1_700_000_000_123
+    dlx_target = ch.queue_declare("", exclusive=True).method.queue
+    q = ch.queue_declare(
+        "", exclusive=True, arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlx_target}
+    ).method.queue
+    bcc = ch.queue_declare("", exclusive=True).method.queue
+    ch.basic_publish("", q, b"m", pika.BasicProperties(timestamp=millis, headers={"BCC": [bcc]}))
+    method, props, _ = ch.basic_get(bcc, auto_ack=True)
+    assert props.timestamp == millis
+    method, props, _ = ch.basic_get(q, auto_ack=False)
+    assert props.timestamp == millis
+    ch.basic_reject(method.delivery_tag, requeue=False)
+    for _ in range(200):  # dead-lettering happens in the background
+        method, props, _ = ch.basic_get(dlx_target, auto_ack=True)
+        if method is not None:
+            break
+        ch.connection.sleep(0.05)
+    assert method is not None, "dead-lettered message never arrived"
+    assert props.timestamp == millis
+    assert props.headers["x-death"][0]["reason"] == "rejected"

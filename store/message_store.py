@@ -40,7 +40,7 @@ from store.queue_state import QueueState, encode_runs
 from store.record_codec import decode_record, encode_record
 from store.records import MessageRecord, QueueEntry, Recovered, RecoveredMessage
 from store.recovery import RecoveryResult, recover_files
-from store.segment import FILE_HEADER_SIZE, Layout, read_payload
+from store.segment import FILE_HEADER_SIZE, DamagedFrame, Layout, read_payload
 from store.segment_index import DEFAULT_INTERVAL, SegmentIndex, write_index_files
 
 log = logging.getLogger(__name__)
@@ -307,8 +307,9 @@ class MessageStore:
             raise KeyError(offset)
         base = self._bases[i]
         fd = self._read_fd(base)
-        payload = read_payload(fd, self._indexes[base], offset)
-        if payload is None:  # damage between the index entry and the record: look at every frame
+        try:
+            payload = read_payload(fd, self._indexes[base], offset)
+        except DamagedFrame:  # damage between the index entry and the record: check every frame
             payload = _scan_for(fd, offset)
         if payload is None:
             raise KeyError(offset)

@@ -75,11 +75,16 @@ def header_intact(data: bytes, magic: bytes, number: int) -> bool:
     return got_magic == magic and got_number == number
 
 
+class DamagedFrame(Exception):
+    """A frame failed its checks on the way to a record (damage, or a wrong index entry)."""
+
+
 def read_payload(fd: int, index: SegmentIndex, offset: int) -> bytes | None:
-    """The payload of record `offset`, walking from the nearest index entry; None if it is not found intact
-    that way (damage, or a wrong index entry: the caller may fall back to a full scan)."""
+    """The payload of record `offset`, walking from the nearest index entry; None if the segment does not
+    hold it. Raises DamagedFrame if a frame on the way fails its checks (the caller may scan instead)."""
     entry = index.floor(offset)
     pos = entry[1] if entry is not None else FILE_HEADER_SIZE
+    expected_first = entry[0] if entry is not None else None
     block, block_start = b"", pos
     while True:
         rel = pos - block_start
@@ -88,12 +93,19 @@ def read_payload(fd: int, index: SegmentIndex, offset: int) -> bytes | None:
             if len(block) < HEADER_SIZE:
                 return None
         length, sequence, payload_hash, check = HEADER.unpack_from(block, rel)
-        if xxh32_intdigest(block[rel : rel + 20]) != check or sequence > offset:
-            return None
+        if xxh32_intdigest(block[rel : rel + 20]) != check:
+            raise DamagedFrame(f"bad frame header at {pos} while looking for {offset}")
+        if expected_first is not None and sequence != expected_first:
+            raise DamagedFrame(f"index entry for {expected_first} points at record {sequence}")
+        expected_first = None
+        if sequence > offset:
+            return None  # offsets may have gaps: this one is not here
         if sequence == offset:
             start = rel + HEADER_SIZE
             payload = block[start : start + length]
             if len(payload) < length:
                 payload = os.pread(fd, length, pos + HEADER_SIZE)
-            return payload if xxh3_64_intdigest(payload) == payload_hash else None
+            if xxh3_64_intdigest(payload) != payload_hash:
+                raise DamagedFrame(f"record {offset} fails its checksum")
+            return payload
         pos += HEADER_SIZE + length

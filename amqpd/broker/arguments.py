@@ -53,7 +53,7 @@ def _check_int(name: str, value: Any, queue: str, vhost: str, minimum: int) -> N
 _ONE_OF = {
     "x-overflow": ("drop-head", "reject-publish", "reject-publish-dlx"),
     "x-queue-mode": ("default", "lazy"),
-    "x-queue-type": ("classic",),
+    "x-queue-type": ("classic", "quorum"),
 }
 
 
@@ -83,6 +83,16 @@ def check_queue_arguments(args: dict, queue: str, vhost: str) -> None:
     if "x-single-active-consumer" in args and not isinstance(args["x-single-active-consumer"], bool):
         value = args["x-single-active-consumer"]
         raise _invalid("x-single-active-consumer", queue, vhost, f"{{unacceptable_type,{amqp_type_name(value)}}}")
+
+
+def check_queue_type(args: dict, queue: str, vhost: str, durable: bool, exclusive: bool, auto_delete: bool) -> None:
+    """A quorum queue (kept here as a durable classic queue with quorum's declaration rules) must be
+    durable, shared and not auto-delete, as RabbitMQ requires."""
+    if args.get("x-queue-type") != "quorum":
+        return
+    for bad, prop in ((not durable, "non-durable"), (exclusive, "exclusive-owner"), (auto_delete, "auto-delete")):
+        if bad:
+            raise errors.precondition_failed(f"invalid property '{prop}' for queue '{queue}' in vhost '{vhost}'")
 
 
 def _fmt(value: Any) -> str:

@@ -14,6 +14,7 @@ from amqpd.broker.arguments import (
     QUEUE_EQUIVALENCE_ARGS,
     check_equivalent_args,
     check_queue_arguments,
+    check_queue_type,
     inequivalent,
 )
 from amqpd.broker.exchanges import EXCHANGE_TYPES, Exchange, make_exchange
@@ -178,6 +179,7 @@ class VirtualHost:
         elif name.startswith("amq."):
             raise self._reserved("queue", name)
         check_queue_arguments(arguments, name, self.name)
+        check_queue_type(arguments, name, self.name, durable, exclusive, auto_delete)
         durable = durable and not exclusive  # RabbitMQ: an exclusive queue dies with its connection anyway
         existing = self.queues.get(name)
         if existing is not None:

@@ -465,3 +465,25 @@ def test_unused_queue_is_deleted_after_x_expires() -> None:
     for _, callback in list(timers):
         callback()
     assert "temp" not in vh.queues
+
+
+def test_quorum_queue_is_declared_durable_and_shared(vh: VirtualHost) -> None:
+    q = declare_queue(vh, "qq", durable=True, arguments={"x-queue-type": "quorum"})
+    assert q.durable
+    assert code_of(declare_queue, vh, "qq", durable=True) == (406, False)  # x-queue-type differs
+
+
+@pytest.mark.parametrize(
+    ("flags", "prop"),
+    [({"durable": False}, "non-durable"), ({"durable": True, "exclusive": True}, "exclusive-owner"),
+     ({"durable": True, "auto_delete": True}, "auto-delete")],
+)
+def test_quorum_queue_refuses_what_rabbitmq_refuses(vh: VirtualHost, flags: dict, prop: str) -> None:
+    with pytest.raises(errors.AMQPError) as info:
+        declare_queue(vh, "qq", arguments={"x-queue-type": "quorum"}, **flags)
+    assert info.value.code == 406
+    assert f"invalid property '{prop}'" in info.value.text
+
+
+def test_stream_queues_are_refused_as_not_supported(vh: VirtualHost) -> None:
+    assert code_of(declare_queue, vh, "s", durable=True, arguments={"x-queue-type": "stream"}) == (406, False)

@@ -155,12 +155,20 @@ class VirtualHost:
         del self.exchanges[ex.name]
         for dest, key, args in ex.bindings():
             self._forget_binding(ex, dest, key, args)
-        for other in list(self.exchanges.values()):
-            if other.unbind_all(ex):
-                self._maybe_auto_delete(other)
+        self._unbind_everywhere(ex)
         if ex.durable and self.store is not None:
             self.store.delete_exchange(self.name, ex.name)
         self._route_cache.clear()
+
+    def _unbind_everywhere(self, dest: Queue | Exchange) -> None:
+        """Drop every binding to dest, from the store too: a queue or exchange declared again later under
+        the same name must not inherit them at the next restart."""
+        for ex in list(self.exchanges.values()):
+            for bound, key, args in ex.bindings():
+                if bound is dest:
+                    self._forget_binding(ex, dest, key, args)
+            if ex.unbind_all(dest):
+                self._maybe_auto_delete(ex)
 
     def _maybe_auto_delete(self, ex: Exchange) -> None:
         if ex.auto_delete and not ex.has_bindings() and self.exchanges.get(ex.name) is ex:
@@ -224,9 +232,7 @@ class VirtualHost:
             return 0
         del self.queues[q.name]
         count = len(q.ready)
-        for ex in list(self.exchanges.values()):
-            if ex.unbind_all(q):
-                self._maybe_auto_delete(ex)
+        self._unbind_everywhere(q)
         for consumer in list(q.consumers):
             consumer.channel.cancel_by_server(consumer)
         q.consumers.clear()

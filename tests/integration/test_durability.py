@@ -140,3 +140,22 @@ def test_backlog_beyond_the_memory_window_is_delivered_whole_and_in_order(broker
         if len(got) == count:
             break
     assert got == bodies
+
+
+def test_bindings_of_a_deleted_queue_do_not_come_back_with_a_new_queue_of_that_name(
+    broker: BrokerProcess, data_dir: str
+) -> None:
+    ch = _channel(broker)
+    ch.exchange_declare("d-bx", "direct", durable=True)
+    ch.queue_declare("d-bq", durable=True)
+    ch.queue_bind("d-bq", "d-bx", "old-key")
+    ch.queue_delete("d-bq")
+    ch.queue_declare("d-bq", durable=True)  # same name, no bindings
+    broker = _restart(broker, data_dir)
+    try:
+        ch = _channel(broker)
+        ch.confirm_delivery()
+        with pytest.raises(pika.exceptions.UnroutableError):
+            ch.basic_publish("d-bx", "old-key", b"x", PERSISTENT, mandatory=True)
+    finally:
+        broker.close()

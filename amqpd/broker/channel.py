@@ -28,10 +28,11 @@ from amqpd.protocol.fastpath import (
     parse_publish,
     parse_publish_route,
     parse_tag_bits,
+    shortstr,
 )
 from amqpd.protocol.frames import content_frames
 from amqpd.protocol.methods import build, encode_method
-from amqpd.protocol.properties import encode_header
+from amqpd.protocol.properties import replace_headers, rewrite_properties
 
 if TYPE_CHECKING:
     from amqpd.broker.broker import Broker
@@ -248,8 +249,6 @@ class Channel:
         return durable
 
     def _strip_bcc(self, msg: Message) -> None:
-        from amqpd.protocol.properties import replace_headers
-
         headers = dict(msg.headers or {})
         bcc = headers.pop("BCC", None)
         msg.bcc = [k.decode() if isinstance(k, bytes) else k for k in bcc or [] if isinstance(k, (str, bytes))]
@@ -547,14 +546,12 @@ class Channel:
 
     def _rewrite_reply_to(self, msg: Message) -> None:
         """reply_to=amq.rabbitmq.reply-to becomes this channel's own reply address."""
-        props = msg.properties()
-        if props.reply_to != REPLY_TO:
+        if msg.properties().reply_to != REPLY_TO:
             return
         if self.reply_token is None:
             raise errors.ChannelError(errors.PRECONDITION_FAILED, "fast reply consumer does not exist", 60, 40)
-        props.reply_to = REPLY_TO_PREFIX + self.reply_token
-        msg.header = encode_header(msg.size, props)
-        msg._headers = False  # noqa: SLF001 - re-encoded: decode again if asked
+        address = shortstr(REPLY_TO_PREFIX + self.reply_token)
+        msg.header = rewrite_properties(msg.header, msg.size, {FLAG_REPLY_TO: address})
 
     def basic_cancel(self, m: commands.Basic.Cancel) -> None:
         consumer = self.consumers.pop(m.consumer_tag or "", None)

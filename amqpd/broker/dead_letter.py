@@ -8,8 +8,9 @@ import struct
 from typing import TYPE_CHECKING, Any
 
 from amqpd.broker.message import Message
+from amqpd.protocol.constants import FLAG_EXPIRATION, FLAG_HEADERS
 from amqpd.protocol.fastpath import shortstr
-from amqpd.protocol.properties import encode_header
+from amqpd.protocol.properties import encode_table, rewrite_properties
 
 if TYPE_CHECKING:
     from amqpd.broker.broker import Broker
@@ -35,8 +36,7 @@ def dead_letter(broker: Broker, queue: Queue, entry: Entry, reason: str, dlx_nam
 
 
 def _dead_message(broker: Broker, msg: Message, queue: Queue, reason: str, dlx: str, routing_key: str) -> Message:
-    props = msg.properties()
-    headers = dict(props.headers or {})
+    headers = dict(msg.headers or {})
     deaths = [dict(d) for d in headers.get("x-death") or [] if isinstance(d, dict)]
     previous = next((d for d in deaths if d.get("queue") == queue.name and d.get("reason") == reason), None)
     if previous is not None:
@@ -48,8 +48,9 @@ def _dead_message(broker: Broker, msg: Message, queue: Queue, reason: str, dlx: 
             "count": 1, "reason": reason, "queue": queue.name, "time": _now(), "exchange": msg.exchange,
             "routing-keys": [msg.routing_key, *_cc(headers)],  # BCC keys stay secret, as in RabbitMQ
         }
-        if props.expiration is not None:
-            death["original-expiration"] = props.expiration
+        expiration = msg.properties().expiration
+        if expiration is not None:
+            death["original-expiration"] = expiration
         deaths.insert(0, death)
     headers["x-death"] = deaths
     if "x-dead-letter-routing-key" in queue.arguments:
@@ -57,10 +58,9 @@ def _dead_message(broker: Broker, msg: Message, queue: Queue, reason: str, dlx: 
     headers.setdefault("x-first-death-reason", reason)
     headers.setdefault("x-first-death-queue", queue.name)
     headers.setdefault("x-first-death-exchange", msg.exchange)
-    props.headers = headers
-    props.expiration = None  # the message's own TTL does not follow it to the dead-letter queue
     body = broker.body_of(msg)
-    header = encode_header(len(body), props)
+    # The message's own TTL does not follow it to the dead-letter queue; every other property stays as sent.
+    header = rewrite_properties(msg.header, len(body), {FLAG_HEADERS: encode_table(headers), FLAG_EXPIRATION: None})
     flags = struct.unpack_from(">H", header, 12)[0]
     dead = Message(dlx, routing_key, shortstr(dlx) + shortstr(routing_key), header, body, flags)
     dead.timestamp_ms = msg.timestamp_ms

@@ -91,11 +91,56 @@ def encode_header(body_size: int, properties: commands.Basic.Properties) -> byte
     return _header_prefix.pack(60, 0, body_size) + properties.marshal()
 
 
+# Property flag bits in wire order, each with the size of its value: -1 shortstr, -4 table, else a byte count.
+_LAYOUT: tuple[tuple[int, int], ...] = tuple(
+    (1 << (15 - i), kind) for i, kind in enumerate((-1, -1, -4, 1, 1, -1, -1, -1, -1, 8, -1, -1, -1, -1))
+)
+
+
+def split_properties(header: bytes) -> dict[int, bytes]:
+    """A content header's properties as {flag: encoded value}, untouched: rewriting one property must not
+    re-encode the others (pamqp's decoder would turn a millisecond timestamp into seconds)."""
+    o, parts = 14, {}
+    try:
+        flags = struct.unpack_from(">H", header, 12)[0]
+        for flag, kind in _LAYOUT:
+            if not flags & flag:
+                continue
+            if kind == -1:
+                size = 1 + header[o]
+            elif kind == -4:
+                size = 4 + _u32.unpack_from(header, o)[0]
+            else:
+                size = kind
+            parts[flag] = header[o : o + size]
+            if len(parts[flag]) != size:
+                raise IndexError("property runs past the header")
+            o += size
+    except (IndexError, struct.error):
+        raise errors.syntax_error("malformed content header properties").with_method(60, 40) from None
+    return parts
+
+
+def join_properties(body_size: int, parts: dict[int, bytes]) -> bytes:
+    flags = sum(flag for flag, _ in _LAYOUT if flag in parts)
+    values = b"".join(parts[flag] for flag, _ in _LAYOUT if flag in parts)
+    return _header_prefix.pack(60, 0, body_size) + struct.pack(">H", flags) + values
+
+
+def rewrite_properties(header: bytes, body_size: int, changes: dict[int, bytes | None]) -> bytes:
+    """The same header with some properties replaced (encoded values) or removed (None)."""
+    parts = split_properties(header)
+    for flag, value in changes.items():
+        if value is None:
+            parts.pop(flag, None)
+        else:
+            parts[flag] = value
+    return join_properties(body_size, parts)
+
+
 def replace_headers(header: bytes, body_size: int, headers: dict | None) -> bytes:
     """The same header payload with its headers table replaced (used to strip BCC)."""
-    props = decode_properties(header)
-    props.headers = headers or None
-    return encode_header(body_size, props)
+    return rewrite_properties(header, body_size, {FLAG_HEADERS: encode_table(headers) if headers else None})
 
 
 def encode_table(table: dict) -> bytes:

@@ -22,6 +22,7 @@ from pamqp import encode as pencode
 
 from amqpd.errors import AMQPError
 from amqpd.protocol import fastpath, frames, methods, properties
+from amqpd.protocol.constants import FLAG_REPLY_TO
 
 settings.register_profile("codec", max_examples=150, deadline=None)
 settings.load_profile("codec")
@@ -259,9 +260,23 @@ def test_encode_header_matches_pamqp_marshal(body_size: int, props: commands.Bas
 
 
 @given(st.integers(0, 2**62), basic_properties)
-def test_decode_properties_round_trips_pamqp_marshal(body_size: int, props: commands.Basic.Properties) -> None:
+def test_split_and_join_properties_round_trip_byte_for_byte(body_size: int, props: commands.Basic.Properties) -> None:
+    # Rewrites (BCC, reply-to, dead-lettering) go through split/join, never pamqp's decoder, which would
+    # read a millisecond timestamp (> 2^32) as seconds.
     payload = header.ContentHeader(0, body_size, props).marshal()
-    assert properties.encode_header(body_size, properties.decode_properties(payload)) == payload
+    assert properties.join_properties(body_size, properties.split_properties(payload)) == payload
+
+
+@given(st.integers(0, 2**62), basic_properties, st.text(max_size=50))
+def test_rewriting_one_property_leaves_the_others_as_pamqp_wrote_them(
+    body_size: int, props: commands.Basic.Properties, reply_to: str
+) -> None:
+    payload = header.ContentHeader(0, body_size, props).marshal()
+    new = properties.rewrite_properties(payload, body_size, {FLAG_REPLY_TO: fastpath.shortstr(reply_to)})
+    before, after = properties.split_properties(payload), properties.split_properties(new)
+    assert after.pop(FLAG_REPLY_TO) == fastpath.shortstr(reply_to)
+    before.pop(FLAG_REPLY_TO, None)
+    assert after == before
 
 
 # --- frames -----------------------------------------------------------------------------------------------

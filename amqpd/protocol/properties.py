@@ -86,11 +86,6 @@ def decode_properties(header: bytes) -> commands.Basic.Properties:
     return ch.properties
 
 
-def encode_header(body_size: int, properties: commands.Basic.Properties) -> bytes:
-    """A content header payload (class 60) for these properties."""
-    return _header_prefix.pack(60, 0, body_size) + properties.marshal()
-
-
 # Property flag bits in wire order, each with the size of its value: -1 shortstr, -4 table, else a byte count.
 _LAYOUT: tuple[tuple[int, int], ...] = tuple(
     (1 << (15 - i), kind) for i, kind in enumerate((-1, -1, -4, 1, 1, -1, -1, -1, -1, 8, -1, -1, -1, -1))

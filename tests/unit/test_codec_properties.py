@@ -255,11 +255,6 @@ def test_property_scan_agrees_with_pamqp_unmarshal(body_size: int, props: comman
 
 
 @given(st.integers(0, 2**62), basic_properties)
-def test_encode_header_matches_pamqp_marshal(body_size: int, props: commands.Basic.Properties) -> None:
-    assert properties.encode_header(body_size, props) == header.ContentHeader(0, body_size, props).marshal()
-
-
-@given(st.integers(0, 2**62), basic_properties)
 def test_split_and_join_properties_round_trip_byte_for_byte(body_size: int, props: commands.Basic.Properties) -> None:
     # Rewrites (BCC, reply-to, dead-lettering) go through split/join, never pamqp's decoder, which would
     # read a millisecond timestamp (> 2^32) as seconds.

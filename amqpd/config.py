@@ -33,6 +33,8 @@ class Settings:
     memory_high_watermark: float = 0.4
     disk_free_limit: int = 50 * 1024 * 1024
     alarm_interval: float = 1.0
+    # A delivery left unacked this long (ms) closes its channel with 406, as RabbitMQ 3.10 does; 0: never.
+    consumer_timeout: int = 1_800_000
     # Users: name -> password; vhosts that exist.
     users: dict[str, str] = field(default_factory=lambda: {"guest": "guest"})
     vhosts: list[str] = field(default_factory=lambda: ["/"])

@@ -77,6 +77,7 @@ class Broker:
         self.vhosts = {name: VirtualHost(name, self.hooks, store) for name in settings.vhosts}
         self.connections: set[Any] = set()
         self.alarms: frozenset[str] = frozenset()  # resource alarms in force (server/alarms.py sets them)
+        self.clock = time.monotonic()  # coarse, refreshed by the housekeeping timer: stamps deliveries cheaply
 
     def authenticate(self, user: str, password: str) -> bool:
         return user in self.users and self.users[user] == password

@@ -37,7 +37,7 @@ from amqpd.protocol.properties import replace_headers, rewrite_properties
 if TYPE_CHECKING:
     from amqpd.broker.broker import Broker
 
-Unacked = tuple[Queue, Entry, Consumer | None]
+Unacked = tuple[Queue, Entry, Consumer | None, float]  # ..., when it was delivered (Broker.clock)
 
 
 class ConnectionLike(Protocol):
@@ -310,7 +310,7 @@ class Channel:
             if queue.store_id is not None:
                 queue.hooks.settled(queue, entry)
         else:
-            self.unacked[tag] = (queue, entry, consumer)
+            self.unacked[tag] = (queue, entry, consumer, self.broker.clock)
             consumer.unacked += 1
             self.unacked_count += 1
             queue.unacked += 1
@@ -365,7 +365,7 @@ class Channel:
 
     def _apply_settle(self, kind: str, taken: list[tuple[int, Unacked]], requeue: bool) -> None:
         by_queue: dict[Queue, list[Entry]] = {}
-        for _tag, (queue, entry, consumer) in taken:
+        for _tag, (queue, entry, consumer, _at) in taken:
             self._release(queue, consumer)
             if kind == "ack":
                 queue.hooks.settled(queue, entry)
@@ -387,6 +387,11 @@ class Channel:
         for consumer in list(self.consumers.values()):
             if consumer.queue.ready:
                 consumer.queue.dispatch()
+
+    def overdue_ack(self, now: float, timeout_s: float) -> bool:
+        """RabbitMQ's consumer_timeout: a delivery left unacked this long closes the channel."""
+        oldest = next(iter(self.unacked.values()), None)
+        return oldest is not None and now - oldest[3] > timeout_s
 
     def requeue_all(self) -> None:
         """Every unacked message goes back to its queue, in order, marked redelivered."""
@@ -584,7 +589,7 @@ class Channel:
         if m.no_ack:
             q.hooks.settled(q, entry)
         else:
-            self.unacked[tag] = (q, entry, None)
+            self.unacked[tag] = (q, entry, None, self.broker.clock)
             q.unacked += 1
             q.hooks.delivered(q, entry)
         msg = entry.msg

@@ -481,6 +481,16 @@ class Session:
                 self.send_method(0, commands.Connection.Unblocked())
             self.transport.release_reading("alarm")
 
+    def check_ack_timeouts(self, now: float) -> None:
+        timeout_ms = self.settings.consumer_timeout
+        if not timeout_ms:
+            return
+        for ch in [ch for ch in self.channels.values() if ch.overdue_ack(now, timeout_ms / 1000)]:
+            self._close_channel(ch, errors.precondition_failed(
+                f"delivery acknowledgement on channel {ch.id} timed out. Timeout value used: {timeout_ms} ms. "
+                "This timeout value can be configured, see consumers doc guide to learn more"
+            ))
+
     def throttle(self, queue: Any) -> None:
         """A queue we publish to has a backlog its consumers are not keeping up with: stop reading
         from this client until it drains (RabbitMQ's credit flow does the same)."""

@@ -8,6 +8,7 @@ import asyncio
 import logging
 import os
 import shutil
+import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -71,6 +72,10 @@ class Alarms:
                     session.apply_alarms()
 
     async def run(self) -> None:
+        """Housekeeping once per alarm_interval: the coarse clock, resource alarms, ack timeouts."""
         while True:
+            now = self.broker.clock = time.monotonic()
             self.check()
+            for session in list(self.broker.connections):
+                session.check_ack_timeouts(now)
             await asyncio.sleep(self.settings.alarm_interval)

@@ -94,3 +94,23 @@ def test_resource_alarm_blocks_publishers_but_not_consumers(env: dict[str, str])
         assert cch.queue_declare(q, passive=True).method.queue == q
         cch.basic_get(q, auto_ack=True)  # answered (get-ok or get-empty) instead of hanging
         consumer.close()
+
+
+@pytest.mark.amqpd_only
+def test_delivery_left_unacked_past_consumer_timeout_closes_the_channel_with_406() -> None:
+    env = {"AMQPD_CONSUMER_TIMEOUT": "500", "AMQPD_ALARM_INTERVAL": "0.1"}
+    with BrokerProcess(extra_args=["--in-memory"], env=env) as broker:
+        conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+        ch = conn.channel()
+        q = ch.queue_declare("", exclusive=False).method.queue
+        ch.basic_publish("", q, b"slow")
+        assert ch.basic_get(q)[0] is not None  # delivered, never acked
+        idle = ch.queue_declare("", exclusive=True).method.queue
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as closed:
+            for _ in ch.consume(idle, inactivity_timeout=5):  # waits on the channel, so the close lands here
+                break  # 5 s of silence: no close came
+        assert closed.value.reply_code == 406
+        assert "delivery acknowledgement on channel 1 timed out" in closed.value.reply_text
+        again = conn.channel()  # the message went back to the queue, redelivered
+        method, _props, body = again.basic_get(q, auto_ack=True)
+        assert (body, method.redelivered) == (b"slow", True)

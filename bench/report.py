@@ -114,6 +114,7 @@ def write_chart(path: Path, meds: Medians, targets: list[str], title: str) -> No
         arrow = {"higher": " ↑", "lower": " ↓"}.get(direction(metric), "")
         ax.set_title(f"{scenario} {metric}{arrow}", fontsize=8)
         ax.tick_params(labelsize=7)
+        ax.ticklabel_format(axis="y", style="plain", useOffset=False)  # "1e6" offsets hide the real values
         ax.margins(y=0.2)
     for ax in list(axes.flat)[len(cells) :]:
         ax.axis("off")

@@ -88,6 +88,9 @@ async def _open_store(settings: Settings) -> tuple[Any, Any]:
         return None, None
     from store import MessageStore
 
+    if settings.fsync == "none":
+        log.warning("fsync=none: confirms do not wait for the disk; a power loss can lose confirmed messages "
+                    "(for tests and benchmarks only)")
     store = MessageStore(settings.data_dir, segment_size=settings.segment_size, fsync=settings.fsync)
     return store, await store.open()
 

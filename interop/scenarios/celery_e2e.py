@@ -161,6 +161,21 @@ def _countdown_eta(app: Any, s: Scope) -> Any:
     return {"countdown": v1, "eta": v2, "waited_at_least_1_5s": took >= 1.5, "done_within_20s": took < 20}
 
 
+@scenario("celery", timeout=60)
+def celery_tasks_with_results(url: str) -> Any:
+    return _run(url, "classic", _basic)
+
+
+@scenario("celery", timeout=60)
+def celery_retries(url: str) -> Any:
+    return _run(url, "classic", _retries)
+
+
+@scenario("celery", timeout=60)
+def celery_countdown_and_eta(url: str) -> Any:
+    return _run(url, "classic", _countdown_eta)
+
+
 # Celery >= 5.5 native delayed delivery: quorum queues (x-queue-type), x-overflow reject-publish,
 # dead-lettering and exchange-to-exchange bindings. (While amqpd lacked them this scenario carried
 # `needs=...`, which makes it xfail(strict=True) against amqpd; it passes there since quorum declarations.)

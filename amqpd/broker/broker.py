@@ -10,6 +10,7 @@ from amqpd.broker.message import Message
 from amqpd.broker.queue import Entry, Queue, QueueHooks
 from amqpd.broker.vhost import VirtualHost
 from amqpd.config import Settings
+from store import MessageRecord
 
 Scheduler = Callable[[float, Callable[[], None]], Any]
 
@@ -53,11 +54,6 @@ class BrokerHooks(QueueHooks):
                 confirm, msg.on_settled = msg.on_settled, None
                 confirm()
 
-    def delivered(self, queue: Queue, entry: Entry) -> None:
-        store = self.broker.store
-        if store is not None and queue.store_id is not None and entry.msg.store_offset is not None:
-            store.mark_delivered(queue.store_id, entry.msg.store_offset)
-
     def schedule(self, delay_s: float, callback: Callable[[], None]) -> Any:
         return self.broker.schedule(delay_s, callback)
 
@@ -94,21 +90,37 @@ class Broker:
         after the fsync that covers it (the publisher's confirm waits for that)."""
         if not msg.persistent or self.store is None:
             return False
-        ids = [q.store_id for q in queues if q.store_id is not None]
+        if len(queues) == 1:
+            ids = [queues[0].store_id] if queues[0].store_id is not None else []
+        else:
+            ids = [q.store_id for q in queues if q.store_id is not None]
         if not ids:
             return False
-        from store import MessageRecord  # the store package is optional for a memory-only broker
-
         if msg.timestamp_ms == 0:
-            msg.stamp()
+            msg.timestamp_ms = int(time.time() * 1000)
         expires = msg.timestamp_ms + msg.ttl_ms if msg.ttl_ms is not None else None
-        record = MessageRecord(msg.exchange, msg.routing_key, msg.header, self.body_of(msg), msg.timestamp_ms, expires)
+        body = msg.body if msg.body is not None else self.body_of(msg)
+        record = MessageRecord(msg.exchange, msg.routing_key, msg.header, body, msg.timestamp_ms, expires)
         if on_durable is not None:
             on_durable = Once(on_durable)
             msg.on_settled, msg.holders = on_durable, len(ids)
         msg.store_offset = self.store.append(record, ids, on_durable)
         msg.pageable = len(ids) == len(queues)
         return on_durable is not None
+
+    def save_redelivered_flags(self) -> None:
+        """At a clean stop, once every connection has returned its unacked messages: tell the store which
+        messages were delivered, so they come back flagged. Writing this once here instead of once per
+        delivery keeps the store off the delivery path; after a crash every message is flagged anyway."""
+        if self.store is None:
+            return
+        for vhost in self.vhosts.values():
+            for q in vhost.queues.values():
+                if q.store_id is None:
+                    continue
+                for entry in q.ready:
+                    if entry.redelivered and entry.msg.store_offset is not None:
+                        self.store.mark_delivered(q.store_id, entry.msg.store_offset)
 
     def body_of(self, msg: Message) -> bytes:
         """The body, read back from the store when the queue paged it out."""

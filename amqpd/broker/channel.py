@@ -314,8 +314,6 @@ class Channel:
             consumer.unacked += 1
             self.unacked_count += 1
             queue.unacked += 1
-            if queue.store_id is not None:
-                queue.hooks.delivered(queue, entry)
         self.conn.send(
             encode_delivery(self.id, consumer.ctag, tag, entry.redelivered, msg.route, msg.header,
                             msg.body if msg.body is not None else self.broker.body_of(msg),
@@ -591,7 +589,6 @@ class Channel:
         else:
             self.unacked[tag] = (q, entry, None, self.broker.clock)
             q.unacked += 1
-            q.hooks.delivered(q, entry)
         msg = entry.msg
         self.conn.send(
             encode_get_ok(self.id, tag, entry.redelivered, msg.route, len(q.ready))

@@ -42,9 +42,6 @@ class QueueHooks:
     def settled(self, queue: Queue, entry: Entry) -> None:
         """A message was acked (or delivered with no-ack): the queue needs it no more."""
 
-    def delivered(self, queue: Queue, entry: Entry) -> None:
-        """A message was handed to a consumer that will ack it later."""
-
     def unused(self, queue: Queue) -> None:
         """x-expires ran out: the queue should be deleted."""
 

@@ -49,6 +49,7 @@ async def serve(settings: Settings) -> None:
             proto.shutdown()
         await _wait_closed(registry)
         if store is not None:
+            broker.save_redelivered_flags()
             await store.close()
             _leave_clean_marker(settings)
         tg.cancel_scope.cancel()

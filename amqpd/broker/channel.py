@@ -17,6 +17,7 @@ from amqpd.broker.consumer import Consumer
 from amqpd.broker.message import Message
 from amqpd.broker.queue import Entry, Queue
 from amqpd.broker.vhost import REPLY_TO, REPLY_TO_PREFIX, VirtualHost, server_generated_name
+from amqpd.protocol.assembler import Assembled, ContentAssembler
 from amqpd.protocol.constants import FLAG_HEADERS, FLAG_REPLY_TO, FLAG_USER_ID
 from amqpd.protocol.fastpath import (
     encode_ack,
@@ -25,7 +26,6 @@ from amqpd.protocol.fastpath import (
     encode_nack,
     encode_return,
     parse_content_header,
-    parse_publish,
     parse_publish_route,
     parse_tag_bits,
     shortstr,
@@ -80,81 +80,35 @@ class Channel:
         self.tx = False
         self.tx_publishes: list[tuple[str, bool, Message]] = []
         self.tx_acks: list[tuple[str, list[tuple[int, Unacked]], bool]] = []
-        # content assembly: set by basic.publish, filled by header and body frames
-        self._pub: tuple[str, str, bool, bytes] | None = None
-        self._header: bytes | None = None
-        self._flags = 0
-        self._body: list[bytes] = []
-        self._remaining = 0
+        self.assembler = ContentAssembler(broker.settings.max_message_size)
 
     # -- content assembly ---------------------------------------------------------------------------------
 
-    @property
-    def assembling(self) -> bool:
-        return self._pub is not None
-
-    @property
-    def awaiting_body(self) -> bool:
-        return self._header is not None
-
     def on_publish(self, payload: bytes) -> None:
-        exchange, routing_key, mandatory, immediate = parse_publish(payload)
-        if immediate:
-            raise errors.ConnectionError(errors.NOT_IMPLEMENTED, "immediate=true", 60, 40)
-        route = payload[6 : 8 + len(exchange.encode()) + len(routing_key.encode())]
-        self._pub = (exchange, routing_key, mandatory, route)
-        self._header = None
+        self.assembler.begin(payload)
 
     def on_whole_publish(self, method: bytes, header: bytes, body: bytes) -> None:
         """basic.publish with its header and body all at hand: the straight-line path."""
         exchange, routing_key, route, bits = parse_publish_route(method)
         class_id, body_size, flags = parse_content_header(header)
-        if bits & 2 or class_id != 60 or body_size > self.broker.settings.max_message_size:
-            self.on_publish(method)  # the frame-by-frame path raises the right error
-            self.on_header(header)
+        if bits & 2 or class_id != 60 or body_size > self.assembler.max_size:
+            self.assembler.begin(method)  # the frame-by-frame path raises the right error
+            self.assembler.take_header(header)
             return
         self.publish(Message(exchange, routing_key, route, header, body, flags), bool(bits & 1))
 
     def on_header(self, payload: bytes) -> None:
-        if self._pub is None:
-            raise errors.unexpected_frame("expected method frame, got non method frame instead")
-        if self._header is not None:
-            raise _assembly("expected content body, got non content body frame instead")
-        class_id, body_size, flags = parse_content_header(payload)
-        if class_id != 60:
-            raise _assembly(f"expected content header for class 60, got one for class {class_id} instead")
-        max_size = self.broker.settings.max_message_size
-        if body_size > max_size:
-            self._pub = None
-            raise errors.ChannelError(
-                errors.PRECONDITION_FAILED,
-                f"message size {body_size} is larger than configured max size {max_size}", 60, 40,
-            )
-        self._header, self._flags, self._remaining = payload, flags, body_size
-        self._body = []
-        if body_size == 0:
-            self._complete()
+        done = self.assembler.take_header(payload)
+        if done is not None:
+            self._publish_assembled(done)
 
     def on_body(self, payload: bytes) -> None:
-        if self._header is None:
-            if self._pub is None:
-                raise errors.unexpected_frame("expected method frame, got non method frame instead")
-            raise _assembly("expected content header for class 60, got non content header frame instead")
-        if len(payload) > self._remaining:
-            raise errors.unexpected_frame(f"content body exceeds the declared size on channel {self.id}")
-        self._body.append(payload)
-        self._remaining -= len(payload)
-        if self._remaining == 0:
-            self._complete()
+        done = self.assembler.take_body(payload)
+        if done is not None:
+            self._publish_assembled(done)
 
-    def _complete(self) -> None:
-        assert self._pub is not None and self._header is not None
-        exchange, routing_key, mandatory, route = self._pub
-        body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
-        self._pub, self._body = None, []
-        msg = Message(exchange, routing_key, route, self._header, body, self._flags)
-        self._header = None
-        self.publish(msg, mandatory)
+    def _publish_assembled(self, m: Assembled) -> None:
+        self.publish(Message(m.exchange, m.routing_key, m.route, m.header, m.body, m.flags), m.mandatory)
 
     # -- publishing -----------------------------------------------------------------------------------------
 
@@ -666,7 +620,7 @@ class Channel:
         if self.closing:
             return
         self.closing = True
-        self._pub = None
+        self.assembler.reset()
         for _kind, taken, _requeue in self.tx_acks:
             for tag, item in taken:
                 self.unacked[tag] = item
@@ -681,11 +635,6 @@ class Channel:
         self._apply_settle("requeue", taken, True)
         for consumer in consumers:
             self.vhost.consumer_gone(consumer.queue)
-
-
-def _assembly(text: str) -> errors.ConnectionError:
-    """A content-assembly error names the method being assembled, as RabbitMQ's command assembler does."""
-    return errors.ConnectionError(errors.UNEXPECTED_FRAME, text, 60, 40)
 
 
 def _ids(method: base.Frame) -> tuple[int, int]:

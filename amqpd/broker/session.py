@@ -181,7 +181,7 @@ class Session:
     def _frame(self, ftype: int, channel: int, payload: Any) -> None:
         if ftype == PUBLISH:
             ch = self.channels.get(channel)
-            if ch is None or ch.assembling or self.state != OPEN:
+            if ch is None or ch.assembler.busy or self.state != OPEN:
                 for kind, part in zip((FRAME_METHOD, FRAME_HEADER, FRAME_BODY), payload, strict=False):
                     if kind != FRAME_BODY or part:
                         self._frame(kind, channel, part)
@@ -325,10 +325,8 @@ class Session:
             self._method_on_unopened(channel, payload)
             return
         key = _u32.unpack_from(payload)[0] if len(payload) >= 4 else 0
-        if ch.assembling:
-            if ch.awaiting_body:
-                raise _assembly("expected content body, got non content body frame instead")
-            raise _assembly("expected content header for class 60, got non content header frame instead")
+        if ch.assembler.busy:
+            ch.assembler.expect_method()
         try:
             if key == BASIC_PUBLISH:
                 if not self.publishes:
@@ -520,10 +518,6 @@ _HANDSHAKE: dict[int, tuple[type, Callable[[Session, Any], None]]] = {
     AWAIT_TUNE_OK: (commands.Connection.TuneOk, Session._tune_ok),
     AWAIT_OPEN: (commands.Connection.Open, Session._open),
 }
-
-
-def _assembly(text: str) -> errors.ConnectionError:
-    return errors.ConnectionError(errors.UNEXPECTED_FRAME, text, 60, 40)
 
 
 def _ids(method: Any) -> tuple[int, int]:

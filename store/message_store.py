@@ -50,6 +50,9 @@ MAX_SEGMENT_SIZE = 1 << 31  # index positions are u32; leave room for one oversi
 DEFAULT_CHECKPOINT_BYTES = 64 << 20
 
 
+RECLAIM_ACTIVE_BYTES = 16 * 1024 * 1024  # an emptied active segment at least this big is rolled and deleted
+
+
 class MessageStore:
     def __init__(
         self,
@@ -345,6 +348,11 @@ class MessageStore:
         self._refs[base] -= 1
         if self._refs[base] == 0 and base != self._active:
             self._pending.delete_segments.append(base)
+            self._poke()
+        elif self._refs[base] == 0 and self._tail >= min(RECLAIM_ACTIVE_BYTES, self._segment_size):
+            # A drained queue must give its disk back without waiting for the (large) segment to fill:
+            # roll now, and the old segment, needed by nobody, goes with the next commit.
+            self._roll(self._next_offset)
             self._poke()
 
     def _roll(self, base: int) -> None:

@@ -413,3 +413,23 @@ async def test_restart_reads_only_what_queues_still_hold_and_the_tail(tmp_path: 
     assert offsets_of(recovered, "q") == offsets[-10:]
     assert recovered.stats["records_scanned"] <= 40  # one segment's worth, not 1000
     await store.close()
+
+
+async def test_a_drained_queue_gives_back_its_disk_before_the_segment_fills(tmp_path: Path) -> None:
+    from store.message_store import RECLAIM_ACTIVE_BYTES
+
+    store, _ = await reopen(tmp_path)  # default segment size (1 GiB): never filled by this test
+    qid = store.put_queue("/", "q", False, {})
+    body = b"x" * 4096
+    count = RECLAIM_ACTIVE_BYTES // len(body) + 100
+    offsets = [store.append(MessageRecord("", "q", b"", body, 0), [qid]) for _ in range(count)]
+    await store.flush()
+    assert disk_bytes(tmp_path) > RECLAIM_ACTIVE_BYTES
+    for offset in offsets:
+        store.ack(qid, offset)
+    await store.flush()
+    assert disk_bytes(tmp_path) < RECLAIM_ACTIVE_BYTES // 4  # the emptied active segment was rolled and deleted
+    await store.close()
+    store, recovered = await reopen(tmp_path)
+    assert offsets_of(recovered, "q") == []
+    await store.close()

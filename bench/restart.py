@@ -125,12 +125,17 @@ def main(argv: list[str] | None = None) -> None:
     print(f"amqpd restart with {args.messages:,} durable 100-byte messages (median of {args.rounds}):")
     for key, value in medians.items():
         print(f"  {key:32s} {value:14,.2f}")
-    print(f"RabbitMQ 3.10 reference (RABBITMQ-FACTS.md, not measured in this run): {ref['messages']:,} messages, "
-          f"restart after kill -9 {ref['restart_after_kill_s']} s, empty boot {ref['empty_boot_s']} s")
+    print(
+        f"RabbitMQ 3.10 reference (RABBITMQ-FACTS.md, not measured in this run): {ref['messages']:,} messages, "
+        f"restart after kill -9 {ref['restart_after_kill_s']} s, empty boot {ref['empty_boot_s']} s"
+    )
     os.makedirs(args.out, exist_ok=True)
     out = Path(args.out) / f"restart-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    out.write_text(json.dumps({"messages": args.messages, "rounds": rounds, "medians": medians,
-                               "rabbitmq_reference": ref}, indent=2))
+    out.write_text(
+        json.dumps(
+            {"messages": args.messages, "rounds": rounds, "medians": medians, "rabbitmq_reference": ref}, indent=2
+        )
+    )
     print(f"wrote {out}")
 
 

@@ -18,6 +18,7 @@ from bench.codec import (
     publish_frames,
     publish_method,
 )
+from bench.stats import weighted_percentiles
 
 
 def _pamqp_publish(channel: int, exchange: str, key: str, payload: bytes, frame_max: int, mode: int | None) -> bytes:
@@ -186,3 +187,8 @@ def test_reads_into_free_space_are_scanned_on_commit() -> None:
         pos += n
         tags += scanner.commit(n).delivery_tags
     assert tags == list(range(1, 11))
+
+
+def test_confirm_latency_percentiles_weigh_each_message() -> None:
+    # 98 messages confirmed after 1 ms, 2 after 50 ms: p50 is 1 ms, p99 is 50 ms
+    assert weighted_percentiles([(1_000_000, 98), (50_000_000, 2)], (50, 99)) == [1_000_000.0, 50_000_000.0]

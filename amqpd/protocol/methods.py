@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import struct
 
 from pamqp import base, commands
@@ -9,6 +10,7 @@ from pamqp import decode as pdecode
 from pamqp import encode as pencode
 
 from amqpd import errors
+from amqpd.protocol.field_tables import BadField, Overrun, check_fields, check_table, method_error
 from amqpd.protocol.frames import method_frame
 
 _class_method = struct.Struct(">HH")
@@ -39,29 +41,22 @@ def decode_method(payload: bytes, max_depth: int = MAX_TABLE_DEPTH) -> base.Fram
         )
     method = cls()
     try:
+        check_fields(_field_types(cls), payload, 4, max_depth)
+    except (Overrun, BadField) as exc:
+        raise method_error(exc, method.name, class_id, method_id) from None
+    try:
         method.unmarshal(payload[4:])
     except (struct.error, ValueError, TypeError, IndexError, UnicodeDecodeError, RecursionError, KeyError) as exc:
-        # pamqp raises ValueError("Unknown type ...") for a bad type tag; everything else is a truncation.
-        code = errors.SYNTAX_ERROR if "Unknown type" in str(exc) else errors.FRAME_ERROR
-        raise errors.ConnectionError(code, f"cannot decode {method.name}: {exc}", class_id, method_id) from None
-    for name in method.__slots__:
-        value = getattr(method, name, None)
-        if isinstance(value, dict) and nesting_depth(value) > max_depth:
-            raise errors.ConnectionError(
-                errors.SYNTAX_ERROR, f"field table nested deeper than {max_depth}", class_id, method_id
-            )
+        # The walk above passed, so this is something pamqp alone dislikes (invalid UTF-8, say).
+        raise errors.ConnectionError(
+            errors.SYNTAX_ERROR, f"cannot decode {method.name}: {exc}", class_id, method_id
+        ) from None
     return method
 
 
-def nesting_depth(value: object) -> int:
-    """How deeply tables and arrays nest, counted without recursion."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        deepest = max(deepest, depth)
-        children = list(item.values()) if isinstance(item, dict) else item if isinstance(item, list) else []
-        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
-    return deepest
+@functools.cache
+def _field_types(cls: type[base.Frame]) -> list[str]:
+    return [cls.amqp_type(name) for name in cls.__slots__]
 
 
 def build(cls: type[base.Frame], *args: object) -> base.Frame:
@@ -106,8 +101,11 @@ def marshal_arguments(method: base.Frame) -> bytes:
 def decode_table(raw: bytes) -> dict:
     """A field table with its 4-byte length prefix → dict; malformed → 502."""
     try:
+        check_table(raw, 0, len(raw), 1, MAX_TABLE_DEPTH)
         _, table = pdecode.field_table(raw)
     except (struct.error, ValueError, TypeError, IndexError, UnicodeDecodeError, RecursionError) as exc:
+        raise errors.syntax_error(f"cannot decode field table: {exc}") from None
+    except (Overrun, BadField) as exc:
         raise errors.syntax_error(f"cannot decode field table: {exc}") from None
     return table
 

@@ -18,16 +18,15 @@ Scheduler = Callable[[float, Callable[[], None]], Any]
 class Once:
     """A callback that runs at most once, whichever of its callers comes first."""
 
-    __slots__ = ("fn", "fired")
+    __slots__ = ("fn",)
 
     def __init__(self, fn: Callable[[], None]) -> None:
-        self.fn = fn
-        self.fired = False
+        self.fn: Callable[[], None] | None = fn
 
     def __call__(self) -> None:
-        if not self.fired:
-            self.fired = True
-            self.fn()
+        fn, self.fn = self.fn, None  # dropping the closure frees what it holds, in a backlog too
+        if fn is not None:
+            fn()
 
 
 class BrokerHooks(QueueHooks):

@@ -32,7 +32,7 @@ from amqpd.protocol.fastpath import (
 )
 from amqpd.protocol.frames import content_frames
 from amqpd.protocol.methods import build, encode_method
-from amqpd.protocol.properties import replace_headers, rewrite_properties
+from amqpd.protocol.properties import replace_headers, rewrite_properties, shared_header
 
 if TYPE_CHECKING:
     from amqpd.broker.broker import Broker
@@ -95,7 +95,7 @@ class Channel:
             self.assembler.begin(method)  # the frame-by-frame path raises the right error
             self.assembler.take_header(header)
             return
-        self.publish(Message(exchange, routing_key, route, header, body, flags), bool(bits & 1))
+        self.publish(Message(exchange, routing_key, route, shared_header(header), body, flags), bool(bits & 1))
 
     def on_header(self, payload: bytes) -> None:
         done = self.assembler.take_header(payload)
@@ -108,7 +108,7 @@ class Channel:
             self._publish_assembled(done)
 
     def _publish_assembled(self, m: Assembled) -> None:
-        self.publish(Message(m.exchange, m.routing_key, m.route, m.header, m.body, m.flags), m.mandatory)
+        self.publish(Message(m.exchange, m.routing_key, m.route, shared_header(m.header), m.body, m.flags), m.mandatory)
 
     # -- publishing -----------------------------------------------------------------------------------------
 

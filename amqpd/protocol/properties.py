@@ -29,6 +29,24 @@ _u32 = struct.Struct(">I")
 _header_prefix = struct.Struct(">HHQ")
 
 
+_HEADERS: dict[bytes, bytes] = {}
+_HEADERS_MAX = 4096
+_SHARED_HEADER_LEN = 96  # longer headers (big tables) are rarely repeated and cost more to hash
+
+
+def shared_header(header: bytes) -> bytes:
+    """An equal header payload seen before, if any: most publishers send the same properties for every
+    message of a size, and a backlog then holds one copy instead of one per message."""
+    if len(header) > _SHARED_HEADER_LEN:
+        return header
+    known = _HEADERS.get(header)
+    if known is None:
+        if len(_HEADERS) >= _HEADERS_MAX:
+            _HEADERS.clear()
+        _HEADERS[header] = known = header
+    return known
+
+
 class PropertyScan:
     """The fields the broker acts on, scanned from the raw header payload."""
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 from amqpd import errors
@@ -65,9 +64,6 @@ class Message:
 
     def properties(self):  # noqa: ANN201 - pamqp Basic.Properties
         return decode_properties(self.header)
-
-    def stamp(self) -> None:
-        self.timestamp_ms = int(time.time() * 1000)
 
 
 MAX_EXPIRY_TIMER = 4294967295

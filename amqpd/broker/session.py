@@ -29,7 +29,7 @@ from amqpd.protocol.constants import (
     FRAME_MIN_SIZE,
     PROTOCOL_HEADER,
 )
-from amqpd.protocol.frames import HEARTBEAT_FRAME, PUBLISH, BrokenStream, FrameReader
+from amqpd.protocol.frames import PUBLISH, BrokenStream, FrameReader
 from amqpd.protocol.methods import decode_method, decode_table, encode_method
 
 if TYPE_CHECKING:
@@ -91,8 +91,6 @@ class Session:
         self.client_properties: dict[str, Any] = {}
         self.consumer_cancel_notify = False
         self.auth_failure_close = False
-        self.received_since_check = True
-        self.sent_since_check = True
         self._header_buf = b""
         self.writable = True  # the transport keeps this current (flow control)
         self.publishes = False  # has published: blocked while a resource alarm is on
@@ -114,8 +112,6 @@ class Session:
                 ch.emit_confirms()
         data = b"".join(self.out)
         self.out.clear()
-        if data:
-            self.sent_since_check = True
         return data
 
     def confirms_pending(self, channel: Channel) -> None:
@@ -130,7 +126,6 @@ class Session:
 
     def feed(self, data: bytes) -> None:
         """Bytes from the socket. Every error ends up as a close frame, never as an exception."""
-        self.received_since_check = True
         if self.state == AWAIT_HEADER:
             data = self._protocol_header(data)
             if not data:
@@ -504,13 +499,6 @@ class Session:
         self.writable = True
         for ch in list(self.channels.values()):
             ch._redispatch()  # noqa: SLF001 - the channel's own "try again" entry point
-
-    def heartbeat_tick(self) -> bool:
-        """Called every heartbeat/2 seconds; False when the peer has been silent too long."""
-        if not self.sent_since_check:
-            self.send(HEARTBEAT_FRAME)
-        self.sent_since_check = False
-        return True
 
 
 _HANDSHAKE: dict[int, tuple[type, Callable[[Session, Any], None]]] = {

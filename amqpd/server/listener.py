@@ -40,9 +40,16 @@ async def serve(settings: Settings) -> None:
         gc.collect()
         gc.freeze()
     registry: set[AMQPServerProtocol] = set()
-    server = await loop.create_server(
-        lambda: AMQPServerProtocol(broker, registry), settings.host, settings.port, reuse_address=True, backlog=1024
-    )
+    try:
+        server = await loop.create_server(
+            lambda: AMQPServerProtocol(broker, registry), settings.host, settings.port, reuse_address=True,
+            backlog=1024,
+        )
+    except OSError as exc:  # the port is taken, or the address is not ours: say so plainly and exit 1
+        log.error("cannot listen on %s:%s: %s", settings.host, settings.port, exc.strerror or exc)
+        if store is not None:
+            await store.close()
+        raise SystemExit(1) from None
     sock = server.sockets[0].getsockname()
     async with anyio.create_task_group() as tg:
         if store is not None:

@@ -114,3 +114,20 @@ def test_delivery_left_unacked_past_consumer_timeout_closes_the_channel_with_406
         again = conn.channel()  # the message went back to the queue, redelivered
         method, _props, body = again.basic_get(q, auto_ack=True)
         assert (body, method.redelivered) == (b"slow", True)
+
+
+@pytest.mark.amqpd_only
+def test_a_taken_port_is_reported_and_exits_1() -> None:
+    import subprocess
+    import sys
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "amqpd", "--in-memory", "--port", str(port)],
+            capture_output=True, text=True, timeout=30,
+        )
+    assert done.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr

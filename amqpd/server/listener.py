@@ -4,12 +4,13 @@ with 320 CONNECTION_FORCED and exit."""
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import gc
 import logging
 import os
 import signal
 import sys
-from typing import Any
+from typing import IO, Any
 
 import anyio
 
@@ -23,6 +24,7 @@ log = logging.getLogger("amqpd")
 
 async def serve(settings: Settings) -> None:
     loop = asyncio.get_running_loop()
+    lock = _lock_data_dir(settings)  # held until the broker stops
     crashed = _take_clean_marker(settings)
     # Recovery builds hundreds of thousands of acyclic objects: the cyclic GC would rescan the growing heap
     # again and again (it doubled recovery time). Collect once at the end and freeze them out of later scans.
@@ -69,6 +71,8 @@ async def serve(settings: Settings) -> None:
             broker.save_redelivered_flags()
             await store.close()
             _leave_clean_marker(settings)
+        if lock is not None:
+            lock.close()
         tg.cancel_scope.cancel()
 
 
@@ -90,7 +94,21 @@ def _take_clean_marker(settings: Settings) -> bool:
     if os.path.exists(marker):
         os.unlink(marker)
         return False
-    return any(name != CLEAN_MARKER for name in os.listdir(settings.data_dir))
+    return any(name not in (CLEAN_MARKER, "lock") for name in os.listdir(settings.data_dir))
+
+
+def _lock_data_dir(settings: Settings) -> IO[str] | None:
+    """One broker per data dir: a second one writing the same segments would corrupt them."""
+    if not settings.data_dir:
+        return None
+    os.makedirs(settings.data_dir, exist_ok=True)
+    handle = open(os.path.join(settings.data_dir, "lock"), "a")  # noqa: SIM115 - held until exit
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        log.error("data dir %s is in use by another amqpd", settings.data_dir)
+        raise SystemExit(1) from None
+    return handle
 
 
 def _leave_clean_marker(settings: Settings) -> None:

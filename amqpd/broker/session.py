@@ -209,7 +209,7 @@ class Session:
     # -- connection class ---------------------------------------------------------------------------------
 
     def _connection_method(self, payload: bytes) -> None:
-        method = decode_method(payload)
+        method = decode_method(payload, self.settings.max_table_depth)
         step = _HANDSHAKE.get(self.state)
         if step is not None:
             expected, handler = step
@@ -352,7 +352,7 @@ class Session:
             ch.handle(method)
 
     def _method_on_unopened(self, channel: int, payload: bytes) -> None:
-        method = decode_method(payload)
+        method = decode_method(payload, self.settings.max_table_depth)
         if channel in self.closing_channels:
             # After our channel.close, everything but close-ok (or the client's own close) is dropped.
             if isinstance(method, commands.Channel.CloseOk):
@@ -422,7 +422,7 @@ class Session:
         if ftype != FRAME_METHOD or channel != 0:
             return
         try:
-            method = decode_method(payload)
+            method = decode_method(payload, self.settings.max_table_depth)
         except errors.AMQPError:
             return
         if isinstance(method, commands.Connection.CloseOk):

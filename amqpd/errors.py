@@ -122,7 +122,3 @@ def syntax_error(text: str) -> ConnectionError:
 
 def unexpected_frame(text: str) -> ConnectionError:
     return ConnectionError(UNEXPECTED_FRAME, text)
-
-
-def channel_error(text: str) -> ConnectionError:
-    return ConnectionError(CHANNEL_ERROR, text)

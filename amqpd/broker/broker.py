@@ -137,6 +137,3 @@ class Broker:
         from amqpd.broker.dead_letter import dead_letter
 
         dead_letter(self, queue, entry, reason, dlx)
-
-    def now_ms(self) -> int:
-        return int(time.time() * 1000)

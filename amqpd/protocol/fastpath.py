@@ -30,20 +30,6 @@ def shortstr(value: str) -> bytes:
     return bytes((len(raw),)) + raw
 
 
-def parse_publish(payload: bytes) -> tuple[str, str, bool, bool]:
-    """basic.publish → (exchange, routing_key, mandatory, immediate)."""
-    try:
-        elen = payload[6]
-        o = 7 + elen
-        exchange = payload[7:o].decode()
-        rlen = payload[o]
-        routing_key = payload[o + 1 : o + 1 + rlen].decode()
-        bits = payload[o + 1 + rlen]
-    except (IndexError, UnicodeDecodeError) as exc:
-        raise errors.syntax_error(f"malformed basic.publish: {exc}").with_method(60, 40) from None
-    return exchange, routing_key, bool(bits & 1), bool(bits & 2)
-
-
 _ROUTES: dict[bytes, tuple[str, str, bytes]] = {}
 _ROUTES_MAX = 4096
 
@@ -68,6 +54,12 @@ def parse_publish_route(payload: bytes) -> tuple[str, str, bytes, int]:
         return known[0], known[1], known[2], payload[rend]
     except (IndexError, UnicodeDecodeError) as exc:
         raise errors.syntax_error(f"malformed basic.publish: {exc}").with_method(60, 40) from None
+
+
+def parse_publish(payload: bytes) -> tuple[str, str, bool, bool]:
+    """basic.publish → (exchange, routing_key, mandatory, immediate)."""
+    exchange, routing_key, _route, bits = parse_publish_route(payload)
+    return exchange, routing_key, bool(bits & 1), bool(bits & 2)
 
 
 def parse_content_header(payload: bytes) -> tuple[int, int, int]:

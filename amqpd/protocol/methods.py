@@ -108,8 +108,3 @@ def decode_table(raw: bytes) -> dict:
     except (Overrun, BadField) as exc:
         raise errors.syntax_error(f"cannot decode field table: {exc}") from None
     return table
-
-
-def method_name(method: base.Frame) -> str:
-    """'Basic.Publish' → 'basic.publish', as RabbitMQ names methods in error texts."""
-    return method.name.lower()

@@ -40,7 +40,7 @@ from store.queue_state import QueueState, encode_runs
 from store.record_codec import decode_record, encode_record
 from store.records import MessageRecord, QueueEntry, Recovered, RecoveredMessage
 from store.recovery import RecoveryResult, recover_files
-from store.segment import FILE_HEADER_SIZE, DamagedFrame, Layout, read_payload
+from store.segment import FILE_HEADER_SIZE, DamagedFrame, Layout, read_payload, read_payloads
 from store.segment_index import DEFAULT_INTERVAL, SegmentIndex, write_index_files
 
 log = logging.getLogger(__name__)
@@ -101,9 +101,13 @@ class MessageStore:
 
     # ---- lifecycle ----------------------------------------------------------------------------------
 
-    async def open(self) -> Recovered:
+    async def open(self, load_records: bool = True) -> Recovered:
         """Create the data directory on first use, recover what is on disk, and start a fresh ack-log file
-        under a new checkpoint (so recovery's own decisions are never replayed twice)."""
+        under a new checkpoint (so recovery's own decisions are never replayed twice).
+
+        load_records=False: messages held since before the last checkpoint are verified but not decoded;
+        their RecoveredMessage.record is None and `read_many` reads them when the caller needs them. A
+        large backlog then costs neither restart time nor memory until it is consumed."""
         started = time.perf_counter()
         self._wake = anyio.Event()
         self._committed = anyio.Event()
@@ -114,7 +118,7 @@ class MessageStore:
         try:
             snap = await self._catalog.load()
             result = await anyio.to_thread.run_sync(
-                recover_files, self._layout, snap, self._interval, int(time.time() * 1000)
+                recover_files, self._layout, snap, self._interval, int(time.time() * 1000), load_records
             )
         except BaseException:
             await self._catalog.close()  # its worker thread would otherwise keep the process alive
@@ -318,6 +322,40 @@ class MessageStore:
             raise KeyError(offset)
         return decode_record(payload)[2]
 
+    def read_many(self, offsets: list[int]) -> list[MessageRecord | None]:
+        """Records for ascending offsets, None for one that is not in the store or fails its checks
+        (blocking preads, one pass over each segment's stretch: this is how a recovered backlog comes back)."""
+        found: list[MessageRecord | None] = []
+        i = 0
+        while i < len(offsets):
+            s = bisect_right(self._bases, offsets[i]) - 1
+            end = self._bases[s + 1] if s + 1 < len(self._bases) else None
+            j = i
+            while j < len(offsets) and (end is None or offsets[j] < end):
+                j += 1
+            if s < 0:
+                found.extend([None] * (j - i))
+            else:
+                found.extend(self._read_run(self._bases[s], offsets[i:j]))
+            i = j
+        return found
+
+    def _read_run(self, base: int, offsets: list[int]) -> list[MessageRecord | None]:
+        if offsets[-1] in self._unwritten:  # the newest are not in the file yet (they are a suffix)
+            return [self._read_or_none(offset) for offset in offsets]
+        fd = self._read_fd(base)
+        try:
+            payloads = read_payloads(fd, self._indexes[base], offsets)
+        except DamagedFrame:  # damage somewhere in the stretch: fall back to one record at a time
+            return [self._read_or_none(offset) for offset in offsets]
+        return [decode_record(p)[2] if p is not None else None for p in payloads]
+
+    def _read_or_none(self, offset: int) -> MessageRecord | None:
+        try:
+            return self.read(offset)
+        except (KeyError, DamagedFrame):
+            return None
+
     def find_offset_by_time(self, timestamp_ms: int) -> int | None:
         """Offset of the first stored record with timestamp_ms >= the given time, using the time indexes."""
         for base in self._bases:
@@ -506,12 +544,20 @@ class MessageStore:
 
     def _recovered(self, snap: CatalogSnapshot, result: RecoveryResult) -> Recovered:
         queues = []
+        records = result.records
         for qid, vhost, name, auto_delete, arguments in snap.queues:
             state = self._queues[qid]
-            messages = [
-                RecoveredMessage(offset, result.records[offset], offset in state.delivered) for offset in state.live
-            ]
-            queues.append(QueueEntry(qid, vhost, name, auto_delete, arguments, messages))
+            entry = QueueEntry(qid, vhost, name, auto_delete, arguments)
+            delivered = state.delivered
+            if all(offset in records for offset in state.live):
+                entry.messages = [RecoveredMessage(o, records[o], o in delivered) for o in state.live]
+            else:  # lazy: what recovery did not read comes first (it is older than the tail it read)
+                entry.unloaded = [o for o in state.live if o not in records]
+                entry.unloaded_delivered = {o for o in delivered if o not in records}
+                entry.messages = [
+                    RecoveredMessage(o, records[o], o in delivered) for o in state.live if o in records
+                ]
+            queues.append(entry)
         return Recovered(snap.exchanges, queues, snap.bindings, result.stats)
 
 

@@ -33,6 +33,10 @@ class QueueEntry:
     auto_delete: bool
     arguments: dict[str, Any]
     messages: list[RecoveredMessage] = field(default_factory=list)  # offset order; un-acked, un-expired
+    # A lazy open (load_records=False): the held offsets whose records were not read, all older than every
+    # entry of `messages`; those of them that were delivered. `MessageStore.read_many` reads them.
+    unloaded: list[int] = field(default_factory=list)
+    unloaded_delivered: set[int] = field(default_factory=set)
 
 
 @dataclass

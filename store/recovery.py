@@ -13,6 +13,7 @@ import mmap
 import os
 import time
 from bisect import bisect_left
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +34,7 @@ class MissingCatalogue(Exception):
 @dataclass
 class RecoveryResult:
     queues: dict[int, QueueState]
-    records: dict[int, MessageRecord]  # every offset some queue still holds
+    records: dict[int, MessageRecord]  # every offset some queue still holds (lazy: only the tail's)
     indexes: dict[int, SegmentIndex]  # base offset -> index, for the segments kept
     sizes: dict[int, int]  # base offset -> file size, for the segments kept
     next_offset: int
@@ -61,8 +62,11 @@ def new_stats() -> dict[str, Any]:
 
 
 class _Recovery:
-    def __init__(self, layout: Layout, snap: CatalogSnapshot, index_interval: int, now_ms: int) -> None:
+    def __init__(
+        self, layout: Layout, snap: CatalogSnapshot, index_interval: int, now_ms: int, load_checkpointed: bool = True
+    ) -> None:
         self.layout = layout
+        self.load_checkpointed = load_checkpointed
         self.interval = index_interval
         self.now_ms = now_ms
         self.cp = snap.checkpoint or Checkpoint()
@@ -146,11 +150,17 @@ class _Recovery:
             self.sizes[base] = FILE_HEADER_SIZE
             return
         index = load_index(self.layout.offset_index(base), self.layout.time_index(base), base, size, self.interval)
+        if not self.load_checkpointed:
+            first_wanted = None  # checkpointed records are read later, when wanted
+            if not has_tail and index is not None:
+                self.indexes[base] = index
+                self.sizes[base] = size
+                return
         targets = [t for t in (first_wanted, self.cp.next_offset if has_tail else None) if t is not None]
         start = FILE_HEADER_SIZE
         with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as data:
             if index is not None:
-                verified = _verified_start(data, index, min(targets), size)
+                verified = _verified_start(data, index, min(targets, default=FILE_HEADER_SIZE), size)
                 index = index if verified is not None else None
                 start = verified or FILE_HEADER_SIZE
             rebuilt = index is None
@@ -170,13 +180,14 @@ class _Recovery:
         cp_next = self.cp.next_offset
         wanted, records, queues = self.wanted_set, self.records, self.queues
         observe = index.observe
+        load = self.load_checkpointed
         scanned = tail = 0
         message_id = offset = -1
         for pos, offset, payload in scan_frames(data, start, size, report):
             scanned += 1
             if offset < cp_next:
                 observe(offset, pos, int.from_bytes(payload[8:16], "little"))
-                if offset in wanted:
+                if load and offset in wanted:
                     records[offset] = decode_record(payload)[2]
                 continue
             tail += 1
@@ -238,24 +249,38 @@ class _Recovery:
             state.delivered.add(offset)
 
     def _drop_unavailable(self) -> None:
-        """Forget offsets whose record was lost to damage, and messages whose TTL has passed."""
+        """Forget offsets whose record was lost to damage, and messages whose TTL has passed.
+
+        A lazy open reads no record from before the checkpoint: one of those counts as lost here only when
+        its segment is gone (damage inside a segment shows when the record is read)."""
         lost: set[int] = set()
         expired: set[int] = set()
+        cp_next, now, records = self.cp.next_offset, self.now_ms, self.records
+        gone_ranges = self._missing_ranges()
         for state in self.queues.values():
-            for offset in list(state.live):
-                record = self.records.get(offset)
+            if self.load_checkpointed:
+                candidates: Iterable[int] = state.live
+            else:
+                candidates = _newest_from(state.live, cp_next)  # the tail; the rest only if a segment is gone
+                if gone_ranges:
+                    lost.update(o for o in state.live if o < cp_next and _in_ranges(o, gone_ranges))
+            for offset in candidates:
+                record = records.get(offset)
                 if record is None:
                     lost.add(offset)
-                elif record.expires_at_ms is not None and record.expires_at_ms <= self.now_ms:
+                elif record.expires_at_ms is not None and record.expires_at_ms <= now:
                     expired.add(offset)
-                else:
-                    continue
-                del state.live[offset]
-                state.delivered.discard(offset)
         for offset in lost | expired:
             self.records.pop(offset, None)
+            for state in self.queues.values():
+                state.live.pop(offset, None)
+                state.delivered.discard(offset)
         self.stats["lost_records"] = len(lost)
         self.stats["expired_dropped"] = len(expired)
+
+    def _missing_ranges(self) -> list[tuple[int, int]]:
+        """[base, end) of registered segments no longer kept (gone from disk or unreadable)."""
+        return [(base, end) for base, (end, _, _) in self.registry.items() if base not in self.indexes]
 
     def _delete_unneeded_segments(self, bases: list[int]) -> None:
         held = {off for state in self.queues.values() for off in state.live}
@@ -273,6 +298,20 @@ class _Recovery:
             self.sizes.pop(base, None)
 
 
+def _newest_from(live: dict[int, None], first: int) -> list[int]:
+    """The held offsets >= first: they are the newest, so they sit at the end of the insertion-ordered dict."""
+    found = []
+    for offset in reversed(live):
+        if offset < first:
+            break
+        found.append(offset)
+    return found
+
+
+def _in_ranges(offset: int, ranges: list[tuple[int, int]]) -> bool:
+    return any(lo <= offset < hi for lo, hi in ranges)
+
+
 def _verified_start(data: mmap.mmap, index: SegmentIndex, target: int, size: int) -> int | None:
     """Where to start reading for `target`: the index entry at or before it, if that entry really points
     at its record. None: the index is wrong and must be rebuilt."""
@@ -286,5 +325,9 @@ def _verified_start(data: mmap.mmap, index: SegmentIndex, target: int, size: int
     return position
 
 
-def recover_files(layout: Layout, snap: CatalogSnapshot, index_interval: int, now_ms: int) -> RecoveryResult:
-    return _Recovery(layout, snap, index_interval, now_ms).run()
+def recover_files(
+    layout: Layout, snap: CatalogSnapshot, index_interval: int, now_ms: int, load_checkpointed: bool = True
+) -> RecoveryResult:
+    """load_checkpointed=False: records held since before the last checkpoint are checked (checksums, expiry)
+    but not decoded; they come back as None and are read when needed (`MessageStore.read_many`)."""
+    return _Recovery(layout, snap, index_interval, now_ms, load_checkpointed).run()

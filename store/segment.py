@@ -109,3 +109,49 @@ def read_payload(fd: int, index: SegmentIndex, offset: int) -> bytes | None:
                 raise DamagedFrame(f"record {offset} fails its checksum")
             return payload
         pos += HEADER_SIZE + length
+
+
+READ_RUN_BLOCK = 1 << 20
+
+
+def read_payloads(fd: int, index: SegmentIndex, offsets: list[int]) -> list[bytes | None]:
+    """Payloads of ascending `offsets` of one segment in one forward walk from the index entry before the
+    first (None for an offset the segment does not hold). Raises DamagedFrame as read_payload does."""
+    found: list[bytes | None] = []
+    entry = index.floor(offsets[0])
+    pos = entry[1] if entry is not None else FILE_HEADER_SIZE
+    expected_first = entry[0] if entry is not None else None
+    block, block_start = b"", pos
+    want = iter(offsets)
+    target = next(want)
+    while True:
+        rel = pos - block_start
+        if rel + HEADER_SIZE > len(block):
+            block, block_start, rel = os.pread(fd, READ_RUN_BLOCK, pos), pos, 0
+            if len(block) < HEADER_SIZE:
+                break  # end of file: the rest are not here
+        length, sequence, payload_hash, check = HEADER.unpack_from(block, rel)
+        if xxh32_intdigest(block[rel : rel + 20]) != check:
+            raise DamagedFrame(f"bad frame header at {pos} while reading from {offsets[0]}")
+        if expected_first is not None and sequence != expected_first:
+            raise DamagedFrame(f"index entry for {expected_first} points at record {sequence}")
+        expected_first = None
+        while sequence > target:  # offsets may have gaps: these are not here
+            found.append(None)
+            target = next(want, -1)
+            if target < 0:
+                return found
+        if sequence == target:
+            start = rel + HEADER_SIZE
+            payload = block[start : start + length]
+            if len(payload) < length:
+                payload = os.pread(fd, length, pos + HEADER_SIZE)
+            if xxh3_64_intdigest(payload) != payload_hash:
+                raise DamagedFrame(f"record {sequence} fails its checksum")
+            found.append(payload)
+            target = next(want, -1)
+            if target < 0:
+                return found
+        pos += HEADER_SIZE + length
+    found.extend([None] * (len(offsets) - len(found)))
+    return found

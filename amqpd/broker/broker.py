@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
+from amqpd.broker.backlog import RecoveredBacklog
 from amqpd.broker.message import Message
 from amqpd.broker.queue import Entry, Queue, QueueHooks
+from amqpd.broker.recovery import message_from_record
 from amqpd.broker.vhost import VirtualHost
 from amqpd.config import Settings
 from store import MessageRecord
 
 Scheduler = Callable[[float, Callable[[], None]], Any]
+log = logging.getLogger("amqpd.broker")
 
 
 class Once:
@@ -55,6 +59,32 @@ class BrokerHooks(QueueHooks):
 
     def schedule(self, delay_s: float, callback: Callable[[], None]) -> Any:
         return self.broker.schedule(delay_s, callback)
+
+    def load(self, queue: Queue, offsets: list[int]) -> list[Message | None]:
+        store = self.broker.store
+        if store is None:
+            return [None] * len(offsets)
+        found: list[Message | None] = []
+        unreadable = []
+        for offset, record in zip(offsets, store.read_many(offsets), strict=True):
+            if record is None:
+                unreadable.append(offset)
+                found.append(None)
+            else:
+                found.append(message_from_record(record, offset))
+        if unreadable:
+            # Damaged on disk since the last checkpoint (recovery does not re-read checkpointed records):
+            # the message is lost either way; forget it so it does not come back at every restart.
+            log.error("%s: %d recovered messages could not be read back from the store and were dropped",
+                      queue, len(unreadable))
+            if queue.store_id is not None:
+                store.purge(queue.store_id, unreadable)
+        return found
+
+    def forget(self, queue: Queue, offsets: list[int]) -> None:
+        store = self.broker.store
+        if store is not None and queue.store_id is not None:
+            store.purge(queue.store_id, offsets)
 
     def unused(self, queue: Queue) -> None:
         vhost = self.broker.vhosts.get(queue.vhost)
@@ -117,9 +147,14 @@ class Broker:
             for q in vhost.queues.values():
                 if q.store_id is None:
                     continue
-                for entry in q.ready:
+                ready = q.ready
+                entries = ready.entries() if isinstance(ready, RecoveredBacklog) else ready
+                for entry in entries:
                     if entry.redelivered and entry.msg.store_offset is not None:
                         self.store.mark_delivered(q.store_id, entry.msg.store_offset)
+                if isinstance(ready, RecoveredBacklog):
+                    for offset in ready.cold_offsets()[1]:
+                        self.store.mark_delivered(q.store_id, offset)
 
     def body_of(self, msg: Message) -> bytes:
         """The body, read back from the store when the queue paged it out."""

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from amqpd.broker.backlog import RecoveredBacklog
 from amqpd.broker.message import Message
 from amqpd.broker.ready import FifoReady, PriorityReady
 
@@ -49,6 +50,13 @@ class QueueHooks:
         """Run callback later on the broker's loop; returns a handle with cancel()."""
         return None
 
+    def load(self, queue: Queue, offsets: list[int]) -> list[Message | None]:
+        """Read recovered messages back from the store (None: no longer readable)."""
+        return [None] * len(offsets)
+
+    def forget(self, queue: Queue, offsets: list[int]) -> None:
+        """Recovered messages that were never read back left the queue (purge)."""
+
 
 class Queue:
     def __init__(
@@ -70,7 +78,9 @@ class Queue:
         self.arguments = arguments or {}
         self.hooks = hooks or QueueHooks()
         max_priority = (arguments or {}).get("x-max-priority")
-        self.ready: FifoReady | PriorityReady = PriorityReady(max_priority) if max_priority else FifoReady()
+        self.ready: FifoReady | PriorityReady | RecoveredBacklog = (
+            PriorityReady(max_priority) if max_priority else FifoReady()
+        )
         self.consumers: list[Consumer] = []
         self.unacked = 0
         self.deleted = False
@@ -140,6 +150,32 @@ class Queue:
         if expires is not None:
             self._arm_ttl_timer()
         return entry
+
+    @property
+    def can_hold_offsets(self) -> bool:
+        """Whether a recovered backlog can stay store offsets (RecoveredBacklog): a FIFO queue that needs no
+        per-message size up front (x-max-length-bytes counts bytes of every ready message)."""
+        return isinstance(self.ready, FifoReady) and not self.ready and self.max_length_bytes is None
+
+    def adopt_backlog(self, offsets: list[int], flagged: set[int] | None) -> None:
+        """Recovery: the queue's messages are these store offsets, read back when their turn comes.
+        flagged: offsets to deliver as redelivered, None for all."""
+        backlog = RecoveredBacklog(offsets, flagged, self._seq + 1, self._load_entries)
+        self.ready = backlog
+        self._seq = backlog.end_seq - 1
+        self._arm_ttl_timer()
+
+    def _load_entries(self, offsets: list[int], seqs: list[int], flags: list[bool]) -> list[Entry]:
+        entries = []
+        for msg, seq, flag in zip(self.hooks.load(self, offsets), seqs, flags, strict=True):
+            if msg is None:
+                continue
+            ttl = self.message_ttl is not None or msg.ttl_ms is not None
+            entry = Entry(msg, seq, self._expiry(msg, msg.timestamp_ms) if ttl else None)
+            entry.redelivered = flag
+            self.ready_bytes += msg.size
+            entries.append(entry)
+        return entries
 
     def _expiry(self, msg: Message, enqueued_ms: int | None) -> int | None:
         ttl = self.message_ttl
@@ -254,8 +290,15 @@ class Queue:
         self.dispatch()
 
     def purge(self) -> list[Entry]:
-        gone = list(self.ready)
-        self.ready.clear()
+        ready = self.ready
+        if isinstance(ready, RecoveredBacklog):
+            cold = ready.take_cold()
+            if cold and not self.deleted:  # a deleted queue's whole store state goes with it at once
+                self.hooks.forget(self, cold)
+            gone = ready.entries()
+        else:
+            gone = list(ready)
+        ready.clear()
         self.ready_bytes = 0
         return gone
 

@@ -12,6 +12,7 @@ from amqpd.broker.queue import Queue
 from amqpd.protocol.fastpath import shortstr
 
 log = logging.getLogger("amqpd.recovery")
+READ_BATCH = 2_000
 
 
 def restore(broker: Any, recovered: Any, crashed: bool = False) -> None:
@@ -34,9 +35,7 @@ def restore(broker: Any, recovered: Any, crashed: bool = False) -> None:
                   hooks=vhost.hooks)
         q.store_id = entry.queue_id
         vhost.queues[entry.name] = q
-        for rm in entry.messages:
-            q.push(message_from_record(rm.record, rm.offset), rm.redelivered or crashed, rm.record.timestamp_ms)
-            count += 1
+        count += _restore_messages(broker, q, entry, crashed)
     for b in recovered.bindings:
         vhost = broker.vhosts.get(b["vhost"])
         if vhost is None:
@@ -49,6 +48,31 @@ def restore(broker: Any, recovered: Any, crashed: bool = False) -> None:
     log.info("recovered %d exchanges, %d queues, %d bindings, %d messages after a %s; %s",
              len(recovered.exchanges), len(recovered.queues), len(recovered.bindings), count,
              "crash" if crashed else "clean stop", recovered.stats)
+
+
+def _restore_messages(broker: Any, q: Queue, entry: Any, crashed: bool) -> int:
+    """Give the queue its recovered messages: as store offsets read back when their turn comes, or (for a
+    queue that needs every message up front: priorities, a byte limit) as messages now."""
+    count = len(entry.unloaded) + len(entry.messages)
+    if q.can_hold_offsets:
+        offsets = [*entry.unloaded, *(rm.offset for rm in entry.messages)]
+        flagged = None if crashed else entry.unloaded_delivered | {rm.offset for rm in entry.messages if rm.redelivered}
+        if offsets:
+            q.adopt_backlog(offsets, flagged)
+        return count
+    for start in range(0, len(entry.unloaded), READ_BATCH):
+        batch = entry.unloaded[start : start + READ_BATCH]
+        for offset, record in zip(batch, broker.store.read_many(batch), strict=True):
+            if record is None:
+                log.error("%s: recovered message %d could not be read back and was dropped", q, offset)
+                broker.store.purge(q.store_id, [offset])
+                count -= 1
+                continue
+            redelivered = crashed or offset in entry.unloaded_delivered
+            q.push(message_from_record(record, offset), redelivered, record.timestamp_ms)
+    for rm in entry.messages:
+        q.push(message_from_record(rm.record, rm.offset), rm.redelivered or crashed, rm.record.timestamp_ms)
+    return count
 
 
 def message_from_record(record: Any, offset: int) -> Message:

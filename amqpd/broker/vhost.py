@@ -246,10 +246,10 @@ class VirtualHost:
 
     def purge_queue(self, name: str, owner: object) -> int:
         q = self.queue(name, owner)
-        gone = q.purge()
-        for entry in gone:
+        count = q.message_count
+        for entry in q.purge():
             self.hooks.settled(q, entry)
-        return len(gone)
+        return count
 
     # -- bindings -----------------------------------------------------------------------------------------
 

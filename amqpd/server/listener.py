@@ -128,7 +128,7 @@ async def _open_store(settings: Settings) -> tuple[Any, Any]:
         log.warning("fsync=none: confirms do not wait for the disk; a power loss can lose confirmed messages "
                     "(for tests and benchmarks only)")
     store = MessageStore(settings.data_dir, segment_size=settings.segment_size, fsync=settings.fsync)
-    return store, await store.open()
+    return store, await store.open(load_records=False)  # a recovered backlog is read back as it is consumed
 
 
 def run(settings: Settings) -> None:

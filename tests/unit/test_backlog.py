@@ -1,0 +1,167 @@
+"""A durable queue after a restart: its recovered messages are store offsets, read back in batches as they
+near the head (amqpd/broker/backlog.py). To a consumer it must look exactly like the queue before the
+restart: same order, same flags, new messages after the recovered ones, purge and TTL as usual."""
+
+from __future__ import annotations
+
+import pytest
+from test_queue import RecordingChannel, clock, consumer, drain, msg  # noqa: F401 - clock is a fixture
+
+from amqpd.broker.backlog import RecoveredBacklog
+from amqpd.broker.message import Message
+from amqpd.broker.queue import Queue, QueueHooks
+
+
+class StoreHooks(QueueHooks):
+    """Stands in for the store: offset -> body; offsets in `damaged` read back as None."""
+
+    def __init__(self, count: int, damaged: set[int] | None = None, ttl_ms: int | None = None) -> None:
+        self.bodies = {o: f"m{o}".encode() for o in range(count)}
+        self.damaged = damaged or set()
+        self.ttl_ms = ttl_ms
+        self.reads: list[list[int]] = []
+        self.forgotten: list[int] = []
+
+    def load(self, queue: Queue, offsets: list[int]) -> list[Message | None]:
+        self.reads.append(offsets)
+        found: list[Message | None] = []
+        for o in offsets:
+            if o in self.damaged:
+                found.append(None)
+                continue
+            m = msg(self.bodies[o], expiration=str(self.ttl_ms)) if self.ttl_ms is not None else msg(self.bodies[o])
+            m.timestamp_ms = 1_000_000 - 10
+            found.append(m)
+        return found
+
+    def forget(self, queue: Queue, offsets: list[int]) -> None:
+        self.forgotten.extend(offsets)
+
+
+def recovered(count: int, flagged: set[int] | None = frozenset(), **kw: object) -> tuple[Queue, StoreHooks]:  # type: ignore[assignment]
+    hooks = StoreHooks(count, **kw)  # type: ignore[arg-type]
+    q = Queue("/", "q", durable=True, hooks=hooks)
+    assert q.can_hold_offsets
+    q.adopt_backlog(list(range(count)), None if flagged is None else set(flagged))
+    return q, hooks
+
+
+def test_recovered_messages_come_back_in_order_and_are_read_in_batches() -> None:
+    q, hooks = recovered(5000)
+    assert q.message_count == 5000
+    assert [len(r) for r in hooks.reads] == [2000]  # the head's batch only: a TTL at the head is checked
+    assert drain(q) == [f"m{o}".encode() for o in range(5000)]
+    assert [len(r) for r in hooks.reads] == [2000, 2000, 1000]
+
+
+def test_messages_published_after_the_restart_queue_behind_the_recovered_ones() -> None:
+    q, _ = recovered(2500)
+    q.push(msg(b"new1"))
+    assert q.get().msg.body == b"m0"  # type: ignore[union-attr]
+    q.push(msg(b"new2"))
+    rest = drain(q)
+    assert rest[:-2] == [f"m{o}".encode() for o in range(1, 2500)]
+    assert rest[-2:] == [b"new1", b"new2"]
+
+
+def test_a_consumer_gets_the_backlog_then_new_messages() -> None:
+    q, _ = recovered(10)
+    ch = RecordingChannel()
+    consumer(q, ch, "c", no_ack=True)
+    q.push(msg(b"new"))
+    assert ch.bodies() == [*(f"m{o}".encode() for o in range(10)), b"new"]
+    assert q.message_count == 0
+
+
+def test_redelivered_flags_follow_what_the_store_recorded() -> None:
+    q, _ = recovered(4, flagged={1, 3})
+    flags = [q.get().redelivered for _ in range(4)]  # type: ignore[union-attr]
+    assert flags == [False, True, False, True]
+
+
+def test_after_a_crash_every_recovered_message_is_flagged() -> None:
+    q, _ = recovered(3, flagged=None)
+    q.push(msg(b"new"))
+    entries = [q.get() for _ in range(4)]
+    assert [e.redelivered for e in entries] == [True, True, True, False]  # type: ignore[union-attr]
+
+
+def test_requeued_messages_go_back_before_the_rest_of_the_backlog() -> None:
+    q, _ = recovered(3000)
+    first = [q.get() for _ in range(3)]
+    q.requeue([e for e in first if e is not None])
+    got = drain(q)
+    assert got[:4] == [b"m0", b"m1", b"m2", b"m3"]
+    assert len(got) == 3000
+
+
+def test_unreadable_records_are_skipped() -> None:
+    q, _ = recovered(5, damaged={0, 2})
+    assert drain(q) == [b"m1", b"m3", b"m4"]
+
+
+def test_a_backlog_whose_records_are_all_unreadable_is_empty() -> None:
+    q, _ = recovered(3, damaged={0, 1, 2})
+    assert not q.ready
+    assert q.get() is None
+
+
+def test_purge_counts_the_unread_messages_and_tells_the_store() -> None:
+    q, hooks = recovered(5000)
+    q.get()
+    q.push(msg(b"new"))
+    count = q.message_count
+    gone = q.purge()
+    assert count == 5000
+    assert [e.msg.body for e in gone][-1] == b"new"  # entries in memory come back for settling
+    assert hooks.forgotten == list(range(2000, 5000))  # the rest never left the store
+    assert q.message_count == 0 and q.get() is None
+
+
+def test_deleting_the_queue_leaves_the_unread_offsets_to_the_store() -> None:
+    q, hooks = recovered(5000)
+    q.close()
+    q.purge()
+    assert hooks.forgotten == []
+
+
+def test_queue_ttl_counts_from_the_original_publish(clock: list[int]) -> None:  # noqa: F811
+    hooks = StoreHooks(3)
+    q = Queue("/", "q", durable=True, arguments={"x-message-ttl": 5}, hooks=hooks)
+    q.adopt_backlog([0, 1, 2], set())
+    assert q.get() is None  # published 10 ms before "now": expired when read back
+
+
+def test_per_message_ttl_still_applies(clock: list[int]) -> None:  # noqa: F811
+    q, _ = recovered(2, ttl_ms=60_000)
+    entry = q.get()
+    assert entry is not None and entry.expires_at == 1_000_000 - 10 + 60_000
+
+
+def test_queues_that_need_every_message_up_front_do_not_hold_offsets() -> None:
+    assert not Queue("/", "p", arguments={"x-max-priority": 5}).can_hold_offsets
+    assert not Queue("/", "b", arguments={"x-max-length-bytes": 100}).can_hold_offsets
+    assert Queue("/", "n", arguments={"x-max-length": 100}).can_hold_offsets
+
+
+def test_max_length_drops_recovered_messages_from_the_head() -> None:
+    hooks = StoreHooks(10)
+    q = Queue("/", "q", durable=True, arguments={"x-max-length": 10}, hooks=hooks)
+    q.adopt_backlog(list(range(10)), set())
+    q.push(msg(b"new"))
+    assert q.message_count == 10
+    assert drain(q)[0] == b"m1"
+
+
+def test_cold_offsets_report_what_to_mark_at_a_clean_stop() -> None:
+    backlog = RecoveredBacklog([5, 6, 7], {6}, 1, lambda offsets, seqs, flags: [])
+    assert backlog.cold_offsets() == ([5, 6, 7], [6])
+    everything = RecoveredBacklog([5, 6], None, 1, lambda offsets, seqs, flags: [])
+    assert everything.cold_offsets() == ([5, 6], [5, 6])
+
+
+@pytest.mark.parametrize("count", [0, 1, 2000, 2001])
+def test_length_matches_what_drains(count: int) -> None:
+    q, _ = recovered(count)
+    assert q.message_count == count
+    assert len(drain(q)) == count

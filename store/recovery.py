@@ -22,6 +22,7 @@ from store.frame import ScanReport, header_at, scan_frames
 from store.queue_state import QueueState, decode_runs
 from store.record_codec import decode_record
 from store.records import MessageRecord
+from store.retention import RetentionPolicy, SegmentInfo, load_retained, select_for_deletion
 from store.segment import FILE_HEADER_SIZE, SEGMENT_MAGIC, Layout, file_header, header_intact
 from store.segment_index import SegmentIndex, load_index, write_index_files
 
@@ -54,6 +55,9 @@ def new_stats() -> dict[str, Any]:
         "indexes_rebuilt": 0,
         "damaged_headers": 0,
         "segments_deleted": 0,
+        "segments_retained": 0,  # nobody needs them; kept for log readers by the retention policy
+        "retention_deleted_age": 0,  # counted in segments_deleted too
+        "retention_deleted_size": 0,
         "segments_missing": 0,
         "ack_entries_replayed": 0,
         "seconds": 0.0,
@@ -61,8 +65,11 @@ def new_stats() -> dict[str, Any]:
 
 
 class _Recovery:
-    def __init__(self, layout: Layout, snap: CatalogSnapshot, index_interval: int, now_ms: int) -> None:
+    def __init__(
+        self, layout: Layout, snap: CatalogSnapshot, index_interval: int, now_ms: int, retention: RetentionPolicy
+    ) -> None:
         self.layout = layout
+        self.retention = retention
         self.interval = index_interval
         self.now_ms = now_ms
         self.cp = snap.checkpoint or Checkpoint()
@@ -263,14 +270,30 @@ class _Recovery:
         for offset in held:
             i = bisect_left(bases, offset + 1) - 1
             keep.add(bases[i])
-        for base in bases:
-            if base in keep:
-                continue
+        unneeded = [base for base in bases if base not in keep]
+        if self.retention.enabled:
+            unneeded = self._outside_retention(bases, keep, unneeded)
+        for base in unneeded:
             for path in (self.layout.segment(base), self.layout.offset_index(base), self.layout.time_index(base)):
                 path.unlink(missing_ok=True)
             self.stats["segments_deleted"] += 1
             self.indexes.pop(base, None)
             self.sizes.pop(base, None)
+
+    def _outside_retention(self, bases: list[int], keep: set[int], unneeded: list[int]) -> list[int]:
+        """The unneeded segments the retention policy no longer covers. The others stay, with their indexes
+        (read now if the scan above skipped them), for log readers."""
+        for base in bases:
+            if base not in self.indexes:
+                index, size, rebuilt = load_retained(self.layout, base, self.interval)
+                self.indexes[base], self.sizes[base] = index, size
+                self.stats["indexes_rebuilt"] += rebuilt
+        infos = [SegmentInfo(b, self.sizes[b], self.indexes[b].max_timestamp, b in keep) for b in bases]
+        doomed = select_for_deletion(infos, self.retention, self.now_ms)
+        for _, reason in doomed:
+            self.stats[f"retention_deleted_{reason}"] += 1
+        self.stats["segments_retained"] = len(unneeded) - len(doomed)
+        return [base for base, _ in doomed]
 
 
 def _verified_start(data: mmap.mmap, index: SegmentIndex, target: int, size: int) -> int | None:
@@ -286,5 +309,11 @@ def _verified_start(data: mmap.mmap, index: SegmentIndex, target: int, size: int
     return position
 
 
-def recover_files(layout: Layout, snap: CatalogSnapshot, index_interval: int, now_ms: int) -> RecoveryResult:
-    return _Recovery(layout, snap, index_interval, now_ms).run()
+def recover_files(
+    layout: Layout,
+    snap: CatalogSnapshot,
+    index_interval: int,
+    now_ms: int,
+    retention: RetentionPolicy | None = None,
+) -> RecoveryResult:
+    return _Recovery(layout, snap, index_interval, now_ms, retention or RetentionPolicy()).run()

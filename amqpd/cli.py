@@ -1,8 +1,10 @@
-"""`amqpd [--host H] [--port P] [--data-dir DIR] [--config FILE]`: run the broker in the foreground."""
+"""`amqpd [--host H] [--port P] [--data-dir DIR] [--config FILE] [--retention-max-age AGE] ...`: run the
+broker in the foreground."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 from amqpd import config
 
@@ -15,18 +17,50 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--in-memory", action="store_true", help="keep nothing on disk (for tests and benchmarks)")
     p.add_argument("--config", help="TOML configuration file")
     p.add_argument("--fsync", choices=["always-batched", "none"], help="store fsync policy")
+    p.add_argument(
+        "--retention-max-age",
+        type=_checked(config.parse_duration_ms),
+        metavar="AGE",
+        help="keep log segments no queue needs until this old: 7d, 12h, 30m, 45s, or ms (default: delete at once)",
+    )
+    p.add_argument(
+        "--retention-max-bytes",
+        type=_checked(config.parse_size),
+        metavar="SIZE",
+        help="keep log segments no queue needs while the log is under this size: 10GiB, 500MB, or bytes",
+    )
     p.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR")
     return p.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
-    if args.in_memory:
-        args.data_dir = ""
-    settings = config.load(
-        args.config, host=args.host, port=args.port, data_dir=args.data_dir, fsync=args.fsync,
+def _checked(parse: Callable[[str], int]) -> Callable[[str], int]:
+    """`parse` as an argparse type: its ValueError becomes a one-line usage error naming the flag."""
+
+    def checked(value: str) -> int:
+        try:
+            return parse(value)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    return checked
+
+
+def settings_from_args(args: argparse.Namespace) -> config.Settings:
+    """Flags override the config file and the environment."""
+    return config.load(
+        args.config,
+        host=args.host,
+        port=args.port,
+        data_dir="" if args.in_memory else args.data_dir,
+        fsync=args.fsync,
         log_level=args.log_level,
+        retention_max_age_ms=args.retention_max_age,
+        retention_max_bytes=args.retention_max_bytes,
     )
+
+
+def main(argv: list[str] | None = None) -> None:
+    settings = settings_from_args(parse_args(argv))
     from amqpd.server.listener import run
 
     run(settings)

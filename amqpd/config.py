@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -41,10 +42,45 @@ class Settings:
     # Store (see store/FORMAT.md).
     segment_size: int = 1024 * 1024 * 1024
     fsync: str = "always-batched"  # or "none" (tests/bench only)
+    # Retention (store/FORMAT.md, "Retention"): keep log segments that no queue needs any more, for log
+    # readers, until older than this many ms and/or while the log is under this many bytes. Both None: delete
+    # them as soon as no queue needs them. A file or env value may carry a unit: "7d", "10GiB".
+    retention_max_age_ms: int | None = None
+    retention_max_bytes: int | None = None
     log_level: str = "INFO"
 
 
 ENV_PREFIX = "AMQPD_"
+DURATION_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+SIZE_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+SIZE_UNITS |= {"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_duration_ms(value: str | int) -> int:
+    """Milliseconds from "500ms", "30s", "15m", "12h", "7d" or a plain number of milliseconds."""
+    return _with_unit(value, DURATION_UNITS_MS, "ms", "a duration like 7d, 12h, 30m, 45s or 500ms")
+
+
+def parse_size(value: str | int) -> int:
+    """Bytes from "10GiB", "512MiB", "1GB", "4096" (binary units are powers of 1024, decimal of 1000)."""
+    return _with_unit(value, SIZE_UNITS, "b", "a size like 10GiB, 512MiB, 1GB or a number of bytes")
+
+
+def _with_unit(value: str | int, units: dict[str, int], default: str, expected: str) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        number, unit = value, default
+    else:
+        match = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", str(value))
+        if match is None or (match[2] or default).lower() not in units:
+            raise ValueError(f"{value!r} is not {expected}")
+        number, unit = int(match[1]), (match[2] or default).lower()
+    if number <= 0:
+        raise ValueError(f"{value!r} must be positive")
+    return number * units[unit]
+
+
+# Settings whose value may carry a unit, whatever its source; each ends up a plain int (or None).
+UNIT_SETTINGS = {"retention_max_age_ms": parse_duration_ms, "retention_max_bytes": parse_size}
 
 
 def default_data_dir() -> str:
@@ -77,11 +113,17 @@ def load(config_file: str | None = None, **overrides: Any) -> Settings:
         current = getattr(settings, f.name)
         if env is None or isinstance(current, (dict, list)):
             continue
-        if current is None:  # optional settings: a number when it looks like one (mgmt_port)
+        if f.name in UNIT_SETTINGS:
+            setattr(settings, f.name, env)  # parsed below, with the file's and the flags' values
+        elif current is None:  # optional settings: a number when it looks like one (mgmt_port)
             setattr(settings, f.name, int(env) if env.isdigit() else env)
         else:
             setattr(settings, f.name, _coerce(env, current))
     for key, value in overrides.items():
         if value is not None:
             setattr(settings, key, value)
+    for name, parse in UNIT_SETTINGS.items():
+        value = getattr(settings, name)
+        if value is not None:
+            setattr(settings, name, parse(value))
     return settings

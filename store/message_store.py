@@ -14,7 +14,7 @@ import mmap
 import os
 import time
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import anyio
@@ -40,6 +40,7 @@ from store.queue_state import QueueState, encode_runs
 from store.record_codec import decode_record, encode_record
 from store.records import MessageRecord, QueueEntry, Recovered, RecoveredMessage
 from store.recovery import RecoveryResult, recover_files
+from store.retention import AGE, RetentionPolicy, SegmentInfo, select_for_deletion
 from store.segment import FILE_HEADER_SIZE, DamagedFrame, Layout, read_payload, read_payloads
 from store.segment_index import DEFAULT_INTERVAL, SegmentIndex, write_index_files
 
@@ -51,6 +52,11 @@ DEFAULT_CHECKPOINT_BYTES = 64 << 20
 
 
 RECLAIM_ACTIVE_BYTES = 16 * 1024 * 1024  # an emptied active segment at least this big is rolled and deleted
+# With a retention policy: how often (store clock, ms) the policy is applied even if no segment changed,
+# and how long (real seconds) the idle commit loop sleeps before applying it.
+RETENTION_CHECK_MS = 1000
+RETENTION_IDLE_SECONDS = 1.0
+READ_BATCH = 256  # records per read_range() call when records_from() iterates
 
 
 class MessageStore:
@@ -62,7 +68,13 @@ class MessageStore:
         fsync: str = "always-batched",
         index_interval: int = DEFAULT_INTERVAL,
         checkpoint_bytes: int = DEFAULT_CHECKPOINT_BYTES,
+        retention_max_age_ms: int | None = None,
+        retention_max_bytes: int | None = None,
+        clock: Callable[[], int] = time.time_ns,
     ) -> None:
+        """`retention_*`: keep segments no queue needs for log readers, bounded by age and/or total log size
+        (both None: delete them as soon as they are unneeded; see store/retention.py). `clock`: wall-clock
+        nanoseconds (time.time_ns); message ids, checkpoint times, TTL at recovery and retention use it."""
         if fsync not in FSYNC_POLICIES:
             raise ValueError(f"fsync must be one of {FSYNC_POLICIES}, not {fsync!r}")
         if not FILE_HEADER_SIZE < segment_size <= MAX_SEGMENT_SIZE:
@@ -72,6 +84,8 @@ class MessageStore:
         self._fsync = fsync == "always-batched"
         self._interval = index_interval
         self._checkpoint_bytes = checkpoint_bytes
+        self._retention = RetentionPolicy(retention_max_age_ms, retention_max_bytes)
+        self._clock = clock
         self._catalog = Catalog(self._layout.catalog)
         self._writer = Writer(self._layout, self._fsync)
         # Catalogue state needed synchronously.
@@ -98,6 +112,14 @@ class MessageStore:
         self._open = False
         self._closing = False
         self._running = False
+        # Retention: unneeded segments chosen for deletion (base -> AGE/SIZE) until a commit deletes them;
+        # whether something changed that the policy should look at; when it last did; when the active
+        # segment was created (0: unknown, after recovery).
+        self._doomed: dict[int, str] = {}
+        self._retention_due = False
+        self._retention_checked_ms = 0
+        self._active_created_ms = 0
+        self.stats = {"retention_deleted_age": 0, "retention_deleted_size": 0}
 
     # ---- lifecycle ----------------------------------------------------------------------------------
 
@@ -118,7 +140,7 @@ class MessageStore:
         try:
             snap = await self._catalog.load()
             result = await anyio.to_thread.run_sync(
-                recover_files, self._layout, snap, self._interval, int(time.time() * 1000), load_records
+                recover_files, self._layout, snap, self._interval, self._now_ms(), self._retention, load_records
             )
         except BaseException:
             await self._catalog.close()  # its worker thread would otherwise keep the process alive
@@ -130,6 +152,8 @@ class MessageStore:
         await anyio.to_thread.run_sync(self._delete_ack_files, result.stale_ack_files)
         result.stats["scan_seconds"] = result.stats["seconds"]
         result.stats["seconds"] = round(time.perf_counter() - started, 4)  # the whole open()
+        self._retention_due = self._retention.enabled  # the first commit may roll the active segment by age
+        self._log_recovered_retention(result.stats)
         return self._recovered(snap, result)
 
     async def run(self) -> None:
@@ -140,6 +164,9 @@ class MessageStore:
                 if self._pending.is_empty():
                     if self._closing:
                         return
+                    if self._retention.enabled and not await self._woken_within(RETENTION_IDLE_SECONDS):
+                        self._apply_retention(force=True)  # an idle log must age out too
+                        continue
                     await self._wake.wait()
                     self._wake = anyio.Event()
                     self._woken = False
@@ -148,6 +175,11 @@ class MessageStore:
         finally:
             self._running = False
             self._stopped.set()
+
+    async def _woken_within(self, seconds: float) -> bool:
+        with anyio.move_on_after(seconds):
+            await self._wake.wait()
+        return self._wake.is_set()
 
     async def flush(self) -> None:
         """Wait until everything buffered before this call is durable (commits itself if run() isn't
@@ -158,6 +190,12 @@ class MessageStore:
                 await self._committed.wait()
             else:
                 await self._commit_once()
+
+    async def enforce_retention(self) -> None:
+        """Apply the retention policy now and commit what it decided (run() does this by itself: after
+        changes, and every RETENTION_CHECK_MS). For tests and tools."""
+        self._apply_retention(force=True)
+        await self.flush()
 
     async def close(self) -> None:
         """Flush and fsync everything pending, fire callbacks, checkpoint, close files."""
@@ -255,7 +293,7 @@ class MessageStore:
         if len(holders) > 1:
             holders = list(dict.fromkeys(holders))  # a queue named twice holds the message once
         offset = self._next_offset
-        self._last_message_id = message_id = max(self._last_message_id + 1, time.time_ns() // 1_000_000 << 16)
+        self._last_message_id = message_id = max(self._last_message_id + 1, self._clock() // 1_000_000 << 16)
         payload = encode_record(message_id, record, holders)
         size = HEADER_SIZE + len(payload)
         if self._active is None or (self._tail + size > self._segment_size and self._tail > FILE_HEADER_SIZE):
@@ -356,6 +394,37 @@ class MessageStore:
         except (KeyError, DamagedFrame):
             return None
 
+    def durable_end(self) -> int:
+        """Every record below this offset is on disk (fsync'd, under always-batched): what log readers may
+        see. Records at or past it may still be lost in a crash."""
+        return next(iter(self._unwritten), self._next_offset)  # insertion order: the oldest unwritten first
+
+    def read_range(self, from_offset: int, max_records: int) -> list[tuple[int, MessageRecord]]:
+        """Up to `max_records` (offset, record) pairs at or after `from_offset`, in offset order, below
+        durable_end(): the log reader's interface (a stream queue, the Spark connector). Offsets have gaps
+        (records lost to damage, segments deleted by retention): resume from the last offset returned + 1.
+        Reads retained and needed segments alike, with blocking I/O on the calling (loop) thread, like read().
+        """
+        out: list[tuple[int, MessageRecord]] = []
+        end = self.durable_end()
+        bases = self._bases
+        for i in range(max(bisect_right(bases, from_offset) - 1, 0), len(bases)):
+            if len(out) >= max_records or bases[i] >= end:
+                break
+            self._read_segment_range(bases[i], max(from_offset, bases[i]), end, max_records, out)
+        return out
+
+    def records_from(self, from_offset: int) -> Iterator[tuple[int, MessageRecord]]:
+        """Every durable record at or after `from_offset`, in offset order, READ_BATCH at a time (so segments
+        deleted between two steps are simply skipped); ends at durable_end() as of the last step. To start
+        from a time: records_from(find_offset_by_time(t))."""
+        while True:
+            batch = self.read_range(from_offset, READ_BATCH)
+            if not batch:
+                return
+            yield from batch
+            from_offset = batch[-1][0] + 1
+
     def find_offset_by_time(self, timestamp_ms: int) -> int | None:
         """Offset of the first stored record with timestamp_ms >= the given time, using the time indexes."""
         for base in self._bases:
@@ -385,13 +454,22 @@ class MessageStore:
         base = self._bases[bisect_right(self._bases, offset) - 1]
         self._refs[base] -= 1
         if self._refs[base] == 0 and base != self._active:
-            self._pending.delete_segments.append(base)
-            self._poke()
+            self._unneeded(base)
         elif self._refs[base] == 0 and self._tail >= min(RECLAIM_ACTIVE_BYTES, self._segment_size):
             # A drained queue must give its disk back without waiting for the (large) segment to fill:
-            # roll now, and the old segment, needed by nobody, goes with the next commit.
+            # roll now, and the old segment, needed by nobody, goes with the next commit (or, with a
+            # retention policy, once the policy lets it go).
             self._roll(self._next_offset)
             self._poke()
+
+    def _unneeded(self, base: int) -> None:
+        """No queue holds anything in sealed segment `base`: delete it after the next fsync (which covers the
+        acks that freed it), or leave it to the retention policy."""
+        if self._retention.enabled:
+            self._retention_due = True
+        else:
+            self._pending.delete_segments.append(base)
+        self._poke()
 
     def _roll(self, base: int) -> None:
         old = self._active
@@ -400,14 +478,69 @@ class MessageStore:
             self._pending.segment_ends[old] = self._tail
             self._pending.sealed_segments.append(old)
             if self._refs[old] == 0:
-                self._pending.delete_segments.append(old)
+                self._unneeded(old)
         self._active = base
+        self._active_created_ms = self._now_ms() if self._retention.enabled else 0
         self._frames = None
         self._bases.append(base)
         self._indexes[base] = SegmentIndex(base, self._interval)
         self._refs[base] = 0
         self._tail = FILE_HEADER_SIZE
         self._pending.new_segments.append(base)
+
+    def _now_ms(self) -> int:
+        return self._clock() // 1_000_000
+
+    # ---- internals: retention ------------------------------------------------------------------------
+
+    def _apply_retention(self, force: bool = False) -> None:
+        """Roll the active segment if it is too old, and choose the unneeded segments the policy no longer
+        keeps; the commit of the pending batch deletes them. Cheap unless something changed or
+        RETENTION_CHECK_MS has passed (it runs on every commit)."""
+        if not self._retention.enabled:
+            return
+        now = self._now_ms()
+        if not (force or self._retention_due or now - self._retention_checked_ms >= RETENTION_CHECK_MS):
+            return
+        self._retention_due = False
+        self._retention_checked_ms = now
+        self._roll_by_age(now)
+        segments = [self._segment_info(base) for base in self._bases if base not in self._doomed]
+        chosen = select_for_deletion(segments, self._retention, now)
+        for base, reason in chosen:
+            self._doomed[base] = reason
+            self._pending.delete_segments.append(base)
+        if chosen:
+            self._poke()
+
+    def _segment_info(self, base: int) -> SegmentInfo:
+        if base == self._active:
+            return SegmentInfo(base, self._tail, self._indexes[base].max_timestamp, needed=True)
+        return SegmentInfo(base, self._sizes[base], self._indexes[base].max_timestamp, needed=self._refs[base] > 0)
+
+    def _roll_by_age(self, now: int) -> None:
+        """A segment is deleted by age only once sealed, so a slow log must roll on time too. The clock starts
+        at the later of the segment's creation and its first record: a record published long ago (a
+        dead-lettered one keeps its timestamp) must not roll every new segment at once."""
+        max_age = self._retention.max_age_ms
+        active = self._active
+        if max_age is None or active is None or self._tail <= FILE_HEADER_SIZE:
+            return
+        index = self._indexes[active]
+        if index.max_timestamps and now - max(index.max_timestamps[0], self._active_created_ms) > max_age:
+            self._roll(self._next_offset)
+
+    def _log_recovered_retention(self, stats: dict[str, Any]) -> None:
+        if not self._retention.enabled:
+            return
+        for reason in ("age", "size"):
+            self.stats[f"retention_deleted_{reason}"] += stats[f"retention_deleted_{reason}"]
+        log.info(
+            "retention at open: %d unneeded segments kept, %d deleted by age, %d by size",
+            stats["segments_retained"],
+            stats["retention_deleted_age"],
+            stats["retention_deleted_size"],
+        )
 
     def _read_fd(self, base: int) -> int:
         fd = self._read_fds.get(base)
@@ -426,6 +559,23 @@ class MessageStore:
             except KeyError:
                 continue
         return None
+
+    def _read_segment_range(
+        self, base: int, start: int, end: int, max_records: int, out: list[tuple[int, MessageRecord]]
+    ) -> None:
+        """Append records [start, end) of one segment to `out` until it holds max_records."""
+        fd = self._read_fd(base)
+        size = os.fstat(fd).st_size  # the active segment may have bytes past `end`: they are not returned
+        entry = self._indexes[base].floor(start)
+        pos = entry[1] if entry is not None else FILE_HEADER_SIZE
+        if size <= pos:
+            return
+        with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as data:
+            for _, offset, payload in scan_frames(data, pos, size, ScanReport()):
+                if offset >= end or len(out) >= max_records:
+                    return
+                if offset >= start:
+                    out.append((offset, decode_record(payload)[2]))
 
     # ---- internals: the commit -----------------------------------------------------------------------
 
@@ -449,6 +599,7 @@ class MessageStore:
             self._committed = anyio.Event()
 
     def _seal(self, force_checkpoint: bool) -> Batch:
+        self._apply_retention()
         batch = self._pending
         batch.end_offset = self._next_offset
         if self._active is not None and batch.chunks:
@@ -476,6 +627,7 @@ class MessageStore:
     async def _delete_segments(self, bases: list[int]) -> None:
         gone = [base for base in bases if self._refs.get(base) == 0 and base != self._active]
         for base in gone:
+            self._count_retention_deletion(base)
             fd = self._read_fds.pop(base, None)
             if fd is not None:
                 os.close(fd)
@@ -483,6 +635,18 @@ class MessageStore:
             del self._indexes[base], self._refs[base]
             self._sizes.pop(base, None)
         await anyio.to_thread.run_sync(self._unlink_segments, gone)
+
+    def _count_retention_deletion(self, base: int) -> None:
+        reason = self._doomed.pop(base, None)
+        if reason is None:
+            return
+        self.stats[f"retention_deleted_{reason}"] += 1
+        size = self._sizes.get(base, 0)
+        if reason == AGE:
+            age_s = (self._now_ms() - self._indexes[base].max_timestamp) / 1000
+            log.info("retention: deleted segment %d (%d bytes, newest record %.0f s old)", base, size, age_s)
+        else:
+            log.info("retention: deleted segment %d (%d bytes) to keep the log under max_bytes", base, size)
 
     def _unlink_segments(self, bases: list[int]) -> None:
         layout = self._layout
@@ -501,7 +665,7 @@ class MessageStore:
             segment_position=self._tail,
             ack_number=ack_number,
             last_message_id=self._last_message_id,
-            created_ms=int(time.time() * 1000),
+            created_ms=self._now_ms(),
         )
         # Only copies on the loop (C-speed); the run encoding happens in a worker thread (_write_checkpoint).
         queue_rows = [(qid, list(state.live), list(state.delivered)) for qid, state in self._queues.items()]

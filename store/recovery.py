@@ -23,6 +23,7 @@ from store.frame import ScanReport, header_at, scan_frames
 from store.queue_state import QueueState, decode_runs
 from store.record_codec import decode_record
 from store.records import MessageRecord
+from store.retention import RetentionPolicy, SegmentInfo, load_retained, select_for_deletion
 from store.segment import FILE_HEADER_SIZE, SEGMENT_MAGIC, Layout, file_header, header_intact
 from store.segment_index import SegmentIndex, load_index, write_index_files
 
@@ -55,6 +56,9 @@ def new_stats() -> dict[str, Any]:
         "indexes_rebuilt": 0,
         "damaged_headers": 0,
         "segments_deleted": 0,
+        "segments_retained": 0,  # nobody needs them; kept for log readers by the retention policy
+        "retention_deleted_age": 0,  # counted in segments_deleted too
+        "retention_deleted_size": 0,
         "segments_missing": 0,
         "ack_entries_replayed": 0,
         "seconds": 0.0,
@@ -63,9 +67,16 @@ def new_stats() -> dict[str, Any]:
 
 class _Recovery:
     def __init__(
-        self, layout: Layout, snap: CatalogSnapshot, index_interval: int, now_ms: int, load_checkpointed: bool = True
+        self,
+        layout: Layout,
+        snap: CatalogSnapshot,
+        index_interval: int,
+        now_ms: int,
+        retention: RetentionPolicy,
+        load_checkpointed: bool = True,
     ) -> None:
         self.layout = layout
+        self.retention = retention
         self.load_checkpointed = load_checkpointed
         self.interval = index_interval
         self.now_ms = now_ms
@@ -82,6 +93,7 @@ class _Recovery:
         self.wanted = sorted({off for state in self.queues.values() for off in state.live})
         self.wanted_set = set(self.wanted)
         self.records: dict[int, MessageRecord] = {}
+        self.on_disk: set[int] = set()
         self.indexes: dict[int, SegmentIndex] = {}
         self.sizes: dict[int, int] = {}
         self.max_offset = self.cp.next_offset - 1
@@ -90,6 +102,7 @@ class _Recovery:
     def run(self) -> RecoveryResult:
         started = time.perf_counter()
         bases = self.layout.segment_bases()
+        self.on_disk = set(bases)
         if bases and self.no_checkpoint:
             # Every store writes a checkpoint before its first segment exists, so the catalogue here is not
             # the one these segments belong to. Guessing would mean deleting them all as unneeded.
@@ -279,8 +292,8 @@ class _Recovery:
         self.stats["expired_dropped"] = len(expired)
 
     def _missing_ranges(self) -> list[tuple[int, int]]:
-        """[base, end) of registered segments no longer kept (gone from disk or unreadable)."""
-        return [(base, end) for base, (end, _, _) in self.registry.items() if base not in self.indexes]
+        """[base, end) of registered segments gone from disk."""
+        return [(base, end) for base, (end, _, _) in self.registry.items() if base not in self.on_disk]
 
     def _delete_unneeded_segments(self, bases: list[int]) -> None:
         held = {off for state in self.queues.values() for off in state.live}
@@ -288,14 +301,30 @@ class _Recovery:
         for offset in held:
             i = bisect_left(bases, offset + 1) - 1
             keep.add(bases[i])
-        for base in bases:
-            if base in keep:
-                continue
+        unneeded = [base for base in bases if base not in keep]
+        if self.retention.enabled:
+            unneeded = self._outside_retention(bases, keep, unneeded)
+        for base in unneeded:
             for path in (self.layout.segment(base), self.layout.offset_index(base), self.layout.time_index(base)):
                 path.unlink(missing_ok=True)
             self.stats["segments_deleted"] += 1
             self.indexes.pop(base, None)
             self.sizes.pop(base, None)
+
+    def _outside_retention(self, bases: list[int], keep: set[int], unneeded: list[int]) -> list[int]:
+        """The unneeded segments the retention policy no longer covers. The others stay, with their indexes
+        (read now if the scan above skipped them), for log readers."""
+        for base in bases:
+            if base not in self.indexes:
+                index, size, rebuilt = load_retained(self.layout, base, self.interval)
+                self.indexes[base], self.sizes[base] = index, size
+                self.stats["indexes_rebuilt"] += rebuilt
+        infos = [SegmentInfo(b, self.sizes[b], self.indexes[b].max_timestamp, b in keep) for b in bases]
+        doomed = select_for_deletion(infos, self.retention, self.now_ms)
+        for _, reason in doomed:
+            self.stats[f"retention_deleted_{reason}"] += 1
+        self.stats["segments_retained"] = len(unneeded) - len(doomed)
+        return [base for base, _ in doomed]
 
 
 def _newest_from(live: dict[int, None], first: int) -> list[int]:
@@ -326,8 +355,13 @@ def _verified_start(data: mmap.mmap, index: SegmentIndex, target: int, size: int
 
 
 def recover_files(
-    layout: Layout, snap: CatalogSnapshot, index_interval: int, now_ms: int, load_checkpointed: bool = True
+    layout: Layout,
+    snap: CatalogSnapshot,
+    index_interval: int,
+    now_ms: int,
+    retention: RetentionPolicy | None = None,
+    load_checkpointed: bool = True,
 ) -> RecoveryResult:
-    """load_checkpointed=False: records held since before the last checkpoint are checked (checksums, expiry)
-    but not decoded; they come back as None and are read when needed (`MessageStore.read_many`)."""
-    return _Recovery(layout, snap, index_interval, now_ms, load_checkpointed).run()
+    """load_checkpointed=False (a lazy open): records held since before the last checkpoint are not read;
+    the caller reads them when it needs them (`MessageStore.read_many`)."""
+    return _Recovery(layout, snap, index_interval, now_ms, retention or RetentionPolicy(), load_checkpointed).run()

@@ -127,7 +127,13 @@ async def _open_store(settings: Settings) -> tuple[Any, Any]:
     if settings.fsync == "none":
         log.warning("fsync=none: confirms do not wait for the disk; a power loss can lose confirmed messages "
                     "(for tests and benchmarks only)")
-    store = MessageStore(settings.data_dir, segment_size=settings.segment_size, fsync=settings.fsync)
+    store = MessageStore(
+        settings.data_dir,
+        segment_size=settings.segment_size,
+        fsync=settings.fsync,
+        retention_max_age_ms=settings.retention_max_age_ms,
+        retention_max_bytes=settings.retention_max_bytes,
+    )
     return store, await store.open(load_records=False)  # a recovered backlog is read back as it is consumed
 
 

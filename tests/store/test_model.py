@@ -49,7 +49,7 @@ class Model:
 
 class StoreMachine(RuleBasedStateMachine):
     # Tiny segments: rolls, deletions and the checkpoints taken at each roll happen every few steps.
-    options: dict[str, int] = {"segment_size": 700, "checkpoint_bytes": 900}
+    options: dict[str, Any] = {"segment_size": 700, "checkpoint_bytes": 900}
 
     def __init__(self) -> None:
         super().__init__()
@@ -71,10 +71,16 @@ class StoreMachine(RuleBasedStateMachine):
         return self.portal.call(fn, *args)
 
     def _open_checked(self) -> MessageStore:
-        store = MessageStore(self.dir, fsync="none", index_interval=128, **self.options)
+        store = MessageStore(self.dir, fsync="none", index_interval=128, **self._store_options())
         recovered = self.call(store.open)
         self._check_recovered(recovered)
         return store
+
+    def _store_options(self) -> dict[str, Any]:
+        return self.options
+
+    def _timestamp(self) -> int:
+        return self.counter
 
     def _check_recovered(self, recovered: Recovered) -> None:
         got = {q.queue_id: [(m.offset, m.redelivered, m.record) for m in q.messages] for q in recovered.queues}
@@ -100,7 +106,7 @@ class StoreMachine(RuleBasedStateMachine):
     def append(self, chosen: set[int], size: int, expiry: int | None) -> None:
         self.counter += 1
         body = f"{self.counter}:".encode().ljust(size, b"x")
-        record = MessageRecord("ex", f"rk{self.counter}", b"\x01\x02", body, self.counter, expiry)
+        record = MessageRecord("ex", f"rk{self.counter}", b"\x01\x02", body, self._timestamp(), expiry)
         qids = [self.qids[i] for i in sorted(chosen)]
         offset = self.store.append(record, qids)
         assert offset not in self.current.records
@@ -180,6 +186,48 @@ class LongTailMachine(StoreMachine):
     options = {"segment_size": 1 << 20, "checkpoint_bytes": 1 << 30}
 
 
+class RetentionMachine(StoreMachine):
+    """With a retention policy, queues see exactly the same store (the model checks above), segments no queue
+    needs stay only within the policy, and a log reader sees every durable record still on disk, in order."""
+
+    MAX_AGE, MAX_BYTES = 40, 1500
+    options = {"segment_size": 400, "checkpoint_bytes": 900, "retention_max_age_ms": MAX_AGE}
+    options["retention_max_bytes"] = MAX_BYTES
+
+    def __init__(self) -> None:
+        self.clock_ms = 1000  # past PAST: the store's clock decides expiry at recovery too
+        super().__init__()
+
+    def _store_options(self) -> dict[str, Any]:
+        return {**self.options, "clock": lambda: self.clock_ms * 1_000_000}
+
+    def _timestamp(self) -> int:
+        return self.clock_ms
+
+    @rule(ms=st.integers(0, 30))
+    def advance_clock(self, ms: int) -> None:
+        self.clock_ms += ms
+
+    def _check_segments_on_disk(self) -> None:
+        self.call(self.store.enforce_retention)
+        bases = sorted(int(p.stem) for p in (self.dir / "segments").glob("*.seg"))
+        held = {o for h in self.current.queues.values() for o in h}
+        unneeded = [b for b, upper in zip(bases, bases[1:], strict=False) if not any(b <= o < upper for o in held)]
+        for base in unneeded:
+            assert self.clock_ms - self.store._indexes[base].max_timestamp <= self.MAX_AGE, f"{base} is too old"
+        if unneeded:
+            assert sum((self.dir / "segments" / f"{b:020d}.seg").stat().st_size for b in bases) <= self.MAX_BYTES
+
+    @invariant()
+    def reader_sees_durable_records_in_order(self) -> None:
+        read = list(self.store.records_from(0))
+        offsets = [o for o, _ in read]
+        assert offsets == sorted(set(offsets))
+        assert {o for h in self.durable.queues.values() for o in h} <= set(offsets)
+        for offset, record in read:
+            assert record == self.durable.records[offset]
+
+
 MODEL_SETTINGS = settings(
     # Bounded so the suite stays fast; STORE_MODEL_EXAMPLES=500 for a deeper run.
     max_examples=int(os.environ.get("STORE_MODEL_EXAMPLES", "20")),
@@ -189,5 +237,7 @@ MODEL_SETTINGS = settings(
 )
 StoreMachine.TestCase.settings = MODEL_SETTINGS
 LongTailMachine.TestCase.settings = MODEL_SETTINGS
+RetentionMachine.TestCase.settings = MODEL_SETTINGS
 TestStoreAgainstModel = StoreMachine.TestCase
 TestStoreAgainstModelWithRareCheckpoints = LongTailMachine.TestCase
+TestStoreAgainstModelWithRetention = RetentionMachine.TestCase

@@ -1,0 +1,75 @@
+"""Settings from the config file, the environment and flags, as far as the store: the retention bounds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from amqpd import cli, config
+from amqpd.server.listener import _open_store
+from store.retention import RetentionPolicy
+
+DAY_MS = 86_400_000
+
+
+@pytest.mark.parametrize(
+    ("text", "ms"),
+    [("7d", 7 * DAY_MS), ("12h", 43_200_000), ("30m", 1_800_000), ("45s", 45_000), ("500ms", 500), ("250", 250)],
+)
+def test_retention_age_accepts_units_and_plain_milliseconds(text: str, ms: int) -> None:
+    assert config.parse_duration_ms(text) == ms
+
+
+@pytest.mark.parametrize(
+    ("text", "size"), [("10GiB", 10 << 30), ("512MiB", 512 << 20), ("1GB", 10**9), ("4kb", 4000), ("4096", 4096)]
+)
+def test_retention_size_accepts_units_and_plain_bytes(text: str, size: int) -> None:
+    assert config.parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["", "7w", "-1d", "0", "1.5h", "ten"])
+def test_a_bad_retention_age_is_refused(text: str) -> None:
+    with pytest.raises(ValueError):
+        config.parse_duration_ms(text)
+
+
+def test_retention_flags_reach_the_settings() -> None:
+    args = cli.parse_args(["--retention-max-age", "7d", "--retention-max-bytes", "10GiB"])
+    settings = cli.settings_from_args(args)
+    assert settings.retention_max_age_ms == 7 * DAY_MS
+    assert settings.retention_max_bytes == 10 << 30
+
+
+def test_retention_is_off_by_default() -> None:
+    settings = cli.settings_from_args(cli.parse_args([]))
+    assert settings.retention_max_age_ms is None and settings.retention_max_bytes is None
+
+
+def test_a_bad_retention_flag_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit:
+        cli.parse_args(["--retention-max-bytes", "lots"])
+    assert exit.value.code == 2
+    assert "--retention-max-bytes" in capsys.readouterr().err
+
+
+def test_retention_from_the_config_file_and_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "amqpd.toml"
+    path.write_text('[amqpd]\nretention-max-age-ms = "12h"\nretention_max_bytes = 1048576\n')
+    settings = config.load(str(path))
+    assert (settings.retention_max_age_ms, settings.retention_max_bytes) == (43_200_000, 1 << 20)
+    monkeypatch.setenv("AMQPD_RETENTION_MAX_AGE_MS", "30m")
+    monkeypatch.setenv("AMQPD_RETENTION_MAX_BYTES", "2MiB")
+    settings = config.load(str(path))
+    assert (settings.retention_max_age_ms, settings.retention_max_bytes) == (1_800_000, 2 << 20)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_the_broker_opens_its_store_with_the_retention_settings(tmp_path: Path) -> None:
+    settings = config.Settings(data_dir=str(tmp_path), retention_max_age_ms=DAY_MS, retention_max_bytes=1 << 30)
+    store, _ = await _open_store(settings)
+    try:
+        assert store._retention == RetentionPolicy(max_age_ms=DAY_MS, max_bytes=1 << 30)
+    finally:
+        await store.close()

@@ -238,8 +238,8 @@ MODEL_SETTINGS = settings(
 )
 class LazyOpenMachine(StoreMachine):
     """The broker's way of opening: records from before the checkpoint are not read at open; reading them
-    back with read_many must give exactly what an eager open holds. Records that expired stay until read
-    (the broker drops them then), so the check skips those."""
+    back with read_many must give exactly what an eager open holds. Records that expired stay held until
+    read; then they are acked, as the broker's queue drops them at the head."""
 
     def _open_checked(self) -> MessageStore:
         store = MessageStore(self.dir, fsync="none", index_interval=128, **self._store_options())
@@ -253,6 +253,9 @@ class LazyOpenMachine(StoreMachine):
                 if r is not None and r.expires_at_ms != PAST
             ]
             q.messages = early + q.messages
+            for o, r in zip(q.unloaded, records, strict=True):
+                if r is not None and r.expires_at_ms == PAST:
+                    store.ack(q.queue_id, o)
         self._check_recovered(recovered)
         return store
 

@@ -170,7 +170,7 @@ class Channel:
             stored = self.broker.store_message(msg, accepting, self._durable_callback(seq, on_stored))
         for q in accepting:
             q.push(msg)
-            if len(q.ready) > q.FLOW_HIGH and q.consumers:
+            if len(q.ready) > q.FLOW_HIGH and q.publishers_should_wait():
                 self.conn.throttle(q)
         if len(accepting) < len(queues):
             self._confirm(seq, False)

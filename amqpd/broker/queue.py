@@ -103,7 +103,7 @@ class Queue:
         self.expires_ms: int | None = self.arguments.get("x-expires")
         self._expiry_timer: Any = None
 
-    FLOW_HIGH = 20_000  # ready messages, with consumers attached, before publishers are paused
+    FLOW_HIGH = 20_000  # ready messages, with consumers waiting on their sockets, before publishers pause
     FLOW_LOW = 10_000
     PAGE_WINDOW = 2_000  # persistent messages kept in memory at the head of a durable queue
     # Smaller bodies stay in memory: a read-back costs more than the bytes it saves (the
@@ -229,7 +229,7 @@ class Queue:
                 self.hooks.dropped(self, entry, "expired")
                 continue
             consumer.deliver(self, entry)
-        if self.throttled and (len(ready) < self.FLOW_LOW or not self.consumers):
+        if self.throttled and (len(ready) < self.FLOW_LOW or not any(c.waits_on_socket() for c in self.consumers)):
             self.release_publishers()
         if ready and ready[0].expires_at is not None:
             self._arm_ttl_timer()
@@ -260,6 +260,13 @@ class Queue:
                     self._rr_levels[priority] = (start + i + 1) % len(level)
                     return c
         return None
+
+    def publishers_should_wait(self) -> bool:
+        """Pause reading from publishers to this queue? Only while the broker is the bottleneck: the backlog
+        is deep and a consumer that has room waits for its connection's output to drain (reading more
+        publishes would take the CPU the deliveries need). A backlog behind consumers at their prefetch
+        limit is their own pace: RabbitMQ keeps accepting publishes then, and so do we."""
+        return len(self.ready) > self.FLOW_HIGH and any(c.waits_on_socket() for c in self.consumers)
 
     def release_publishers(self) -> None:
         throttled, self.throttled = self.throttled, set()

@@ -8,8 +8,11 @@ from collections.abc import Callable
 
 import pika
 import pytest
+from pamqp import body as content
+from pamqp import commands, frame, header
 from pika.adapters.blocking_connection import BlockingChannel
 from pika.exceptions import ChannelClosedByBroker, NackError, UnroutableError
+from raw_amqp import RawConnection
 
 Name = Callable[[str], str]
 Connect = Callable[[], pika.BlockingConnection]
@@ -170,3 +173,33 @@ def test_auto_delete_exchange_goes_with_its_last_binding(ch: BlockingChannel, na
     with pytest.raises(ChannelClosedByBroker) as info:
         ch.exchange_declare(ex, passive=True)
     assert info.value.reply_code == 404
+
+
+def test_a_backlog_behind_a_slow_consumer_does_not_stall_publishers(
+    ch: BlockingChannel, amqpd_url: str, name: Name
+) -> None:
+    """Consumers at their prefetch limit set their own pace: RabbitMQ keeps accepting publishes however deep
+    the backlog gets (until a memory alarm), so a burst of tasks behind busy workers must not hang the
+    application publishing them. 25k messages is past amqpd's 20k flow-control threshold."""
+    q = ch.queue_declare(name("slow"), exclusive=True).method.queue
+    ch.basic_qos(prefetch_count=1)
+    ch.basic_consume(q, lambda *_: None)  # takes one message and never acks it
+    count = 25_000
+    one = b"".join(
+        frame.marshal(value, 1)
+        for value in (
+            commands.Basic.Publish(exchange="", routing_key=q),
+            header.ContentHeader(0, 10, commands.Basic.Properties()),
+            content.ContentBody(b"0123456789"),
+        )
+    )
+    with RawConnection(amqpd_url, timeout=WAIT) as pub:
+        pub.handshake()
+        pub.open_channel()
+        pub.call(commands.Confirm.Select(), commands.Confirm.SelectOk)
+        pub.send(one * count)
+        confirmed = 0
+        while confirmed < count:  # a stalled publisher gets no more acks: expect() times out
+            ack = pub.expect(commands.Basic.Ack, 1)
+            confirmed = ack.delivery_tag
+    assert ch.queue_declare(q, passive=True).method.message_count == count - 1

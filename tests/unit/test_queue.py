@@ -528,3 +528,85 @@ TestQueueAgainstModel = QueueModel.TestCase
 TestQueueAgainstModel.settings = _model_settings
 TestPriorityQueueAgainstModel = PriorityQueueModel.TestCase
 TestPriorityQueueAgainstModel.settings = _model_settings
+
+
+# -- publisher flow control ------------------------------------------------------------------------------
+
+
+class SocketChannel(RecordingChannel):
+    """A channel whose connection's output can back up (writable False), as the real one's does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flow_active, self.closing, self.global_prefetch, self.unacked_count = True, False, 0, 0
+        self.conn = type("Conn", (), {"writable": True})()
+
+    def can_deliver(self) -> bool:
+        return self.conn.writable
+
+    def can_deliver_acked(self) -> bool:
+        return self.conn.writable
+
+
+def deep_queue(ch: SocketChannel, **kw: Any) -> tuple[Queue, Consumer]:
+    q = Queue("/", "q")
+    q.FLOW_HIGH, q.FLOW_LOW = 3, 1  # type: ignore[misc]
+    c = consumer(q, ch, "c", **kw)
+    return q, c
+
+
+def test_publishers_wait_while_a_consumer_with_room_waits_on_its_socket() -> None:
+    ch = SocketChannel()
+    q, _ = deep_queue(ch, no_ack=True)
+    ch.conn.writable = False
+    for i in range(5):
+        q.push(msg(b"%d" % i))
+    assert q.publishers_should_wait()
+    ch.conn.writable = True
+    q.dispatch()  # the socket drained: everything goes out
+    assert not q.publishers_should_wait()
+
+
+def test_publishers_never_wait_for_consumers_at_their_prefetch_limit() -> None:
+    ch = SocketChannel()
+    q, _ = deep_queue(ch, prefetch=1)
+    for i in range(10):
+        q.push(msg(b"%d" % i))
+    assert q.message_count == 9
+    assert not q.publishers_should_wait()  # the consumer's own pace, even with its socket backed up
+    ch.conn.writable = False
+    assert not q.publishers_should_wait()
+
+
+def test_publishers_never_wait_without_consumers_or_below_the_threshold() -> None:
+    ch = SocketChannel()
+    q = Queue("/", "q")
+    q.FLOW_HIGH = 3  # type: ignore[misc]
+    for i in range(10):
+        q.push(msg(b"%d" % i))
+    assert not q.publishers_should_wait()
+    q2, _ = deep_queue(ch, no_ack=True)
+    ch.conn.writable = False
+    q2.push(msg(b"x"))
+    assert not q2.publishers_should_wait()
+
+
+def test_a_paused_publisher_is_released_once_consumers_set_the_pace() -> None:
+    class Publisher:
+        released = False
+
+        def unthrottle(self, queue: Queue) -> None:
+            self.released = True
+
+    ch = SocketChannel()
+    q, c = deep_queue(ch, prefetch=2)
+    ch.conn.writable = False
+    for i in range(6):
+        q.push(msg(b"%d" % i))
+    assert q.publishers_should_wait()
+    publisher = Publisher()
+    q.throttled.add(publisher)
+    ch.conn.writable = True
+    q.dispatch()  # two go out; now the consumer is at its prefetch limit with 4 still ready
+    assert c.unacked == 2 and q.message_count == 4
+    assert publisher.released

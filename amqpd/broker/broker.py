@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from amqpd.broker.backlog import RecoveredBacklog
+from amqpd.broker.backlog import Backlog
 from amqpd.broker.message import Message
 from amqpd.broker.queue import Entry, Queue, QueueHooks
 from amqpd.broker.recovery import message_from_record
@@ -148,12 +148,12 @@ class Broker:
                 if q.store_id is None:
                     continue
                 ready = q.ready
-                entries = ready.entries() if isinstance(ready, RecoveredBacklog) else ready
+                entries = ready.entries() if isinstance(ready, Backlog) else ready
                 for entry in entries:
                     if entry.redelivered and entry.msg.store_offset is not None:
                         self.store.mark_delivered(q.store_id, entry.msg.store_offset)
-                if isinstance(ready, RecoveredBacklog):
-                    for offset in ready.cold_offsets()[1]:
+                if isinstance(ready, Backlog):
+                    for offset in ready.flagged_offsets():
                         self.store.mark_delivered(q.store_id, offset)
 
     def body_of(self, msg: Message) -> bytes:

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from amqpd.broker.backlog import RecoveredBacklog
+from amqpd.broker.backlog import Backlog
 from amqpd.broker.message import Message
 from amqpd.broker.ready import FifoReady, PriorityReady
 
@@ -78,7 +78,7 @@ class Queue:
         self.arguments = arguments or {}
         self.hooks = hooks or QueueHooks()
         max_priority = (arguments or {}).get("x-max-priority")
-        self.ready: FifoReady | PriorityReady | RecoveredBacklog = (
+        self.ready: FifoReady | PriorityReady | Backlog = (
             PriorityReady(max_priority) if max_priority else FifoReady()
         )
         self.consumers: list[Consumer] = []
@@ -105,9 +105,9 @@ class Queue:
 
     FLOW_HIGH = 20_000  # ready messages, with consumers waiting on their sockets, before publishers pause
     FLOW_LOW = 10_000
-    PAGE_WINDOW = 2_000  # persistent messages kept in memory at the head of a durable queue
-    # Smaller bodies stay in memory: a read-back costs more than the bytes it saves (the
-    # per-message bookkeeping is ~600 bytes either way).
+    PAGE_WINDOW = 2_000  # messages kept in memory at the head of a durable queue; the store holds the rest
+    # Queues that cannot hold bare offsets (priorities, a byte limit) page out only the bodies of their deep
+    # persistent messages, and only big ones: the message object stays (~600 bytes) either way.
     PAGE_MIN_BODY = 512
     def __repr__(self) -> str:
         return f"<Queue {self.vhost}:{self.name}>"
@@ -129,10 +129,16 @@ class Queue:
             return True
         return self.max_length_bytes is not None and self.ready_bytes + extra_bytes > self.max_length_bytes
 
-    def push(self, msg: Message, redelivered: bool = False, enqueued_ms: int | None = None) -> Entry:
+    def push(self, msg: Message, redelivered: bool = False, enqueued_ms: int | None = None) -> None:
         """Append a newly routed message, or hand it straight to a consumer that can take it.
         enqueued_ms: when it first entered the queue (recovery), so TTLs keep counting from then."""
         self._seq += 1
+        if msg.store_offset is not None and len(self.ready) >= self.PAGE_WINDOW and self._spills(msg, redelivered):
+            # Deep in a durable queue's backlog: keep its place only; it is read back when its turn comes.
+            self._backlog().spill_offset(self._seq, msg.store_offset)
+            if self.limited:
+                self._drop_head_over_limit()
+            return
         expires = None if self.message_ttl is None and msg.ttl_ms is None else self._expiry(msg, enqueued_ms)
         entry = Entry(msg, self._seq, expires)
         entry.redelivered = redelivered
@@ -140,7 +146,7 @@ class Queue:
             consumer = self._next_consumer()
             if consumer is not None:
                 consumer.channel.deliver(consumer, self, entry)
-                return entry
+                return
         self.ready.append(entry)
         self.ready_bytes += msg.size
         if msg.pageable and msg.size >= self.PAGE_MIN_BODY and len(self.ready) > self.PAGE_WINDOW:
@@ -149,20 +155,29 @@ class Queue:
             self._drop_head_over_limit()
         if expires is not None:
             self._arm_ttl_timer()
-        return entry
+
+    def _spills(self, msg: Message, redelivered: bool) -> bool:
+        """Whether a stored message can wait as its offset alone. Not with a TTL: read back, its expiry
+        would count from the record's publish time, which a dead-lettered message keeps from its first life."""
+        return not redelivered and msg.ttl_ms is None and self.message_ttl is None and self.holds_offsets
 
     @property
-    def can_hold_offsets(self) -> bool:
-        """Whether a recovered backlog can stay store offsets (RecoveredBacklog): a FIFO queue that needs no
-        per-message size up front (x-max-length-bytes counts bytes of every ready message)."""
-        return isinstance(self.ready, FifoReady) and not self.ready and self.max_length_bytes is None
+    def holds_offsets(self) -> bool:
+        """Whether messages the store holds for this queue may wait as bare store offsets (Backlog): a durable
+        FIFO queue that needs no per-message size up front (x-max-length-bytes counts every ready byte)."""
+        return self.store_id is not None and self.max_length_bytes is None and not isinstance(self.ready, PriorityReady)
+
+    def _backlog(self) -> Backlog:
+        ready = self.ready
+        if not isinstance(ready, Backlog):
+            assert isinstance(ready, FifoReady)
+            ready = self.ready = Backlog(ready, self._load_entries)
+        return ready
 
     def adopt_backlog(self, offsets: list[int], flagged: set[int] | None) -> None:
         """Recovery: the queue's messages are these store offsets, read back when their turn comes.
         flagged: offsets to deliver as redelivered, None for all."""
-        backlog = RecoveredBacklog(offsets, flagged, self._seq + 1, self._load_entries)
-        self.ready = backlog
-        self._seq = backlog.end_seq - 1
+        self._seq = self._backlog().adopt(offsets, flagged, self._seq + 1) - 1
         self._arm_ttl_timer()
 
     def _load_entries(self, offsets: list[int], seqs: list[int], flags: list[bool]) -> list[Entry]:
@@ -298,11 +313,11 @@ class Queue:
 
     def purge(self) -> list[Entry]:
         ready = self.ready
-        if isinstance(ready, RecoveredBacklog):
-            cold = ready.take_cold()
-            if cold and not self.deleted:  # a deleted queue's whole store state goes with it at once
-                self.hooks.forget(self, cold)
-            gone = ready.entries()
+        if isinstance(ready, Backlog):
+            offsets, spilled = ready.take_stored()
+            if offsets and not self.deleted:  # a deleted queue's whole store state goes with it at once
+                self.hooks.forget(self, offsets)
+            gone = [*ready.window, *spilled]
         else:
             gone = list(ready)
         ready.clear()

@@ -10,9 +10,12 @@ from amqpd.broker.exchanges import make_exchange
 from amqpd.broker.message import Message
 from amqpd.broker.queue import Queue
 from amqpd.protocol.fastpath import shortstr
+from amqpd.protocol.properties import shared_header
 
 log = logging.getLogger("amqpd.recovery")
 READ_BATCH = 2_000
+_ROUTES: dict[tuple[str, str], bytes] = {}
+_ROUTES_MAX = 4096
 
 
 def restore(broker: Any, recovered: Any, crashed: bool = False) -> None:
@@ -54,7 +57,7 @@ def _restore_messages(broker: Any, q: Queue, entry: Any, crashed: bool) -> int:
     """Give the queue its recovered messages: as store offsets read back when their turn comes, or (for a
     queue that needs every message up front: priorities, a byte limit) as messages now."""
     count = len(entry.unloaded) + len(entry.messages)
-    if q.can_hold_offsets:
+    if q.holds_offsets:
         offsets = [*entry.unloaded, *(rm.offset for rm in entry.messages)]
         flagged = None if crashed else entry.unloaded_delivered | {rm.offset for rm in entry.messages if rm.redelivered}
         if offsets:
@@ -76,9 +79,14 @@ def _restore_messages(broker: Any, q: Queue, entry: Any, crashed: bool) -> int:
 
 
 def message_from_record(record: Any, offset: int) -> Message:
-    header = record.properties
+    header = shared_header(record.properties)
     flags = struct.unpack_from(">H", header, 12)[0]
-    route = shortstr(record.exchange) + shortstr(record.routing_key)
+    key = (record.exchange, record.routing_key)
+    route = _ROUTES.get(key)
+    if route is None:  # a backlog read back repeats a few routes: encode each once
+        if len(_ROUTES) >= _ROUTES_MAX:
+            _ROUTES.clear()
+        route = _ROUTES[key] = shortstr(record.exchange) + shortstr(record.routing_key)
     msg = Message(record.exchange, record.routing_key, route, header, record.body, flags)
     msg.persistent = True
     msg.timestamp_ms = record.timestamp_ms

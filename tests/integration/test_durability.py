@@ -10,7 +10,7 @@ from pathlib import Path
 import pika
 import pytest
 
-from amqpd.broker.backlog import RecoveredBacklog
+from amqpd.broker.backlog import Backlog
 from amqpd.broker.queue import Queue
 from amqpd.testing import BrokerProcess
 
@@ -188,7 +188,7 @@ def test_a_recovered_backlog_is_read_back_in_order_before_new_messages(
 ) -> None:
     """After a restart a durable queue's backlog is read back from the store in batches as it is consumed
     (restart time does not grow with the backlog); consumers see the same queue either way."""
-    count = 2 * RecoveredBacklog.BATCH + 500
+    count = 2 * Backlog.BATCH + 500
     bodies = [b"before-%05d" % i for i in range(count)]
     _publish_confirmed(broker, "d-recovered", bodies)
     ch = _channel(broker)
@@ -210,7 +210,7 @@ def test_a_recovered_backlog_is_read_back_in_order_before_new_messages(
 
 
 def test_purging_a_recovered_backlog_is_permanent(broker: BrokerProcess, data_dir: str) -> None:
-    count = RecoveredBacklog.BATCH + 100
+    count = Backlog.BATCH + 100
     _publish_confirmed(broker, "d-purged", [b"%d" % i for i in range(count)])
     broker = _restart(broker, data_dir)
     ch = _channel(broker)

@@ -1,15 +1,20 @@
-"""A durable queue after a restart: its recovered messages are store offsets, read back in batches as they
-near the head (amqpd/broker/backlog.py). To a consumer it must look exactly like the queue before the
-restart: same order, same flags, new messages after the recovered ones, purge and TTL as usual."""
+"""A durable queue whose backlog lives in the store (amqpd/broker/backlog.py): after a restart its recovered
+messages are store offsets, and persistent messages deep in a backlog are dropped from memory; both are read
+back in batches as they near the head. To a consumer it must look exactly like a queue holding everything in
+memory: same order, same flags, purge and TTL as usual."""
 
 from __future__ import annotations
 
 import pytest
-from test_queue import RecordingChannel, clock, consumer, drain, msg  # noqa: F401 - clock is a fixture
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+from hypothesis.stateful import invariant, rule
+from test_queue import QueueModel, RecordingChannel, clock, consumer, drain, msg  # noqa: F401 - clock is a fixture
 
-from amqpd.broker.backlog import RecoveredBacklog
+from amqpd.broker.backlog import Backlog
 from amqpd.broker.message import Message
 from amqpd.broker.queue import Queue, QueueHooks
+from amqpd.broker.ready import FifoReady
 
 
 class StoreHooks(QueueHooks):
@@ -41,7 +46,8 @@ class StoreHooks(QueueHooks):
 def recovered(count: int, flagged: set[int] | None = frozenset(), **kw: object) -> tuple[Queue, StoreHooks]:  # type: ignore[assignment]
     hooks = StoreHooks(count, **kw)  # type: ignore[arg-type]
     q = Queue("/", "q", durable=True, hooks=hooks)
-    assert q.can_hold_offsets
+    q.store_id = 1
+    assert q.holds_offsets
     q.adopt_backlog(list(range(count)), None if flagged is None else set(flagged))
     return q, hooks
 
@@ -128,6 +134,7 @@ def test_deleting_the_queue_leaves_the_unread_offsets_to_the_store() -> None:
 def test_queue_ttl_counts_from_the_original_publish(clock: list[int]) -> None:  # noqa: F811
     hooks = StoreHooks(3)
     q = Queue("/", "q", durable=True, arguments={"x-message-ttl": 5}, hooks=hooks)
+    q.store_id = 1
     q.adopt_backlog([0, 1, 2], set())
     assert q.get() is None  # published 10 ms before "now": expired when read back
 
@@ -138,26 +145,35 @@ def test_per_message_ttl_still_applies(clock: list[int]) -> None:  # noqa: F811
     assert entry is not None and entry.expires_at == 1_000_000 - 10 + 60_000
 
 
-def test_queues_that_need_every_message_up_front_do_not_hold_offsets() -> None:
-    assert not Queue("/", "p", arguments={"x-max-priority": 5}).can_hold_offsets
-    assert not Queue("/", "b", arguments={"x-max-length-bytes": 100}).can_hold_offsets
-    assert Queue("/", "n", arguments={"x-max-length": 100}).can_hold_offsets
+def test_only_durable_fifo_queues_without_a_byte_limit_hold_offsets() -> None:
+    queues = [
+        Queue("/", "p", arguments={"x-max-priority": 5}),
+        Queue("/", "b", arguments={"x-max-length-bytes": 100}),
+        Queue("/", "n", arguments={"x-max-length": 100}),
+    ]
+    for q in queues:
+        q.store_id = 1
+    assert [q.holds_offsets for q in queues] == [False, False, True]
+    assert not Queue("/", "transient").holds_offsets
 
 
 def test_max_length_drops_recovered_messages_from_the_head() -> None:
     hooks = StoreHooks(10)
     q = Queue("/", "q", durable=True, arguments={"x-max-length": 10}, hooks=hooks)
+    q.store_id = 1
     q.adopt_backlog(list(range(10)), set())
     q.push(msg(b"new"))
     assert q.message_count == 10
     assert drain(q)[0] == b"m1"
 
 
-def test_cold_offsets_report_what_to_mark_at_a_clean_stop() -> None:
-    backlog = RecoveredBacklog([5, 6, 7], {6}, 1, lambda offsets, seqs, flags: [])
-    assert backlog.cold_offsets() == ([5, 6, 7], [6])
-    everything = RecoveredBacklog([5, 6], None, 1, lambda offsets, seqs, flags: [])
-    assert everything.cold_offsets() == ([5, 6], [5, 6])
+def test_flagged_offsets_are_what_to_mark_delivered_at_a_clean_stop() -> None:
+    backlog = Backlog(FifoReady(), lambda offsets, seqs, flags: [])
+    backlog.adopt([5, 6, 7], {6}, 1)
+    assert backlog.flagged_offsets() == [6]
+    everything = Backlog(FifoReady(), lambda offsets, seqs, flags: [])
+    everything.adopt([5, 6], None, 1)
+    assert everything.flagged_offsets() == [5, 6]
 
 
 @pytest.mark.parametrize("count", [0, 1, 2000, 2001])
@@ -165,3 +181,123 @@ def test_length_matches_what_drains(count: int) -> None:
     q, _ = recovered(count)
     assert q.message_count == count
     assert len(drain(q)) == count
+
+
+# -- spilling: persistent messages deep in a live backlog wait as offsets -------------------------------------
+
+
+def stored(offset: int, body: bytes | None = None, **properties: object) -> Message:
+    m = msg(body if body is not None else f"m{offset}".encode(), **properties)
+    m.store_offset = offset
+    m.timestamp_ms = 1_000_000
+    return m
+
+
+def spilling_queue(count: int, window: int = 3, **arguments: object) -> tuple[Queue, StoreHooks]:
+    hooks = StoreHooks(count)
+    q = Queue("/", "q", durable=True, arguments=dict(arguments), hooks=hooks)
+    q.store_id = 1
+    q.PAGE_WINDOW = window  # type: ignore[misc]
+    return q, hooks
+
+
+def test_persistent_messages_beyond_the_window_wait_as_offsets_and_come_back_in_order() -> None:
+    q, hooks = spilling_queue(10)
+    for o in range(10):
+        q.push(stored(o))
+    assert isinstance(q.ready, Backlog)
+    assert len(q.ready.window) == 3 and len(q.ready.spill) == 7
+    assert all(isinstance(item, int) for item in q.ready.spill)  # no message objects behind the window
+    assert q.message_count == 10
+    got = [q.get() for _ in range(10)]
+    assert [e.msg.body for e in got] == [f"m{o}".encode() for o in range(10)]  # type: ignore[union-attr]
+    assert not any(e.redelivered for e in got)  # type: ignore[union-attr]
+    assert hooks.reads == [list(range(3, 10))]
+
+
+def test_messages_the_store_does_not_hold_keep_their_place_in_memory() -> None:
+    q, _ = spilling_queue(10)
+    for o in range(5):
+        q.push(stored(o))
+    q.push(msg(b"transient"))
+    q.push(stored(5))
+    assert drain(q) == [b"m0", b"m1", b"m2", b"m3", b"m4", b"transient", b"m5"]
+
+
+def test_messages_with_a_ttl_are_not_spilled() -> None:
+    q, hooks = spilling_queue(10)
+    for o in range(6):
+        q.push(stored(o, expiration="60000"))
+    assert drain(q) == [f"m{o}".encode() for o in range(6)]
+    assert hooks.reads == []
+
+
+def test_a_consumer_gets_the_spilled_backlog_in_order_with_requeues_in_place() -> None:
+    q, _ = spilling_queue(20)
+    for o in range(20):
+        q.push(stored(o))
+    first = [q.get() for _ in range(5)]
+    q.requeue([e for e in first[1:3] if e is not None])
+    ch = RecordingChannel()
+    consumer(q, ch, "c", no_ack=True)
+    assert ch.bodies() == [b"m1", b"m2", *(f"m{o}".encode() for o in range(5, 20))]
+
+
+def test_purge_of_a_spilled_backlog_tells_the_store_and_returns_entries_in_memory() -> None:
+    q, hooks = spilling_queue(10)
+    for o in range(8):
+        q.push(stored(o))
+    q.push(msg(b"transient"))
+    assert q.message_count == 9
+    gone = q.purge()
+    assert sorted(e.msg.body for e in gone) == [b"m0", b"m1", b"m2", b"transient"]  # type: ignore[type-var]
+    assert hooks.forgotten == [3, 4, 5, 6, 7]
+    assert q.message_count == 0
+
+
+def test_max_length_counts_spilled_messages() -> None:
+    q, _ = spilling_queue(10, **{"x-max-length": 5})
+    for o in range(10):
+        q.push(stored(o))
+    assert q.message_count == 5
+    assert drain(q) == [f"m{o}".encode() for o in range(5, 10)]
+
+
+def test_spilled_messages_follow_a_recovered_backlog() -> None:
+    q, hooks = recovered(4)
+    hooks.bodies[4] = b"m4"  # published after the restart
+    q.PAGE_WINDOW = 2  # type: ignore[misc]
+    q.push(stored(4))
+    q.push(msg(b"transient"))
+    assert drain(q) == [b"m0", b"m1", b"m2", b"m3", b"m4", b"transient"]
+
+
+class SpillingQueueModel(QueueModel):
+    """test_queue's model of RabbitMQ's queue order, with a durable queue whose window is 3 messages: stored
+    messages beyond it wait as offsets, transient ones as entries among them, requeues go back in place."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hooks = StoreHooks(0)
+        self.q = Queue("/", "q", durable=True, hooks=self.hooks)
+        self.q.store_id = 1
+        self.q.PAGE_WINDOW = 3  # type: ignore[misc]
+
+    @rule(persistent=st.booleans())
+    def publish(self, persistent: bool) -> None:  # type: ignore[override]
+        self.n += 1
+        body = str(self.n).encode()
+        if persistent:
+            self.hooks.bodies[self.n] = body
+            self.q.push(stored(self.n, body))
+        else:
+            self.q.push(msg(body))
+        self.model.append((0, self.n, body))
+
+    @invariant()
+    def same_order(self) -> None:  # the backlog cannot be listed without reading it back: get checks order
+        assert self.q.message_count == len(self.model)
+
+
+TestSpillingQueueAgainstModel = SpillingQueueModel.TestCase
+TestSpillingQueueAgainstModel.settings = hsettings(max_examples=80, stateful_step_count=40, deadline=None)

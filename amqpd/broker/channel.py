@@ -14,7 +14,7 @@ from pamqp import base, commands
 
 from amqpd import errors
 from amqpd.broker.consumer import Consumer
-from amqpd.broker.message import Message
+from amqpd.broker.message import SCANNED_FLAGS, Message
 from amqpd.broker.queue import Entry, Queue
 from amqpd.broker.vhost import REPLY_TO, REPLY_TO_PREFIX, VirtualHost, server_generated_name
 from amqpd.protocol.assembler import Assembled, ContentAssembler
@@ -50,6 +50,23 @@ Unacked = tuple[Queue, Entry, Consumer | None, float]  # ..., when it was delive
 # Properties that make a message take the per-message path: headers (CC/BCC, headers exchanges),
 # expiration (TTL), reply_to (direct reply-to rewrite), user_id (checked), and a continuation flag word.
 _RUN_REFUSED_FLAGS = FLAG_HEADERS | FLAG_EXPIRATION | FLAG_REPLY_TO | FLAG_USER_ID | 1
+
+
+
+class PreparedRun:
+    """A run's shared method and header, parsed once: message() is what on_whole_publish builds per body."""
+
+    __slots__ = ("exchange", "routing_key", "route", "header", "flags", "mandatory", "scan")
+
+    def __init__(
+        self, exchange: str, routing_key: str, route: bytes, header: bytes, flags: int, mandatory: bool,
+        scan: PropertyScan | None,
+    ) -> None:
+        self.exchange, self.routing_key, self.route, self.header = exchange, routing_key, route, header
+        self.flags, self.mandatory, self.scan = flags, mandatory, scan
+
+    def message(self, body: bytes) -> Message:
+        return Message(self.exchange, self.routing_key, self.route, self.header, body, self.flags, self.scan)
 
 
 class ConnectionLike(Protocol):
@@ -119,6 +136,19 @@ class Channel:
         consumer, route = target
         consumer.channel.deliver_run(consumer, route, header, bodies)
         return True
+
+    def prepare_run(self, method: bytes, header: bytes) -> PreparedRun | None:
+        """What on_whole_publish would parse from each publish of a run, parsed once; None when it would not
+        take the straight-line path (the caller then goes frame by frame, which reports any error)."""
+        try:
+            exchange, routing_key, route, bits = parse_publish_route(method)
+            class_id, body_size, flags = parse_content_header(header)
+            scan = PropertyScan(header, flags) if flags & SCANNED_FLAGS else None
+        except errors.AMQPError:
+            return None
+        if bits & 2 or class_id != 60 or body_size > self.assembler.max_size:
+            return None
+        return PreparedRun(exchange, routing_key, route, shared_header(header), flags, bool(bits & 1), scan)
 
     def _run_target(self, method: bytes, header: bytes) -> tuple[Consumer, bytes] | None:
         """The consumer every message of a run goes to, and its route; None when anything could make one

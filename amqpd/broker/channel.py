@@ -401,23 +401,31 @@ class Channel:
             raise errors.precondition_failed(f"unknown delivery tag {tag}")
         if not multiple:
             return [(tag, unacked.pop(tag))]
-        taken = []
-        for t in list(itertools.takewhile(lambda t: t <= tag, unacked)):
-            taken.append((t, unacked.pop(t)))
-        return taken
+        return [(t, unacked.pop(t)) for t in list(itertools.takewhile(tag.__ge__, unacked))]
 
     def _apply_settle(self, kind: str, taken: list[tuple[int, Unacked]], requeue: bool) -> None:
+        if kind == "ack":
+            self._apply_acks(taken)
+            return
         by_queue: dict[Queue, list[Entry]] = {}
         for _tag, (queue, entry, consumer, _at) in taken:
             self._release(queue, consumer)
-            if kind == "ack":
-                queue.hooks.settled(queue, entry)
-            elif requeue and not queue.deleted:
+            if requeue and not queue.deleted:
                 by_queue.setdefault(queue, []).append(entry)
             else:
                 queue.hooks.dropped(queue, entry, "rejected")
         for queue, entries in by_queue.items():
             queue.requeue(entries)
+        self._redispatch()
+
+    def _apply_acks(self, taken: list[tuple[int, Unacked]]) -> None:
+        """_apply_settle for acks, the per-message path of every manually acking consumer."""
+        for _tag, (queue, entry, consumer, _at) in taken:
+            queue.unacked -= 1
+            if consumer is not None:
+                consumer.unacked -= 1
+                self.unacked_count -= 1
+            queue.hooks.settled(queue, entry)
         self._redispatch()
 
     def _release(self, queue: Queue, consumer: Consumer | None) -> None:

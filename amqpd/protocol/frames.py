@@ -127,7 +127,9 @@ class FrameReader:
         method, header, body = buf[pos + 7 : end], buf[h + 7 : hend], buf[b + 7 : bend]
         after = bend + 1
         unit = after - pos
-        if n - after < unit:
+        # Cheap test first: the next publish's header and method payloads, where they would be if it repeats
+        # this one (publishers with per-message properties never do: no prefix slice for them).
+        if n - after < unit or not (buf.startswith(header, after + h - pos + 7) and buf.startswith(method, after + 7)):
             frames.append((PUBLISH, channel, (method, header, body)))
             return after
         bodies, after = _repeats(buf, buf[pos : b + 7], unit, after, n)

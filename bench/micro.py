@@ -76,7 +76,7 @@ async def run(scenario: str, messages: int, batch: int, store: Any) -> tuple[flo
     broker, pub, con, one = setup(scenario, store)
     chunk = one * batch
     acking = scenario == "S2"
-    delivered = 0
+    delivered = acked = 0
     start, start_loop = time.process_time(), time.thread_time()
     for _ in range(messages // batch):
         pub.feed(chunk)
@@ -85,9 +85,13 @@ async def run(scenario: str, messages: int, batch: int, store: Any) -> tuple[flo
         if acking:
             # multiple-ack every 10th delivery, as the bench consumer does; delivery tags are sequential
             delivered += out.count(b"\x00\x3c\x00\x3c\x01c")
-            con.feed(basic_ack(1, delivered - delivered % 10, True))
+            if delivered - delivered % 10 > acked:
+                acked = delivered - delivered % 10
+                con.feed(basic_ack(1, acked, True))
         if store is not None:
             await store.flush()
+    if not con.channels or (acking and delivered < messages - batch):  # a channel error would end the load
+        raise RuntimeError(f"the consumer stopped: {delivered} of {messages} delivered")
     return (time.process_time() - start) / messages * 1e6, (time.thread_time() - start_loop) / messages * 1e6
 
 

@@ -289,9 +289,11 @@ class MessageStore:
         """Buffer one record for the queues named; return its offset. `on_durable` fires on the loop once
         the fsync covering the record is done (after the write, with fsync "none")."""
         queues = self._queues
-        holders = [qid for qid in queue_ids if qid in queues]
-        if len(holders) > 1:
-            holders = list(dict.fromkeys(holders))  # a queue named twice holds the message once
+        if len(queue_ids) == 1:  # the common case, without building a list
+            holders = queue_ids if queue_ids[0] in queues else []
+        else:
+            # a queue named twice holds the message once
+            holders = list(dict.fromkeys(qid for qid in queue_ids if qid in queues))
         offset = self._next_offset
         self._last_message_id = message_id = max(self._last_message_id + 1, self._clock() // 1_000_000 << 16)
         payload = encode_record(message_id, record, holders)

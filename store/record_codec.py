@@ -43,13 +43,19 @@ def encode_record(message_id: int, record: MessageRecord, queue_ids: list[int]) 
     routing_key = record.routing_key.encode()
     if len(exchange) > MAX_SHORT or len(routing_key) > MAX_SHORT:
         raise ValueError("exchange and routing key are limited to 255 bytes")
+    # The fields as pack's arguments directly: no intermediate tuples on the per-message path.
     expires = record.expires_at_ms
-    fixed = (message_id, record.timestamp_ms)
-    lengths = (len(exchange), len(routing_key), len(queue_ids), len(record.properties))
+    count = len(queue_ids)
     if expires is None:
-        head = _head_struct(len(queue_ids), False).pack(*fixed, 0, *lengths, *queue_ids)
+        head = _head_struct(count, False).pack(
+            message_id, record.timestamp_ms, 0, len(exchange), len(routing_key), count, len(record.properties),
+            *queue_ids,
+        )
     else:
-        head = _head_struct(len(queue_ids), True).pack(*fixed, FLAG_EXPIRES, *lengths, expires, *queue_ids)
+        head = _head_struct(count, True).pack(
+            message_id, record.timestamp_ms, FLAG_EXPIRES, len(exchange), len(routing_key), count,
+            len(record.properties), expires, *queue_ids,
+        )
     return b"".join((head, exchange, routing_key, record.properties, record.body))
 
 

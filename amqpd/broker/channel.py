@@ -14,13 +14,21 @@ from pamqp import base, commands
 
 from amqpd import errors
 from amqpd.broker.consumer import Consumer
-from amqpd.broker.message import Message
+from amqpd.broker.message import SCANNED_FLAGS, Message
 from amqpd.broker.queue import Entry, Queue
 from amqpd.broker.vhost import REPLY_TO, REPLY_TO_PREFIX, VirtualHost, server_generated_name
 from amqpd.protocol.assembler import Assembled, ContentAssembler
-from amqpd.protocol.constants import FLAG_HEADERS, FLAG_REPLY_TO, FLAG_USER_ID
+from amqpd.protocol.constants import (
+    FLAG_DELIVERY_MODE,
+    FLAG_EXPIRATION,
+    FLAG_HEADERS,
+    FLAG_PRIORITY,
+    FLAG_REPLY_TO,
+    FLAG_USER_ID,
+)
 from amqpd.protocol.fastpath import (
     encode_ack,
+    encode_deliveries,
     encode_delivery,
     encode_get_ok,
     encode_nack,
@@ -32,12 +40,33 @@ from amqpd.protocol.fastpath import (
 )
 from amqpd.protocol.frames import content_frames
 from amqpd.protocol.methods import build, encode_method
-from amqpd.protocol.properties import replace_headers, rewrite_properties, shared_header
+from amqpd.protocol.properties import PropertyScan, replace_headers, rewrite_properties, shared_header
 
 if TYPE_CHECKING:
     from amqpd.broker.broker import Broker
 
 Unacked = tuple[Queue, Entry, Consumer | None, float]  # ..., when it was delivered (Broker.clock)
+
+# Properties that make a message take the per-message path: headers (CC/BCC, headers exchanges),
+# expiration (TTL), reply_to (direct reply-to rewrite), user_id (checked), and a continuation flag word.
+_RUN_REFUSED_FLAGS = FLAG_HEADERS | FLAG_EXPIRATION | FLAG_REPLY_TO | FLAG_USER_ID | 1
+
+
+
+class PreparedRun:
+    """A run's shared method and header, parsed once: message() is what on_whole_publish builds per body."""
+
+    __slots__ = ("exchange", "routing_key", "route", "header", "flags", "mandatory", "scan")
+
+    def __init__(
+        self, exchange: str, routing_key: str, route: bytes, header: bytes, flags: int, mandatory: bool,
+        scan: PropertyScan | None,
+    ) -> None:
+        self.exchange, self.routing_key, self.route, self.header = exchange, routing_key, route, header
+        self.flags, self.mandatory, self.scan = flags, mandatory, scan
+
+    def message(self, body: bytes) -> Message:
+        return Message(self.exchange, self.routing_key, self.route, self.header, body, self.flags, self.scan)
 
 
 class ConnectionLike(Protocol):
@@ -64,7 +93,7 @@ class Channel:
         self.last_queue: str | None = None
         self.reply_token: str | None = None  # direct reply-to: set while the channel consumes its replies
         # deliveries
-        self._tags = itertools.count(1)
+        self.last_tag = 0  # the delivery tag given last; basic.deliver and basic.get-ok count from 1
         self.unacked: dict[int, Unacked] = {}
         self.consumers: dict[str, Consumer] = {}
         self.prefetch_count = 0  # for consumers created from now on (basic.qos global=false)
@@ -96,6 +125,62 @@ class Channel:
             self.assembler.take_header(header)
             return
         self.publish(Message(exchange, routing_key, route, shared_header(header), body, flags), bool(bits & 1))
+
+    def on_publish_run(self, method: bytes, header: bytes, bodies: list[bytes]) -> bool:
+        """Publishes that differ only by body (FrameReader's PUBLISH_RUN), delivered in one pass when the
+        per-message path would send each straight to the same no-ack consumer and do nothing else.
+        False, with nothing done, otherwise: the caller then publishes them one by one."""
+        target = self._run_target(method, header)
+        if target is None:
+            return False
+        consumer, route = target
+        consumer.channel.deliver_run(consumer, route, header, bodies)
+        return True
+
+    def prepare_run(self, method: bytes, header: bytes) -> PreparedRun | None:
+        """What on_whole_publish would parse from each publish of a run, parsed once; None when it would not
+        take the straight-line path (the caller then goes frame by frame, which reports any error)."""
+        try:
+            exchange, routing_key, route, bits = parse_publish_route(method)
+            class_id, body_size, flags = parse_content_header(header)
+            scan = PropertyScan(header, flags) if flags & SCANNED_FLAGS else None
+        except errors.AMQPError:
+            return None
+        if bits & 2 or class_id != 60 or body_size > self.assembler.max_size:
+            return None
+        return PreparedRun(exchange, routing_key, route, shared_header(header), flags, bool(bits & 1), scan)
+
+    def _run_target(self, method: bytes, header: bytes) -> tuple[Consumer, bytes] | None:
+        """The consumer every message of a run goes to, and its route; None when anything could make one
+        message's fate differ from a plain immediate delivery (each check mirrors a step of publish(),
+        _deliver_published() and Queue.push(), which then take over)."""
+        if self.tx or self.confirm:
+            return None
+        try:
+            exchange, routing_key, route, bits = parse_publish_route(method)
+            class_id, body_size, flags = parse_content_header(header)
+            persistent = bool(flags & (FLAG_DELIVERY_MODE | FLAG_PRIORITY)) and (
+                PropertyScan(header, flags).delivery_mode == 2
+            )
+        except errors.AMQPError:
+            return None
+        if bits & 2 or class_id != 60 or flags & _RUN_REFUSED_FLAGS or body_size > self.assembler.max_size:
+            return None
+        ex = self.vhost.exchanges.get(exchange)
+        if ex is None or ex.internal:
+            return None
+        queues = self.vhost.route_key(ex, routing_key)
+        if len(queues) != 1:
+            return None
+        queue = queues[0]
+        if queue.ready or queue.limited or queue.message_ttl is not None or (persistent and queue.store_id is not None):
+            return None
+        consumer = queue.sole_consumer()
+        if consumer is None or not consumer.no_ack or not consumer.channel.can_deliver():
+            return None
+        if body_size > consumer.channel.conn.frame_max - 8:
+            return None
+        return consumer, route
 
     def on_header(self, payload: bytes) -> None:
         done = self.assembler.take_header(payload)
@@ -258,7 +343,7 @@ class Channel:
         return self.flow_active and not self.closing and self.conn.writable
 
     def deliver(self, consumer: Consumer, queue: Queue, entry: Entry) -> None:
-        tag = next(self._tags)
+        self.last_tag = tag = self.last_tag + 1
         msg = entry.msg
         if consumer.no_ack:
             if queue.store_id is not None:
@@ -273,6 +358,12 @@ class Channel:
                             msg.body if msg.body is not None else self.broker.body_of(msg),
                             self.conn.frame_max)
         )
+
+    def deliver_run(self, consumer: Consumer, route: bytes, header: bytes, bodies: list[bytes]) -> None:
+        """No-ack deliveries of messages that differ only by body, encoded in one pass (on_publish_run)."""
+        first = self.last_tag + 1
+        self.last_tag += len(bodies)
+        self.conn.send(encode_deliveries(self.id, consumer.ctag, first, route, header, bodies))
 
     # -- acks -----------------------------------------------------------------------------------------------
 
@@ -310,23 +401,31 @@ class Channel:
             raise errors.precondition_failed(f"unknown delivery tag {tag}")
         if not multiple:
             return [(tag, unacked.pop(tag))]
-        taken = []
-        for t in list(itertools.takewhile(lambda t: t <= tag, unacked)):
-            taken.append((t, unacked.pop(t)))
-        return taken
+        return [(t, unacked.pop(t)) for t in list(itertools.takewhile(tag.__ge__, unacked))]
 
     def _apply_settle(self, kind: str, taken: list[tuple[int, Unacked]], requeue: bool) -> None:
+        if kind == "ack":
+            self._apply_acks(taken)
+            return
         by_queue: dict[Queue, list[Entry]] = {}
         for _tag, (queue, entry, consumer, _at) in taken:
             self._release(queue, consumer)
-            if kind == "ack":
-                queue.hooks.settled(queue, entry)
-            elif requeue and not queue.deleted:
+            if requeue and not queue.deleted:
                 by_queue.setdefault(queue, []).append(entry)
             else:
                 queue.hooks.dropped(queue, entry, "rejected")
         for queue, entries in by_queue.items():
             queue.requeue(entries)
+        self._redispatch()
+
+    def _apply_acks(self, taken: list[tuple[int, Unacked]]) -> None:
+        """_apply_settle for acks, the per-message path of every manually acking consumer."""
+        for _tag, (queue, entry, consumer, _at) in taken:
+            queue.unacked -= 1
+            if consumer is not None:
+                consumer.unacked -= 1
+                self.unacked_count -= 1
+            queue.hooks.settled(queue, entry)
         self._redispatch()
 
     def _release(self, queue: Queue, consumer: Consumer | None) -> None:
@@ -537,7 +636,7 @@ class Channel:
         if entry is None:
             self.reply(commands.Basic.GetEmpty())
             return
-        tag = next(self._tags)
+        self.last_tag = tag = self.last_tag + 1
         if m.no_ack:
             q.hooks.settled(q, entry)
         else:

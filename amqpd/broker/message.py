@@ -9,7 +9,7 @@ from amqpd.protocol.constants import FLAG_DELIVERY_MODE, FLAG_EXPIRATION, FLAG_H
 from amqpd.protocol.methods import decode_table
 from amqpd.protocol.properties import PropertyScan, decode_properties
 
-_SCANNED_FLAGS = FLAG_DELIVERY_MODE | FLAG_EXPIRATION | FLAG_HEADERS | FLAG_PRIORITY
+SCANNED_FLAGS = FLAG_DELIVERY_MODE | FLAG_EXPIRATION | FLAG_HEADERS | FLAG_PRIORITY
 
 
 class Message:
@@ -21,7 +21,11 @@ class Message:
         "ttl_ms", "timestamp_ms", "store_offset", "_headers", "size", "pageable", "bcc", "on_settled", "holders",
     )
 
-    def __init__(self, exchange: str, routing_key: str, route: bytes, header: bytes, body: bytes, flags: int) -> None:
+    def __init__(
+        self, exchange: str, routing_key: str, route: bytes, header: bytes, body: bytes, flags: int,
+        scan: PropertyScan | None = None,
+    ) -> None:
+        """scan: the header's PropertyScan when the caller has one already (messages of a run share it)."""
         self.exchange = exchange
         self.routing_key = routing_key
         self.route = route
@@ -39,8 +43,8 @@ class Message:
         self.timestamp_ms = 0
         self.store_offset: int | None = None
         self._headers: dict | None | bool = False  # False: not decoded yet
-        if flags & _SCANNED_FLAGS:
-            self._apply_scan(PropertyScan(header, flags))
+        if flags & SCANNED_FLAGS:
+            self._apply_scan(scan or PropertyScan(header, flags))
 
     def _apply_scan(self, scan: PropertyScan) -> None:
         self.persistent = scan.delivery_mode == 2

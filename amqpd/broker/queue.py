@@ -249,6 +249,14 @@ class Queue:
         if ready and ready[0].expires_at is not None:
             self._arm_ttl_timer()
 
+    def sole_consumer(self) -> Consumer | None:
+        """The one consumer _next_consumer() can pick, when it has no choice to make (one consumer, or a
+        single active one); None when it round-robins or picks by priority."""
+        consumers = self.consumers
+        if len(consumers) == 1 or (consumers and self.single_active):
+            return consumers[0]
+        return None
+
     def _next_consumer(self) -> Consumer | None:
         consumers = self.consumers
         n = len(consumers)

@@ -294,17 +294,21 @@ class VirtualHost:
         """The queues a message goes to: each once, following exchange-to-exchange bindings,
         alternate exchanges and the CC/BCC headers."""
         if not msg.has_headers:
-            key = (ex.name, msg.routing_key)
-            cached = self._route_cache.get(key)
-            if cached is None:
-                cached = self._route_uncached(ex, [msg.routing_key], None)
-                if len(self._route_cache) >= ROUTE_CACHE_MAX:
-                    self._route_cache.clear()
-                self._route_cache[key] = cached
-            return cached
+            return self.route_key(ex, msg.routing_key)
         headers = msg.headers or {}
         keys = [msg.routing_key, *_string_list(headers.get("CC")), *_string_list(headers.get("BCC")), *msg.bcc]
         return self._route_uncached(ex, keys, headers)
+
+    def route_key(self, ex: Exchange, routing_key: str) -> list[Queue]:
+        """The queues a message without headers goes to (cached; callers must not change the list)."""
+        key = (ex.name, routing_key)
+        cached = self._route_cache.get(key)
+        if cached is None:
+            cached = self._route_uncached(ex, [routing_key], None)
+            if len(self._route_cache) >= ROUTE_CACHE_MAX:
+                self._route_cache.clear()
+            self._route_cache[key] = cached
+        return cached
 
     def _route_uncached(self, ex: Exchange, keys: list[str], headers: dict | None) -> list[Queue]:
         found: dict[Queue, None] = {}

@@ -17,6 +17,7 @@ _NACK_PREFIX = b"\x00\x3c\x00\x78"
 _RETURN_PREFIX = b"\x00\x3c\x00\x32"
 
 _tag_bits = struct.Struct(">QB")
+_u64 = struct.Struct(">Q")
 _header_fields = struct.Struct(">HHQH")
 _frame_head = struct.Struct(">BHI")
 _u32 = struct.Struct(">I")
@@ -97,6 +98,23 @@ def encode_delivery(
     ]
     if body:
         parts += (pack(3, channel, len(body)), body, b"\xce")
+    return b"".join(parts)
+
+
+def encode_deliveries(
+    channel: int, ctag: bytes, first_tag: int, route: bytes, header: bytes, bodies: list[bytes]
+) -> bytes:
+    """encode_delivery of each body in turn, tags from first_tag on, not redelivered, joined: the deliveries of
+    a run of messages that differ only by body (all of one size, at most frame_max - 8)."""
+    pack = _frame_head.pack
+    head = pack(1, channel, 13 + len(ctag) + len(route)) + _DELIVER_PREFIX + ctag
+    # redelivered=0, the route, then the header frame and the body frame's own header: the same for all
+    mid = b"".join((b"\x00", route, b"\xce", pack(2, channel, len(header)), header, b"\xce",
+                    pack(3, channel, len(bodies[0]))))
+    tag = _u64.pack
+    parts: list[bytes] = []
+    for t, body in enumerate(bodies, first_tag):
+        parts += (head, tag(t), mid, body, b"\xce")
     return b"".join(parts)
 
 

@@ -20,6 +20,9 @@ Frame = tuple[int, int, bytes]  # (frame type, channel, payload)
 
 
 PUBLISH = -1  # pseudo frame type: a whole basic.publish, its header and its single body frame, as one item
+# Pseudo frame type: back-to-back whole publishes on one channel whose method frame, header frame and body
+# frame header are byte-identical (same destination, properties and body size): (method, header, [bodies]).
+PUBLISH_RUN = -2
 _u32 = struct.Struct(">I")
 _u64 = struct.Struct(">Q")
 _BASIC_PUBLISH = (60 << 16) | 40
@@ -39,40 +42,52 @@ class FrameReader:
 
     A basic.publish whose header and body frames are all buffered comes out as one PUBLISH item
     with the payload triple: the per-message path then takes one step instead of three (the
-    frames are checked exactly as they would be one by one)."""
+    frames are checked exactly as they would be one by one). Publishes that repeat the one before
+    them byte for byte up to the body join it in one PUBLISH_RUN item, so that the broker can route
+    the run once."""
 
-    __slots__ = ("_buf", "frame_max")
+    __slots__ = ("_buf", "_need", "frame_max")
 
     def __init__(self, frame_max: int) -> None:
         self._buf = bytearray()
+        self._need = 0  # bytes the buffer must hold before the next frame can be complete
         self.frame_max = frame_max
 
     def feed(self, data: bytes) -> list[tuple[int, int, Any]]:
-        buf = self._buf
-        buf += data
+        held = self._buf
+        held += data
+        n = len(held)
+        if n < self._need:  # the rest of a large frame: don't copy the buffer once per read
+            return []
+        # One copy of the buffer per read: a slice of bytes is then one object, where a bytearray slice
+        # made into bytes is two.
+        buf = bytes(held)
         frames: list[tuple[int, int, Any]] = []
-        pos, n = 0, len(buf)
+        pos = need = 0
         try:
             while n - pos >= 7:
                 ftype, channel, size = _unpack_header(buf, pos)
                 end = self._frame_end(buf, pos, size, n)
                 if end < 0:
+                    need = size + 8
                     break
                 if ftype == FRAME_METHOD and size >= 4 and _u32.unpack_from(buf, pos + 7)[0] == _BASIC_PUBLISH:
                     after = self._whole_publish(buf, channel, pos, end, n, frames)
                     if after:
                         pos = after
                         continue
-                frames.append((ftype, channel, bytes(buf[pos + 7 : end])))
+                frames.append((ftype, channel, buf[pos + 7 : end]))
                 pos = end + 1
         except errors.AMQPError as exc:
-            buf.clear()
+            held.clear()
+            self._need = 0
             raise BrokenStream(exc, frames) from None
         if pos:
-            del buf[:pos]
+            del held[:pos]
+        self._need = need
         return frames
 
-    def _frame_end(self, buf: bytearray, pos: int, size: int, n: int) -> int:
+    def _frame_end(self, buf: bytes, pos: int, size: int, n: int) -> int:
         """Index of the frame-end byte, -1 when the frame is not all here; errors from the header alone."""
         # RabbitMQ allows a payload of up to frame_max (it adds the 8 bytes of framing as slack).
         if self.frame_max and size > self.frame_max:
@@ -84,7 +99,7 @@ class FrameReader:
             raise errors.frame_error(f"invalid frame end byte {buf[end]:#x}")
         return end
 
-    def _whole_publish(self, buf: bytearray, channel: int, pos: int, end: int, n: int, frames: list) -> int:
+    def _whole_publish(self, buf: bytes, channel: int, pos: int, end: int, n: int, frames: list) -> int:
         """Take publish + header + one body frame as one item; 0 when they are not all buffered
         (or anything is unusual: the frame-by-frame path then reports it)."""
         h = end + 1
@@ -98,7 +113,7 @@ class FrameReader:
             return 0
         body_size = _u64.unpack_from(buf, h + 11)[0]
         if body_size == 0:
-            frames.append((PUBLISH, channel, (bytes(buf[pos + 7 : end]), bytes(buf[h + 7 : hend]), b"")))
+            frames.append((PUBLISH, channel, (buf[pos + 7 : end], buf[h + 7 : hend], b"")))
             return hend + 1
         b = hend + 1
         if n - b < 7:
@@ -109,13 +124,38 @@ class FrameReader:
             return 0
         if self.frame_max and bsize > self.frame_max:
             return 0
-        triple = (bytes(buf[pos + 7 : end]), bytes(buf[h + 7 : hend]), bytes(buf[b + 7 : bend]))
-        frames.append((PUBLISH, channel, triple))
-        return bend + 1
+        method, header, body = buf[pos + 7 : end], buf[h + 7 : hend], buf[b + 7 : bend]
+        after = bend + 1
+        unit = after - pos
+        # Cheap test first: the next publish's header and method payloads, where they would be if it repeats
+        # this one (publishers with per-message properties never do: no prefix slice for them).
+        if n - after < unit or not (buf.startswith(header, after + h - pos + 7) and buf.startswith(method, after + 7)):
+            frames.append((PUBLISH, channel, (method, header, body)))
+            return after
+        bodies, after = _repeats(buf, buf[pos : b + 7], unit, after, n)
+        if bodies:
+            bodies.insert(0, body)
+            frames.append((PUBLISH_RUN, channel, (method, header, bodies)))
+        else:
+            frames.append((PUBLISH, channel, (method, header, body)))
+        return after
 
     @property
     def buffered(self) -> int:
         return len(self._buf)
+
+
+def _repeats(buf: bytes, prefix: bytes, unit: int, pos: int, n: int) -> tuple[list[bytes], int]:
+    """Bodies of the whole publishes from pos on whose frames up to the body are `prefix` (so every check
+    made on the first holds for them too), and where they end. Anything else ends the run; the frame
+    loop then reads it (and reports it, if it is broken)."""
+    bodies: list[bytes] = []
+    skip = len(prefix)
+    startswith = buf.startswith
+    while n - pos >= unit and startswith(prefix, pos) and buf[pos + unit - 1] == FRAME_END:
+        bodies.append(buf[pos + skip : pos + unit - 1])
+        pos += unit
+    return bodies, pos
 
 
 def frame(ftype: int, channel: int, payload: bytes) -> bytes:

@@ -231,3 +231,33 @@ def test_whole_delivery_is_what_pamqp_writes(
     expected += [frame.marshal(body.ContentBody(data[i : i + step]), ch) for i in range(0, len(data), step)]
     got = encode_delivery(ch, shortstr(ctag), tag, redelivered, route(ex, rk), hdr, data, frame_max)
     assert got == b"".join(expected)
+
+
+@FEW
+@given(
+    CHANNEL,
+    NAME,
+    st.integers(1, 2**63 - 100),
+    NAME,
+    NAME,
+    properties,
+    st.integers(1, 4000),
+    st.lists(st.integers(0, 255), min_size=1, max_size=6),
+)
+def test_deliveries_of_a_run_are_each_delivery_in_turn(
+    ch: int,
+    ctag: str,
+    first: int,
+    ex: str,
+    rk: str,
+    props: commands.Basic.Properties,
+    size: int,
+    fills: list[int],
+) -> None:
+    bodies = [bytes([f]) * size for f in fills]
+    hdr = header_payload(size, props)
+    expected = b"".join(
+        fastpath.encode_delivery(ch, shortstr(ctag), first + i, False, route(ex, rk), hdr, b, 131072)
+        for i, b in enumerate(bodies)
+    )
+    assert fastpath.encode_deliveries(ch, shortstr(ctag), first, route(ex, rk), hdr, bodies) == expected

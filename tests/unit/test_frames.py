@@ -15,7 +15,9 @@ from amqpd.protocol.frames import frame as make_frame
 Frame = tuple[int, int, bytes]
 # The reader may hand a fully buffered publish + header + body over as one pseudo-frame (the straight-line
 # path); what a user cares about is that the same frames come out, so tests expand it back.
+# Publishes that differ only by body may come as one PUBLISH_RUN item (method, header, [bodies]).
 PUBLISH = getattr(frames_module, "PUBLISH", None)
+PUBLISH_RUN = getattr(frames_module, "PUBLISH_RUN", None)
 
 
 def expand(items: list) -> list[Frame]:
@@ -26,6 +28,10 @@ def expand(items: list) -> list[Frame]:
             out += [(1, channel, method), (2, channel, hdr)]
             if body_:
                 out.append((3, channel, body_))
+        elif PUBLISH_RUN is not None and ftype == PUBLISH_RUN:
+            method, hdr, bodies = payload
+            for body_ in bodies:
+                out += [(1, channel, method), (2, channel, hdr), (3, channel, body_)]
         else:
             out.append((ftype, channel, payload))
     return out
@@ -44,7 +50,12 @@ def publish_unit(channel: int, payload: bytes, pieces: int) -> list[Frame]:
 
 raw_frame = st.tuples(st.sampled_from([1, 2, 3, 8]), st.integers(0, 65535), st.binary(max_size=300)).map(lambda f: [f])
 publish = st.builds(publish_unit, st.integers(1, 3), st.binary(max_size=200), st.integers(1, 3))
-frames_strategy = st.lists(st.one_of(raw_frame, publish), max_size=10).map(lambda units: sum(units, []))
+# Back-to-back publishes that differ only by body, as a publisher in a loop sends them (a PUBLISH_RUN)
+same_shape = st.builds(
+    lambda channel, size, fills: sum((publish_unit(channel, bytes([f]) * size, 1) for f in fills), []),
+    st.integers(1, 2), st.integers(1, 40), st.lists(st.integers(0, 255), min_size=1, max_size=5),
+)
+frames_strategy = st.lists(st.one_of(raw_frame, publish, same_shape), max_size=10).map(lambda units: sum(units, []))
 
 
 def stream_of(frames: list[Frame]) -> bytes:
@@ -62,6 +73,32 @@ def test_any_chunking_of_a_stream_yields_the_same_frames(frames: list[Frame], cu
         got += reader.feed(data[start:end])
     assert expand(got) == frames
     assert reader.buffered == 0
+
+
+def test_publishes_differing_only_by_body_come_out_as_one_run() -> None:
+    bodies = [bytes([i]) * 10 for i in range(5)]
+    data = stream_of(sum((publish_unit(1, b, 1) for b in bodies), []))
+    [(ftype, channel, (method, hdr, got))] = FrameReader(4096).feed(data)
+    assert (ftype, channel, got) == (PUBLISH_RUN, 1, bodies)
+    first = publish_unit(1, bodies[0], 1)
+    assert (method, hdr) == (first[0][2], first[1][2])
+
+
+def test_a_run_ends_where_the_next_publish_differs() -> None:
+    units = [publish_unit(1, b"a" * 10, 1), publish_unit(1, b"b" * 10, 1), publish_unit(1, b"c" * 11, 1),
+             publish_unit(2, b"d" * 11, 1)]
+    items = FrameReader(4096).feed(stream_of(sum(units, [])))
+    assert [(t, c) for t, c, _ in items] == [(PUBLISH_RUN, 1), (PUBLISH, 1), (PUBLISH, 2)]
+    assert expand(items) == sum(units, [])
+
+
+def test_a_broken_frame_end_inside_a_run_is_a_frame_error_after_the_good_publishes() -> None:
+    good = stream_of(publish_unit(1, b"a" * 10, 1) * 2)
+    bad = bytearray(stream_of(publish_unit(1, b"b" * 10, 1)))
+    bad[-1] = 0
+    error, items = stream_error(FrameReader(4096), good + bytes(bad))
+    assert error.code == 501
+    assert expand(items) == publish_unit(1, b"a" * 10, 1) * 2 + publish_unit(1, b"b" * 10, 1)[:2]
 
 
 def stream_error(reader: FrameReader, data: bytes) -> tuple[errors.AMQPError, list]:

@@ -1,0 +1,222 @@
+"""Publishes that differ only by body, back to back in one read (a publisher in a loop), may be routed once and
+delivered in one pass. Whatever the exchange, queue, consumer and channel features in play, the clients must see
+exactly the bytes they see when the same publishes arrive one per read, and the queue must end up the same."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from fakes import FakeTransport, decode_frames, messages, new_broker, publish_frames
+from pamqp import commands, frame
+
+from amqpd.broker.broker import Broker
+from amqpd.broker.channel import Channel
+from amqpd.broker.session import Session
+from amqpd.config import Settings
+
+PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
+BODIES = [bytes([65 + i]) * 100 for i in range(5)]
+
+
+def bodies(size: int) -> list[bytes]:
+    return [bytes([65 + i]) * size for i in range(5)]
+
+
+class Conn:
+    """One client connection: bytes in, what the broker wrote back out."""
+
+    def __init__(self, broker: Broker, frame_max: int = 131072) -> None:
+        self.session = Session(broker, FakeTransport(), "test")
+        self.session.feed(PROTOCOL_HEADER)
+        for method in (
+            commands.Connection.StartOk({"capabilities": {}}, "PLAIN", "\0guest\0guest", "en_US"),
+            commands.Connection.TuneOk(2047, frame_max, 0),
+            commands.Connection.Open("/"),
+        ):
+            self.session.feed(frame.marshal(method, 0))
+        self.session.feed(frame.marshal(commands.Channel.Open(), 1))
+        self.session.take_output()
+
+    def send(self, data: bytes) -> None:
+        self.session.feed(data)
+
+
+class FakeStore:
+    """Just enough of store.MessageStore for durable queues and persistent messages (nothing is ever synced)."""
+
+    def __init__(self) -> None:
+        self.appended: list[tuple[bytes, list[int]]] = []
+        self.acked: list[tuple[int, int]] = []
+
+    def put_queue(self, vhost: str, name: str, auto_delete: bool, arguments: dict) -> int:
+        return 1
+
+    def put_exchange(self, *args: Any) -> None:
+        pass
+
+    def put_binding(self, *args: Any) -> None:
+        pass
+
+    def append(self, record: Any, queue_ids: list[int], on_durable: Any = None) -> int:
+        self.appended.append((record.body, list(queue_ids)))
+        return len(self.appended) - 1
+
+    def ack(self, queue_id: int, offset: int) -> None:
+        self.acked.append((queue_id, offset))
+
+
+@dataclass
+class Case:
+    fast: bool  # whether the one-pass delivery should be taken
+    setup: list[tuple[str, Any]] = field(default_factory=list)  # ("pub" | "con", pamqp method)
+    exchange: str = ""
+    routing_key: str = "q"
+    mandatory: bool = False
+    properties: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
+    consumer_frame_max: int = 131072
+    durable_store: bool = False
+    before: Callable[[Conn, Conn], None] | None = None  # last-moment changes (flow control)
+    method: bytes | None = None  # a publish method payload to use instead of the one built from the fields
+    size: int = 100  # of each body
+
+
+def declare(name: str = "q", **kwargs: Any) -> tuple[str, Any]:
+    return ("pub", commands.Queue.Declare(queue=name, **kwargs))
+
+
+def exchange(name: str, kind: str, **kwargs: Any) -> tuple[str, Any]:
+    return ("pub", commands.Exchange.Declare(exchange=name, exchange_type=kind, **kwargs))
+
+
+def consume(tag: str = "c", queue: str = "q", no_ack: bool = True, **kwargs: Any) -> tuple[str, Any]:
+    return ("con", commands.Basic.Consume(queue=queue, consumer_tag=tag, no_ack=no_ack, **kwargs))
+
+
+CASES: dict[str, Case] = {
+    "plain no-ack consumer": Case(True, [declare(), consume()]),
+    "mandatory, routed": Case(True, [declare(), consume()], mandatory=True),
+    "persistent to a transient queue": Case(True, [declare(), consume()], properties={"delivery_mode": 2}),
+    "properties forwarded as sent": Case(
+        True, [declare(), consume()], properties={"content_type": "text/plain", "message_id": "m", "app_id": "a"}
+    ),
+    "priority queue, empty": Case(True, [declare(arguments={"x-max-priority": 5}), consume()],
+                                  properties={"priority": 3}),
+    "single active consumer": Case(
+        True, [declare(arguments={"x-single-active-consumer": True}), consume("c1"), consume("c2")]
+    ),
+    "through an alternate exchange": Case(
+        True,
+        [exchange("x", "direct", arguments={"alternate-exchange": "ae"}), exchange("ae", "fanout"), declare(),
+         ("pub", commands.Queue.Bind(queue="q", exchange="ae", routing_key="")), consume()],
+        exchange="x", routing_key="nowhere",
+    ),
+    "unroutable, mandatory": Case(False, [], routing_key="nowhere", mandatory=True),
+    "unroutable": Case(False, [], routing_key="nowhere"),
+    "confirm mode": Case(False, [declare(), consume(), ("pub", commands.Confirm.Select())]),
+    "tx mode": Case(False, [declare(), consume(), ("pub", commands.Tx.Select())]),
+    "queue with message ttl": Case(False, [declare(arguments={"x-message-ttl": 0}), consume()]),
+    "per-message ttl": Case(False, [declare(), consume()], properties={"expiration": "0"}),
+    "max-length reject-publish": Case(
+        False, [declare(arguments={"x-max-length": 0, "x-overflow": "reject-publish"}), consume()]
+    ),
+    "max-length drop-head": Case(False, [declare(arguments={"x-max-length": 1}), consume()]),
+    "manual-ack consumer with prefetch": Case(
+        False, [declare(), ("con", commands.Basic.Qos(prefetch_count=2)), consume(no_ack=False)]
+    ),
+    "two consumers round-robin": Case(False, [declare(), consume("c1"), consume("c2")]),
+    "consumer priorities": Case(
+        False, [declare(), consume("lo", arguments={"x-priority": 1}), consume("hi", arguments={"x-priority": 5})]
+    ),
+    "no consumer": Case(False, [declare()]),
+    "consumer not writable": Case(False, [declare(), consume()], before=lambda pub, con: _unwritable(con)),
+    "CC header": Case(False, [declare(), declare("q2"), consume(), consume("c2", "q2")],
+                      properties={"headers": {"CC": ["q2"]}}),
+    "persistent to a durable queue": Case(
+        False, [declare(durable=True), consume()], properties={"delivery_mode": 2}, durable_store=True
+    ),
+    "consumer frame_max below the body": Case(False, [declare(), consume()], consumer_frame_max=4096, size=5000),
+    "missing exchange": Case(False, [declare(), consume()], exchange="missing"),
+    "internal exchange": Case(
+        False, [exchange("in", "fanout", internal=True), declare(), consume()],
+        exchange="in",
+    ),
+    "forged user_id": Case(False, [declare(), consume()], properties={"user_id": "mallory"}),
+    "reply-to without a reply consumer": Case(
+        False, [declare(), consume()], properties={"reply_to": "amq.rabbitmq.reply-to"}
+    ),
+    "over max_message_size": Case(False, [declare(), consume()], settings={"max_message_size": 50}),
+    "immediate": Case(False, [declare(), consume()], method=b"\x00\x3c\x00\x28\x00\x00\x00\x01q\x02"),
+}
+
+
+def _unwritable(con: Conn) -> None:
+    con.session.writable = False
+
+
+def publishes(case: Case, bodies: list[bytes]) -> list[bytes]:
+    out = []
+    for b in bodies:
+        data = publish_frames(1, case.exchange, case.routing_key, b, mandatory=case.mandatory, **case.properties)
+        if case.method is not None:
+            size = int.from_bytes(data[3:7], "big")
+            data = frame.marshal(commands.Basic.Qos(), 1)[:3] + len(case.method).to_bytes(4, "big") + case.method \
+                + b"\xce" + data[8 + size :]
+        out.append(data)
+    return out
+
+
+def run(case: Case, together: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[bytes, bytes, list, int]:
+    """What both clients read, with the publishes in one read or one per read; the queue afterwards;
+    how many one-pass deliveries there were."""
+    store = FakeStore() if case.durable_store else None
+    broker = Broker(Settings(**case.settings), store=store) if store else new_broker(**case.settings)
+    pub, con = Conn(broker), Conn(broker, case.consumer_frame_max)
+    for who, method in case.setup:
+        (pub if who == "pub" else con).send(frame.marshal(method, 1))
+    pub.session.take_output()
+    con.session.take_output()
+    if case.before is not None:
+        case.before(pub, con)
+    runs = []
+    original = Channel.deliver_run
+    monkeypatch.setattr(Channel, "deliver_run", lambda self, *a: (runs.append(1), original(self, *a))[1])
+    data = publishes(case, bodies(case.size))
+    if together:
+        pub.send(b"".join(data))
+    else:
+        for one in data:
+            pub.send(one)
+    queue = broker.vhosts["/"].queues.get("q")
+    left = [(e.msg.body, e.redelivered) for e in queue.ready] if queue is not None else []
+    return pub.session.take_output(), con.session.take_output(), left, len(runs)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_publishes_in_one_read_look_the_same_to_clients_as_one_per_read(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    case = CASES[name]
+    pub_one, con_one, left_one, _ = run(case, False, monkeypatch)
+    pub_all, con_all, left_all, runs = run(case, True, monkeypatch)
+    assert pub_all == pub_one
+    assert con_all == con_one
+    assert left_all == left_one
+    assert runs == (1 if case.fast else 0)
+
+
+def test_one_pass_deliveries_carry_consecutive_tags_and_each_body() -> None:
+    broker = new_broker()
+    pub, con = Conn(broker), Conn(broker)
+    pub.send(frame.marshal(commands.Queue.Declare(queue="q"), 1))
+    con.send(frame.marshal(commands.Basic.Consume(queue="q", consumer_tag="c", no_ack=True), 1))
+    con.session.take_output()
+    pub.send(publish_frames(1, "", "q", b"first"))
+    pub.send(b"".join(publish_frames(1, "", "q", b) for b in BODIES))
+    got = messages([obj for _, obj in decode_frames(con.session.take_output())])
+    assert [(d.delivery_tag, d.redelivered, d.routing_key, b) for d, b in got] == [
+        (i + 1, False, "q", b) for i, b in enumerate([b"first", *BODIES])
+    ]

@@ -47,7 +47,7 @@ class NullTransport:
 def open_session(broker: Broker) -> Session:
     s = Session(broker, NullTransport(), "micro")
     s.feed(PROTOCOL_HEADER)
-    props = {"product": "micro", "capabilities": {}}
+    props: dict[str, Any] = {"product": "micro", "capabilities": {}}
     for method in (commands.Connection.StartOk(props, "PLAIN", "\0guest\0guest", "en_US"),
                    commands.Connection.TuneOk(2047, 131072, 0), commands.Connection.Open("/"),
                    commands.Channel.Open()):

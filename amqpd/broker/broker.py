@@ -103,6 +103,18 @@ class Broker:
         self.connections: set[Any] = set()
         self.alarms: frozenset[str] = frozenset()  # resource alarms in force (server/alarms.py sets them)
         self.clock = time.monotonic()  # coarse, refreshed by the housekeeping timer: stamps deliveries cheaply
+        self.busy = False  # the loop's CPU is saturated (server/load.py): publishers to deep queues pause
+        self.throttling: set[Queue] = set()  # queues with paused publishers
+
+    def set_busy(self, busy: bool) -> None:
+        """Sampled load: when the broker has time to spare again, every paused publisher goes on. A backlog
+        then is the consumers' own pace (prefetch, slow processing), and RabbitMQ keeps accepting
+        publishes however deep it gets; pausing is only for when reading publishes starves deliveries."""
+        self.busy = busy
+        if not busy and self.throttling:
+            queues, self.throttling = self.throttling, set()
+            for q in queues:
+                q.release_publishers()
 
     def authenticate(self, user: str, password: str) -> bool:
         return user in self.users and self.users[user] == password

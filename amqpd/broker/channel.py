@@ -255,8 +255,9 @@ class Channel:
             stored = self.broker.store_message(msg, accepting, self._durable_callback(seq, on_stored))
         for q in accepting:
             q.push(msg)
-            if len(q.ready) > q.FLOW_HIGH and q.publishers_should_wait():
+            if len(q.ready) > q.FLOW_HIGH and q.consumers and self.broker.busy:
                 self.conn.throttle(q)
+                self.broker.throttling.add(q)
         if len(accepting) < len(queues):
             self._confirm(seq, False)
         elif seq and not stored:

@@ -35,17 +35,5 @@ class Consumer:
             return False
         return self.channel.can_deliver_acked()
 
-    def waits_on_socket(self) -> bool:
-        """It would take a message now if its connection's output were not backed up: the broker, not the
-        consumer's own pace (prefetch, channel.flow), is what holds messages back."""
-        ch = self.channel
-        if not ch.flow_active or ch.closing or ch.conn.writable:
-            return False
-        if self.no_ack:
-            return True
-        if self.prefetch and self.unacked >= self.prefetch:
-            return False
-        return not (ch.global_prefetch and ch.unacked_count >= ch.global_prefetch)
-
     def deliver(self, queue: Queue, entry: Entry) -> None:
         self.channel.deliver(self, queue, entry)

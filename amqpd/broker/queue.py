@@ -103,7 +103,9 @@ class Queue:
         self.expires_ms: int | None = self.arguments.get("x-expires")
         self._expiry_timer: Any = None
 
-    FLOW_HIGH = 20_000  # ready messages, with consumers waiting on their sockets, before publishers pause
+    # Ready messages, with consumers attached and the broker's CPU saturated, before publishers pause (see
+    # server/load.py); they go on when it drains to FLOW_LOW or the broker has time to spare again.
+    FLOW_HIGH = 20_000
     FLOW_LOW = 10_000
     PAGE_WINDOW = 2_000  # messages kept in memory at the head of a durable queue; the store holds the rest
     # Queues that cannot hold bare offsets (priorities, a byte limit) page out only the bodies of their deep
@@ -244,7 +246,7 @@ class Queue:
                 self.hooks.dropped(self, entry, "expired")
                 continue
             consumer.deliver(self, entry)
-        if self.throttled and (len(ready) < self.FLOW_LOW or not any(c.waits_on_socket() for c in self.consumers)):
+        if self.throttled and (len(ready) < self.FLOW_LOW or not self.consumers):
             self.release_publishers()
         if ready and ready[0].expires_at is not None:
             self._arm_ttl_timer()
@@ -283,13 +285,6 @@ class Queue:
                     self._rr_levels[priority] = (start + i + 1) % len(level)
                     return c
         return None
-
-    def publishers_should_wait(self) -> bool:
-        """Pause reading from publishers to this queue? Only while the broker is the bottleneck: the backlog
-        is deep and a consumer that has room waits for its connection's output to drain (reading more
-        publishes would take the CPU the deliveries need). A backlog behind consumers at their prefetch
-        limit is their own pace: RabbitMQ keeps accepting publishes then, and so do we."""
-        return len(self.ready) > self.FLOW_HIGH and any(c.waits_on_socket() for c in self.consumers)
 
     def release_publishers(self) -> None:
         throttled, self.throttled = self.throttled, set()

@@ -18,6 +18,7 @@ from amqpd.broker.broker import Broker
 from amqpd.config import Settings
 from amqpd.server.alarms import Alarms
 from amqpd.server.connection import AMQPServerProtocol
+from amqpd.server.load import sample_load
 
 log = logging.getLogger("amqpd")
 
@@ -57,6 +58,7 @@ async def serve(settings: Settings) -> None:
         if store is not None:
             tg.start_soon(store.run)
         tg.start_soon(Alarms(broker, settings).run)
+        tg.start_soon(sample_load, broker)
         print(f"amqpd listening on {sock[0]}:{sock[1]}", flush=True)
         log.info("accepting AMQP 0-9-1 connections on %s:%s", sock[0], sock[1])
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:

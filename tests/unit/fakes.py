@@ -70,11 +70,20 @@ class FakeConnection:
         self.user = user
         self.consumer_cancel_notify = consumer_cancel_notify
         self.writable = True
+        self.paused_by: set[str] = set()  # queues whose backlog paused reading from this client
         self.sent: list[bytes] = []
         self.confirm_channels: list[Channel] = []
 
     def send(self, data: bytes) -> None:
         self.sent.append(bytes(data))
+
+    def throttle(self, queue: Any) -> None:
+        """Stop reading from this client (the session pauses its transport); unthrottle resumes."""
+        queue.throttled.add(self)
+        self.paused_by.add(queue.name)
+
+    def unthrottle(self, queue: Any) -> None:
+        self.paused_by.discard(queue.name)
 
     def confirms_pending(self, channel: Channel) -> None:
         if channel not in self.confirm_channels:

@@ -82,41 +82,18 @@ class DamagedFrame(Exception):
 def read_payload(fd: int, index: SegmentIndex, offset: int) -> bytes | None:
     """The payload of record `offset`, walking from the nearest index entry; None if the segment does not
     hold it. Raises DamagedFrame if a frame on the way fails its checks (the caller may scan instead)."""
-    entry = index.floor(offset)
-    pos = entry[1] if entry is not None else FILE_HEADER_SIZE
-    expected_first = entry[0] if entry is not None else None
-    block, block_start = b"", pos
-    while True:
-        rel = pos - block_start
-        if rel + HEADER_SIZE > len(block):
-            block, block_start, rel = os.pread(fd, READ_BLOCK, pos), pos, 0
-            if len(block) < HEADER_SIZE:
-                return None
-        length, sequence, payload_hash, check = HEADER.unpack_from(block, rel)
-        if xxh32_intdigest(block[rel : rel + 20]) != check:
-            raise DamagedFrame(f"bad frame header at {pos} while looking for {offset}")
-        if expected_first is not None and sequence != expected_first:
-            raise DamagedFrame(f"index entry for {expected_first} points at record {sequence}")
-        expected_first = None
-        if sequence > offset:
-            return None  # offsets may have gaps: this one is not here
-        if sequence == offset:
-            start = rel + HEADER_SIZE
-            payload = block[start : start + length]
-            if len(payload) < length:
-                payload = os.pread(fd, length, pos + HEADER_SIZE)
-            if xxh3_64_intdigest(payload) != payload_hash:
-                raise DamagedFrame(f"record {offset} fails its checksum")
-            return payload
-        pos += HEADER_SIZE + length
+    return read_payloads(fd, index, [offset], READ_BLOCK)[0]
 
 
 READ_RUN_BLOCK = 1 << 20
 
 
-def read_payloads(fd: int, index: SegmentIndex, offsets: list[int]) -> list[bytes | None]:
+def read_payloads(
+    fd: int, index: SegmentIndex, offsets: list[int], block_size: int = READ_RUN_BLOCK
+) -> list[bytes | None]:
     """Payloads of ascending `offsets` of one segment in one forward walk from the index entry before the
-    first (None for an offset the segment does not hold). Raises DamagedFrame as read_payload does."""
+    first (None for an offset the segment does not hold), reading `block_size` bytes at a time. Raises
+    DamagedFrame if a frame on the way fails its checks (the caller may scan instead)."""
     found: list[bytes | None] = []
     entry = index.floor(offsets[0])
     pos = entry[1] if entry is not None else FILE_HEADER_SIZE
@@ -127,7 +104,7 @@ def read_payloads(fd: int, index: SegmentIndex, offsets: list[int]) -> list[byte
     while True:
         rel = pos - block_start
         if rel + HEADER_SIZE > len(block):
-            block, block_start, rel = os.pread(fd, READ_RUN_BLOCK, pos), pos, 0
+            block, block_start, rel = os.pread(fd, block_size, pos), pos, 0
             if len(block) < HEADER_SIZE:
                 break  # end of file: the rest are not here
         length, sequence, payload_hash, check = HEADER.unpack_from(block, rel)

@@ -6,6 +6,7 @@ import logging
 import struct
 from typing import Any
 
+from amqpd.broker.backlog import Backlog
 from amqpd.broker.exchanges import make_exchange
 from amqpd.broker.message import Message
 from amqpd.broker.queue import Queue
@@ -13,7 +14,6 @@ from amqpd.protocol.fastpath import shortstr
 from amqpd.protocol.properties import shared_header
 
 log = logging.getLogger("amqpd.recovery")
-READ_BATCH = 2_000
 _ROUTES: dict[tuple[str, str], bytes] = {}
 _ROUTES_MAX = 4096
 
@@ -63,16 +63,13 @@ def _restore_messages(broker: Any, q: Queue, entry: Any, crashed: bool) -> int:
         if offsets:
             q.adopt_backlog(offsets, flagged)
         return count
-    for start in range(0, len(entry.unloaded), READ_BATCH):
-        batch = entry.unloaded[start : start + READ_BATCH]
-        for offset, record in zip(batch, broker.store.read_many(batch), strict=True):
-            if record is None:
-                log.error("%s: recovered message %d could not be read back and was dropped", q, offset)
-                broker.store.purge(q.store_id, [offset])
+    for start in range(0, len(entry.unloaded), Backlog.BATCH):
+        batch = entry.unloaded[start : start + Backlog.BATCH]
+        for offset, msg in zip(batch, q.hooks.load(q, batch), strict=True):  # drops (and logs) unreadable ones
+            if msg is None:
                 count -= 1
                 continue
-            redelivered = crashed or offset in entry.unloaded_delivered
-            q.push(message_from_record(record, offset), redelivered, record.timestamp_ms)
+            q.push(msg, crashed or offset in entry.unloaded_delivered, msg.timestamp_ms)
     for rm in entry.messages:
         q.push(message_from_record(rm.record, rm.offset), rm.redelivered or crashed, rm.record.timestamp_ms)
     return count

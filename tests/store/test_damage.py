@@ -54,6 +54,21 @@ def frames(segment: Path) -> list[tuple[int, int, int]]:
     ]
 
 
+def flip_byte(segment: Path, where: int) -> None:
+    with open(segment, "r+b") as f:
+        f.seek(where)
+        byte = f.read(1)[0]
+        f.seek(where)
+        f.write(bytes([byte ^ 0x5A]))
+
+
+def delete_second_segment(path: Path) -> tuple[int, int]:
+    """Delete the store's second segment file; (its base offset, the next segment's)."""
+    segments = sorted((path / "segments").glob("*.seg"))
+    segments[1].unlink()
+    return int(segments[1].stem), int(segments[2].stem)
+
+
 def only_segment(path: Path) -> Path:
     (segment,) = (path / "segments").glob("*.seg")
     return segment
@@ -109,11 +124,7 @@ async def test_a_flipped_byte_loses_only_the_record_it_hits(tmp_path: Path, clea
         where = start + rng.choice([0, 4, 12, 20, HEADER_SIZE + 3, rng.randrange(end - start)])
         work = tmp_path / f"trial{trial}"
         shutil.copytree(pristine, work)
-        with open(only_segment(work), "r+b") as f:
-            f.seek(where)
-            byte = f.read(1)[0]
-            f.seek(where)
-            f.write(bytes([byte ^ 0x5A]))
+        flip_byte(only_segment(work), where)
         store, recovered = await recover(work)
         assert recovered_offsets(recovered) == offsets[:k] + offsets[k + 1 :], f"record {k}, byte {where}"
         assert recovered.stats["corrupt_records_skipped"] == 1
@@ -219,11 +230,8 @@ async def test_a_segment_from_a_newer_format_is_refused(tmp_path: Path) -> None:
 
 async def test_a_deleted_segment_file_is_reported_missing_with_its_records(tmp_path: Path) -> None:
     offsets = await build(tmp_path, clean_close=True, segment_size=2048)
-    segments = sorted((tmp_path / "segments").glob("*.seg"))
-    gone = segments[1]
-    gone.unlink()
+    gone_base, next_base = delete_second_segment(tmp_path)
     store, recovered = await recover(tmp_path, segment_size=2048)
-    gone_base, next_base = int(gone.stem), int(segments[2].stem)
     assert recovered_offsets(recovered) == [o for o in offsets if not gone_base <= o < next_base]
     assert recovered.stats["segments_missing"] == 1
     assert recovered.stats["lost_records"] == next_base - gone_base

@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from test_damage import N, build, frames, only_segment, record
+from test_damage import N, build, delete_second_segment, flip_byte, frames, only_segment, record
 
 from store import MessageStore, Recovered
 
@@ -105,11 +105,7 @@ async def test_a_flipped_byte_shows_as_one_unreadable_record(tmp_path: Path) -> 
         where = start + rng.choice([0, 12, 20, rng.randrange(end - start)])
         work = tmp_path / f"trial{trial}"
         shutil.copytree(pristine, work)
-        with open(only_segment(work), "r+b") as f:
-            f.seek(where)
-            byte = f.read(1)[0]
-            f.seek(where)
-            f.write(bytes([byte ^ 0x5A]))
+        flip_byte(only_segment(work), where)
         store, recovered = await lazy(work)
         assert held(recovered) == offsets  # not read at open: the damage is not known yet
         got = store.read_many(offsets)
@@ -120,11 +116,8 @@ async def test_a_flipped_byte_shows_as_one_unreadable_record(tmp_path: Path) -> 
 
 async def test_a_deleted_segment_loses_its_records_at_open(tmp_path: Path) -> None:
     offsets = await build(tmp_path, clean_close=True, segment_size=2048)
-    segments = sorted((tmp_path / "segments").glob("*.seg"))
-    gone = segments[1]
-    gone.unlink()
+    gone_base, next_base = delete_second_segment(tmp_path)
     store, recovered = await lazy(tmp_path, segment_size=2048)
-    gone_base, next_base = int(gone.stem), int(segments[2].stem)
     assert held(recovered) == [o for o in offsets if not gone_base <= o < next_base]
     assert recovered.stats["lost_records"] == next_base - gone_base
     await store.close()

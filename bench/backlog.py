@@ -24,7 +24,10 @@ def run_backlog(target: Target, opts: Options, queue: str, depth: Callable[[], i
     baseline = _rss(target.pid)
     shares = [n // PUBLISHERS + (1 if i < n % PUBLISHERS else 0) for i in range(PUBLISHERS)]
     pubs: list[Spec] = [
-        PublisherSpec(target.url, "", (queue,), persistent=True, confirm_window=CONFIRM_WINDOW, limit=share)
+        PublisherSpec(
+            target.url, "", (queue,), persistent=True, confirm_window=CONFIRM_WINDOW, limit=share,
+            app_properties=opts.app_properties,
+        )
         for share in shares
         if share
     ]

@@ -26,7 +26,11 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    p.add_argument("scenarios", nargs="*", metavar="SCENARIO", help="S1…S6, SAT (default: S1…S6)")
+    p.add_argument(
+        "scenarios", nargs="*", metavar="SCENARIO",
+        help="S1…S6 (each message with its own properties), S1EQ…S6EQ (equal properties), SAT "
+        "(default: S1…S6, S1EQ, S2EQ, S3EQ, S6EQ)",
+    )
     p.add_argument("--rounds", type=int, default=3, help="runs per scenario and target (median reported)")
     p.add_argument("--duration", type=float, default=10.0, help="measured seconds per steady-state scenario")
     p.add_argument("--warmup", type=float, default=2.0, help="seconds of load before measuring")

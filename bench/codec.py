@@ -101,6 +101,102 @@ class StampedPublish:
         return self.prefix + STAMP.pack(stamp_ns) + self.suffix
 
 
+# Application properties (AppPublish): basic properties flag bits, in the order their values are encoded.
+_CONTENT_TYPE_FLAG, _HEADERS_FLAG, _CORRELATION_ID_FLAG = 0x8000, 0x2000, 0x0400
+_MESSAGE_ID_FLAG, _TIMESTAMP_FLAG = 0x0080, 0x0040
+APP_CONTENT_TYPE = "application/json"
+APP_HEADER = "x-request-id"
+SEQ_DIGITS = 16  # width of the per-message number in message_id, correlation_id and the header
+
+
+class _AppTemplate:
+    """One message to one routing key with its variable fields left blank, and where each blank is."""
+
+    def __init__(
+        self, channel: int, exchange: str, routing_key: str, body_size: int, frame_max: int,
+        delivery_mode: int | None, tag: str,
+    ) -> None:
+        blank = b"0" * SEQ_DIGITS
+        flags = _CONTENT_TYPE_FLAG | _HEADERS_FLAG | _CORRELATION_ID_FLAG | _MESSAGE_ID_FLAG | _TIMESTAMP_FLAG
+        if delivery_mode is not None:
+            flags |= _DELIVERY_MODE_FLAG
+        method = publish_method(channel, exchange, routing_key)
+        props = bytearray(struct.pack(">HHQH", BASIC_CLASS, 0, body_size, flags))
+        blanks: list[int] = []  # where each SEQ_DIGITS blank starts, relative to the header payload
+
+        def with_blank(prefix: bytes) -> bytes:
+            blanks.append(len(props) + len(prefix))
+            return prefix + blank
+
+        props += _shortstr(APP_CONTENT_TYPE)
+        key = APP_HEADER.encode()
+        rid_len = len(f"req-{tag}-") + SEQ_DIGITS
+        props += _U32.pack(1 + len(key) + 1 + 4 + rid_len) + bytes([len(key)]) + key + b"S" + _U32.pack(rid_len)
+        props += with_blank(f"req-{tag}-".encode())
+        if delivery_mode is not None:
+            props.append(delivery_mode)
+        props.append(len(f"corr-{tag}-") + SEQ_DIGITS)
+        props += with_blank(f"corr-{tag}-".encode())
+        props.append(len(f"msg-{tag}-") + SEQ_DIGITS)
+        props += with_blank(f"msg-{tag}-".encode())
+        timestamp_at = len(props)
+        props += _U64.pack(0)
+        header = frame(FRAME_HEADER, channel, bytes(props))
+        base = len(method) + 7  # header payload starts after the method frame and the 7-byte frame header
+        self.raw = method + header + body_frames(channel, bytes(body_size), frame_max)
+        self.seq_at = (base + blanks[0], base + blanks[1], base + blanks[2])
+        self.timestamp_at = base + timestamp_at
+        self.body_at = len(method) + len(header) + 7 if body_size else -1
+
+
+class AppPublish:
+    """Publishes as applications send them (Celery, aio-pika, Spring): every message carries its own
+    message_id, correlation_id and `x-request-id` header, a timestamp and a content_type, so no two messages have
+    equal property bytes. A batch is the templates repeated with the blanks written in place: about one
+    formatted number and four slice writes per message, far below the broker's cost."""
+
+    def __init__(
+        self, channel: int, exchange: str, routing_keys: tuple[str, ...], body_size: int,
+        frame_max: int = 131072, delivery_mode: int | None = None, tag: str = "0",
+    ) -> None:
+        self.templates = [
+            _AppTemplate(channel, exchange, k, body_size, frame_max, delivery_mode, tag) for k in routing_keys
+        ]
+        self.seq = 0  # the last number used
+        self._layouts: dict[int, tuple[bytes, list[tuple[int, int, int, int, int]]]] = {}
+
+    def _layout(self, count: int) -> tuple[bytes, list[tuple[int, int, int, int, int]]]:
+        """The joined templates of a batch of `count` (routing keys in rotation) and each message's blanks."""
+        if count not in self._layouts:
+            parts, spots, pos = [], [], 0
+            for i in range(count):
+                t = self.templates[i % len(self.templates)]
+                a, b, c = t.seq_at
+                spots.append((pos + a, pos + b, pos + c, pos + t.timestamp_at, pos + t.body_at))
+                parts.append(t.raw)
+                pos += len(t.raw)
+            self._layouts[count] = (b"".join(parts), spots)
+        return self._layouts[count]
+
+    def batch(self, count: int, now_s: int, stamp_ns: int | None = None) -> bytes:
+        """`count` messages numbered from the next seq, stamped `now_s` (AMQP timestamps are seconds); with
+        `stamp_ns`, each body starts with it (S5's latency stamp)."""
+        raw, spots = self._layout(count)
+        buf = bytearray(raw)
+        seq, u64_into = self.seq, _U64.pack_into
+        for a, b, c, ts, body_at in spots:
+            seq += 1
+            digits = b"%016d" % seq
+            buf[a : a + SEQ_DIGITS] = digits
+            buf[b : b + SEQ_DIGITS] = digits
+            buf[c : c + SEQ_DIGITS] = digits
+            u64_into(buf, ts, now_s)
+            if stamp_ns is not None:
+                u64_into(buf, body_at, stamp_ns)
+        self.seq = seq
+        return bytes(buf)
+
+
 @dataclass
 class ScanResult:
     """What one feed() found; lists are empty when the frames were not of that kind."""

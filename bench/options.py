@@ -12,3 +12,6 @@ class Options:
     backlog: int = 1_000_000  # S4 message count
     s5_rate: float = 2000.0
     backlog_timeout: float = 900.0  # upper bound for each S4 phase
+    # Publishers set their own message_id, correlation_id, timestamp and a header on every message, as
+    # applications do (the headline); False for the equal-properties rows (scenario names ending in "EQ").
+    app_properties: bool = True

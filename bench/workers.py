@@ -18,7 +18,15 @@ from typing import Any
 
 from pamqp import commands
 
-from bench.codec import ConfirmTracker, FrameScanner, ScanResult, StampedPublish, basic_ack, publish_frames
+from bench.codec import (
+    AppPublish,
+    ConfirmTracker,
+    FrameScanner,
+    ScanResult,
+    StampedPublish,
+    basic_ack,
+    publish_frames,
+)
 from bench.wire import RawConnection
 
 # Phases written by the parent into ctl[0]
@@ -44,6 +52,9 @@ class PublisherSpec:
     rate: float = 0.0  # msg/s; 0: as fast as the broker takes them
     limit: int = 0  # stop after this many messages (0: until STOP)
     batch: int = 100  # messages per sendall when unthrottled
+    # Each message with its own message_id, correlation_id, timestamp, content_type and header, as applications
+    # publish (codec.AppPublish); False: the same property bytes on every message.
+    app_properties: bool = True
 
 
 @dataclass(frozen=True)
@@ -120,6 +131,14 @@ class Publisher:
             self.conn.rpc(1, commands.Confirm.Select(), commands.Confirm.SelectOk)
         self.sock: socket.socket = self.conn.sock  # type: ignore[assignment]
         self.frames = [self._message(k) for k in spec.routing_keys]
+        self.app = (
+            AppPublish(
+                1, spec.exchange, spec.routing_keys, spec.body_size, self.conn.frame_max,
+                2 if spec.persistent else None, f"{os.getpid():x}",
+            )
+            if spec.app_properties
+            else None
+        )
         self.readable = select.poll()
         self.readable.register(self.sock, select.POLLIN)
         self.scanner = FrameScanner()
@@ -149,6 +168,8 @@ class Publisher:
 
     def _batch(self, count: int) -> bytes:
         # Routing keys cycle inside the batch so a topic exchange sees all of them in equal measure.
+        if self.app is not None:
+            return self.app.batch(count, int(time.time()))
         frames = self.frames
         if len(frames) == 1:
             return frames[0] * count
@@ -172,6 +193,8 @@ class Publisher:
         batch = self._batch(batch_size)
         limit = self.spec.limit or 1 << 62
         while self.stats.phase() != STOP and self.tracker.published < limit:
+            if self.app is not None:
+                batch = self._batch(batch_size)  # new ids every time; equal properties reuse one batch
             self._send(batch)
             self.tracker.published += batch_size
             self._poll_broker()
@@ -238,7 +261,10 @@ class Publisher:
             now = time.monotonic_ns()
             due = min(int((now - start) / interval) + 1 - sent, 50)
             if due > 0:
-                self._send(b"".join(tpl.encode(now) for _ in range(due)))
+                if self.app is not None:
+                    self._send(self.app.batch(due, int(time.time()), stamp_ns=now))
+                else:
+                    self._send(b"".join(tpl.encode(now) for _ in range(due)))
                 sent += due
                 self.tracker.published = sent
                 self._poll_broker()

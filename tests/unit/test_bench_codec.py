@@ -3,11 +3,16 @@ deliveries and confirms however TCP happens to split or coalesce the stream."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 from pamqp import body, commands, frame, header
 
 from bench.codec import (
+    APP_CONTENT_TYPE,
+    APP_HEADER,
     STAMP,
+    AppPublish,
     BrokerClosed,
     ConfirmTracker,
     FrameScanner,
@@ -31,6 +36,20 @@ def _pamqp_publish(channel: int, exchange: str, key: str, payload: bytes, frame_
     return out
 
 
+def _pamqp_app_publish(key: str, size: int, mode: int | None, tag: str, seq: int, now_s: int) -> bytes:
+    props = commands.Basic.Properties(
+        content_type=APP_CONTENT_TYPE,
+        headers={APP_HEADER: f"req-{tag}-{seq:016d}"},
+        delivery_mode=mode,
+        correlation_id=f"corr-{tag}-{seq:016d}",
+        message_id=f"msg-{tag}-{seq:016d}",
+        timestamp=datetime.fromtimestamp(now_s, tz=UTC),
+    )
+    out = frame.marshal(commands.Basic.Publish(exchange="ex", routing_key=key), 1)
+    out += frame.marshal(header.ContentHeader(0, size, props), 1)
+    return out + (frame.marshal(body.ContentBody(bytes(size)), 1) if size else b"")
+
+
 def _deliver(tag: int, payload: bytes, channel: int = 1, ctag: str = "ctag-1") -> bytes:
     out = frame.marshal(
         commands.Basic.Deliver(consumer_tag=ctag, delivery_tag=tag, exchange="ex", routing_key="rk"), channel
@@ -52,6 +71,43 @@ def test_publish_frames_match_pamqp_byte_for_byte(mode: int | None, size: int) -
     assert publish_frames(3, "amq.topic", "a.b.c", payload, 131072, mode) == _pamqp_publish(
         3, "amq.topic", "a.b.c", payload, 131072, mode
     )
+
+
+@pytest.mark.parametrize("mode", [None, 2])
+@pytest.mark.parametrize("size", [0, 100])
+def test_app_publishes_carry_their_own_properties_byte_for_byte_as_pamqp(mode: int | None, size: int) -> None:
+    keys = ("k1", "k.2", "key-three")
+    pub = AppPublish(1, "ex", keys, size, 131072, mode, tag="7f3a")
+    first = pub.batch(4, 1_790_000_000)
+    second = pub.batch(3, 1_790_000_001)
+    expected = b"".join(_pamqp_app_publish(keys[i % 3], size, mode, "7f3a", i + 1, 1_790_000_000) for i in range(4))
+    assert first == expected
+    # Numbering goes on across batches; routing keys restart with each batch (one rotation per batch).
+    assert second == b"".join(
+        _pamqp_app_publish(keys[i % 3], size, mode, "7f3a", 5 + i, 1_790_000_001) for i in range(3)
+    )
+
+
+def test_app_publish_stamps_each_body_for_latency_runs() -> None:
+    pub = AppPublish(1, "", ("q",), 16, tag="1")
+    raw = pub.batch(2, 1_790_000_000, stamp_ns=123_456_789)
+    result = FrameScanner(want_stamps=True).feed(_as_deliveries(raw))
+    assert result.stamps == [123_456_789, 123_456_789]
+
+
+def _as_deliveries(publishes: bytes) -> bytes:
+    """The broker's view turned around: each publish method replaced by a deliver, header and body kept."""
+    out, pos, tag = b"", 0, 0
+    while pos < len(publishes):
+        size, channel, payload = frame.unmarshal(publishes[pos:])
+        raw = publishes[pos : pos + size]
+        pos += size
+        if isinstance(payload, commands.Basic.Publish):
+            tag += 1
+            deliver = commands.Basic.Deliver("c", tag, False, payload.exchange, payload.routing_key)
+            raw = frame.marshal(deliver, channel)
+        out += raw
+    return out
 
 
 def test_body_larger_than_frame_max_is_split_like_pamqp() -> None:

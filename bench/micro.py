@@ -1,10 +1,12 @@
 """In-process cost per message of the broker's protocol and semantics, without sockets or an event loop.
 
-`python -m bench.micro [S1|S2] [--messages N] [--batch N] [--profile]` drives two Sessions (a publisher and
-a consumer) with pre-encoded frames, the way the server's Protocol does: one feed() per read of `--batch`
-publishes, then one take_output() per connection (the per-loop-turn flush). It prints CPU µs per message;
-`--profile` adds a cProfile table of where they go. S2 uses a real store in a temporary directory (no fsync
-thread: appends and commits are timed, the disk wait is not).
+`python -m bench.micro [S1|S2] [--messages N] [--batch N] [--equal-properties] [--profile]` drives two Sessions
+(a publisher and a consumer) with pre-encoded frames, each message with its own properties as in the bench's
+headline (`--equal-properties`: the same property bytes every time, which takes the publish-run path), the
+way the server's Protocol does: one feed() per read of `--batch` publishes, then one take_output() per
+connection (the per-loop-turn flush). It prints CPU µs per message; `--profile` adds a cProfile table of where
+they go. S2 uses a real store in a temporary directory (no fsync thread: appends and commits are timed, the
+disk wait is not).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pamqp import commands, frame
 from amqpd.broker.broker import Broker
 from amqpd.broker.session import Session
 from amqpd.config import Settings
-from bench.codec import basic_ack, publish_frames
+from bench.codec import AppPublish, basic_ack, publish_frames
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 _deliver_tag = struct.Struct(">Q")
@@ -56,7 +58,10 @@ def open_session(broker: Broker) -> Session:
     return s
 
 
-def setup(scenario: str, store: Any) -> tuple[Broker, Session, Session, bytes]:
+DISTINCT_CHUNKS = 200  # pre-encoded batches cycled through: ids repeat only every DISTINCT_CHUNKS * batch
+
+
+def setup(scenario: str, store: Any) -> tuple[Broker, Session, Session]:
     broker = Broker(Settings(), store=store)
     durable = scenario == "S2"
     pub, con = open_session(broker), open_session(broker)
@@ -67,19 +72,27 @@ def setup(scenario: str, store: Any) -> tuple[Broker, Session, Session, bytes]:
     con.feed(frame.marshal(commands.Basic.Consume(queue="micro", consumer_tag="c", no_ack=not durable), 1))
     pub.take_output()
     con.take_output()
-    one = publish_frames(1, "", "micro", b"x" * 100, delivery_mode=2 if durable else None)
-    return broker, pub, con, one
+    return broker, pub, con
 
 
-async def run(scenario: str, messages: int, batch: int, store: Any) -> tuple[float, float]:
+def chunks(scenario: str, batch: int, equal_properties: bool) -> list[bytes]:
+    """What the publisher's reads carry: `batch` publishes each, encoded before the clock starts."""
+    mode = 2 if scenario == "S2" else None
+    if equal_properties:
+        return [publish_frames(1, "", "micro", b"x" * 100, delivery_mode=mode) * batch]
+    app = AppPublish(1, "", ("micro",), 100, delivery_mode=mode, tag="micro")
+    return [app.batch(batch, 1_790_000_000 + i) for i in range(DISTINCT_CHUNKS)]
+
+
+async def run(scenario: str, messages: int, batch: int, store: Any, equal_properties: bool) -> tuple[float, float]:
     """(CPU µs per message of the whole process, of the event-loop thread alone)."""
-    broker, pub, con, one = setup(scenario, store)
-    chunk = one * batch
+    broker, pub, con = setup(scenario, store)
+    reads = chunks(scenario, batch, equal_properties)
     acking = scenario == "S2"
     delivered = acked = 0
     start, start_loop = time.process_time(), time.thread_time()
-    for _ in range(messages // batch):
-        pub.feed(chunk)
+    for i in range(messages // batch):
+        pub.feed(reads[i % len(reads)])
         pub.take_output()
         out = con.take_output()
         if acking:
@@ -101,18 +114,22 @@ def main() -> None:
     p.add_argument("--messages", type=int, default=300_000)
     p.add_argument("--batch", type=int, default=100, help="publishes per read")
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--equal-properties", action="store_true", help="the same property bytes on every message")
     p.add_argument("--profile", action="store_true")
     args = p.parse_args()
-    results = [anyio.run(_measure, args.scenario, args.messages, args.batch, False) for _ in range(args.rounds)]
+    measure = (args.scenario, args.messages, args.batch, args.equal_properties)
+    results = [anyio.run(_measure, *measure, False) for _ in range(args.rounds)]
     mid = len(results) // 2
     total, loop = sorted(r[0] for r in results), sorted(r[1] for r in results)
     print(f"{args.scenario}: {total[mid]:.2f} µs/msg, loop thread {loop[mid]:.2f} (medians of {args.rounds}; "
           f"min {total[0]:.2f}, {loop[0]:.2f})")
     if args.profile:
-        anyio.run(_measure, args.scenario, args.messages, args.batch, True)
+        anyio.run(_measure, *measure, True)
 
 
-async def _measure(scenario: str, messages: int, batch: int, profile: bool) -> tuple[float, float]:
+async def _measure(
+    scenario: str, messages: int, batch: int, equal_properties: bool, profile: bool
+) -> tuple[float, float]:
     with tempfile.TemporaryDirectory() as d:
         store = None
         if scenario == "S2":
@@ -126,7 +143,7 @@ async def _measure(scenario: str, messages: int, batch: int, profile: bool) -> t
         if prof is not None:
             prof.enable()
         try:
-            return await run(scenario, messages, batch, store)
+            return await run(scenario, messages, batch, store, equal_properties)
         finally:
             if prof is not None:
                 prof.disable()

@@ -245,7 +245,7 @@ class Channel:
                 self._send_return(msg, errors.NO_ROUTE, "NO_ROUTE")
             self._confirm(seq, True)
             return False
-        if msg.flags & FLAG_HEADERS and msg.headers and "BCC" in msg.headers:
+        if msg.may_carry_cc and msg.headers and "BCC" in msg.headers:
             self._strip_bcc(msg)
         accepting = queues
         if queues[0].limited if len(queues) == 1 else any(q.limited for q in queues):

@@ -19,6 +19,7 @@ class Message:
     __slots__ = (
         "exchange", "routing_key", "route", "header", "body", "flags", "persistent", "priority",
         "ttl_ms", "timestamp_ms", "store_offset", "_headers", "size", "pageable", "bcc", "on_settled", "holders",
+        "may_carry_cc",
     )
 
     def __init__(
@@ -43,6 +44,7 @@ class Message:
         self.timestamp_ms = 0
         self.store_offset: int | None = None
         self._headers: dict | None | bool = False  # False: not decoded yet
+        self.may_carry_cc = False  # the headers table may hold CC or BCC routing keys
         if flags & SCANNED_FLAGS:
             self._apply_scan(scan or PropertyScan(header, flags))
 
@@ -51,8 +53,13 @@ class Message:
         self.priority = scan.priority
         if scan.expiration is not None:
             self.ttl_ms = parse_expiration(scan.expiration)
-        if scan.headers_raw is None:
+        raw = scan.headers_raw
+        if raw is None:
             self._headers = None
+        else:
+            # A key is a shortstr: its length byte, then the name. Without either byte string the table has
+            # neither key and routing needs no decode; a match inside a value only costs the decode.
+            self.may_carry_cc = b"\x02CC" in raw or b"\x03BCC" in raw
 
     @property
     def headers(self) -> dict | None:

@@ -68,7 +68,7 @@ class VirtualHost:
         self.queues: dict[str, Queue] = {}
         self.replies: dict[str, Queue] = {}  # direct reply-to: token -> the requester's private queue
         self.exchanges: dict[str, Exchange] = {"": DefaultExchange(self.queues, self.replies)}
-        self._route_cache: dict[tuple[str, str], list[Queue]] = {}
+        self._route_cache: dict[tuple[str, str], tuple[list[Queue], bool]] = {}
         for xname, xtype, internal in STANDARD_EXCHANGES:
             self.exchanges[xname] = make_exchange(xtype, xname, durable=True, internal=internal)
 
@@ -292,15 +292,23 @@ class VirtualHost:
 
     def route(self, ex: Exchange, msg: Message) -> list[Queue]:
         """The queues a message goes to: each once, following exchange-to-exchange bindings,
-        alternate exchanges and the CC/BCC headers."""
-        if not msg.has_headers:
-            return self.route_key(ex, msg.routing_key)
-        headers = msg.headers or {}
-        keys = [msg.routing_key, *_string_list(headers.get("CC")), *_string_list(headers.get("BCC")), *msg.bcc]
-        return self._route_uncached(ex, keys, headers)
+        alternate exchanges and the CC/BCC headers. Cached per (exchange, routing key) whatever the
+        properties, unless the headers name extra routing keys or a headers exchange is on the way."""
+        if msg.bcc or msg.may_carry_cc:
+            headers = msg.headers or {}
+            keys = [msg.routing_key, *_string_list(headers.get("CC")), *_string_list(headers.get("BCC")), *msg.bcc]
+            return self._route_uncached(ex, keys, headers)[0]
+        queues, needs_headers = self._cached_route(ex, msg.routing_key)
+        if needs_headers and msg.has_headers:
+            return self._route_uncached(ex, [msg.routing_key], msg.headers)[0]
+        return queues
 
     def route_key(self, ex: Exchange, routing_key: str) -> list[Queue]:
         """The queues a message without headers goes to (cached; callers must not change the list)."""
+        return self._cached_route(ex, routing_key)[0]
+
+    def _cached_route(self, ex: Exchange, routing_key: str) -> tuple[list[Queue], bool]:
+        """The route of a message without headers, and whether a message with headers may go elsewhere."""
         key = (ex.name, routing_key)
         cached = self._route_cache.get(key)
         if cached is None:
@@ -310,10 +318,12 @@ class VirtualHost:
             self._route_cache[key] = cached
         return cached
 
-    def _route_uncached(self, ex: Exchange, keys: list[str], headers: dict | None) -> list[Queue]:
+    def _route_uncached(self, ex: Exchange, keys: list[str], headers: dict | None) -> tuple[list[Queue], bool]:
+        """The queues, and whether an exchange on the way routes by headers."""
         found: dict[Queue, None] = {}
-        self._visit(ex, keys, headers, found, set())
-        return list(found)
+        seen: set[Exchange] = set()
+        self._visit(ex, keys, headers, found, seen)
+        return list(found), any(e.needs_headers for e in seen)
 
     def _visit(self, ex: Exchange, keys: list[str], headers: dict | None, found: dict, seen: set) -> None:
         if ex in seen:

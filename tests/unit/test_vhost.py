@@ -453,6 +453,50 @@ def test_headers_exchange_routes_on_message_headers(vh: VirtualHost) -> None:
     assert route(vh, "h", "") == []
 
 
+def test_a_headers_exchange_behind_an_exchange_binding_sees_each_messages_headers(vh: VirtualHost) -> None:
+    # The route of (x, "k") is cached on first use; a headers exchange on the way makes it depend on headers.
+    declare_exchange(vh, "x", "direct")
+    declare_exchange(vh, "h", "headers")
+    vh.bind("x", vh.exchanges["h"], "k", {})
+    vh.bind("h", declare_queue(vh, "pdf"), "", {"x-match": "all", "format": "pdf"})
+    assert route(vh, "x", "k") == []
+    assert route(vh, "x", "k", headers={"format": "pdf"}) == ["pdf"]
+    assert route(vh, "x", "k", headers={"format": "zip"}) == []
+    assert route(vh, "x", "k", headers={"format": "pdf"}) == ["pdf"]
+
+
+def test_a_headers_exchange_as_alternate_sees_each_messages_headers(vh: VirtualHost) -> None:
+    declare_exchange(vh, "h", "headers")
+    declare_exchange(vh, "x", "direct", arguments={"alternate-exchange": "h"})
+    vh.bind("h", declare_queue(vh, "pdf"), "", {"x-match": "any", "format": "pdf"})
+    assert route(vh, "x", "k", headers={"format": "zip"}) == []
+    assert route(vh, "x", "k", headers={"format": "pdf"}) == ["pdf"]
+
+
+def test_header_values_that_look_like_cc_keys_do_not_change_the_route(vh: VirtualHost) -> None:
+    declare_exchange(vh, "x", "direct")
+    vh.bind("x", declare_queue(vh, "main"), "main", {})
+    vh.bind("x", declare_queue(vh, "copy"), "copy", {})
+    assert route(vh, "x", "main", headers={"note": "\x02CC\x03BCC", "n": 1}) == ["main"]
+    assert sorted(route(vh, "x", "main", headers={"note": "\x02CC", "CC": ["copy"]})) == ["copy", "main"]
+
+
+def test_messages_with_headers_are_routed_without_decoding_them(
+    vh: VirtualHost, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Applications set headers on every message; unless a headers exchange or CC/BCC needs them, routing
+    takes the cached route and never decodes the table (issue 12: per-message properties cost nothing)."""
+    declare_exchange(vh, "x", "topic")
+    vh.bind("x", declare_queue(vh, "orders"), "order.*", {})
+    msg = make_message("x", "order.eu", headers={"x-request-id": "req-1", "attempt": 3})
+
+    def no_decode(raw: bytes) -> dict:
+        raise AssertionError("the headers table was decoded")
+
+    monkeypatch.setattr("amqpd.broker.message.decode_table", no_decode)
+    assert [q.name for q in vh.route(vh.exchanges["x"], msg)] == ["orders"]
+
+
 def test_unused_queue_is_deleted_after_x_expires() -> None:
     from amqpd.broker.broker import Broker
     from amqpd.config import Settings

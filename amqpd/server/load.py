@@ -1,4 +1,4 @@
-"""How busy the broker's one thread is, sampled a few times a second, for publisher flow control.
+"""How busy the broker's event loop is, sampled a few times a second, for publisher flow control.
 
 amqpd runs on one core. When it is saturated, every publish it reads takes CPU from the deliveries and acks
 of the queue's consumers, and a queue with consumers can grow without bound while they starve. RabbitMQ's
@@ -6,6 +6,11 @@ credit flow pauses publishers in that case (a queue process that cannot keep up 
 then: a backlog behind consumers that are slow on their own (prefetch full, processing) never blocks its
 publishers. So the broker pauses publishers to a deep consumed queue only while this sampler says it is
 busy, and lets them all go on at the first sample with time to spare.
+
+Busy is measured as the share of wall time the loop spends inside our callbacks (reading and writing), not as
+the process's CPU time: on a machine shared with other work the broker may get only part of a core, and its
+consumers starve just the same while every turn of the loop goes to reading publishes (measured: S3 with
+the CPU rule under other load, 59k msg/s accepted and 1.5k delivered, the broker at 0.74 of a core).
 """
 
 from __future__ import annotations
@@ -15,16 +20,26 @@ import time
 
 from amqpd.broker.broker import Broker
 
+class LoopTime:
+    """Wall seconds spent inside the connections' callbacks; one event loop per process."""
+
+    __slots__ = ("busy",)
+
+    def __init__(self) -> None:
+        self.busy = 0.0
+
+
+LOOP = LoopTime()
 SAMPLE_S = 0.05  # short enough that a paused publisher waits little once the broker has time again
 BUSY_SHARE = 0.85  # of one core, over a sample
 
 
-async def sample_load(broker: Broker) -> None:
-    cpu, wall = time.process_time(), time.monotonic()
+async def sample_load(broker: Broker, loop_time: LoopTime = LOOP) -> None:
+    busy, wall = loop_time.busy, time.perf_counter()
     while True:
         await asyncio.sleep(SAMPLE_S)
-        cpu2, wall2 = time.process_time(), time.monotonic()
+        busy2, wall2 = loop_time.busy, time.perf_counter()
         elapsed = wall2 - wall
         if elapsed > 0:
-            broker.set_busy((cpu2 - cpu) / elapsed >= BUSY_SHARE)
-        cpu, wall = cpu2, wall2
+            broker.set_busy((busy2 - busy) / elapsed >= BUSY_SHARE)
+        busy, wall = busy2, wall2

@@ -20,6 +20,7 @@ import time
 
 from amqpd.broker.broker import Broker
 
+
 class LoopTime:
     """Wall seconds spent inside the connections' callbacks; one event loop per process."""
 

@@ -16,7 +16,13 @@ class Settings:
     port: int = 5672
     # Durable storage lives here; "" keeps everything in memory (durable entities then die with the process).
     data_dir: str = field(default_factory=lambda: default_data_dir())
-    mgmt_port: int | None = None  # HTTP management API; None: off
+    # The management HTTP API and the Prometheus /metrics listener, on mgmt_host: 0 picks a free port
+    # (printed as "amqpd management listening on HOST:PORT"); None ("off" in a file, env or flag): not served.
+    mgmt_host: str = "127.0.0.1"
+    mgmt_port: int | None = 15672
+    prometheus_port: int | None = 15692
+    # How often message counters are sampled into rates (RabbitMQ's collect_statistics_interval, 5 s).
+    stats_interval: float = 5.0
     # Handshake and connection limits, as RabbitMQ 3.10 negotiates them.
     channel_max: int = 2047
     frame_max: int = 131072
@@ -48,6 +54,8 @@ class Settings:
     retention_max_age_ms: int | None = None
     retention_max_bytes: int | None = None
     log_level: str = "INFO"
+    # A definitions file (RabbitMQ's JSON shape) imported at start, before clients are accepted.
+    definitions_file: str = ""
 
 
 ENV_PREFIX = "AMQPD_"
@@ -79,8 +87,19 @@ def _with_unit(value: str | int, units: dict[str, int], default: str, expected: 
     return number * units[unit]
 
 
+def parse_port(value: str | int | None) -> int | None:
+    """A listener's port: a number (0 picks a free one), or "off" / "none" / "" for no listener."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("off", "none", "")):
+        return None
+    port = int(value)
+    if not 0 <= port <= 65535:
+        raise ValueError(f"{value!r} is not a port number (0-65535) or 'off'")
+    return port
+
+
 # Settings whose value may carry a unit, whatever its source; each ends up a plain int (or None).
 UNIT_SETTINGS = {"retention_max_age_ms": parse_duration_ms, "retention_max_bytes": parse_size}
+PORT_SETTINGS = ("mgmt_port", "prometheus_port")
 
 
 def default_data_dir() -> str:
@@ -113,7 +132,7 @@ def load(config_file: str | None = None, **overrides: Any) -> Settings:
         current = getattr(settings, f.name)
         if env is None or isinstance(current, (dict, list)):
             continue
-        if f.name in UNIT_SETTINGS:
+        if f.name in UNIT_SETTINGS or f.name in PORT_SETTINGS:
             setattr(settings, f.name, env)  # parsed below, with the file's and the flags' values
         elif current is None:  # optional settings: a number when it looks like one (mgmt_port)
             setattr(settings, f.name, int(env) if env.isdigit() else env)
@@ -122,6 +141,8 @@ def load(config_file: str | None = None, **overrides: Any) -> Settings:
     for key, value in overrides.items():
         if value is not None:
             setattr(settings, key, value)
+    for name in PORT_SETTINGS:
+        setattr(settings, name, parse_port(getattr(settings, name)))
     for name, parse in UNIT_SETTINGS.items():
         value = getattr(settings, name)
         if value is not None:

@@ -33,6 +33,19 @@ class Once:
             fn()
 
 
+class ChannelTotals:
+    """Message counts of closed channels, so that the broker-wide totals do not go down when one closes."""
+
+    def __init__(self) -> None:
+        self.published = self.delivered = self.acked = self.confirmed = 0
+
+    def add(self, channel: Any) -> None:
+        self.published += channel.published
+        self.delivered += channel.last_tag
+        self.acked += channel.acked
+        self.confirmed += channel.confirmed_upto
+
+
 class BrokerHooks(QueueHooks):
     """Queue events → store bookkeeping, dead-lettering and timers."""
 
@@ -105,6 +118,8 @@ class Broker:
         self.clock = time.monotonic()  # coarse, refreshed by the housekeeping timer: stamps deliveries cheaply
         self.busy = False  # the loop's CPU is saturated (server/load.py): publishers to deep queues pause
         self.throttling: set[Queue] = set()  # queues with paused publishers
+        self.closed_totals = ChannelTotals()  # message counts of channels that have closed (overview totals)
+        self.started_at = time.time()
 
     def set_busy(self, busy: bool) -> None:
         """Sampled load: when the broker has time to spare again, every paused publisher goes on. A backlog

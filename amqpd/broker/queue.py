@@ -86,6 +86,10 @@ class Queue:
         self.deleted = False
         self.had_consumers = False
         self.store_id: int | None = None
+        # Message counters for the management API (rates are sampled from them by a timer, mgmt/stats.py);
+        # publishes are counted by _seq, which every push advances anyway.
+        self.delivered = 0  # to consumers and basic.get
+        self.acked = 0
         self._rr = 0
         self._seq = 0
         self._ttl_timer: Any = None
@@ -117,6 +121,16 @@ class Queue:
     @property
     def message_count(self) -> int:
         return len(self.ready)
+
+    @property
+    def published(self) -> int:
+        """Messages that entered the queue (recovered ones included)."""
+        return self._seq
+
+    def count_run(self, n: int) -> None:
+        """n messages went straight through to a consumer without a push (Channel.on_publish_run)."""
+        self._seq += n
+        self.delivered += n
 
     # -- publishing ------------------------------------------------------------------------------------
 

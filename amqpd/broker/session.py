@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import struct
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -96,6 +97,8 @@ class Session:
         self.publishes = False  # has published: blocked while a resource alarm is on
         self.blocked_by_alarm = False
         self.on_open: Callable[[], None] | None = None
+        self.local = ""  # our end of the socket, "host:port" (the connection's name in the management API)
+        self.connected_at = time.time()
 
     # -- output -------------------------------------------------------------------------------------------
 

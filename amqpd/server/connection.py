@@ -48,6 +48,8 @@ class AMQPServerProtocol(asyncio.Protocol):
         transport.set_write_buffer_limits(high=s.write_buffer_high, low=s.write_buffer_low)
         peer = transport.get_extra_info("peername")
         self.session = Session(self.broker, self, f"{peer[0]}:{peer[1]}" if peer else "?")
+        local = transport.get_extra_info("sockname")
+        self.session.local = f"{local[0]}:{local[1]}" if local else ""
         self.session.on_open = self._start_heartbeats
         self.registry.add(self)
         self._timers.append(self.loop.call_later(s.handshake_timeout, self._handshake_deadline))

@@ -54,11 +54,14 @@ async def serve(settings: Settings) -> None:
             await store.close()
         raise SystemExit(1) from None
     sock = server.sockets[0].getsockname()
+    management = await _start_management(broker, settings, sock)
     async with anyio.create_task_group() as tg:
         if store is not None:
             tg.start_soon(store.run)
         tg.start_soon(Alarms(broker, settings).run)
         tg.start_soon(sample_load, broker)
+        if management is not None:
+            tg.start_soon(management.sample_rates)
         print(f"amqpd listening on {sock[0]}:{sock[1]}", flush=True)
         log.info("accepting AMQP 0-9-1 connections on %s:%s", sock[0], sock[1])
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -66,6 +69,8 @@ async def serve(settings: Settings) -> None:
                 log.info("received %s, shutting down", signal.Signals(signum).name)
                 break
         server.close()
+        if management is not None:
+            await management.stop()
         for proto in list(registry):
             proto.shutdown()
         await _wait_closed(registry)
@@ -76,6 +81,17 @@ async def serve(settings: Settings) -> None:
         if lock is not None:
             lock.close()
         tg.cancel_scope.cancel()
+
+
+async def _start_management(broker: Broker, settings: Settings, amqp_address: tuple[str, int]) -> Any:
+    """The management API, Prometheus listener and rate sampler (amqpd/mgmt), unless both ports are off."""
+    if settings.mgmt_port is None and settings.prometheus_port is None:
+        return None
+    from amqpd.mgmt.service import Management
+
+    management = Management(broker, settings, (amqp_address[0], amqp_address[1]))
+    await management.start()
+    return management
 
 
 async def _wait_closed(registry: set[Any], timeout: float = 5.0) -> None:

@@ -1,0 +1,514 @@
+"""RabbitMQ 3.10's management HTTP API, served with Starlette: paths, status codes, JSON field names and error
+bodies as rabbitmqadmin and other tools expect them.
+
+Routing is done here on the raw path, segment by segment: RabbitMQ puts the vhost in the path URL-encoded
+(`/api/queues/%2F/q`), and a router that matched the decoded path would see `/api/queues///q`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import urllib.parse
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from amqpd import errors
+from amqpd.broker.channel import Channel
+from amqpd.mgmt import listing, objects, operations
+from amqpd.mgmt.stats import Rates
+
+if TYPE_CHECKING:
+    from amqpd.broker.broker import Broker
+    from amqpd.broker.vhost import VirtualHost
+
+Handler = Callable[..., Awaitable[Any]]
+
+
+class HTTPError(Exception):
+    def __init__(self, status: int, error: str, reason: str) -> None:
+        super().__init__(reason)
+        self.status, self.error, self.reason = status, error, reason
+
+
+def not_found() -> HTTPError:
+    return HTTPError(404, "Object Not Found", "Not Found")
+
+
+def bad_request(reason: str) -> HTTPError:
+    return HTTPError(400, "bad_request", reason)
+
+
+def from_amqp(exc: errors.AMQPError) -> HTTPError:
+    """A broker refusal as RabbitMQ's API reports it."""
+    if exc.code == errors.NOT_FOUND:
+        return HTTPError(404, "not_found", exc.text)
+    if exc.code == errors.ACCESS_REFUSED:
+        return HTTPError(401, "not_authorised", "Access refused.")
+    return bad_request(exc.text)
+
+
+def error_response(exc: HTTPError) -> JSONResponse:
+    headers = {"WWW-Authenticate": 'Basic realm="RabbitMQ Management"'} if exc.status == 401 else None
+    return JSONResponse({"error": exc.error, "reason": exc.reason}, status_code=exc.status, headers=headers)
+
+
+class NoContent(Response):
+    def __init__(self, status: int = 204, headers: dict[str, str] | None = None) -> None:
+        super().__init__(status_code=status, headers=headers)
+
+
+class ManagementAPI:
+    """The ASGI application. `listeners` describes the broker's listeners for /api/overview and health checks."""
+
+    def __init__(self, broker: Broker, rates: Rates, listeners: list[dict[str, Any]]) -> None:
+        self.broker = broker
+        self.rates = rates
+        self.listeners = listeners
+        self._channels: dict[str, Channel] = {}
+        self.routes: list[tuple[str, tuple[str, ...], Handler]] = []
+        for method, path, handler in ROUTES:
+            self.routes.append((method, tuple(path.strip("/").split("/")), getattr(self, handler)))
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        request = Request(scope, receive)
+        response = await self.respond(request)
+        await response(scope, receive, send)
+
+    async def respond(self, request: Request) -> Response:
+        raw = request.scope.get("raw_path") or request.url.path.encode()
+        segments = [urllib.parse.unquote(s.decode("latin-1")) for s in raw.split(b"?")[0].strip(b"/").split(b"/")]
+        try:
+            handler, params, allowed = self._match(request.method, segments)
+            if handler is None:
+                if allowed:
+                    return Response(status_code=405, headers={"Allow": ", ".join(sorted(allowed))})
+                raise not_found()
+            self._authenticate(request)
+            result = await handler(request, **params)
+        except HTTPError as exc:
+            return error_response(exc)
+        except errors.AMQPError as exc:
+            return error_response(from_amqp(exc))
+        except listing.BadQuery as exc:
+            return error_response(HTTPError(400, exc.error, exc.reason))
+        if isinstance(result, Response):
+            return result
+        return JSONResponse(result)
+
+    def _match(self, method: str, segments: list[str]) -> tuple[Handler | None, dict[str, str], set[str]]:
+        allowed: set[str] = set()
+        for route_method, pattern, handler in self.routes:
+            if len(pattern) != len(segments):
+                continue
+            params: dict[str, str] = {}
+            for want, got in zip(pattern, segments, strict=True):
+                if want.startswith("{"):
+                    params[want[1:-1]] = got
+                elif want != got:
+                    break
+            else:
+                if route_method == method or (method == "HEAD" and route_method == "GET"):
+                    return handler, params, allowed
+                allowed.add(route_method)
+        return None, {}, allowed
+
+    def _authenticate(self, request: Request) -> str:
+        header = request.headers.get("authorization", "")
+        scheme, _, encoded = header.partition(" ")
+        if scheme.lower() == "basic":
+            try:
+                user, _, password = base64.b64decode(encoded).decode().partition(":")
+            except (binascii.Error, UnicodeDecodeError):
+                user = password = ""
+            if user and self.broker.authenticate(user, password):
+                return user
+        raise HTTPError(401, "not_authorized", "Login failed")
+
+    # -- helpers ------------------------------------------------------------------------------------------------
+
+    def _vhost(self, name: str) -> VirtualHost:
+        v = self.broker.vhosts.get(name)
+        if v is None:
+            raise not_found()
+        return v
+
+    def _vhosts(self, name: str | None) -> list[VirtualHost]:
+        return [self._vhost(name)] if name is not None else list(self.broker.vhosts.values())
+
+    def _channel(self, vhost: VirtualHost) -> Channel:
+        """The API's own channel on a vhost: publishes go through the same path as a client's."""
+        ch = self._channels.get(vhost.name)
+        if ch is None or ch.vhost is not vhost:
+            ch = self._channels[vhost.name] = Channel(operations.NoConnection(), 0, vhost, self.broker)
+        return ch
+
+    @staticmethod
+    async def _json(request: Request) -> dict[str, Any]:
+        raw = await request.body()
+        if not raw.strip():
+            return {}
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            raise bad_request("not_json") from None
+        if not isinstance(body, dict):
+            raise bad_request("not_json")
+        return body
+
+    @staticmethod
+    def _listing(request: Request, items: list[dict[str, Any]]) -> Any:
+        return listing.apply(items, request.query_params)
+
+    @staticmethod
+    def _flag(request: Request, name: str) -> bool:
+        return request.query_params.get(name, "false").lower() == "true"
+
+    # -- overview, nodes, whoami ----------------------------------------------------------------------------------
+
+    async def overview(self, request: Request) -> Any:
+        return objects.overview(self.broker, self.rates, self.listeners)
+
+    async def whoami(self, request: Request) -> Any:
+        return {"name": self._authenticate(request), "tags": ["administrator"]}
+
+    async def nodes(self, request: Request) -> Any:
+        return self._listing(request, [objects.node_info(self.broker)])
+
+    async def node(self, request: Request, node: str) -> Any:
+        if node != objects.NODE:
+            raise not_found()
+        return objects.node_info(self.broker)
+
+    async def vhosts(self, request: Request) -> Any:
+        return self._listing(request, [objects.vhost_info(self.broker, v) for v in self.broker.vhosts.values()])
+
+    async def vhost(self, request: Request, vhost: str) -> Any:
+        return objects.vhost_info(self.broker, self._vhost(vhost))
+
+    # -- exchanges -------------------------------------------------------------------------------------------------
+
+    async def exchanges(self, request: Request, vhost: str | None = None) -> Any:
+        items = [objects.exchange_info(v.name, ex) for v in self._vhosts(vhost) for ex in v.exchanges.values()]
+        return self._listing(request, items)
+
+    async def exchange(self, request: Request, vhost: str, exchange: str) -> Any:
+        v = self._vhost(vhost)
+        ex = v.exchanges.get(_exchange_name(exchange))
+        if ex is None:
+            raise not_found()
+        return objects.exchange_info(v.name, ex)
+
+    async def put_exchange(self, request: Request, vhost: str, exchange: str) -> Any:
+        v = self._vhost(vhost)
+        body = await self._json(request)
+        existed = exchange in v.exchanges
+        v.declare_exchange(
+            exchange, str(body.get("type", "")), passive=False, durable=_bool(body, "durable", True),
+            auto_delete=_bool(body, "auto_delete", False), internal=_bool(body, "internal", False),
+            arguments=_arguments(body),
+        )
+        return NoContent(204 if existed else 201)
+
+    async def delete_exchange(self, request: Request, vhost: str, exchange: str) -> Any:
+        v = self._vhost(vhost)
+        if exchange not in v.exchanges:
+            raise not_found()
+        v.delete_exchange(exchange, if_unused=self._flag(request, "if-unused"))
+        return NoContent()
+
+    async def publish(self, request: Request, vhost: str, exchange: str) -> Any:
+        v = self._vhost(vhost)
+        body = await self._json(request)
+        for key in ("routing_key", "payload", "payload_encoding", "properties"):
+            if key not in body:
+                raise bad_request(f"{key} missing")
+        try:
+            payload = operations.payload_bytes(body["payload"], body["payload_encoding"])
+            properties = body["properties"] if isinstance(body["properties"], dict) else {}
+            routed = await operations.publish(
+                self.broker, self._channel(v), _exchange_name(exchange), str(body["routing_key"]), properties, payload
+            )
+        except ValueError as exc:
+            raise bad_request(str(exc)) from None
+        except errors.AMQPError as exc:
+            raise bad_request(f"{exc.code} {exc.reply_text}") from None
+        return {"routed": routed}
+
+    async def exchange_bindings(self, request: Request, vhost: str, exchange: str, direction: str) -> Any:
+        v = self._vhost(vhost)
+        name = _exchange_name(exchange)
+        ex = v.exchanges.get(name)
+        if ex is None or direction not in ("source", "destination"):
+            raise not_found()
+        if direction == "source":
+            items = [b for b in objects.bindings(v) if b["source"] == name]
+        else:
+            items = [b for b in objects.bindings(v) if b["destination"] == name and b["destination_type"] == "exchange"]
+        return self._listing(request, items)
+
+    # -- queues ------------------------------------------------------------------------------------------------------
+
+    async def queues(self, request: Request, vhost: str | None = None) -> Any:
+        items = [objects.queue_info(q, self.rates) for v in self._vhosts(vhost) for q in v.queues.values()]
+        return self._listing(request, items)
+
+    async def queue(self, request: Request, vhost: str, queue: str) -> Any:
+        q = self._vhost(vhost).queues.get(queue)
+        if q is None:
+            raise not_found()
+        return objects.queue_info(q, self.rates, details=True)
+
+    async def put_queue(self, request: Request, vhost: str, queue: str) -> Any:
+        v = self._vhost(vhost)
+        body = await self._json(request)
+        existed = queue in v.queues
+        v.declare_queue(
+            queue, passive=False, durable=_bool(body, "durable", True), exclusive=False,
+            auto_delete=_bool(body, "auto_delete", False), arguments=_arguments(body), owner=None,
+        )
+        return NoContent(204 if existed else 201)
+
+    async def delete_queue(self, request: Request, vhost: str, queue: str) -> Any:
+        v = self._vhost(vhost)
+        if queue not in v.queues:
+            raise not_found()
+        operations.delete_queue(v, queue, self._flag(request, "if-empty"), self._flag(request, "if-unused"))
+        return NoContent()
+
+    async def purge(self, request: Request, vhost: str, queue: str) -> Any:
+        v = self._vhost(vhost)
+        if queue not in v.queues:
+            raise not_found()
+        operations.purge_queue(v, queue)
+        return NoContent()
+
+    async def get(self, request: Request, vhost: str, queue: str) -> Any:
+        v = self._vhost(vhost)
+        body = await self._json(request)
+        if queue not in v.queues:
+            raise not_found()
+        count, truncate = _int(body, "count", 1), body.get("truncate")
+        encoding = body.get("encoding", "auto")
+        if encoding not in ("auto", "base64"):
+            raise bad_request("Unsupported encoding. Please use auto or base64.")
+        try:
+            fetched = operations.get(v, queue, count, str(body.get("ackmode", "")))
+        except ValueError as exc:
+            raise bad_request(str(exc)) from None
+        limit = int(truncate) if isinstance(truncate, int) and not isinstance(truncate, bool) else None
+        return [operations.message_json(self.broker, f.entry, f.message_count, encoding, limit, f.redelivered)
+                for f in fetched]
+
+    async def peek(self, request: Request, vhost: str, queue: str) -> Any:
+        """Beyond RabbitMQ: ready messages from position `from`, left untouched."""
+        v = self._vhost(vhost)
+        body = await self._json(request)
+        if queue not in v.queues:
+            raise not_found()
+        count, start = _int(body, "count", 1), _int(body, "from", 0)
+        encoding = body.get("encoding", "auto")
+        entries = operations.peek(v, queue, count, start)
+        total = len(v.queues[queue].ready)
+        return [operations.message_json(self.broker, e, total, encoding, None) for e in entries]
+
+    async def queue_bindings(self, request: Request, vhost: str, queue: str) -> Any:
+        v = self._vhost(vhost)
+        if queue not in v.queues:
+            raise not_found()
+        items = [b for b in objects.bindings(v) if b["destination"] == queue and b["destination_type"] == "queue"]
+        return self._listing(request, items)
+
+    # -- bindings ----------------------------------------------------------------------------------------------------
+
+    async def all_bindings(self, request: Request, vhost: str | None = None) -> Any:
+        return self._listing(request, [b for v in self._vhosts(vhost) for b in objects.bindings(v)])
+
+    def _pair(self, vhost: str, source: str, kind: str, dest: str) -> tuple[VirtualHost, list[dict[str, Any]]]:
+        v = self._vhost(vhost)
+        if kind not in ("q", "e"):
+            raise not_found()
+        v.exchange(_exchange_name(source))
+        operations.destination(v, kind, dest)
+        dtype = "queue" if kind == "q" else "exchange"
+        found = [b for b in objects.bindings(v) if b["source"] == _exchange_name(source)
+                 and b["destination"] == dest and b["destination_type"] == dtype]
+        return v, found
+
+    async def pair_bindings(self, request: Request, vhost: str, source: str, kind: str, dest: str) -> Any:
+        return self._listing(request, self._pair(vhost, source, kind, dest)[1])
+
+    async def bind(self, request: Request, vhost: str, source: str, kind: str, dest: str) -> Any:
+        v, _ = self._pair(vhost, source, kind, dest)
+        body = await self._json(request)
+        key, args = str(body.get("routing_key", "")), _arguments(body)
+        v.bind(_exchange_name(source), operations.destination(v, kind, dest), key, args)
+        props = objects.properties_key(key, args)
+        return NoContent(201, {"Location": f"{urllib.parse.quote(dest, safe='')}/{urllib.parse.quote(props, safe='')}"})
+
+    def _one_binding(self, vhost: str, source: str, kind: str, dest: str, props: str) -> tuple[Any, dict[str, Any]]:
+        v, found = self._pair(vhost, source, kind, dest)
+        for b in found:
+            if b["properties_key"] == props:
+                return v, b
+        raise not_found()
+
+    async def binding(self, request: Request, vhost: str, source: str, kind: str, dest: str, props: str) -> Any:
+        return self._one_binding(vhost, source, kind, dest, props)[1]
+
+    async def unbind(self, request: Request, vhost: str, source: str, kind: str, dest: str, props: str) -> Any:
+        v, b = self._one_binding(vhost, source, kind, dest, props)
+        ex = v.exchange(_exchange_name(source))
+        target = operations.destination(v, kind, dest)
+        for bound, key, args in ex.bindings():
+            if bound is target and objects.properties_key(key, args) == b["properties_key"]:
+                v.unbind(ex.name, target, key, args)
+        return NoContent()
+
+    # -- connections, channels, consumers -----------------------------------------------------------------------------
+
+    async def connections(self, request: Request) -> Any:
+        return self._listing(request, [objects.connection_info(s) for s in objects.sessions(self.broker)])
+
+    def _session(self, name: str) -> Any:
+        for s in self.broker.connections:
+            if objects.connection_name(s) == name:
+                return s
+        raise not_found()
+
+    async def connection(self, request: Request, name: str) -> Any:
+        return objects.connection_info(self._session(name))
+
+    async def close_connection(self, request: Request, name: str) -> Any:
+        session = self._session(name)
+        reason = request.headers.get("x-reason", "Closed via management plugin")
+        session.close_forced(reason)
+        return NoContent()
+
+    async def connection_channels(self, request: Request, name: str) -> Any:
+        session = self._session(name)
+        return self._listing(request, [objects.channel_info(ch, self.rates) for ch in session.channels.values()])
+
+    async def channels(self, request: Request) -> Any:
+        return self._listing(request, [objects.channel_info(ch, self.rates) for ch in objects.channels(self.broker)])
+
+    async def channel(self, request: Request, name: str) -> Any:
+        for ch in objects.channels(self.broker):
+            if objects.channel_name(ch) == name:
+                return objects.channel_info(ch, self.rates)
+        raise not_found()
+
+    async def consumers(self, request: Request, vhost: str | None = None) -> Any:
+        items = [objects.consumer_info(c) for v in self._vhosts(vhost) for q in v.queues.values() for c in q.consumers]
+        return self._listing(request, items)
+
+    # -- health -----------------------------------------------------------------------------------------------------
+
+    async def aliveness(self, request: Request, vhost: str) -> Any:
+        """RabbitMQ declares aliveness-test, publishes to it and gets the message back."""
+        v = self._vhost(vhost)
+        v.declare_queue("aliveness-test", passive=False, durable=False, exclusive=False, auto_delete=False,
+                        arguments={}, owner=None)
+        await operations.publish(self.broker, self._channel(v), "", "aliveness-test", {}, b"test_message")
+        fetched = operations.get(v, "aliveness-test", 1, "ack_requeue_false")
+        if not fetched:
+            return JSONResponse({"status": "failed", "reason": "aliveness test message lost"}, status_code=503)
+        return {"status": "ok"}
+
+    async def health_alarms(self, request: Request) -> Any:
+        if self.broker.alarms:
+            alarms = [{"resource": name, "node": objects.NODE} for name in sorted(self.broker.alarms)]
+            return JSONResponse({"status": "failed", "reason": "resource alarm(s) in effect in the cluster",
+                                 "alarms": alarms}, status_code=503)
+        return {"status": "ok"}
+
+    async def health_vhosts(self, request: Request) -> Any:
+        return {"status": "ok"}
+
+    async def health_port(self, request: Request, port: str) -> Any:
+        ports = sorted(int(entry["port"]) for entry in self.listeners)
+        if not port.isdigit() or int(port) not in ports:
+            return JSONResponse({"status": "failed", "reason": "No active listener", "missing": port if not
+                                 port.isdigit() else int(port), "ports": ports}, status_code=503)
+        return {"status": "ok", "port": int(port)}
+
+
+def _exchange_name(name: str) -> str:
+    """The default exchange is `amq.default` in API paths."""
+    return "" if name == "amq.default" else name
+
+
+def _bool(body: dict[str, Any], key: str, default: bool) -> bool:
+    value = body.get(key, default)
+    if isinstance(value, str):
+        return value.lower() == "true"
+    return bool(value)
+
+
+def _int(body: dict[str, Any], key: str, default: int) -> int:
+    value = body.get(key, default)
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise bad_request(f"{key} must be an integer") from None
+    if number < 0:
+        raise bad_request(f"{key} must not be negative")
+    return number
+
+
+def _arguments(body: dict[str, Any]) -> dict[str, Any]:
+    args = body.get("arguments") or {}
+    if not isinstance(args, dict):
+        raise bad_request("arguments must be an object")
+    return args
+
+
+ROUTES: list[tuple[str, str, str]] = [
+    ("GET", "api/overview", "overview"),
+    ("GET", "api/whoami", "whoami"),
+    ("GET", "api/nodes", "nodes"),
+    ("GET", "api/nodes/{node}", "node"),
+    ("GET", "api/vhosts", "vhosts"),
+    ("GET", "api/vhosts/{vhost}", "vhost"),
+    ("GET", "api/exchanges", "exchanges"),
+    ("GET", "api/exchanges/{vhost}", "exchanges"),
+    ("GET", "api/exchanges/{vhost}/{exchange}", "exchange"),
+    ("PUT", "api/exchanges/{vhost}/{exchange}", "put_exchange"),
+    ("DELETE", "api/exchanges/{vhost}/{exchange}", "delete_exchange"),
+    ("POST", "api/exchanges/{vhost}/{exchange}/publish", "publish"),
+    ("GET", "api/exchanges/{vhost}/{exchange}/bindings/{direction}", "exchange_bindings"),
+    ("GET", "api/queues", "queues"),
+    ("GET", "api/queues/{vhost}", "queues"),
+    ("GET", "api/queues/{vhost}/{queue}", "queue"),
+    ("PUT", "api/queues/{vhost}/{queue}", "put_queue"),
+    ("DELETE", "api/queues/{vhost}/{queue}", "delete_queue"),
+    ("DELETE", "api/queues/{vhost}/{queue}/contents", "purge"),
+    ("POST", "api/queues/{vhost}/{queue}/get", "get"),
+    ("POST", "api/queues/{vhost}/{queue}/peek", "peek"),
+    ("GET", "api/queues/{vhost}/{queue}/bindings", "queue_bindings"),
+    ("GET", "api/bindings", "all_bindings"),
+    ("GET", "api/bindings/{vhost}", "all_bindings"),
+    ("GET", "api/bindings/{vhost}/e/{source}/{kind}/{dest}", "pair_bindings"),
+    ("POST", "api/bindings/{vhost}/e/{source}/{kind}/{dest}", "bind"),
+    ("GET", "api/bindings/{vhost}/e/{source}/{kind}/{dest}/{props}", "binding"),
+    ("DELETE", "api/bindings/{vhost}/e/{source}/{kind}/{dest}/{props}", "unbind"),
+    ("GET", "api/connections", "connections"),
+    ("GET", "api/connections/{name}", "connection"),
+    ("DELETE", "api/connections/{name}", "close_connection"),
+    ("GET", "api/connections/{name}/channels", "connection_channels"),
+    ("GET", "api/channels", "channels"),
+    ("GET", "api/channels/{name}", "channel"),
+    ("GET", "api/consumers", "consumers"),
+    ("GET", "api/consumers/{vhost}", "consumers"),
+    ("GET", "api/aliveness-test/{vhost}", "aliveness"),
+    ("GET", "api/health/checks/alarms", "health_alarms"),
+    ("GET", "api/health/checks/local-alarms", "health_alarms"),
+    ("GET", "api/health/checks/virtual-hosts", "health_vhosts"),
+    ("GET", "api/health/checks/port-listener/{port}", "health_port"),
+]

@@ -128,7 +128,12 @@ class AccessControl:
     # -- users ----------------------------------------------------------------------------------------------
 
     def add_user(
-        self, name: str, password: str | None, tags: Iterable[str] = (), *, password_hash: str | None = None,
+        self,
+        name: str,
+        password: str | None,
+        tags: Iterable[str] = (),
+        *,
+        password_hash: str | None = None,
         hashing_algorithm: str = SHA256,
     ) -> User:
         """Create or replace a user. `password` None (and no `password_hash`): a password-less user.
@@ -306,9 +311,7 @@ class AccessControl:
         if kind == "exchange" and name == "":
             name = "amq.default"  # rabbit_access_control: the default exchange is checked under this name
         if not self.allowed(user, vhost, name, perm):
-            raise errors.access_refused(
-                f"access to {kind} '{name}' in vhost '{vhost}' refused for user '{user}'"
-            )
+            raise errors.access_refused(f"access to {kind} '{name}' in vhost '{vhost}' refused for user '{user}'")
 
     def topic_allowed(self, user: str, vhost: str, exchange: str, routing_key: str, perm: str) -> bool:
         """No topic permission for the exchange: allowed. Otherwise its pattern (after expanding
@@ -323,8 +326,7 @@ class AccessControl:
     def check_topic(self, user: str, vhost: str, exchange: str, routing_key: str, perm: str) -> None:
         if not self.topic_allowed(user, vhost, exchange, routing_key, perm):
             raise errors.access_refused(
-                f"access to topic '{routing_key}' in exchange '{exchange}' in vhost '{vhost}' "
-                f"refused for user '{user}'"
+                f"access to topic '{routing_key}' in exchange '{exchange}' in vhost '{vhost}' refused for user '{user}'"
             )
 
     # -- loading and saving ---------------------------------------------------------------------------------
@@ -380,8 +382,7 @@ class AccessControl:
 
     def _save_vhost(self, vhost: Vhost) -> None:
         if self.store is not None:
-            self.store.put_vhost(vhost.name, vhost.description, json.dumps(list(vhost.tags)),
-                                 json.dumps(vhost.limits))
+            self.store.put_vhost(vhost.name, vhost.description, json.dumps(list(vhost.tags)), json.dumps(vhost.limits))
         self._changed()
 
     def _changed(self) -> None:

@@ -63,10 +63,10 @@ async def test_a_deleted_vhost_stays_deleted_with_its_durable_queues_and_message
     broker, store = await start(tmp_path)
     broker.access.add_vhost("gone")
     vhost = broker.vhosts["gone"]
-    q = vhost.declare_queue("dq", passive=False, durable=True, exclusive=False, auto_delete=False,
-                            arguments={}, owner=None)
-    vhost.declare_exchange("dx", "direct", passive=False, durable=True, auto_delete=False, internal=False,
-                           arguments={})
+    q = vhost.declare_queue(
+        "dq", passive=False, durable=True, exclusive=False, auto_delete=False, arguments={}, owner=None
+    )
+    vhost.declare_exchange("dx", "direct", passive=False, durable=True, auto_delete=False, internal=False, arguments={})
     msg = Message("", "dq", b"\x00\x02dq", b"\x00\x3c\x00\x00" + bytes(8) + b"\x10\x00\x02", b"body", 0x1000)
     msg.persistent = True
     broker.store_message(msg, [q], None)

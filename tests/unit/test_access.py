@@ -143,8 +143,9 @@ def test_vhosts_added_and_deleted_at_run_time_exist_in_the_broker() -> None:
     broker = Broker(Settings(data_dir=""))
     broker.access.add_vhost("tenant")
     assert "tenant" in broker.vhosts
-    broker.vhosts["tenant"].declare_queue("q", passive=False, durable=False, exclusive=False, auto_delete=False,
-                                          arguments={}, owner=None)
+    broker.vhosts["tenant"].declare_queue(
+        "q", passive=False, durable=False, exclusive=False, auto_delete=False, arguments={}, owner=None
+    )
     broker.access.delete_vhost("tenant")
     assert "tenant" not in broker.vhosts
 

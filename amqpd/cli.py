@@ -75,7 +75,7 @@ def settings_from_args(args: argparse.Namespace) -> config.Settings:
         mgmt_host=args.management_host,
         mgmt_port=_flag_port(args.management_port),
         prometheus_port=_flag_port(args.prometheus_port),
-        definitions_file=args.definitions,
+        load_definitions=args.definitions,
     )
 
 

@@ -42,9 +42,18 @@ class Settings:
     alarm_interval: float = 1.0
     # A delivery left unacked this long (ms) closes its channel with 406, as RabbitMQ 3.10 does; 0: never.
     consumer_timeout: int = 1_800_000
-    # Users: name -> password; vhosts that exist.
+    # The users (name -> password, administrators with full permissions on every vhost) and vhosts a fresh
+    # data dir starts with; after that the catalogue holds them (broker.access), as RabbitMQ's default user.
     users: dict[str, str] = field(default_factory=lambda: {"guest": "guest"})
     vhosts: list[str] = field(default_factory=lambda: ["/"])
+    # These users may only connect from a loopback address (RabbitMQ's loopback_users); [] allows guest anywhere.
+    loopback_users: list[str] = field(default_factory=lambda: ["guest"])
+    # Connections open at once: in total and per user (0: no limit). Beyond them connection.open gets 530.
+    max_connections: int = 0
+    max_connections_per_user: int = 0
+    # A RabbitMQ definitions file (JSON) whose users, vhosts, permissions and limits are imported at every
+    # boot, as RabbitMQ's load_definitions; "" : none.
+    load_definitions: str = ""
     # Store (see store/FORMAT.md).
     segment_size: int = 1024 * 1024 * 1024
     fsync: str = "always-batched"  # or "none" (tests/bench only)
@@ -54,8 +63,6 @@ class Settings:
     retention_max_age_ms: int | None = None
     retention_max_bytes: int | None = None
     log_level: str = "INFO"
-    # A definitions file (RabbitMQ's JSON shape) imported at start, before clients are accepted.
-    definitions_file: str = ""
 
 
 ENV_PREFIX = "AMQPD_"

@@ -18,8 +18,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from amqpd import errors
+from amqpd.broker.access import AccessError, User
 from amqpd.broker.channel import Channel
-from amqpd.mgmt import listing, objects, operations
+from amqpd.mgmt import authz, listing, objects, operations
 from amqpd.mgmt.stats import Rates
 
 if TYPE_CHECKING:
@@ -70,9 +71,10 @@ class ManagementAPI:
         self.rates = rates
         self.listeners = listeners
         self._channels: dict[str, Channel] = {}
-        self.routes: list[tuple[str, tuple[str, ...], Handler]] = []
-        for method, path, handler in ROUTES:
-            self.routes.append((method, tuple(path.strip("/").split("/")), getattr(self, handler)))
+        self.routes: list[tuple[str, tuple[str, ...], Handler, str]] = []
+        for method, path, handler, *level in ROUTES:
+            pattern = tuple(path.strip("/").split("/"))
+            self.routes.append((method, pattern, getattr(self, handler), level[0] if level else "management"))
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -85,13 +87,17 @@ class ManagementAPI:
         raw = request.scope.get("raw_path") or request.url.path.encode()
         segments = [urllib.parse.unquote(s.decode("latin-1")) for s in raw.split(b"?")[0].strip(b"/").split(b"/")]
         try:
-            handler, params, allowed = self._match(request.method, segments)
+            handler, params, level, allowed = self._match(request.method, segments)
             if handler is None:
                 if allowed:
                     return Response(status_code=405, headers={"Allow": ", ".join(sorted(allowed))})
                 raise not_found()
-            self._authenticate(request)
+            self._authorise(request, level, params.get("vhost"))
             result = await handler(request, **params)
+        except authz.NotAuthorised as exc:
+            return error_response(HTTPError(401, "not_authorised", str(exc)))
+        except AccessError as exc:
+            return error_response(bad_request(str(exc)))
         except HTTPError as exc:
             return error_response(exc)
         except errors.AMQPError as exc:
@@ -102,9 +108,9 @@ class ManagementAPI:
             return result
         return JSONResponse(result)
 
-    def _match(self, method: str, segments: list[str]) -> tuple[Handler | None, dict[str, str], set[str]]:
+    def _match(self, method: str, segments: list[str]) -> tuple[Handler | None, dict[str, str], str, set[str]]:
         allowed: set[str] = set()
-        for route_method, pattern, handler in self.routes:
+        for route_method, pattern, handler, level in self.routes:
             if len(pattern) != len(segments):
                 continue
             params: dict[str, str] = {}
@@ -115,21 +121,39 @@ class ManagementAPI:
                     break
             else:
                 if route_method == method or (method == "HEAD" and route_method == "GET"):
-                    return handler, params, allowed
+                    return handler, params, level, allowed
                 allowed.add(route_method)
-        return None, {}, allowed
+        return None, {}, "", allowed
 
-    def _authenticate(self, request: Request) -> str:
+    def _authenticate(self, request: Request) -> User:
         header = request.headers.get("authorization", "")
         scheme, _, encoded = header.partition(" ")
         if scheme.lower() == "basic":
             try:
-                user, _, password = base64.b64decode(encoded).decode().partition(":")
+                name, _, password = base64.b64decode(encoded).decode().partition(":")
             except (binascii.Error, UnicodeDecodeError):
-                user = password = ""
-            if user and self.broker.authenticate(user, password):
+                name = password = ""
+            user = self.broker.login(name, password) if name else None
+            if user is not None:
                 return user
         raise HTTPError(401, "not_authorized", "Login failed")
+
+    def _authorise(self, request: Request, level: str, vhost: str | None) -> None:
+        """The user's tags must reach the route's level, and its permissions cover the vhost in the path."""
+        user = self._authenticate(request)
+        authz.check_level(user, level)
+        if vhost is not None and vhost in self.broker.vhosts:
+            authz.check_vhost(self.broker.access, user, vhost, write=request.method not in ("GET", "HEAD"))
+        request.state.user = user
+
+    @staticmethod
+    def _user(request: Request) -> User:
+        user: User = request.state.user
+        return user
+
+    def _check(self, request: Request, vhost: str, kind: str, name: str, perm: str) -> None:
+        """configure/write/read permission on a resource, as a client's channel would be checked."""
+        self.broker.access.check_resource(self._user(request).name, vhost, kind, name, perm)
 
     # -- helpers ------------------------------------------------------------------------------------------------
 
@@ -139,8 +163,17 @@ class ManagementAPI:
             raise not_found()
         return v
 
-    def _vhosts(self, name: str | None) -> list[VirtualHost]:
-        return [self._vhost(name)] if name is not None else list(self.broker.vhosts.values())
+    def _vhosts(self, request: Request, name: str | None) -> list[VirtualHost]:
+        """The named vhost, or every vhost the user may see."""
+        if name is not None:
+            return [self._vhost(name)]
+        user = self._user(request)
+        return [v for v in self.broker.vhosts.values() if authz.may_read_vhost(self.broker.access, user, v.name)]
+
+    def _own(self, request: Request, sessions: list[Any]) -> list[Any]:
+        """Connections a user may see: all for monitoring users, else its own."""
+        user = self._user(request)
+        return sessions if authz.sees_everything(user) else [s for s in sessions if s.user == user.name]
 
     def _channel(self, vhost: VirtualHost) -> Channel:
         """The API's own channel on a vhost: publishes go through the same path as a client's."""
@@ -176,7 +209,8 @@ class ManagementAPI:
         return objects.overview(self.broker, self.rates, self.listeners)
 
     async def whoami(self, request: Request) -> Any:
-        return {"name": self._authenticate(request), "tags": ["administrator"]}
+        user = self._user(request)
+        return {"name": user.name, "tags": list(user.tags)}
 
     async def nodes(self, request: Request) -> Any:
         return self._listing(request, [objects.node_info(self.broker)])
@@ -187,7 +221,7 @@ class ManagementAPI:
         return objects.node_info(self.broker)
 
     async def vhosts(self, request: Request) -> Any:
-        return self._listing(request, [objects.vhost_info(self.broker, v) for v in self.broker.vhosts.values()])
+        return self._listing(request, [objects.vhost_info(self.broker, v) for v in self._vhosts(request, None)])
 
     async def vhost(self, request: Request, vhost: str) -> Any:
         return objects.vhost_info(self.broker, self._vhost(vhost))
@@ -195,7 +229,7 @@ class ManagementAPI:
     # -- exchanges -------------------------------------------------------------------------------------------------
 
     async def exchanges(self, request: Request, vhost: str | None = None) -> Any:
-        items = [objects.exchange_info(v.name, ex) for v in self._vhosts(vhost) for ex in v.exchanges.values()]
+        items = [objects.exchange_info(v.name, ex) for v in self._vhosts(request, vhost) for ex in v.exchanges.values()]
         return self._listing(request, items)
 
     async def exchange(self, request: Request, vhost: str, exchange: str) -> Any:
@@ -209,6 +243,7 @@ class ManagementAPI:
         v = self._vhost(vhost)
         body = await self._json(request)
         existed = exchange in v.exchanges
+        self._check(request, v.name, "exchange", exchange, "configure")
         v.declare_exchange(
             exchange, str(body.get("type", "")), passive=False, durable=_bool(body, "durable", True),
             auto_delete=_bool(body, "auto_delete", False), internal=_bool(body, "internal", False),
@@ -220,6 +255,7 @@ class ManagementAPI:
         v = self._vhost(vhost)
         if exchange not in v.exchanges:
             raise not_found()
+        self._check(request, v.name, "exchange", exchange, "configure")
         v.delete_exchange(exchange, if_unused=self._flag(request, "if-unused"))
         return NoContent()
 
@@ -229,6 +265,7 @@ class ManagementAPI:
         for key in ("routing_key", "payload", "payload_encoding", "properties"):
             if key not in body:
                 raise bad_request(f"{key} missing")
+        self._check(request, v.name, "exchange", _exchange_name(exchange), "write")
         try:
             payload = operations.payload_bytes(body["payload"], body["payload_encoding"])
             properties = body["properties"] if isinstance(body["properties"], dict) else {}
@@ -256,7 +293,7 @@ class ManagementAPI:
     # -- queues ------------------------------------------------------------------------------------------------------
 
     async def queues(self, request: Request, vhost: str | None = None) -> Any:
-        items = [objects.queue_info(q, self.rates) for v in self._vhosts(vhost) for q in v.queues.values()]
+        items = [objects.queue_info(q, self.rates) for v in self._vhosts(request, vhost) for q in v.queues.values()]
         return self._listing(request, items)
 
     async def queue(self, request: Request, vhost: str, queue: str) -> Any:
@@ -269,6 +306,9 @@ class ManagementAPI:
         v = self._vhost(vhost)
         body = await self._json(request)
         existed = queue in v.queues
+        self._check(request, v.name, "queue", queue, "configure")
+        if not existed:
+            self.broker.check_queue_limit(v, queue)
         v.declare_queue(
             queue, passive=False, durable=_bool(body, "durable", True), exclusive=False,
             auto_delete=_bool(body, "auto_delete", False), arguments=_arguments(body), owner=None,
@@ -279,6 +319,7 @@ class ManagementAPI:
         v = self._vhost(vhost)
         if queue not in v.queues:
             raise not_found()
+        self._check(request, v.name, "queue", queue, "configure")
         operations.delete_queue(v, queue, self._flag(request, "if-empty"), self._flag(request, "if-unused"))
         return NoContent()
 
@@ -286,6 +327,7 @@ class ManagementAPI:
         v = self._vhost(vhost)
         if queue not in v.queues:
             raise not_found()
+        self._check(request, v.name, "queue", queue, "read")
         operations.purge_queue(v, queue)
         return NoContent()
 
@@ -294,6 +336,7 @@ class ManagementAPI:
         body = await self._json(request)
         if queue not in v.queues:
             raise not_found()
+        self._check(request, v.name, "queue", queue, "read")
         count, truncate = _int(body, "count", 1), body.get("truncate")
         encoding = body.get("encoding", "auto")
         if encoding not in ("auto", "base64"):
@@ -312,6 +355,7 @@ class ManagementAPI:
         body = await self._json(request)
         if queue not in v.queues:
             raise not_found()
+        self._check(request, v.name, "queue", queue, "read")
         count, start = _int(body, "count", 1), _int(body, "from", 0)
         encoding = body.get("encoding", "auto")
         entries = operations.peek(v, queue, count, start)
@@ -328,7 +372,7 @@ class ManagementAPI:
     # -- bindings ----------------------------------------------------------------------------------------------------
 
     async def all_bindings(self, request: Request, vhost: str | None = None) -> Any:
-        return self._listing(request, [b for v in self._vhosts(vhost) for b in objects.bindings(v)])
+        return self._listing(request, [b for v in self._vhosts(request, vhost) for b in objects.bindings(v)])
 
     def _pair(self, vhost: str, source: str, kind: str, dest: str) -> tuple[VirtualHost, list[dict[str, Any]]]:
         v = self._vhost(vhost)
@@ -344,8 +388,14 @@ class ManagementAPI:
     async def pair_bindings(self, request: Request, vhost: str, source: str, kind: str, dest: str) -> Any:
         return self._listing(request, self._pair(vhost, source, kind, dest)[1])
 
+    def _check_binding(self, request: Request, v: VirtualHost, source: str, kind: str, dest: str) -> None:
+        """rabbit_channel's binding checks: write on the destination, read on the source."""
+        self._check(request, v.name, "queue" if kind == "q" else "exchange", dest, "write")
+        self._check(request, v.name, "exchange", _exchange_name(source), "read")
+
     async def bind(self, request: Request, vhost: str, source: str, kind: str, dest: str) -> Any:
         v, _ = self._pair(vhost, source, kind, dest)
+        self._check_binding(request, v, source, kind, dest)
         body = await self._json(request)
         key, args = str(body.get("routing_key", "")), _arguments(body)
         v.bind(_exchange_name(source), operations.destination(v, kind, dest), key, args)
@@ -364,6 +414,7 @@ class ManagementAPI:
 
     async def unbind(self, request: Request, vhost: str, source: str, kind: str, dest: str, props: str) -> Any:
         v, b = self._one_binding(vhost, source, kind, dest, props)
+        self._check_binding(request, v, source, kind, dest)
         ex = v.exchange(_exchange_name(source))
         target = operations.destination(v, kind, dest)
         for bound, key, args in ex.bindings():
@@ -374,38 +425,43 @@ class ManagementAPI:
     # -- connections, channels, consumers -----------------------------------------------------------------------------
 
     async def connections(self, request: Request) -> Any:
-        return self._listing(request, [objects.connection_info(s) for s in objects.sessions(self.broker)])
+        sessions = self._own(request, objects.sessions(self.broker))
+        return self._listing(request, [objects.connection_info(s) for s in sessions])
 
-    def _session(self, name: str) -> Any:
-        for s in self.broker.connections:
+    def _session(self, request: Request, name: str) -> Any:
+        for s in self._own(request, list(self.broker.connections)):
             if objects.connection_name(s) == name:
                 return s
         raise not_found()
 
     async def connection(self, request: Request, name: str) -> Any:
-        return objects.connection_info(self._session(name))
+        return objects.connection_info(self._session(request, name))
 
     async def close_connection(self, request: Request, name: str) -> Any:
-        session = self._session(name)
+        session = self._session(request, name)
         reason = request.headers.get("x-reason", "Closed via management plugin")
         session.close_forced(reason)
         return NoContent()
 
     async def connection_channels(self, request: Request, name: str) -> Any:
-        session = self._session(name)
+        session = self._session(request, name)
         return self._listing(request, [objects.channel_info(ch, self.rates) for ch in session.channels.values()])
 
     async def channels(self, request: Request) -> Any:
-        return self._listing(request, [objects.channel_info(ch, self.rates) for ch in objects.channels(self.broker)])
+        return self._listing(request, [objects.channel_info(ch, self.rates) for ch in self._channels_of(request)])
+
+    def _channels_of(self, request: Request) -> list[Channel]:
+        return [ch for s in self._own(request, objects.sessions(self.broker)) for ch in s.channels.values()]
 
     async def channel(self, request: Request, name: str) -> Any:
-        for ch in objects.channels(self.broker):
+        for ch in self._channels_of(request):
             if objects.channel_name(ch) == name:
                 return objects.channel_info(ch, self.rates)
         raise not_found()
 
     async def consumers(self, request: Request, vhost: str | None = None) -> Any:
-        items = [objects.consumer_info(c) for v in self._vhosts(vhost) for q in v.queues.values() for c in q.consumers]
+        queues = [q for v in self._vhosts(request, vhost) for q in v.queues.values()]
+        items = [objects.consumer_info(c) for q in queues for c in q.consumers]
         return self._listing(request, items)
 
     # -- health -----------------------------------------------------------------------------------------------------
@@ -469,11 +525,11 @@ def _arguments(body: dict[str, Any]) -> dict[str, Any]:
     return args
 
 
-ROUTES: list[tuple[str, str, str]] = [
+ROUTES: list[tuple[str, ...]] = [  # method, path, handler[, the tag level it needs]
     ("GET", "api/overview", "overview"),
     ("GET", "api/whoami", "whoami"),
-    ("GET", "api/nodes", "nodes"),
-    ("GET", "api/nodes/{node}", "node"),
+    ("GET", "api/nodes", "nodes", "monitoring"),
+    ("GET", "api/nodes/{node}", "node", "monitoring"),
     ("GET", "api/vhosts", "vhosts"),
     ("GET", "api/vhosts/{vhost}", "vhost"),
     ("GET", "api/exchanges", "exchanges"),

@@ -42,6 +42,10 @@ async def serve(settings: Settings) -> None:
         gc.enable()
         gc.collect()
         gc.freeze()
+    if settings.load_definitions and not _load_definitions(broker, settings.load_definitions):
+        if store is not None:
+            await store.close()
+        raise SystemExit(1)
     registry: set[AMQPServerProtocol] = set()
     try:
         server = await loop.create_server(
@@ -92,6 +96,19 @@ async def _start_management(broker: Broker, settings: Settings, amqp_address: tu
     management = Management(broker, settings, (amqp_address[0], amqp_address[1]))
     await management.start()
     return management
+
+
+def _load_definitions(broker: Broker, path: str) -> bool:
+    from amqpd.broker.access import AccessError
+    from amqpd.broker.access_definitions import load_definitions_file
+
+    try:
+        load_definitions_file(broker.access, path)
+    except AccessError as exc:
+        log.error("%s", exc)
+        return False
+    log.info("imported users, vhosts and permissions from %s", path)
+    return True
 
 
 async def _wait_closed(registry: set[Any], timeout: float = 5.0) -> None:

@@ -21,6 +21,7 @@ from amqpd import errors
 from amqpd.broker.access import AccessError, User
 from amqpd.broker.channel import Channel
 from amqpd.mgmt import authz, listing, objects, operations
+from amqpd.mgmt.access_endpoints import ACCESS_ROUTES, AccessEndpoints, NotFound
 from amqpd.mgmt.stats import Rates
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ class NoContent(Response):
         super().__init__(status_code=status, headers=headers)
 
 
-class ManagementAPI:
+class ManagementAPI(AccessEndpoints):
     """The ASGI application. `listeners` describes the broker's listeners for /api/overview and health checks."""
 
     def __init__(self, broker: Broker, rates: Rates, listeners: list[dict[str, Any]]) -> None:
@@ -72,7 +73,7 @@ class ManagementAPI:
         self.listeners = listeners
         self._channels: dict[str, Channel] = {}
         self.routes: list[tuple[str, tuple[str, ...], Handler, str]] = []
-        for method, path, handler, *level in ROUTES:
+        for method, path, handler, *level in ROUTES + ACCESS_ROUTES:
             pattern = tuple(path.strip("/").split("/"))
             self.routes.append((method, pattern, getattr(self, handler), level[0] if level else "management"))
 
@@ -96,7 +97,9 @@ class ManagementAPI:
             result = await handler(request, **params)
         except authz.NotAuthorised as exc:
             return error_response(HTTPError(401, "not_authorised", str(exc)))
-        except AccessError as exc:
+        except NotFound:
+            return error_response(not_found())
+        except (AccessError, ValueError) as exc:
             return error_response(bad_request(str(exc)))
         except HTTPError as exc:
             return error_response(exc)
@@ -142,7 +145,7 @@ class ManagementAPI:
         """The user's tags must reach the route's level, and its permissions cover the vhost in the path."""
         user = self._authenticate(request)
         authz.check_level(user, level)
-        if vhost is not None and vhost in self.broker.vhosts:
+        if vhost is not None and vhost in self.broker.vhosts and level != "administrator":
             authz.check_vhost(self.broker.access, user, vhost, write=request.method not in ("GET", "HEAD"))
         request.state.user = user
 
@@ -182,8 +185,7 @@ class ManagementAPI:
             ch = self._channels[vhost.name] = Channel(operations.NoConnection(), 0, vhost, self.broker)
         return ch
 
-    @staticmethod
-    async def _json(request: Request) -> dict[str, Any]:
+    async def _json(self, request: Request) -> dict[str, Any]:
         raw = await request.body()
         if not raw.strip():
             return {}
@@ -195,9 +197,11 @@ class ManagementAPI:
             raise bad_request("not_json")
         return body
 
-    @staticmethod
-    def _listing(request: Request, items: list[dict[str, Any]]) -> Any:
+    def _listing(self, request: Request, items: list[dict[str, Any]]) -> Any:
         return listing.apply(items, request.query_params)
+
+    def _created(self, existed: bool) -> Response:
+        return NoContent(204 if existed else 201)
 
     @staticmethod
     def _flag(request: Request, name: str) -> bool:

@@ -8,41 +8,20 @@ RabbitMQ's statistics lag up to 5 s, so reads of counts poll (bounded) until the
 
 from __future__ import annotations
 
-import os
 import time
 import urllib.parse
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pika
 import pytest
+from management_target import Target, eventually, target_fixture  # noqa: F401 - the broker fixture
 
 from amqpd.testing import BrokerProcess
 
 Q = urllib.parse.quote
-
-
-@dataclass
-class Target:
-    amqp: str
-    http: httpx.Client
-    is_amqpd: bool
-
-
-@pytest.fixture(scope="module")
-def target() -> Iterator[Target]:
-    override = os.environ.get("AMQPD_TEST_TARGET_URL")
-    if override:
-        base = os.environ.get("AMQPD_TEST_TARGET_MGMT_URL", "http://127.0.0.1:15672")
-        with httpx.Client(base_url=base, auth=("guest", "guest"), timeout=20) as client:
-            yield Target(override, client, False)
-        return
-    with BrokerProcess(management=True, env={"AMQPD_STATS_INTERVAL": "0.2"}) as broker:
-        with httpx.Client(base_url=broker.mgmt_url, auth=("guest", "guest"), timeout=20) as client:
-            yield Target(broker.url, client, True)
 
 
 @pytest.fixture
@@ -63,16 +42,6 @@ def qname(api: httpx.Client) -> Iterator[str]:
     name = f"mgmt-test-{uuid.uuid4().hex[:10]}"
     yield name
     api.delete(f"/api/queues/%2F/{Q(name, safe='')}")
-
-
-def eventually(check: Callable[[], Any], timeout: float = 20.0) -> Any:
-    """The first truthy result of check(), polled until the deadline (RabbitMQ's stats settle every 5 s)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result or time.monotonic() > deadline:
-            return result
-        time.sleep(0.2)
 
 
 def queue_path(name: str) -> str:

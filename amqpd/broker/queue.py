@@ -57,6 +57,9 @@ class QueueHooks:
     def forget(self, queue: Queue, offsets: list[int]) -> None:
         """Recovered messages that were never read back left the queue (purge)."""
 
+    def created(self, vhost: str, obj: Any) -> None:
+        """A queue or exchange was declared: the policies that match apply to it."""
+
 
 class Queue:
     def __init__(
@@ -106,6 +109,8 @@ class Queue:
         self._rr_levels: dict[int, int] = {}
         self.expires_ms: int | None = self.arguments.get("x-expires")
         self._expiry_timer: Any = None
+        self.effective: dict = self.arguments  # arguments in force: the declared ones combined with a policy
+        self.policy: Any = None  # the policy that applies (broker/policy.py), if any
 
     # Ready messages, with consumers attached and the broker's CPU saturated, before publishers pause (see
     # server/load.py); they go on when it drains to FLOW_LOW or the broker has time to spare again.
@@ -117,6 +122,22 @@ class Queue:
     PAGE_MIN_BODY = 512
     def __repr__(self) -> str:
         return f"<Queue {self.vhost}:{self.name}>"
+
+    def configure(self, effective: dict, policy: Any = None) -> None:
+        """A policy changed what applies (broker/policy.py merged it with the declared arguments): the limits,
+        TTLs, overflow and expiry in `effective` apply from now on, to the messages already queued too."""
+        self.effective, self.policy = effective, policy
+        self.message_ttl = effective.get("x-message-ttl")
+        self.max_length = effective.get("x-max-length")
+        self.max_length_bytes = effective.get("x-max-length-bytes")
+        self.overflow = effective.get("x-overflow", "drop-head")
+        self.limited = self.max_length is not None or self.max_length_bytes is not None
+        if effective.get("x-expires") != self.expires_ms:
+            self.expires_ms = effective.get("x-expires")
+            self._cancel_expiry()
+            self.touch()
+        if self.limited:
+            self._drop_head_over_limit()
 
     @property
     def message_count(self) -> int:

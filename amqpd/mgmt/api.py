@@ -20,6 +20,7 @@ from starlette.responses import JSONResponse, Response
 from amqpd import errors
 from amqpd.broker.access import AccessError, User
 from amqpd.broker.channel import Channel
+from amqpd.broker.policy import PolicyError
 from amqpd.mgmt import authz, listing, objects, operations
 from amqpd.mgmt.access_endpoints import ACCESS_ROUTES, AccessEndpoints, NotFound
 from amqpd.mgmt.stats import Rates
@@ -99,7 +100,7 @@ class ManagementAPI(AccessEndpoints):
             return error_response(HTTPError(401, "not_authorised", str(exc)))
         except NotFound:
             return error_response(not_found())
-        except (AccessError, ValueError) as exc:
+        except (AccessError, PolicyError, ValueError) as exc:
             return error_response(bad_request(str(exc)))
         except HTTPError as exc:
             return error_response(exc)
@@ -366,6 +367,31 @@ class ManagementAPI(AccessEndpoints):
         total = len(v.queues[queue].ready)
         return [operations.message_json(self.broker, e, total, encoding, None) for e in entries]
 
+    async def move(self, request: Request, vhost: str, queue: str) -> Any:
+        """Beyond RabbitMQ: {"destination": Q} or {"exchange": X, "routing_key": K}, or neither with
+        {"dead_letters": true} (each message back to where its x-death says it came from); "count" limits."""
+        v = self._vhost(vhost)
+        body = await self._json(request)
+        if queue not in v.queues:
+            raise not_found()
+        self._check(request, v.name, "queue", queue, "read")
+        count = _int(body, "count", 0) or None
+        target: tuple[str, str] | None
+        if body.get("dead_letters") is True:
+            target = None
+        elif isinstance(body.get("destination"), str):
+            target = ("", body["destination"])
+        elif isinstance(body.get("exchange"), str):
+            target = (_exchange_name(body["exchange"]), str(body.get("routing_key", "")))
+        else:
+            raise bad_request("say where to: destination, exchange (+ routing_key) or dead_letters")
+        if target is not None:
+            self._check(request, v.name, "exchange", target[0], "write")
+        moved, error = await operations.move(self.broker, self._channel(v), queue, count, target)
+        if error is not None:
+            return JSONResponse({"error": "bad_request", "reason": error.text, "moved": moved}, status_code=400)
+        return {"moved": moved}
+
     async def queue_bindings(self, request: Request, vhost: str, queue: str) -> Any:
         v = self._vhost(vhost)
         if queue not in v.queues:
@@ -468,6 +494,35 @@ class ManagementAPI(AccessEndpoints):
         items = [objects.consumer_info(c) for q in queues for c in q.consumers]
         return self._listing(request, items)
 
+    # -- policies -------------------------------------------------------------------------------------------------
+
+    async def policies(self, request: Request, vhost: str | None = None) -> Any:
+        if vhost is not None:
+            self._vhost(vhost)
+        vhosts = [v.name for v in self._vhosts(request, vhost)]
+        items = [p.as_json() for name in vhosts for p in self.broker.policies.entries(name)]
+        return self._listing(request, items)
+
+    async def policy(self, request: Request, vhost: str, name: str) -> Any:
+        self._vhost(vhost)
+        p = self.broker.policies.get(vhost, name)
+        if p is None:
+            raise not_found()
+        return p.as_json()
+
+    async def put_policy(self, request: Request, vhost: str, name: str) -> Any:
+        self._vhost(vhost)
+        body = await self._json(request)
+        existed = self.broker.policies.put(vhost, name, body.get("pattern"), body.get("definition"),
+                                           body.get("priority", 0), body.get("apply-to", "all"))
+        return self._created(existed)
+
+    async def delete_policy(self, request: Request, vhost: str, name: str) -> Any:
+        self._vhost(vhost)
+        if not self.broker.policies.delete(vhost, name):
+            raise not_found()
+        return NoContent()
+
     # -- health -----------------------------------------------------------------------------------------------------
 
     async def aliveness(self, request: Request, vhost: str) -> Any:
@@ -551,6 +606,7 @@ ROUTES: list[tuple[str, ...]] = [  # method, path, handler[, the tag level it ne
     ("DELETE", "api/queues/{vhost}/{queue}/contents", "purge"),
     ("POST", "api/queues/{vhost}/{queue}/get", "get"),
     ("POST", "api/queues/{vhost}/{queue}/peek", "peek"),
+    ("POST", "api/queues/{vhost}/{queue}/move", "move"),
     ("GET", "api/queues/{vhost}/{queue}/bindings", "queue_bindings"),
     ("GET", "api/bindings", "all_bindings"),
     ("GET", "api/bindings/{vhost}", "all_bindings"),
@@ -566,6 +622,11 @@ ROUTES: list[tuple[str, ...]] = [  # method, path, handler[, the tag level it ne
     ("GET", "api/channels/{name}", "channel"),
     ("GET", "api/consumers", "consumers"),
     ("GET", "api/consumers/{vhost}", "consumers"),
+    ("GET", "api/policies", "policies"),
+    ("GET", "api/policies/{vhost}", "policies", "policymaker"),
+    ("GET", "api/policies/{vhost}/{name}", "policy", "policymaker"),
+    ("PUT", "api/policies/{vhost}/{name}", "put_policy", "policymaker"),
+    ("DELETE", "api/policies/{vhost}/{name}", "delete_policy", "policymaker"),
     ("GET", "api/aliveness-test/{vhost}", "aliveness"),
     ("GET", "api/health/checks/alarms", "health_alarms"),
     ("GET", "api/health/checks/local-alarms", "health_alarms"),

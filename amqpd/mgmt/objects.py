@@ -64,8 +64,9 @@ def queue_type(q: Queue) -> str:
     return "quorum" if q.arguments.get("x-queue-type") == "quorum" else "classic"
 
 
-def queue_info(q: Queue, rates: Rates, policy: dict[str, Any] | None = None, details: bool = False) -> dict[str, Any]:
+def queue_info(q: Queue, rates: Rates, details: bool = False) -> dict[str, Any]:
     sample = rates.of(q)
+    policy = q.policy
     ready, unacked = len(q.ready), q.unacked
     info: dict[str, Any] = {
         "name": q.name,
@@ -87,9 +88,9 @@ def queue_info(q: Queue, rates: Rates, policy: dict[str, Any] | None = None, det
         "messages_details": {"rate": 0.0},
         "messages_ready_details": {"rate": 0.0},
         "messages_unacknowledged_details": {"rate": 0.0},
-        "policy": policy["name"] if policy else None,
+        "policy": policy.name if policy is not None else None,
         "operator_policy": None,
-        "effective_policy_definition": dict(policy["definition"]) if policy else {},
+        "effective_policy_definition": dict(policy.definition) if policy is not None else {},
         "exclusive_consumer_tag": q.exclusive_consumer.tag if q.exclusive_consumer else None,
         "single_active_consumer_tag": q.consumers[0].tag if q.single_active and q.consumers else None,
         "head_message_timestamp": None,
@@ -118,7 +119,7 @@ def exchange_info(vhost: str, ex: Exchange) -> dict[str, Any]:
         "internal": ex.internal,
         "arguments": jsonable(ex.arguments),
         "user_who_performed_action": "rmq-internal" if ex.name == "" or ex.name.startswith("amq.") else "",
-        "policy": None,
+        "policy": ex.policy.name if ex.policy is not None else None,
     }
 
 

@@ -11,6 +11,7 @@ import asyncio
 import base64
 import binascii
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -118,13 +119,8 @@ async def publish(
     msg = Message(exchange, routing_key, shortstr(exchange) + shortstr(routing_key), header, body, flags)
     routed = bool(vhost.route(ex, msg))
     done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-    def stored() -> None:
-        if not done.done():
-            done.set_result(None)
-
     channel.published += 1
-    if channel._deliver_published(msg, False, 0, stored):  # noqa: SLF001 - the channel's own publish step
+    if channel._deliver_published(msg, False, 0, _resolver(done)):  # noqa: SLF001 - the channel's own publish step
         await done
     return routed
 
@@ -226,3 +222,102 @@ def peek(vhost: VirtualHost, name: str, count: int, start: int = 0) -> list[Entr
         else:
             shown.append(item)
     return shown
+
+
+# -- moving messages ---------------------------------------------------------------------------------------------
+
+MOVE_BATCH = 500
+
+
+def death_origin(msg: Message) -> tuple[str, str] | None:
+    """Where a dead-lettered message was first published: the exchange and first routing key of its most recent
+    x-death entry (RabbitMQ puts the newest first)."""
+    deaths = (msg.headers or {}).get("x-death")
+    if not isinstance(deaths, list) or not deaths or not isinstance(deaths[0], dict):
+        return None
+    exchange, keys = deaths[0].get("exchange"), deaths[0].get("routing-keys")
+    if isinstance(exchange, bytes):
+        exchange = exchange.decode()
+    if not isinstance(exchange, str) or not isinstance(keys, list) or not keys:
+        return None
+    key = keys[0].decode() if isinstance(keys[0], bytes) else keys[0]
+    return (exchange, key) if isinstance(key, str) else None
+
+
+async def move(
+    broker: Broker, channel: Channel, source: str, count: int | None, target: tuple[str, str] | None
+) -> tuple[int, errors.AMQPError | None]:
+    """Republish up to `count` ready messages of `source` (all when None) to target=(exchange, routing key), or,
+    target None, to where each one's x-death says it came from; each one leaves `source` only once the
+    republished copy is routed and, when persistent, on disk. A message with nowhere to go stops the move and
+    stays at the head of `source`. Returns how many moved, and what stopped the move early."""
+    vhost = channel.vhost
+    q = vhost.queue(source)
+    moved = 0
+    while count is None or moved < count:
+        batch = _take(q, MOVE_BATCH if count is None else min(MOVE_BATCH, count - moved))
+        if not batch:
+            break
+        done, error = await _republish(broker, channel, batch, target)
+        for entry in batch[:done]:
+            q.hooks.settled(q, entry)
+        if done < len(batch):
+            q.requeue(batch[done:])
+        moved += done
+        if error is not None:
+            return moved, error
+    return moved, None
+
+
+def _take(q: Queue, n: int) -> list[Entry]:
+    taken = []
+    for _ in range(n):
+        entry = q.get()
+        if entry is None:
+            break
+        taken.append(entry)
+    return taken
+
+
+async def _republish(
+    broker: Broker, channel: Channel, batch: list[Entry], target: tuple[str, str] | None
+) -> tuple[int, errors.AMQPError | None]:
+    """Publish each entry's message to its destination and wait for the disk; (how many went, the error that
+    stopped the rest)."""
+    vhost = channel.vhost
+    waits: list[asyncio.Future[None]] = []
+    loop = asyncio.get_running_loop()
+    for i, entry in enumerate(batch):
+        old = entry.msg
+        dest = target if target is not None else death_origin(old)
+        if dest is None:
+            error = errors.precondition_failed("message has no x-death header naming where it came from")
+            return await _settled(waits, i, error)
+        ex = vhost.exchanges.get(dest[0])
+        copy = Message(dest[0], dest[1], shortstr(dest[0]) + shortstr(dest[1]), old.header,
+                       broker.body_of(old), old.flags)
+        if ex is None or not vhost.route(ex, copy):
+            error = errors.precondition_failed(f"no queue to take messages published to exchange '{dest[0]}' "
+                                               f"with routing key '{dest[1]}' in vhost '{vhost.name}'")
+            return await _settled(waits, i, error)
+        done: asyncio.Future[None] = loop.create_future()
+        channel.published += 1
+        if channel._deliver_published(copy, False, 0, _resolver(done)):  # noqa: SLF001 - the channel's publish step
+            waits.append(done)
+    return await _settled(waits, len(batch), None)
+
+
+def _resolver(future: asyncio.Future[None]) -> Callable[[], None]:
+    def resolve() -> None:
+        if not future.done():
+            future.set_result(None)
+
+    return resolve
+
+
+async def _settled(
+    waits: list[asyncio.Future[None]], n: int, error: errors.AMQPError | None
+) -> tuple[int, errors.AMQPError | None]:
+    if waits:
+        await asyncio.gather(*waits)
+    return n, error

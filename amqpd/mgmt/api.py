@@ -21,7 +21,7 @@ from amqpd import errors
 from amqpd.broker.access import AccessError, User
 from amqpd.broker.channel import Channel
 from amqpd.broker.policy import PolicyError
-from amqpd.mgmt import authz, listing, objects, operations
+from amqpd.mgmt import authz, definitions, listing, objects, operations
 from amqpd.mgmt.access_endpoints import ACCESS_ROUTES, AccessEndpoints, NotFound
 from amqpd.mgmt.stats import Rates
 
@@ -494,6 +494,30 @@ class ManagementAPI(AccessEndpoints):
         items = [objects.consumer_info(c) for q in queues for c in q.consumers]
         return self._listing(request, items)
 
+    # -- definitions ----------------------------------------------------------------------------------------------
+
+    async def definitions(self, request: Request, vhost: str | None = None) -> Any:
+        if vhost is not None:
+            self._vhost(vhost)
+        doc = definitions.export(self.broker, vhost)
+        if request.query_params.get("download"):
+            name = request.query_params["download"].replace('"', "")
+            return JSONResponse(doc, headers={"Content-Disposition": f'attachment; filename="{name}"'})
+        return doc
+
+    async def import_definitions(self, request: Request, vhost: str | None = None) -> Any:
+        doc = await self._json(request)
+        if isinstance(doc.get("file"), str):  # the management UI's form upload wraps the document
+            try:
+                doc = json.loads(doc["file"])
+            except ValueError:
+                raise bad_request("not_json") from None
+        try:
+            definitions.import_definitions(self.broker, doc, vhost)
+        except definitions.DefinitionsError as exc:
+            raise bad_request(str(exc)) from None
+        return NoContent()
+
     # -- policies -------------------------------------------------------------------------------------------------
 
     async def policies(self, request: Request, vhost: str | None = None) -> Any:
@@ -622,6 +646,10 @@ ROUTES: list[tuple[str, ...]] = [  # method, path, handler[, the tag level it ne
     ("GET", "api/channels/{name}", "channel"),
     ("GET", "api/consumers", "consumers"),
     ("GET", "api/consumers/{vhost}", "consumers"),
+    ("GET", "api/definitions", "definitions", "administrator"),
+    ("POST", "api/definitions", "import_definitions", "administrator"),
+    ("GET", "api/definitions/{vhost}", "definitions", "administrator"),
+    ("POST", "api/definitions/{vhost}", "import_definitions", "administrator"),
     ("GET", "api/policies", "policies"),
     ("GET", "api/policies/{vhost}", "policies", "policymaker"),
     ("GET", "api/policies/{vhost}/{name}", "policy", "policymaker"),

@@ -99,15 +99,20 @@ async def _start_management(broker: Broker, settings: Settings, amqp_address: tu
 
 
 def _load_definitions(broker: Broker, path: str) -> bool:
-    from amqpd.broker.access import AccessError
-    from amqpd.broker.access_definitions import load_definitions_file
+    """RabbitMQ's load_definitions (`--definitions FILE`): the whole document (users, vhosts, permissions,
+    policies, exchanges, queues, bindings), imported atomically before clients are accepted."""
+    import json
+    from pathlib import Path
+
+    from amqpd.mgmt.definitions import DefinitionsError, import_definitions
 
     try:
-        load_definitions_file(broker.access, path)
-    except AccessError as exc:
-        log.error("%s", exc)
+        import_definitions(broker, json.loads(Path(path).read_text()))
+    except (OSError, ValueError) as exc:  # DefinitionsError is a ValueError, as is bad JSON
+        what = "" if isinstance(exc, DefinitionsError) else "cannot read "
+        log.error("definitions %s%s: %s", what, path, exc)
         return False
-    log.info("imported users, vhosts and permissions from %s", path)
+    log.info("imported definitions from %s", path)
     return True
 
 

@@ -74,6 +74,8 @@ def apply(items: list[dict[str, Any]], query: Mapping[str, str]) -> Any:
     reverse = query.get("sort_reverse", "false").lower() == "true"
     if sort:
         items = sorted(items, key=lambda i: _sort_key(lookup(i, sort)), reverse=reverse)
+    elif items and "name" in items[0]:  # RabbitMQ's default order: by vhost, then name
+        items = sorted(items, key=lambda i: (str(i.get("vhost", "")), str(i["name"])), reverse=reverse)
     elif reverse:
         items = list(reversed(items))
     columns = [c for c in query.get("columns", "").split(",") if c]

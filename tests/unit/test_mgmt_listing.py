@@ -15,13 +15,15 @@ ITEMS = [
 ]
 
 
-def test_without_page_a_listing_is_a_plain_list_in_the_order_given() -> None:
-    assert [i["name"] for i in listing.apply(ITEMS, {})] == ["b", "a", "c"]
+def test_without_page_a_listing_is_a_plain_list_sorted_by_vhost_and_name() -> None:
+    assert [i["name"] for i in listing.apply(ITEMS, {})] == ["a", "b", "c"]
+    unnamed = [{"source": "b"}, {"source": "a"}]
+    assert listing.apply(unnamed, {}) == unnamed
 
 
 def test_sort_follows_a_dotted_path_and_puts_missing_values_last() -> None:
     by_rate = listing.apply(ITEMS, {"sort": "message_stats.publish_details.rate"})
-    assert [i["name"] for i in by_rate] == ["b", "a", "c"]
+    assert [i["name"] for i in by_rate] == ["b", "a", "c"]  # c has no rate: last
     assert [i["name"] for i in listing.apply(ITEMS, {"sort": "messages", "sort_reverse": "true"})] == ["a", "b", "c"]
 
 

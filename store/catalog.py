@@ -46,6 +46,8 @@ CREATE TABLE IF NOT EXISTS permissions (
 CREATE TABLE IF NOT EXISTS topic_permissions (
     user TEXT NOT NULL, vhost TEXT NOT NULL, exchange TEXT NOT NULL, write TEXT NOT NULL, read TEXT NOT NULL,
     PRIMARY KEY (user, vhost, exchange));
+CREATE TABLE IF NOT EXISTS policies (
+    vhost TEXT NOT NULL, name TEXT NOT NULL, document TEXT NOT NULL, PRIMARY KEY (vhost, name));
 CREATE TABLE IF NOT EXISTS checkpoint (
     id INTEGER PRIMARY KEY CHECK (id = 1), next_offset INTEGER NOT NULL, segment_base INTEGER NOT NULL,
     segment_position INTEGER NOT NULL, ack_number INTEGER NOT NULL, last_message_id INTEGER NOT NULL,
@@ -84,6 +86,15 @@ class CatalogSnapshot:
     checkpoint: Checkpoint | None = None
     next_queue_id: int = 1
     access: AccessRows = field(default_factory=AccessRows)
+    policies: list[str] = field(default_factory=list)  # each one's JSON document, as the broker wrote it
+
+
+def put_policy_op(vhost: str, name: str, document: str) -> CatalogOp:
+    return "INSERT OR REPLACE INTO policies VALUES (?, ?, ?)", (vhost, name, document)
+
+
+def delete_policy_op(vhost: str, name: str) -> CatalogOp:
+    return "DELETE FROM policies WHERE vhost = ? AND name = ?", (vhost, name)
 
 
 def put_exchange_op(
@@ -257,6 +268,7 @@ class Catalog:
             )
         await self._load_state(snap)
         await self._load_access(snap.access)
+        snap.policies = [r[0] for r in await self._rows("SELECT document FROM policies ORDER BY vhost, name")]
         return snap
 
     async def _load_access(self, rows: AccessRows) -> None:

@@ -31,6 +31,7 @@ from store.catalog import (
     delete_binding_op,
     delete_exchange_op,
     delete_permission_op,
+    delete_policy_op,
     delete_queue_ops,
     delete_topic_permission_op,
     delete_user_ops,
@@ -38,6 +39,7 @@ from store.catalog import (
     put_binding_op,
     put_exchange_op,
     put_permission_op,
+    put_policy_op,
     put_queue_ops,
     put_topic_permission_op,
     put_user_op,
@@ -319,6 +321,13 @@ class MessageStore:
 
     def mark_access_seeded(self) -> None:
         self._catalog_op([ACCESS_SEEDED_OP])
+
+    # Policies: one JSON document each, opaque to the store.
+    def put_policy(self, vhost: str, name: str, document: str) -> None:
+        self._catalog_op([put_policy_op(vhost, name, document)])
+
+    def delete_policy(self, vhost: str, name: str) -> None:
+        self._catalog_op([delete_policy_op(vhost, name)])
 
     def _catalog_op(self, ops: list[Any]) -> None:
         self._pending.catalog_ops.extend(ops)
@@ -765,7 +774,7 @@ class MessageStore:
                     RecoveredMessage(o, records[o], o in delivered) for o in state.live if o in records
                 ]
             queues.append(entry)
-        return Recovered(snap.exchanges, queues, snap.bindings, result.stats, snap.access)
+        return Recovered(snap.exchanges, queues, snap.bindings, result.stats, snap.access, snap.policies)
 
 
 def _scan_for(fd: int, offset: int) -> bytes | None:

@@ -58,3 +58,4 @@ class Recovered:
     bindings: list[dict[str, Any]]
     stats: dict[str, Any]
     access: AccessRows = field(default_factory=AccessRows)
+    policies: list[str] = field(default_factory=list)  # JSON documents (store/catalog.py, policies)

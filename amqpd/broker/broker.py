@@ -128,7 +128,7 @@ class Broker:
         self.clock = time.monotonic()  # coarse, refreshed by the housekeeping timer: stamps deliveries cheaply
         self.busy = False  # the loop's CPU is saturated (server/load.py): publishers to deep queues pause
         self.throttling: set[Queue] = set()  # queues with paused publishers
-        self.policies = Policies()
+        self.policies = Policies(store)
         self.policies.changed = self.apply_policies
         self.closed_totals = ChannelTotals()  # message counts of channels that have closed (overview totals)
         self.started_at = time.time()

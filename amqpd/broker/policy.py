@@ -10,10 +10,11 @@ QUEUE_KEYS / EXCHANGE_KEYS are the table of what amqpd applies; extend it when a
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 MIN = "min"  # the lower of policy and x-argument
 ARGUMENT = "argument"  # the x-argument when the queue has one, else the policy
@@ -127,14 +128,21 @@ def merge(arguments: dict[str, Any], policy: Policy | None, keys: dict[str, tupl
     return effective
 
 
-class Policies:
-    """Every vhost's policies. `changed(vhost)` is called after each change (the broker re-applies them) and
-    `save(rows)` with all of them (persistence)."""
+class PolicyStore(Protocol):
+    """Where policies are kept (store.MessageStore: the catalogue), each as its JSON document."""
 
-    def __init__(self) -> None:
+    def put_policy(self, vhost: str, name: str, document: str) -> None: ...
+    def delete_policy(self, vhost: str, name: str) -> None: ...
+
+
+class Policies:
+    """Every vhost's policies. `changed(vhost)` is called after each change (the broker re-applies them); each
+    change is written through to `store` (none: in memory only)."""
+
+    def __init__(self, store: PolicyStore | None = None) -> None:
         self.by_vhost: dict[str, dict[str, Policy]] = {}
         self.changed: Callable[[str], None] = lambda vhost: None
-        self.save: Callable[[list[dict[str, Any]]], None] = lambda rows: None
+        self.store = store
 
     def put(self, vhost: str, name: str, pattern: Any, definition: Any, priority: Any = 0,
             apply_to: Any = "all") -> bool:
@@ -142,20 +150,25 @@ class Policies:
         check(pattern, definition, priority, apply_to)
         held = self.by_vhost.setdefault(vhost, {})
         existed = name in held
-        held[name] = Policy(vhost, name, pattern, dict(definition), priority, apply_to)
-        self._changed(vhost)
+        policy = held[name] = Policy(vhost, name, pattern, dict(definition), priority, apply_to)
+        if self.store is not None:
+            self.store.put_policy(vhost, name, json.dumps(policy.as_json()))
+        self.changed(vhost)
         return existed
 
     def delete(self, vhost: str, name: str) -> bool:
         held = self.by_vhost.get(vhost, {})
         if held.pop(name, None) is None:
             return False
-        self._changed(vhost)
+        if self.store is not None:
+            self.store.delete_policy(vhost, name)
+        self.changed(vhost)
         return True
 
     def drop_vhost(self, vhost: str) -> None:
-        if self.by_vhost.pop(vhost, None):
-            self.save(self.rows())
+        for name in list(self.by_vhost.pop(vhost, {})):
+            if self.store is not None:
+                self.store.delete_policy(vhost, name)
 
     def get(self, vhost: str, name: str) -> Policy | None:
         return self.by_vhost.get(vhost, {}).get(name)
@@ -172,15 +185,10 @@ class Policies:
                 best = p
         return best
 
-    def rows(self) -> list[dict[str, Any]]:
-        return [p.as_json() for p in self.entries()]
-
-    def load(self, rows: list[dict[str, Any]]) -> None:
-        for row in rows:
+    def load(self, documents: Iterable[str]) -> None:
+        """Recovery: the documents `store.put_policy` was given."""
+        for document in documents:
+            row = json.loads(document)
             self.by_vhost.setdefault(row["vhost"], {})[row["name"]] = Policy(
                 row["vhost"], row["name"], row["pattern"], row["definition"], row.get("priority", 0),
                 row.get("apply-to", "all"))
-
-    def _changed(self, vhost: str) -> None:
-        self.save(self.rows())
-        self.changed(vhost)

@@ -49,6 +49,9 @@ def restore(broker: Any, recovered: Any, crashed: bool = False) -> None:
         dest = table.get(b["destination"])
         if source is not None and dest is not None:
             source.bind(dest, b["routing_key"], b["arguments"])
+    broker.policies.load(getattr(recovered, "policies", []))
+    for name in list(broker.vhosts):
+        broker.apply_policies(name)
     log.info("recovered %d exchanges, %d queues, %d bindings, %d messages after a %s; %s",
              len(recovered.exchanges), len(recovered.queues), len(recovered.bindings), count,
              "crash" if crashed else "clean stop", recovered.stats)

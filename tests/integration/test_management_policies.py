@@ -175,3 +175,28 @@ def test_deleting_a_policy_lifts_its_limit(
         return ready(ch, q) == 3
 
     assert eventually(unlimited)
+
+
+@pytest.mark.amqpd_only
+def test_policies_survive_a_restart_and_apply_to_recovered_queues(tmp_path: object) -> None:
+    from amqpd.testing import BrokerProcess
+
+    data = str(tmp_path)
+    with BrokerProcess(data_dir=data, management=True) as broker:
+        api = httpx.Client(base_url=broker.mgmt_url, auth=("guest", "guest"))
+        api.put("/api/queues/%2F/kept", json={"durable": True})
+        assert api.put("/api/policies/%2F/lim", json={"pattern": "^kept$", "definition": {"max-length": 2},
+                                                       "apply-to": "queues"}).status_code == 201
+        api.put("/api/policies/%2F/dropped", json={"pattern": "x", "definition": {"max-length": 9}})
+        api.delete("/api/policies/%2F/dropped")
+    with BrokerProcess(data_dir=data, management=True) as broker:
+        api = httpx.Client(base_url=broker.mgmt_url, auth=("guest", "guest"))
+        assert [p["name"] for p in api.get("/api/policies").json()] == ["lim"]
+        assert api.get("/api/queues/%2F/kept").json()["policy"] == "lim"
+        conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+        ch = conn.channel()
+        ch.confirm_delivery()
+        for _ in range(4):
+            ch.basic_publish("", "kept", b"x", pika.BasicProperties(delivery_mode=2))
+        assert ready(ch, "kept") == 2
+        conn.close()

@@ -36,18 +36,34 @@ def test_the_highest_priority_matching_policy_of_the_right_kind_wins() -> None:
     assert merge({}, p.match("/", "exchange", "abc"), EXCHANGE_KEYS) == {"alternate-exchange": "ae"}
 
 
-def test_changes_are_reported_and_saved() -> None:
-    p = Policies()
+class Catalogue:
+    def __init__(self) -> None:
+        self.rows: dict[tuple[str, str], str] = {}
+
+    def put_policy(self, vhost: str, name: str, document: str) -> None:
+        self.rows[(vhost, name)] = document
+
+    def delete_policy(self, vhost: str, name: str) -> None:
+        self.rows.pop((vhost, name), None)
+
+
+def test_changes_are_reported_written_through_and_loaded_back() -> None:
+    store = Catalogue()
+    p = Policies(store)
     changed: list[str] = []
-    saved: list[list[dict]] = []
-    p.changed, p.save = changed.append, saved.append
+    p.changed = changed.append
     assert p.put("/", "p", ".*", {"max-length": 1}) is False
-    assert p.put("/", "p", ".*", {"max-length": 2}) is True
-    assert p.delete("/", "p") is True and p.delete("/", "p") is False
-    assert changed == ["/", "/", "/"]
-    assert saved[1] == [{"vhost": "/", "name": "p", "pattern": ".*", "apply-to": "all",
-                         "definition": {"max-length": 2}, "priority": 0}]
-    assert saved[-1] == []
+    assert p.put("/", "p", ".*", {"max-length": 2}, 3, "queues") is True
+    p.put("/", "gone", ".*", {"max-length": 9})
+    assert p.delete("/", "gone") is True and p.delete("/", "gone") is False
+    assert changed == ["/", "/", "/", "/"]
+    again = Policies()
+    again.load(store.rows.values())
+    assert [x.as_json() for x in again.entries()] == [{"vhost": "/", "name": "p", "pattern": ".*",
+                                                        "apply-to": "queues", "definition": {"max-length": 2},
+                                                        "priority": 3}]
+    p.drop_vhost("/")
+    assert store.rows == {} and p.entries() == []
 
 
 @pytest.mark.parametrize(("pattern", "definition", "priority", "apply_to"), [

@@ -405,8 +405,14 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    p = parser()
     try:
-        args = parser().parse_args(argv)
+        args, extra = p.parse_known_args(argv)
+        # Columns may follow options too (`peek_queue q -n 5 payload`), which argparse leaves over.
+        if extra and hasattr(args, "columns") and not any(e.startswith("-") for e in extra):
+            args.columns = [*args.columns, *extra]
+        elif extra:
+            p.error(f"unrecognized arguments: {' '.join(extra)}")
     except SystemExit as exc:
         return EX_USAGE if exc.code else EX_OK
     api = API(args.url, args.login, args.login_password, args.timeout)

@@ -27,7 +27,7 @@ LEVELS = {
 }
 REFUSALS = {
     "management": "Not management user",
-    "policymaker": "Not policymaker user",
+    "policymaker": "User not authorised to access object",
     "monitoring": "Not monitor user",
     "administrator": "Not administrator user",
 }

@@ -140,3 +140,21 @@ def test_topic_permissions_are_set_listed_and_cleared(api: httpx.Client, made: d
     assert any(t["user"] == name for t in api.get("/api/topic-permissions").json())
     assert api.delete(f"/api/topic-permissions/%2F/{name}").status_code == 204
     assert api.get(f"/api/topic-permissions/%2F/{name}").status_code == 404
+
+
+def test_only_policymakers_set_policies_but_management_users_read_them(
+    api: httpx.Client, made: dict[str, list[str]]
+) -> None:
+    body = {"pattern": "^mgmt-nothing-", "definition": {"max-length": 1}}
+    for tags, allowed in (("management", False), ("policymaker", True)):
+        name = new_user(api, made, tags)
+        api.put(f"/api/permissions/%2F/{name}", json={"configure": ".*", "write": ".*", "read": ".*"})
+        with as_user(api, name) as client:
+            assert client.get("/api/policies/%2F").status_code == 200
+            r = client.put(f"/api/policies/%2F/{name}", json=body)
+            if allowed:
+                assert r.status_code == 201
+                assert client.delete(f"/api/policies/%2F/{name}").status_code == 204
+            else:
+                assert r.status_code == 401
+                assert r.json() == {"error": "not_authorised", "reason": "User not authorised to access object"}

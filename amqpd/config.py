@@ -23,6 +23,8 @@ class Settings:
     prometheus_port: int | None = 15692
     # How often message counters are sampled into rates (RabbitMQ's collect_statistics_interval, 5 s).
     stats_interval: float = 5.0
+    # Largest HTTP request body the management API reads (RabbitMQ's management.http_max_body_size); 413 above.
+    mgmt_max_body: int = 20 * 1024 * 1024
     # Handshake and connection limits, as RabbitMQ 3.10 negotiates them.
     channel_max: int = 2047
     frame_max: int = 131072

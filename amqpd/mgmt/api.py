@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import logging
 import urllib.parse
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from amqpd.broker.vhost import VirtualHost
 
 Handler = Callable[..., Awaitable[Any]]
+log = logging.getLogger("amqpd.mgmt")
 
 
 class HTTPError(Exception):
@@ -108,6 +110,9 @@ class ManagementAPI(AccessEndpoints):
             return error_response(from_amqp(exc))
         except listing.BadQuery as exc:
             return error_response(HTTPError(400, exc.error, exc.reason))
+        except Exception:  # a bug of ours costs this request a 500, never the broker
+            log.exception("management API: %s %s failed", request.method, request.url.path)
+            return error_response(HTTPError(500, "internal_error", "internal error, see the broker's log"))
         if isinstance(result, Response):
             return result
         return JSONResponse(result)
@@ -187,7 +192,7 @@ class ManagementAPI(AccessEndpoints):
         return ch
 
     async def _json(self, request: Request) -> dict[str, Any]:
-        raw = await request.body()
+        raw = await self._body(request)
         if not raw.strip():
             return {}
         try:
@@ -198,8 +203,28 @@ class ManagementAPI(AccessEndpoints):
             raise bad_request("not_json")
         return body
 
+    async def _body(self, request: Request) -> bytes:
+        """The request body, refused with 413 past the configured size (before reading all of it)."""
+        limit = self.broker.settings.mgmt_max_body
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise HTTPError(413, "payload_too_large", f"request body over {limit} bytes")
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise HTTPError(413, "payload_too_large", f"request body over {limit} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
     def _listing(self, request: Request, items: list[dict[str, Any]]) -> Any:
         return listing.apply(items, request.query_params)
+
+    def _check_name(self, name: str) -> None:
+        """The AMQP limit on queue and exchange names (a client's declare would be refused the same way)."""
+        limit = self.broker.settings.max_queue_name_length
+        if len(name.encode()) > limit:
+            raise bad_request(f"name is longer than {limit} bytes")
 
     def _created(self, existed: bool) -> Response:
         return NoContent(204 if existed else 201)
@@ -248,6 +273,7 @@ class ManagementAPI(AccessEndpoints):
         v = self._vhost(vhost)
         body = await self._json(request)
         existed = exchange in v.exchanges
+        self._check_name(exchange)
         self._check(request, v.name, "exchange", exchange, "configure")
         v.declare_exchange(
             exchange, str(body.get("type", "")), passive=False, durable=_bool(body, "durable", True),
@@ -311,6 +337,7 @@ class ManagementAPI(AccessEndpoints):
         v = self._vhost(vhost)
         body = await self._json(request)
         existed = queue in v.queues
+        self._check_name(queue)
         self._check(request, v.name, "queue", queue, "configure")
         if not existed:
             self.broker.check_queue_limit(v, queue)

@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import datetime
 import itertools
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -101,8 +103,16 @@ def encode_header(properties: dict[str, Any], body_size: int) -> bytes:
     unknown = set(properties) - set(PROPERTY_NAMES)
     if unknown:
         raise ValueError(f"unknown properties: {', '.join(sorted(unknown))}")
-    props = commands.Basic.Properties(**{k: v for k, v in properties.items() if v is not None})
-    return ContentHeader(0, body_size, props).marshal()
+    values = {k: v for k, v in properties.items() if v is not None}
+    if "timestamp" in values:  # seconds since the epoch in JSON, a datetime for the codec
+        stamp = values["timestamp"]
+        if not isinstance(stamp, int) or isinstance(stamp, bool) or not 0 <= stamp < 2**63:
+            raise ValueError(f"timestamp must be seconds since the epoch, not {stamp!r}")
+        values["timestamp"] = datetime.datetime.fromtimestamp(stamp, datetime.UTC)
+    try:
+        return ContentHeader(0, body_size, commands.Basic.Properties(**values)).marshal()
+    except (TypeError, ValueError, OverflowError, struct.error) as exc:
+        raise ValueError(f"invalid properties: {exc}") from None
 
 
 async def publish(

@@ -366,3 +366,38 @@ def test_prometheus_metrics_use_rabbitmq_prometheus_names(amqp: pika.BlockingCon
     assert float(samples["rabbitmq_channel_messages_published_total"]) == 4
     assert float(samples['rabbitmq_global_messages_received_total{protocol="amqp091"}']) == 4
     assert f'rabbitmq_queue_messages_ready{{queue="{qname}",vhost="/"}} 4.0' in per_object
+
+
+@pytest.mark.amqpd_only
+@pytest.mark.parametrize(("method", "path", "body"), [
+    ("PUT", "/api/queues/%2F/" + "n" * 256, {}),
+    ("PUT", "/api/queues/%2F/mgmt-bad", [1, 2]),
+    ("PUT", "/api/queues/%2F/mgmt-bad", {"arguments": [1]}),
+    ("POST", "/api/exchanges/%2F/amq.default/publish",
+     {"routing_key": "k", "payload": "x", "payload_encoding": "string", "properties": {"timestamp": "noon"}}),
+    ("POST", "/api/exchanges/%2F/amq.default/publish",
+     {"routing_key": "k", "payload": "x", "payload_encoding": "string", "properties": {"priority": "high"}}),
+    ("POST", "/api/exchanges/%2F/amq.default/publish",
+     {"routing_key": "k", "payload": 5, "payload_encoding": "string", "properties": {}}),
+    ("POST", "/api/queues/%2F/aliveness-test/get", {"count": "all", "ackmode": "ack_requeue_true"}),
+    ("POST", "/api/definitions", {"queues": "all"}),
+    ("PUT", "/api/policies/%2F/mgmt-bad", {"pattern": 5, "definition": {}}),
+    ("PUT", "/api/permissions/%2F/guest", {"configure": "(", "write": "", "read": ""}),
+])
+def test_bad_input_is_a_400_and_the_broker_carries_on(api: httpx.Client, method: str, path: str, body: Any) -> None:
+    api.put("/api/queues/%2F/aliveness-test", json={"durable": False})
+    r = api.request(method, path, json=body)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"] == "bad_request"
+    assert api.get("/api/overview").status_code == 200
+    api.delete("/api/queues/%2F/aliveness-test")
+
+
+@pytest.mark.amqpd_only
+def test_a_request_body_over_the_limit_is_refused_with_413() -> None:
+    with BrokerProcess(management=True, env={"AMQPD_MGMT_MAX_BODY": "1000"}) as broker:
+        big = b'{"arguments": {"x": "' + b"a" * 2000 + b'"}}'
+        r = httpx.put(broker.mgmt_url + "/api/queues/%2F/big", content=big, auth=("guest", "guest"),
+                      headers={"content-type": "application/json"})
+        assert r.status_code == 413
+        assert httpx.get(broker.mgmt_url + "/api/queues/%2F/big", auth=("guest", "guest")).status_code == 404

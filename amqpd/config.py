@@ -17,6 +17,19 @@ class Settings:
     # Durable storage lives here; "" keeps everything in memory (durable entities then die with the process).
     data_dir: str = field(default_factory=lambda: default_data_dir())
     mgmt_port: int | None = None  # HTTP management API; None: off
+    # TLS: an amqps listener on tls_port (0 picks a free one) when tls_cert_file is set. verify_peer asks the
+    # client for a certificate signed by tls_ca_file; fail_if_no_peer_cert refuses clients without one.
+    # A verified client certificate may log in with EXTERNAL as the user named by its tls_cert_login_from
+    # (common_name, subject_alternative_name or distinguished_name). SIGHUP re-reads the files.
+    tls_port: int = 5671
+    tls_cert_file: str = ""
+    tls_key_file: str = ""  # "" : the key is in tls_cert_file
+    tls_ca_file: str = ""
+    tls_verify_peer: bool = False
+    tls_fail_if_no_peer_cert: bool = False
+    tls_min_version: str = "TLSv1.2"
+    tls_ciphers: str = ""  # OpenSSL cipher list for TLS 1.2; "" : Python's defaults
+    tls_cert_login_from: str = "common_name"
     # Handshake and connection limits, as RabbitMQ 3.10 negotiates them.
     channel_max: int = 2047
     frame_max: int = 131072

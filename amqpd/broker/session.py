@@ -97,6 +97,10 @@ class Session:
         self.publishes = False  # has published: blocked while a resource alarm is on
         self.blocked_by_alarm = False
         self.on_open: Callable[[], None] | None = None
+        # TLS (set by the socket layer): whether this connection is encrypted, and the user its verified
+        # client certificate names (EXTERNAL logs in as that user), if any.
+        self.tls = False
+        self.cert_user: str | None = None
 
     # -- output -------------------------------------------------------------------------------------------
 
@@ -166,7 +170,8 @@ class Session:
             return b""
         self._header_buf = b""
         self.state = AWAIT_START_OK
-        self.send_method(0, commands.Connection.Start(0, 9, server_properties(), "PLAIN AMQPLAIN", "en_US"))
+        mechanisms = "PLAIN AMQPLAIN EXTERNAL" if self.tls else "PLAIN AMQPLAIN"
+        self.send_method(0, commands.Connection.Start(0, 9, server_properties(), mechanisms, "en_US"))
         return buf[8:]
 
     def _refuse_header(self) -> None:
@@ -274,11 +279,18 @@ class Session:
         caps = self.capabilities
         self.consumer_cancel_notify = bool(caps.get("consumer_cancel_notify"))
         self.auth_failure_close = bool(caps.get("authentication_failure_close"))
-        user, password = self._credentials(m.mechanism, m.response)
         reason = None
-        if self.broker.login(user, password) is None:
-            reason = "invalid credentials"  # the same for an unknown user: the log must not tell them apart
-        elif user in self.settings.loopback_users and not self.from_loopback:
+        if m.mechanism == "EXTERNAL" and self.tls:
+            user = self.cert_user or ""
+            if not user:
+                reason = "no verified client certificate"
+            elif self.broker.access.get_user(user) is None:
+                reason = "invalid credentials"  # certificate-only users need no password, but must exist
+        else:
+            user, password = self._credentials(m.mechanism, m.response)
+            if self.broker.login(user, password) is None:
+                reason = "invalid credentials"  # the same for an unknown user: the log must not tell them apart
+        if reason is None and user in self.settings.loopback_users and not self.from_loopback:
             reason = f"user '{user}' can only connect via localhost"
         if reason is not None:
             self._refuse_login(m.mechanism, user, reason)

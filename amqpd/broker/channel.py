@@ -205,7 +205,10 @@ class Channel:
 
     def publish(self, msg: Message, mandatory: bool) -> None:
         ex = self.vhost.exchanges.get(msg.exchange)
-        if ex is None or ex.internal or msg.flags & FLAG_USER_ID or not self._may_publish_to(msg.exchange):
+        if (
+            ex is None or ex.internal or msg.flags & FLAG_USER_ID or msg.exchange not in self.may_publish_to
+            or self.access_generation != self.access.generation
+        ):
             self._check_publish(ex, msg)
         if msg.flags & FLAG_REPLY_TO:
             self._rewrite_reply_to(msg)
@@ -229,6 +232,7 @@ class Channel:
     def _check_publish(self, ex: Any, msg: Message) -> None:
         """The rare refusals, kept off the per-message path, in rabbit_channel's order: write permission,
         missing or internal exchange, topic permission, forged user_id."""
+        self._may_publish_to(msg.exchange)  # forgets what an older access model allowed
         try:
             user = self.conn.user
             self.access.check_resource(user, self.vhost.name, "exchange", msg.exchange, "write")

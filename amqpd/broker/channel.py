@@ -80,6 +80,7 @@ class ConnectionLike(Protocol):
     def send(self, data: bytes) -> None: ...
     def confirms_pending(self, channel: Channel) -> None: ...
     def throttle(self, queue: Queue) -> None: ...
+    def unconfirmed_changed(self, delta: int) -> None: ...
 
 
 class Channel:
@@ -314,9 +315,12 @@ class Channel:
         if not seq:
             return on_stored
         self.pending_confirms[seq] = None
+        self.conn.unconfirmed_changed(1)
 
         def durable() -> None:
-            self.pending_confirms.pop(seq, None)
+            if seq in self.pending_confirms:
+                del self.pending_confirms[seq]
+                self.conn.unconfirmed_changed(-1)
             self.conn.confirms_pending(self)
             if on_stored is not None:
                 on_stored()
@@ -337,7 +341,9 @@ class Channel:
     def _confirm(self, seq: int, ok: bool) -> None:
         if not seq:
             return
-        self.pending_confirms.pop(seq, None)
+        if seq in self.pending_confirms:
+            del self.pending_confirms[seq]
+            self.conn.unconfirmed_changed(-1)
         if not ok:
             self.nacks.add(seq)
         self.conn.confirms_pending(self)

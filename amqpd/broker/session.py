@@ -101,6 +101,8 @@ class Session:
         # client certificate names (EXTERNAL logs in as that user), if any.
         self.tls = False
         self.cert_user: str | None = None
+        self.unconfirmed = 0  # publishes awaiting their fsync before a confirm, over all channels
+        self.held_for_confirms = False
 
     # -- output -------------------------------------------------------------------------------------------
 
@@ -563,6 +565,21 @@ class Session:
             if caps.get("connection.blocked"):
                 self.send_method(0, commands.Connection.Unblocked())
             self.transport.release_reading("alarm")
+
+    def unconfirmed_changed(self, delta: int) -> None:
+        """A client may have max_unconfirmed_publishes confirms outstanding: beyond that reading from it
+        pauses (as RabbitMQ's credit flow would) until half of them are confirmed; a slow disk then costs
+        the publisher time, not the broker memory."""
+        self.unconfirmed += delta
+        limit = self.settings.max_unconfirmed_publishes
+        if not limit:
+            return
+        if not self.held_for_confirms and self.unconfirmed >= limit:
+            self.held_for_confirms = True
+            self.transport.hold_reading("unconfirmed")
+        elif self.held_for_confirms and self.unconfirmed <= limit // 2:
+            self.held_for_confirms = False
+            self.transport.release_reading("unconfirmed")
 
     def check_ack_timeouts(self, now: float) -> None:
         timeout_ms = self.settings.consumer_timeout

@@ -78,7 +78,7 @@ def test_imported_users_and_permissions_survive_a_restart(tmp_path: Path) -> Non
     with BrokerProcess(data_dir=str(data), env=env) as broker:
         connect("127.0.0.1", broker.port, "remote", "pw").close()
     # No definitions this time: what the catalogue kept is all there is.
-    with BrokerProcess(data_dir=str(data)) as broker:
+    with BrokerProcess(data_dir=str(data), env={"AMQPD_LOAD_DEFINITIONS": ""}) as broker:
         conn = connect("127.0.0.1", broker.port, "remote", "pw")
         ch = conn.channel()
         with pytest.raises(pex.ChannelClosedByBroker) as refused:

@@ -73,12 +73,13 @@ def tls_broker(certs: Certs, directory: Path, **extra: Any) -> BrokerProcess:
         "tls_ca_file": str(certs.ca_file),
         "tls_verify_peer": True,
         "tls_fail_if_no_peer_cert": False,
-        "load_definitions": str(definitions(directory)),
         **extra,
     }
     config = directory / "amqpd.toml"
     config.write_text("[amqpd]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in settings.items()))
-    return BrokerProcess(extra_args=["--config", str(config), "--in-memory"])
+    # The environment outranks the config file (interop's session sets AMQPD_LOAD_DEFINITIONS too).
+    env = {"AMQPD_LOAD_DEFINITIONS": str(definitions(directory))}
+    return BrokerProcess(extra_args=["--config", str(config), "--in-memory"], env=env)
 
 
 @pytest.fixture(scope="module")

@@ -25,6 +25,19 @@ class Settings:
     stats_interval: float = 5.0
     # Largest HTTP request body the management API reads (RabbitMQ's management.http_max_body_size); 413 above.
     mgmt_max_body: int = 20 * 1024 * 1024
+    # TLS: an amqps listener on tls_port (0 picks a free one) when tls_cert_file is set. verify_peer asks the
+    # client for a certificate signed by tls_ca_file; fail_if_no_peer_cert refuses clients without one.
+    # A verified client certificate may log in with EXTERNAL as the user named by its tls_cert_login_from
+    # (common_name, subject_alternative_name or distinguished_name). SIGHUP re-reads the files.
+    tls_port: int = 5671
+    tls_cert_file: str = ""
+    tls_key_file: str = ""  # "" : the key is in tls_cert_file
+    tls_ca_file: str = ""
+    tls_verify_peer: bool = False
+    tls_fail_if_no_peer_cert: bool = False
+    tls_min_version: str = "TLSv1.2"
+    tls_ciphers: str = ""  # OpenSSL cipher list for TLS 1.2; "" : Python's defaults
+    tls_cert_login_from: str = "common_name"
     # Handshake and connection limits, as RabbitMQ 3.10 negotiates them.
     channel_max: int = 2047
     frame_max: int = 131072
@@ -53,6 +66,9 @@ class Settings:
     # Connections open at once: in total and per user (0: no limit). Beyond them connection.open gets 530.
     max_connections: int = 0
     max_connections_per_user: int = 0
+    # Publishes a connection may have awaiting their confirm (the fsync); beyond this, reading from it
+    # pauses until half are confirmed. 0: no limit.
+    max_unconfirmed_publishes: int = 100_000
     # A RabbitMQ definitions file (JSON) whose users, vhosts, permissions and limits are imported at every
     # boot, as RabbitMQ's load_definitions; "" : none.
     load_definitions: str = ""

@@ -100,6 +100,12 @@ class Session:
         self.on_open: Callable[[], None] | None = None
         self.local = ""  # our end of the socket, "host:port" (the connection's name in the management API)
         self.connected_at = time.time()
+        # TLS (set by the socket layer): whether this connection is encrypted, and the user its verified
+        # client certificate names (EXTERNAL logs in as that user), if any.
+        self.tls = False
+        self.cert_user: str | None = None
+        self.unconfirmed = 0  # publishes awaiting their fsync before a confirm, over all channels
+        self.held_for_confirms = False
 
     # -- output -------------------------------------------------------------------------------------------
 
@@ -169,7 +175,8 @@ class Session:
             return b""
         self._header_buf = b""
         self.state = AWAIT_START_OK
-        self.send_method(0, commands.Connection.Start(0, 9, server_properties(), "PLAIN AMQPLAIN", "en_US"))
+        mechanisms = "PLAIN AMQPLAIN EXTERNAL" if self.tls else "PLAIN AMQPLAIN"
+        self.send_method(0, commands.Connection.Start(0, 9, server_properties(), mechanisms, "en_US"))
         return buf[8:]
 
     def _refuse_header(self) -> None:
@@ -277,11 +284,18 @@ class Session:
         caps = self.capabilities
         self.consumer_cancel_notify = bool(caps.get("consumer_cancel_notify"))
         self.auth_failure_close = bool(caps.get("authentication_failure_close"))
-        user, password = self._credentials(m.mechanism, m.response)
         reason = None
-        if self.broker.login(user, password) is None:
-            reason = "invalid credentials"  # the same for an unknown user: the log must not tell them apart
-        elif user in self.settings.loopback_users and not self.from_loopback:
+        if m.mechanism == "EXTERNAL" and self.tls:
+            user = self.cert_user or ""
+            if not user:
+                reason = "no verified client certificate"
+            elif self.broker.access.get_user(user) is None:
+                reason = "invalid credentials"  # certificate-only users need no password, but must exist
+        else:
+            user, password = self._credentials(m.mechanism, m.response)
+            if self.broker.login(user, password) is None:
+                reason = "invalid credentials"  # the same for an unknown user: the log must not tell them apart
+        if reason is None and user in self.settings.loopback_users and not self.from_loopback:
             reason = f"user '{user}' can only connect via localhost"
         if reason is not None:
             self._refuse_login(m.mechanism, user, reason)
@@ -554,6 +568,21 @@ class Session:
             if caps.get("connection.blocked"):
                 self.send_method(0, commands.Connection.Unblocked())
             self.transport.release_reading("alarm")
+
+    def unconfirmed_changed(self, delta: int) -> None:
+        """A client may have max_unconfirmed_publishes confirms outstanding: beyond that reading from it
+        pauses (as RabbitMQ's credit flow would) until half of them are confirmed; a slow disk then costs
+        the publisher time, not the broker memory."""
+        self.unconfirmed += delta
+        limit = self.settings.max_unconfirmed_publishes
+        if not limit:
+            return
+        if not self.held_for_confirms and self.unconfirmed >= limit:
+            self.held_for_confirms = True
+            self.transport.hold_reading("unconfirmed")
+        elif self.held_for_confirms and self.unconfirmed <= limit // 2:
+            self.held_for_confirms = False
+            self.transport.release_reading("unconfirmed")
 
     def check_ack_timeouts(self, now: float) -> None:
         timeout_ms = self.settings.consumer_timeout

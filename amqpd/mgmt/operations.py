@@ -54,6 +54,9 @@ class NoConnection:
     def throttle(self, queue: Queue) -> None:
         """The API publishes one message per request: nothing to pause."""
 
+    def unconfirmed_changed(self, delta: int) -> None:
+        """The API waits for each of its own publishes: nothing to limit."""
+
 
 # -- queues and exchanges --------------------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ import gc
 import logging
 import os
 import signal
+import ssl
 import sys
 from typing import IO, Any
 
@@ -19,6 +20,7 @@ from amqpd.config import Settings
 from amqpd.server.alarms import Alarms
 from amqpd.server.connection import AMQPServerProtocol
 from amqpd.server.load import sample_load
+from amqpd.server.tls import TLSConfigError, reload_context, server_context, tls_enabled
 
 log = logging.getLogger("amqpd")
 
@@ -59,6 +61,7 @@ async def serve(settings: Settings) -> None:
         raise SystemExit(1) from None
     sock = server.sockets[0].getsockname()
     management = await _start_management(broker, settings, sock)
+    tls = await _start_tls_listener(settings, broker, registry, store)
     async with anyio.create_task_group() as tg:
         if store is not None:
             tg.start_soon(store.run)
@@ -68,13 +71,19 @@ async def serve(settings: Settings) -> None:
             tg.start_soon(management.sample_rates)
         print(f"amqpd listening on {sock[0]}:{sock[1]}", flush=True)
         log.info("accepting AMQP 0-9-1 connections on %s:%s", sock[0], sock[1])
-        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
             async for signum in signals:
+                if signum == signal.SIGHUP:
+                    if tls is not None:
+                        reload_context(tls[1], settings)
+                    continue
                 log.info("received %s, shutting down", signal.Signals(signum).name)
                 break
         server.close()
         if management is not None:
             await management.stop()
+        if tls is not None:
+            tls[0].close()
         for proto in list(registry):
             proto.shutdown()
         await _wait_closed(registry)
@@ -96,6 +105,31 @@ async def _start_management(broker: Broker, settings: Settings, amqp_address: tu
     management = Management(broker, settings, (amqp_address[0], amqp_address[1]))
     await management.start()
     return management
+
+
+async def _start_tls_listener(
+    settings: Settings, broker: Broker, registry: set[AMQPServerProtocol], store: Any
+) -> tuple[asyncio.Server, ssl.SSLContext] | None:
+    """The amqps listener, when a certificate is configured; its address is printed before the plain one
+    (`amqpd TLS listening on HOST:PORT`). A bad TLS setting or a taken port stops the broker, as for AMQP."""
+    if not tls_enabled(settings):
+        return None
+    loop = asyncio.get_running_loop()
+    try:
+        ctx = server_context(settings)
+        server = await loop.create_server(
+            lambda: AMQPServerProtocol(broker, registry), settings.host, settings.tls_port, reuse_address=True,
+            backlog=1024, ssl=ctx, ssl_handshake_timeout=settings.handshake_timeout,
+        )
+    except (TLSConfigError, OSError) as exc:
+        log.error("cannot listen for TLS on %s:%s: %s", settings.host, settings.tls_port, exc)
+        if store is not None:
+            await store.close()
+        raise SystemExit(1) from None
+    host, port = server.sockets[0].getsockname()[:2]
+    print(f"amqpd TLS listening on {host}:{port}", flush=True)
+    log.info("accepting AMQP 0-9-1 connections over TLS on %s:%s", host, port)
+    return server, ctx
 
 
 def _load_definitions(broker: Broker, path: str) -> bool:

@@ -7,11 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from fakes import FakeTransport, decode_frames, new_broker
+from fakes import FakeTransport, decode_frames, new_broker, publish_frames
 from pamqp import commands, frame
 
 from amqpd.broker.broker import Broker
 from amqpd.broker.session import Session
+from amqpd.config import Settings
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 CLOSE_ON_FAILURE = {"authentication_failure_close": True}
@@ -193,3 +194,46 @@ def test_node_and_per_user_connection_limits() -> None:
         10,
         40,
     )
+
+
+class UnsyncedStore:
+    """A store whose fsync the test runs by hand: confirms wait until then."""
+
+    def __init__(self) -> None:
+        self.on_durable: list[Any] = []
+
+    def put_queue(self, *args: Any) -> int:
+        return 1
+
+    def append(self, record: Any, queue_ids: list[int], on_durable: Any = None) -> int:
+        self.on_durable.append(on_durable)
+        return len(self.on_durable) - 1
+
+    def ack(self, *args: Any) -> None:
+        pass
+
+    def fsync(self, count: int) -> None:
+        done, self.on_durable = self.on_durable[:count], self.on_durable[count:]
+        for callback in done:
+            callback()
+
+
+def test_reading_pauses_at_max_unconfirmed_publishes_until_half_are_confirmed() -> None:
+    store = UnsyncedStore()
+    broker = Broker(Settings(max_unconfirmed_publishes=4), store=store)
+    client = Client(broker)
+    client.connect()
+    client.method(1, commands.Channel.Open())
+    client.method(1, commands.Queue.Declare(queue="q", durable=True))
+    client.method(1, commands.Confirm.Select())
+    for _ in range(3):
+        client.session.feed(publish_frames(1, "", "q", b"x", delivery_mode=2))
+    assert client.transport.holds == set()
+    client.session.feed(publish_frames(1, "", "q", b"x", delivery_mode=2))
+    assert client.transport.holds == {"unconfirmed"}
+    store.fsync(1)
+    assert client.transport.holds == {"unconfirmed"}  # 3 outstanding: not yet half
+    store.fsync(1)
+    assert client.transport.holds == set()
+    acks = [f for _, f in decode_frames(client.session.take_output()) if isinstance(f, commands.Basic.Ack)]
+    assert acks[-1].delivery_tag == 2

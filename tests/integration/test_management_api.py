@@ -401,3 +401,18 @@ def test_a_request_body_over_the_limit_is_refused_with_413() -> None:
                       headers={"content-type": "application/json"})
         assert r.status_code == 413
         assert httpx.get(broker.mgmt_url + "/api/queues/%2F/big", auth=("guest", "guest")).status_code == 404
+
+
+@pytest.mark.amqpd_only
+def test_a_taken_management_port_is_logged_and_amqp_still_served() -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with BrokerProcess(extra_args=["--management-port", str(port), "--prometheus-port", "0"]) as broker:
+            pika.BlockingConnection(pika.URLParameters(broker.url)).close()
+            assert "management" not in broker.http_ports and "prometheus" in broker.http_ports
+            assert any(f"http listener not started: cannot listen on 127.0.0.1:{port}" in line
+                       for line in broker.stderr_lines)

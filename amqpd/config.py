@@ -16,7 +16,28 @@ class Settings:
     port: int = 5672
     # Durable storage lives here; "" keeps everything in memory (durable entities then die with the process).
     data_dir: str = field(default_factory=lambda: default_data_dir())
-    mgmt_port: int | None = None  # HTTP management API; None: off
+    # The management HTTP API and the Prometheus /metrics listener, on mgmt_host: 0 picks a free port
+    # (printed as "amqpd management listening on HOST:PORT"); None ("off" in a file, env or flag): not served.
+    mgmt_host: str = "127.0.0.1"
+    mgmt_port: int | None = 15672
+    prometheus_port: int | None = 15692
+    # How often message counters are sampled into rates (RabbitMQ's collect_statistics_interval, 5 s).
+    stats_interval: float = 5.0
+    # Largest HTTP request body the management API reads (RabbitMQ's management.http_max_body_size); 413 above.
+    mgmt_max_body: int = 20 * 1024 * 1024
+    # TLS: an amqps listener on tls_port (0 picks a free one) when tls_cert_file is set. verify_peer asks the
+    # client for a certificate signed by tls_ca_file; fail_if_no_peer_cert refuses clients without one.
+    # A verified client certificate may log in with EXTERNAL as the user named by its tls_cert_login_from
+    # (common_name, subject_alternative_name or distinguished_name). SIGHUP re-reads the files.
+    tls_port: int = 5671
+    tls_cert_file: str = ""
+    tls_key_file: str = ""  # "" : the key is in tls_cert_file
+    tls_ca_file: str = ""
+    tls_verify_peer: bool = False
+    tls_fail_if_no_peer_cert: bool = False
+    tls_min_version: str = "TLSv1.2"
+    tls_ciphers: str = ""  # OpenSSL cipher list for TLS 1.2; "" : Python's defaults
+    tls_cert_login_from: str = "common_name"
     # Handshake and connection limits, as RabbitMQ 3.10 negotiates them.
     channel_max: int = 2047
     frame_max: int = 131072
@@ -36,9 +57,21 @@ class Settings:
     alarm_interval: float = 1.0
     # A delivery left unacked this long (ms) closes its channel with 406, as RabbitMQ 3.10 does; 0: never.
     consumer_timeout: int = 1_800_000
-    # Users: name -> password; vhosts that exist.
+    # The users (name -> password, administrators with full permissions on every vhost) and vhosts a fresh
+    # data dir starts with; after that the catalogue holds them (broker.access), as RabbitMQ's default user.
     users: dict[str, str] = field(default_factory=lambda: {"guest": "guest"})
     vhosts: list[str] = field(default_factory=lambda: ["/"])
+    # These users may only connect from a loopback address (RabbitMQ's loopback_users); [] allows guest anywhere.
+    loopback_users: list[str] = field(default_factory=lambda: ["guest"])
+    # Connections open at once: in total and per user (0: no limit). Beyond them connection.open gets 530.
+    max_connections: int = 0
+    max_connections_per_user: int = 0
+    # Publishes a connection may have awaiting their confirm (the fsync); beyond this, reading from it
+    # pauses until half are confirmed. 0: no limit.
+    max_unconfirmed_publishes: int = 100_000
+    # A RabbitMQ definitions file (JSON) whose users, vhosts, permissions and limits are imported at every
+    # boot, as RabbitMQ's load_definitions; "" : none.
+    load_definitions: str = ""
     # Store (see store/FORMAT.md).
     segment_size: int = 1024 * 1024 * 1024
     fsync: str = "always-batched"  # or "none" (tests/bench only)
@@ -79,8 +112,19 @@ def _with_unit(value: str | int, units: dict[str, int], default: str, expected: 
     return number * units[unit]
 
 
+def parse_port(value: str | int | None) -> int | None:
+    """A listener's port: a number (0 picks a free one), or "off" / "none" / "" for no listener."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("off", "none", "")):
+        return None
+    port = int(value)
+    if not 0 <= port <= 65535:
+        raise ValueError(f"{value!r} is not a port number (0-65535) or 'off'")
+    return port
+
+
 # Settings whose value may carry a unit, whatever its source; each ends up a plain int (or None).
 UNIT_SETTINGS = {"retention_max_age_ms": parse_duration_ms, "retention_max_bytes": parse_size}
+PORT_SETTINGS = ("mgmt_port", "prometheus_port")
 
 
 def default_data_dir() -> str:
@@ -113,7 +157,7 @@ def load(config_file: str | None = None, **overrides: Any) -> Settings:
         current = getattr(settings, f.name)
         if env is None or isinstance(current, (dict, list)):
             continue
-        if f.name in UNIT_SETTINGS:
+        if f.name in UNIT_SETTINGS or f.name in PORT_SETTINGS:
             setattr(settings, f.name, env)  # parsed below, with the file's and the flags' values
         elif current is None:  # optional settings: a number when it looks like one (mgmt_port)
             setattr(settings, f.name, int(env) if env.isdigit() else env)
@@ -122,6 +166,8 @@ def load(config_file: str | None = None, **overrides: Any) -> Settings:
     for key, value in overrides.items():
         if value is not None:
             setattr(settings, key, value)
+    for name in PORT_SETTINGS:
+        setattr(settings, name, parse_port(getattr(settings, name)))
     for name, parse in UNIT_SETTINGS.items():
         value = getattr(settings, name)
         if value is not None:

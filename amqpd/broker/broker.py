@@ -7,13 +7,17 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from amqpd import errors
+from amqpd.broker.access import AccessControl, User
 from amqpd.broker.backlog import Backlog
+from amqpd.broker.exchanges import Exchange
 from amqpd.broker.message import Message
+from amqpd.broker.policy import QUEUE_KEYS, Policies, merge
 from amqpd.broker.queue import Entry, Queue, QueueHooks
 from amqpd.broker.recovery import message_from_record
 from amqpd.broker.vhost import VirtualHost
 from amqpd.config import Settings
-from store import MessageRecord
+from store import AccessRows, MessageRecord
 
 Scheduler = Callable[[float, Callable[[], None]], Any]
 log = logging.getLogger("amqpd.broker")
@@ -31,6 +35,19 @@ class Once:
         fn, self.fn = self.fn, None  # dropping the closure frees what it holds, in a backlog too
         if fn is not None:
             fn()
+
+
+class ChannelTotals:
+    """Message counts of closed channels, so that the broker-wide totals do not go down when one closes."""
+
+    def __init__(self) -> None:
+        self.published = self.delivered = self.acked = self.confirmed = 0
+
+    def add(self, channel: Any) -> None:
+        self.published += channel.published
+        self.delivered += channel.last_tag
+        self.acked += channel.acked
+        self.confirmed += channel.confirmed_upto
 
 
 class BrokerHooks(QueueHooks):
@@ -86,6 +103,9 @@ class BrokerHooks(QueueHooks):
         if store is not None and queue.store_id is not None:
             store.purge(queue.store_id, offsets)
 
+    def created(self, vhost: str, obj: Any) -> None:
+        self.broker.apply_policy(vhost, obj)
+
     def unused(self, queue: Queue) -> None:
         vhost = self.broker.vhosts.get(queue.vhost)
         if vhost is not None:
@@ -98,13 +118,20 @@ class Broker:
         self.store = store
         self._scheduler = scheduler
         self.hooks = BrokerHooks(self)
-        self.users = dict(settings.users)
-        self.vhosts = {name: VirtualHost(name, self.hooks, store) for name in settings.vhosts}
+        self.vhosts: dict[str, VirtualHost] = {}
         self.connections: set[Any] = set()
+        # Users, vhosts and permissions. Seeded from the settings (guest/guest on "/"); the store's copy
+        # replaces this at recovery on a data dir that has been seeded before (attach_access).
+        self.access = AccessControl(observer=self)
+        self.access.seed(settings.users, settings.vhosts)
         self.alarms: frozenset[str] = frozenset()  # resource alarms in force (server/alarms.py sets them)
         self.clock = time.monotonic()  # coarse, refreshed by the housekeeping timer: stamps deliveries cheaply
         self.busy = False  # the loop's CPU is saturated (server/load.py): publishers to deep queues pause
         self.throttling: set[Queue] = set()  # queues with paused publishers
+        self.policies = Policies(store)
+        self.policies.changed = self.apply_policies
+        self.closed_totals = ChannelTotals()  # message counts of channels that have closed (overview totals)
+        self.started_at = time.time()
 
     def set_busy(self, busy: bool) -> None:
         """Sampled load: when the broker has time to spare again, every paused publisher goes on. A backlog
@@ -117,7 +144,73 @@ class Broker:
                 q.release_publishers()
 
     def authenticate(self, user: str, password: str) -> bool:
-        return user in self.users and self.users[user] == password
+        """Does the password match the user's? (PLAIN/AMQPLAIN logins, connection.update-secret.)"""
+        return self.access.authenticate(user, password) is not None
+
+    def login(self, user: str, password: str) -> User | None:
+        return self.access.authenticate(user, password)
+
+    def attach_access(self, rows: Any) -> None:
+        """At recovery: the catalogue's users, vhosts and permissions (or, on a fresh data dir, write the
+        seeded defaults to it)."""
+        if self.store is not None:
+            self.access.attach(self.store, rows if rows is not None else AccessRows())
+
+    # -- AccessObserver: what follows from a change of the access model ----------------------------------
+
+    def vhost_added(self, name: str) -> None:
+        self.vhosts[name] = VirtualHost(name, self.hooks, self.store)
+
+    def vhost_deleted(self, name: str) -> None:
+        """RabbitMQ: its connections are closed with 320, then its queues (and their messages) and
+        exchanges are deleted."""
+        vhost = self.vhosts.pop(name, None)
+        self.policies.drop_vhost(name)
+        if vhost is None:
+            return
+        for conn in [c for c in self.connections if c.vhost is vhost]:
+            conn.close_forced(f"vhost '{name}' is deleted")
+        for q in list(vhost.queues.values()):
+            vhost.remove_queue(q)
+
+    def user_deleted(self, name: str) -> None:
+        for conn in [c for c in self.connections if c.user == name]:
+            conn.close_forced(f"user '{name}' is deleted")
+
+    def connection_count(self, vhost: str) -> int:
+        return sum(1 for c in self.connections if c.vhost is not None and c.vhost.name == vhost)
+
+    def check_queue_limit(self, vhost: VirtualHost, name: str) -> None:
+        """Per-vhost max-queues, for newly declared queues only (rabbit_channel:check_vhost_queue_limit)."""
+        limit = self.access.vhost_limit(vhost.name, "max-queues")
+        if limit is not None and len(vhost.queues) >= limit:
+            raise errors.precondition_failed(
+                f"cannot declare queue '{name}': queue limit in vhost '{vhost.name}' ({limit}) is reached"
+            )
+
+    # -- policies ---------------------------------------------------------------------------------------
+
+    def apply_policies(self, vhost_name: str) -> None:
+        """Policies changed in a vhost (or it was recovered): every queue and exchange gets what applies now."""
+        vhost = self.vhosts.get(vhost_name)
+        if vhost is None:
+            return
+        for q in list(vhost.queues.values()):
+            self.apply_policy(vhost_name, q)
+        for ex in vhost.exchanges.values():
+            self.apply_policy(vhost_name, ex)
+        vhost.clear_route_cache()  # an alternate exchange may have come or gone
+
+    def apply_policy(self, vhost: str, obj: Queue | Exchange) -> None:
+        if isinstance(obj, Queue):
+            policy = self.policies.match(vhost, "queue", obj.name)
+            if policy is not None or obj.policy is not None:
+                obj.configure(merge(obj.arguments, policy, QUEUE_KEYS), policy)
+        elif obj.name:
+            policy = self.policies.match(vhost, "exchange", obj.name)
+            obj.policy = policy
+            alternate = policy.definition.get("alternate-exchange") if policy is not None else None
+            obj.policy_alternate = alternate if isinstance(alternate, str) else None
 
     def schedule(self, delay_s: float, callback: Callable[[], None]) -> Any:
         if self._scheduler is None:
@@ -178,7 +271,7 @@ class Broker:
     # -- dead-lettering ----------------------------------------------------------------------------------
 
     def dead_letter(self, queue: Queue, entry: Entry, reason: str) -> None:
-        dlx = queue.arguments.get("x-dead-letter-exchange")
+        dlx = queue.effective.get("x-dead-letter-exchange")
         if not isinstance(dlx, str):
             return
         from amqpd.broker.dead_letter import dead_letter

@@ -9,6 +9,7 @@ import gc
 import logging
 import os
 import signal
+import ssl
 import sys
 from typing import IO, Any
 
@@ -19,6 +20,7 @@ from amqpd.config import Settings
 from amqpd.server.alarms import Alarms
 from amqpd.server.connection import AMQPServerProtocol
 from amqpd.server.load import sample_load
+from amqpd.server.tls import TLSConfigError, reload_context, server_context, tls_enabled
 
 log = logging.getLogger("amqpd")
 
@@ -42,6 +44,10 @@ async def serve(settings: Settings) -> None:
         gc.enable()
         gc.collect()
         gc.freeze()
+    if settings.load_definitions and not _load_definitions(broker, settings.load_definitions):
+        if store is not None:
+            await store.close()
+        raise SystemExit(1)
     registry: set[AMQPServerProtocol] = set()
     try:
         server = await loop.create_server(
@@ -54,18 +60,30 @@ async def serve(settings: Settings) -> None:
             await store.close()
         raise SystemExit(1) from None
     sock = server.sockets[0].getsockname()
+    management = await _start_management(broker, settings, sock)
+    tls = await _start_tls_listener(settings, broker, registry, store)
     async with anyio.create_task_group() as tg:
         if store is not None:
             tg.start_soon(store.run)
         tg.start_soon(Alarms(broker, settings).run)
         tg.start_soon(sample_load, broker)
+        if management is not None:
+            tg.start_soon(management.sample_rates)
         print(f"amqpd listening on {sock[0]}:{sock[1]}", flush=True)
         log.info("accepting AMQP 0-9-1 connections on %s:%s", sock[0], sock[1])
-        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
             async for signum in signals:
+                if signum == signal.SIGHUP:
+                    if tls is not None:
+                        reload_context(tls[1], settings)
+                    continue
                 log.info("received %s, shutting down", signal.Signals(signum).name)
                 break
         server.close()
+        if management is not None:
+            await management.stop()
+        if tls is not None:
+            tls[0].close()
         for proto in list(registry):
             proto.shutdown()
         await _wait_closed(registry)
@@ -76,6 +94,60 @@ async def serve(settings: Settings) -> None:
         if lock is not None:
             lock.close()
         tg.cancel_scope.cancel()
+
+
+async def _start_management(broker: Broker, settings: Settings, amqp_address: tuple[str, int]) -> Any:
+    """The management API, Prometheus listener and rate sampler (amqpd/mgmt), unless both ports are off."""
+    if settings.mgmt_port is None and settings.prometheus_port is None:
+        return None
+    from amqpd.mgmt.service import Management
+
+    management = Management(broker, settings, (amqp_address[0], amqp_address[1]))
+    await management.start()
+    return management
+
+
+async def _start_tls_listener(
+    settings: Settings, broker: Broker, registry: set[AMQPServerProtocol], store: Any
+) -> tuple[asyncio.Server, ssl.SSLContext] | None:
+    """The amqps listener, when a certificate is configured; its address is printed before the plain one
+    (`amqpd TLS listening on HOST:PORT`). A bad TLS setting or a taken port stops the broker, as for AMQP."""
+    if not tls_enabled(settings):
+        return None
+    loop = asyncio.get_running_loop()
+    try:
+        ctx = server_context(settings)
+        server = await loop.create_server(
+            lambda: AMQPServerProtocol(broker, registry), settings.host, settings.tls_port, reuse_address=True,
+            backlog=1024, ssl=ctx, ssl_handshake_timeout=settings.handshake_timeout,
+        )
+    except (TLSConfigError, OSError) as exc:
+        log.error("cannot listen for TLS on %s:%s: %s", settings.host, settings.tls_port, exc)
+        if store is not None:
+            await store.close()
+        raise SystemExit(1) from None
+    host, port = server.sockets[0].getsockname()[:2]
+    print(f"amqpd TLS listening on {host}:{port}", flush=True)
+    log.info("accepting AMQP 0-9-1 connections over TLS on %s:%s", host, port)
+    return server, ctx
+
+
+def _load_definitions(broker: Broker, path: str) -> bool:
+    """RabbitMQ's load_definitions (`--definitions FILE`): the whole document (users, vhosts, permissions,
+    policies, exchanges, queues, bindings), imported atomically before clients are accepted."""
+    import json
+    from pathlib import Path
+
+    from amqpd.mgmt.definitions import DefinitionsError, import_definitions
+
+    try:
+        import_definitions(broker, json.loads(Path(path).read_text()))
+    except (OSError, ValueError) as exc:  # DefinitionsError is a ValueError, as is bad JSON
+        what = "" if isinstance(exc, DefinitionsError) else "cannot read "
+        log.error("definitions %s%s: %s", what, path, exc)
+        return False
+    log.info("imported definitions from %s", path)
+    return True
 
 
 async def _wait_closed(registry: set[Any], timeout: float = 5.0) -> None:

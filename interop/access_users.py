@@ -31,7 +31,9 @@ PROFILES: dict[str, tuple[str, str, str] | None] = {
     "none": None,
     "topic": FULL,
     "impersonator": FULL,
+    "limited": FULL,
 }
+USER_LIMITS = {"limited": {"max-connections": 1, "max-channels": 2}}
 # Vhosts with limits, where "full" and guest have every permission.
 VHOST_LIMITS = {"maxq": {"max-queues": 1}, "maxc": {"max-connections": 1}}
 
@@ -61,6 +63,7 @@ def definitions() -> dict[str, Any]:
             "password_hash": hash_password(PASSWORD),
             "hashing_algorithm": "rabbit_password_hashing_sha256",
             "tags": ["impersonator"] if p == "impersonator" else [],
+            "limits": USER_LIMITS.get(p, {}),
         }
         for p in PROFILES
     ]

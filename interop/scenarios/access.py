@@ -277,3 +277,27 @@ ORDER: dict[str, tuple[str, Callable[[Any, Scope], Any], Callable[[Any, Scope], 
 
 for _name, (_profile, _op, _setup) in ORDER.items():
     add("access", f"order_{_name}", lambda url, p=_profile, op=_op, setup=_setup: as_user(url, p, op, setup))
+
+
+# -- user limits (rabbitmqctl set_user_limits; definitions users[].limits) -----------------------------------
+
+
+@scenario("access")
+def user_max_connections_refuses_the_next_connection_530(url: str) -> Any:
+    uurl = au.user_url(url, "limited")
+    first = pt.connect(uurl)
+    try:
+        return {"second": connect_obs(uurl)}
+    finally:
+        pt.close_quietly(first)
+
+
+@scenario("access")
+def user_max_channels_closes_the_connection_530(url: str) -> Any:
+    conn = pt.connect(au.user_url(url, "limited"))
+    try:
+        conn.channel()
+        conn.channel()
+        return close_with_text(conn.channel)
+    finally:
+        pt.close_quietly(conn)

@@ -181,7 +181,7 @@ def test_node_and_per_user_connection_limits() -> None:
     Client(broker).connect()
     assert closed_with(Client(broker).connect()) == (
         530,
-        "NOT_ALLOWED - access to vhost '/' refused for user 'guest': user connection limit (1) is reached",
+        "NOT_ALLOWED - connection refused for user 'guest': user connection limit (1) is reached",
         10,
         40,
     )
@@ -194,6 +194,30 @@ def test_node_and_per_user_connection_limits() -> None:
         10,
         40,
     )
+
+
+def test_user_limits_on_connections_and_channels_over_all_its_connections(broker: Broker) -> None:
+    broker.access.add_vhost("other")
+    broker.access.set_permissions("alice", "other")
+    broker.access.set_user_limits("alice", {"max-connections": 2, "max-channels": 2})
+    first, second = Client(broker), Client(broker)
+    first.connect("alice", "pw", "tenant")
+    second.connect("alice", "pw", "other")
+    assert closed_with(Client(broker).connect("alice", "pw", "tenant")) == (
+        530,
+        "NOT_ALLOWED - connection refused for user 'alice': user connection limit (2) is reached",
+        10,
+        40,
+    )
+    assert isinstance(first.method(1, commands.Channel.Open())[0], commands.Channel.OpenOk)
+    assert isinstance(second.method(1, commands.Channel.Open())[0], commands.Channel.OpenOk)
+    assert closed_with(first.method(2, commands.Channel.Open())) == (
+        530,
+        "NOT_ALLOWED - number of channels opened for user 'alice' has reached the maximum allowed user limit of (2)",
+        0,
+        0,
+    )
+    assert isinstance(Client(broker).connect()[0], commands.Connection.OpenOk)  # other users are not limited
 
 
 class UnsyncedStore:

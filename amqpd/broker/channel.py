@@ -176,7 +176,9 @@ class Channel:
         if len(queues) != 1:
             return None
         queue = queues[0]
-        if queue.ready or queue.limited or queue.message_ttl is not None or (persistent and queue.store_id is not None):
+        if queue.ready or queue.limited or queue.message_ttl is not None or queue.counts_deliveries or (
+            persistent and queue.store_id is not None
+        ):
             return None
         consumer = queue.sole_consumer()
         if consumer is None or not consumer.no_ack or not consumer.channel.can_deliver():
@@ -359,8 +361,9 @@ class Channel:
             consumer.unacked += 1
             self.unacked_count += 1
             queue.unacked += 1
+        header = msg.header if not queue.counts_deliveries else queue.header_for(entry)
         self.conn.send(
-            encode_delivery(self.id, consumer.ctag, tag, entry.redelivered, msg.route, msg.header,
+            encode_delivery(self.id, consumer.ctag, tag, entry.redelivered, msg.route, header,
                             msg.body if msg.body is not None else self.broker.body_of(msg),
                             self.conn.frame_max)
         )
@@ -659,7 +662,7 @@ class Channel:
         msg = entry.msg
         self.conn.send(
             encode_get_ok(self.id, tag, entry.redelivered, msg.route, len(q.ready))
-            + content_frames(self.id, msg.header, self.broker.body_of(msg), self.conn.frame_max)
+            + content_frames(self.id, q.header_for(entry), self.broker.body_of(msg), self.conn.frame_max)
         )
 
     def basic_recover(self, m: commands.Basic.Recover) -> None:

@@ -14,7 +14,7 @@ from pamqp import encode as pencode
 from pamqp.header import ContentHeader
 
 from amqpd import errors
-from amqpd.protocol.field_tables import BadField, Overrun, check_table
+from amqpd.protocol.field_tables import BadField, Overrun, check_table, table_entries
 from amqpd.protocol.methods import MAX_TABLE_DEPTH
 from amqpd.protocol.constants import (
     FLAG_CONTENT_ENCODING,
@@ -222,3 +222,21 @@ def replace_headers(header: bytes, body_size: int, headers: dict | None) -> byte
 
 def encode_table(table: dict) -> bytes:
     return pencode.field_table(table)
+
+
+_DELIVERY_COUNT_KEY = b"x-delivery-count"
+_i64 = struct.Struct(">q")
+
+
+def with_delivery_count(header: bytes, count: int) -> bytes:
+    """A quorum queue's delivery: the headers table gains x-delivery-count (a signed 64-bit 'l', the times
+    the message went back to its queue) and, as RabbitMQ re-encodes it (rabbit_misc:set_table_value), its
+    entries sorted by key; every value and every other property stays byte for byte as published."""
+    parts = split_properties(header)
+    raw = parts.get(FLAG_HEADERS)
+    entries = [e for e in table_entries(raw, MAX_TABLE_DEPTH) if e[0] != _DELIVERY_COUNT_KEY] if raw else []
+    entries.append((_DELIVERY_COUNT_KEY, b"l" + _i64.pack(count)))
+    entries.sort(key=lambda e: e[0])
+    inner = b"".join(bytes((len(key),)) + key + value for key, value in entries)
+    parts[FLAG_HEADERS] = _u32.pack(len(inner)) + inner
+    return join_properties(_header_prefix.unpack_from(header)[2], parts)

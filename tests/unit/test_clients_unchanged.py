@@ -342,3 +342,64 @@ def test_declare_of_a_live_reply_to_address_reports_one_consumer_and_a_bogus_one
     assert (ok.queue, ok.message_count, ok.consumer_count) == (name, 0, 1)
     frames = client.method(1, build(commands.Queue.Declare, 0, name + "x", True, False, False, False, False, {}))
     assert close_of(frames) == (404, 50, 10)
+
+
+def _deliveries(out: list[RawFrame]) -> list[tuple[bytes, bytes]]:
+    """(method payload, header payload) of each basic.deliver / get-ok in out."""
+    found = []
+    for i, (ftype, _ch, payload) in enumerate(out):
+        if ftype == 1 and payload[:4] in (b"\x00\x3c\x00\x3c", b"\x00\x3c\x00\x47"):
+            found.append((payload, out[i + 1][2]))
+    return found
+
+
+def test_a_quorum_queue_delivery_carries_x_delivery_count_and_rabbitmqs_sorted_headers(client: Client) -> None:
+    for q in ("qq1", "qq2"):
+        client.method(1, commands.Queue.Declare(queue=q, durable=True, arguments={"x-queue-type": "quorum"}))
+    table = shortstr(b"b") + b"I\x00\x00\x00\x01" + shortstr(b"a") + b"I\x00\x00\x00\x02"
+    props = struct.pack(">HI", FLAGS["headers"] | FLAGS["timestamp"], len(table)) + table + struct.pack(">Q", 12345)
+    raw_send(client, raw_publish(1, b"", b"qq1", b"hello", props))
+    raw_send(client, raw_publish(1, b"", b"qq2", b"plain", b"\x80\x00" + shortstr(b"text")))
+    # Bytes RabbitMQ 3.10.8 sent for the same publishes: sorted table, 'l' count, other values untouched.
+    expected_hello = (
+        "003c00000000000000000005204000000028016149000000020162490000000110782d64656c69766572792d636f756e74"
+        "6c{count:016x}0000000000003039"
+    )
+    expected_plain = "003c00000000000000000005a00004746578740000001a10782d64656c69766572792d636f756e746c{count:016x}"
+    for count in range(3):
+        for q, expected in (("qq1", expected_hello), ("qq2", expected_plain)):
+            ((method, header),) = _deliveries(raw_send(client, method_frame(1, commands.Basic.Get(queue=q))))
+            assert header.hex() == expected.format(count=count)
+            assert method[12] == (1 if count else 0)  # redelivered
+            tag = struct.unpack_from(">Q", method, 4)[0]
+            raw_send(client, method_frame(1, commands.Basic.Nack(tag, False, True)))
+
+
+def test_a_quorum_queue_consumer_gets_x_delivery_count_0_then_1_after_a_requeue(client: Client) -> None:
+    client.method(1, commands.Queue.Declare(queue="qq", durable=True, arguments={"x-queue-type": "quorum"}))
+    client.method(1, commands.Basic.Consume(queue="qq", consumer_tag="c"))
+    first = _deliveries(raw_send(client, raw_publish(1, b"", b"qq", b"x")))
+    assert first[0][1].endswith(b"x-delivery-count" + b"l" + struct.pack(">q", 0))
+    tag = struct.unpack_from(">Q", first[0][0], 4 + 2)[0]
+    again = _deliveries(raw_send(client, method_frame(1, commands.Basic.Nack(tag, False, True))))
+    assert again[0][1].endswith(b"x-delivery-count" + b"l" + struct.pack(">q", 1))
+
+
+def test_a_classic_queue_delivery_has_no_x_delivery_count(client: Client) -> None:
+    client.method(1, commands.Queue.Declare(queue="classic"))
+    client.method(1, commands.Basic.Consume(queue="classic", consumer_tag="c", no_ack=True))
+    out = _deliveries(raw_send(client, raw_publish(1, b"", b"classic", b"x")))
+    assert out[0][1] == struct.pack(">HHQ", 60, 0, 1) + b"\0\0"
+
+
+def test_per_consumer_and_per_channel_prefetch_apply_together(client: Client) -> None:
+    client.method(1, commands.Basic.Qos(prefetch_count=2, global_=False))
+    client.method(1, commands.Basic.Qos(prefetch_count=4, global_=True))
+    for q in ("a", "b", "c"):
+        client.method(1, commands.Queue.Declare(queue=q))
+        raw_send(client, b"".join(raw_publish(1, b"", q.encode(), b"m") for _ in range(5)))
+    per_consumer = []
+    for q in ("a", "b", "c"):
+        per_consumer.append(len(_deliveries(raw_send(client, method_frame(1, commands.Basic.Consume(
+            queue=q, consumer_tag=q)))))) 
+    assert per_consumer == [2, 2, 0]

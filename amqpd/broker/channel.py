@@ -662,7 +662,7 @@ class Channel:
         msg = entry.msg
         self.conn.send(
             encode_get_ok(self.id, tag, entry.redelivered, msg.route, len(q.ready))
-            + content_frames(self.id, q.header_for(entry), self.broker.body_of(msg), self.conn.frame_max)
+            + content_frames(self.id, q.header_for(entry, fetched=True), self.broker.body_of(msg), self.conn.frame_max)
         )
 
     def basic_recover(self, m: commands.Basic.Recover) -> None:

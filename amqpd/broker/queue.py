@@ -255,10 +255,11 @@ class Queue:
         if ready and ready[0].expires_at is not None:
             self._arm_ttl_timer()
 
-    def header_for(self, entry: Entry) -> bytes:
-        """The content header a consumer gets for this entry: the publisher's, or a quorum queue's copy
-        with x-delivery-count."""
-        if self.counts_deliveries:
+    def header_for(self, entry: Entry, fetched: bool = False) -> bytes:
+        """The content header a client gets for this entry: the publisher's, or a quorum queue's copy with
+        x-delivery-count. As RabbitMQ 3.10's: a basic.get always shows the count (0 the first time), a
+        consumer only once the message has come back (rabbit_fifo_client adds it when a count exists)."""
+        if self.counts_deliveries and (fetched or entry.returns):
             return with_delivery_count(entry.msg.header, entry.returns)
         return entry.msg.header
 

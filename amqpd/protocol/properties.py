@@ -14,8 +14,6 @@ from pamqp import encode as pencode
 from pamqp.header import ContentHeader
 
 from amqpd import errors
-from amqpd.protocol.field_tables import BadField, Overrun, check_table, table_entries
-from amqpd.protocol.methods import MAX_TABLE_DEPTH
 from amqpd.protocol.constants import (
     FLAG_CONTENT_ENCODING,
     FLAG_CONTENT_TYPE,
@@ -26,6 +24,8 @@ from amqpd.protocol.constants import (
     FLAG_PRIORITY,
     FLAG_REPLY_TO,
 )
+from amqpd.protocol.field_tables import BadField, Overrun, check_table, table_entries
+from amqpd.protocol.methods import MAX_TABLE_DEPTH
 
 _u32 = struct.Struct(">I")
 _u16 = struct.Struct(">H")

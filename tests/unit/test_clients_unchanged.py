@@ -13,7 +13,7 @@ import pytest
 from fakes import decode_frames
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pamqp import commands, frame
+from pamqp import commands
 from test_session import PROTOCOL_HEADER, Client, close_of
 
 from amqpd.protocol.methods import build, encode_method
@@ -193,9 +193,14 @@ table_value = st.one_of(
     st.booleans().map(lambda b: b"t" + bytes((b,))),
     st.floats(allow_nan=False).map(lambda f: b"d" + struct.pack(">d", f)),
 )
-raw_table = st.dictionaries(table_key, table_value, max_size=5).map(
-    lambda d: (lambda inner: struct.pack(">I", len(inner)) + inner)(b"".join(shortstr(k.encode()) + v for k, v in d.items()))
-)
+
+
+def _table(entries: dict[str, bytes]) -> bytes:
+    inner = b"".join(shortstr(k.encode()) + v for k, v in entries.items())
+    return struct.pack(">I", len(inner)) + inner
+
+
+raw_table = st.dictionaries(table_key, table_value, max_size=5).map(_table)
 property_values: dict[str, st.SearchStrategy[bytes]] = {
     "content_type": short_bytes.map(shortstr),
     "content_encoding": short_bytes.map(shortstr),
@@ -262,7 +267,9 @@ def test_a_forged_user_id_is_still_refused_with_406(client: Client) -> None:
     (close,) = [obj for _, obj in decode_frames(b"".join(struct.pack(">BHI", t, ch, len(p)) + p + b"\xce"
                                                          for t, ch, p in out))]
     assert (close.reply_code, close.class_id, close.method_id) == (406, 60, 40)
-    assert close.reply_text == "PRECONDITION_FAILED - user_id property set to 'admin' but authenticated user was 'guest'"
+    assert close.reply_text == (
+        "PRECONDITION_FAILED - user_id property set to 'admin' but authenticated user was 'guest'"
+    )
 
 
 # -- 8. smaller differences found with raw frames ------------------------------------------------------------
@@ -402,5 +409,5 @@ def test_per_consumer_and_per_channel_prefetch_apply_together(client: Client) ->
     per_consumer = []
     for q in ("a", "b", "c"):
         per_consumer.append(len(_deliveries(raw_send(client, method_frame(1, commands.Basic.Consume(
-            queue=q, consumer_tag=q)))))) 
+            queue=q, consumer_tag=q))))))
     assert per_consumer == [2, 2, 0]

@@ -16,7 +16,9 @@ from hypothesis import strategies as st
 from pamqp import commands
 from test_session import PROTOCOL_HEADER, Client, close_of
 
+from amqpd.errors import AMQPError
 from amqpd.protocol.methods import build, encode_method
+from amqpd.protocol.properties import check_property_list
 
 RawFrame = tuple[int, int, bytes]
 
@@ -411,3 +413,18 @@ def test_per_consumer_and_per_channel_prefetch_apply_together(client: Client) ->
         per_consumer.append(len(_deliveries(raw_send(client, method_frame(1, commands.Basic.Consume(
             queue=q, consumer_tag=q))))))
     assert per_consumer == [2, 2, 0]
+
+
+@settings(max_examples=300, deadline=None)
+@given(props=encoded_properties(), cut=st.integers(1, 40), extra=st.binary(min_size=1, max_size=4))
+def test_the_property_list_check_takes_every_well_formed_list_and_no_cut_or_padded_one(
+    props: bytes, cut: int, extra: bytes
+) -> None:
+    header = struct.pack(">HHQ", 60, 0, 1) + props
+    check_property_list(header)
+    for bad in (header[: max(14, len(header) - cut)], header + extra):
+        if bad == header:
+            continue
+        with pytest.raises(AMQPError) as refused:
+            check_property_list(bad)
+        assert (refused.value.code, refused.value.class_id, refused.value.method_id) == (541, 0, 0)

@@ -239,6 +239,21 @@ def invalid_utf8_routing_key(url: str) -> Any:
 
 
 @scenario("compat")
+def exchange_named_in_invalid_utf8_404(url: str) -> Any:
+    with _raw(url) as c:
+        _publish_raw(c, b"\xff\xfe", b"k", b"x")
+        r = c.recv_raw_frame()  # RabbitMQ puts the name's raw bytes in the reply text: pamqp can't decode it
+        if isinstance(r, str):
+            return r
+        ftype, channel, payload = r
+        class_id, method_id, code = struct.unpack_from(">HHH", payload)
+        text = payload[7 : 7 + payload[6]]
+        ids = struct.unpack_from(">HH", payload, 7 + payload[6])
+        return {"frame": [ftype, channel, class_id, method_id], "code": code, "ids": list(ids),
+                "text": text.split(b" - ")[0].decode()}
+
+
+@scenario("compat")
 def heartbeat_with_payload_501(url: str) -> Any:
     with _raw(url) as c:
         c.send_raw(struct.pack(">BHI", 8, 0, 3) + b"abc" + b"\xce")

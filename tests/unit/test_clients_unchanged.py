@@ -428,3 +428,17 @@ def test_the_property_list_check_takes_every_well_formed_list_and_no_cut_or_padd
         with pytest.raises(AMQPError) as refused:
             check_property_list(bad)
         assert (refused.value.code, refused.value.class_id, refused.value.method_id) == (541, 0, 0)
+
+
+def test_a_publish_to_an_exchange_named_in_invalid_utf8_is_404_not_an_internal_error(client: Client) -> None:
+    frames = [obj for _, obj in client.send(raw_publish(1, b"\xff\xfe", b"k", b"x"))]
+    assert close_of(frames) == (404, 60, 40)
+    assert frames[0].reply_text == "NOT_FOUND - no exchange '\ufffd\ufffd' in vhost '/'"
+
+
+def test_a_close_reason_longer_than_255_bytes_is_cut_on_a_character_boundary(client: Client) -> None:
+    name = "é" * 127  # 254 bytes: the reply text around it is longer than a short string holds
+    declare = build(commands.Queue.Declare, 0, name, True, False, False, False, False, {})
+    frames = [obj for _, obj in client.send(method_frame(1, declare))]
+    assert close_of(frames) == (404, 50, 10)
+    assert len(frames[0].reply_text.encode()) <= 255

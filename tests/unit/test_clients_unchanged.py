@@ -135,7 +135,9 @@ def test_unbinding_another_connections_exclusive_queue_is_405_only_when_bound() 
     (ok,) = other.method(1, commands.Queue.Unbind(queue="mine", exchange="amq.direct", routing_key="other"))
     assert isinstance(ok, commands.Queue.UnbindOk)
     assert close_of(other.method(1, commands.Queue.Unbind(queue="mine", exchange="amq.direct", routing_key="k"))) == (
-        405, 50, 50
+        405,
+        50,
+        50,
     )
 
 
@@ -157,8 +159,9 @@ def test_any_channel_id_opens_while_fewer_than_channel_max_are_open() -> None:
 
 def test_crossed_closes_leave_the_connection_and_its_other_channels_working(client: Client) -> None:
     client.open_channel(2)
-    out = client.send(method_frame(1, build(commands.Queue.Declare, 0, "missing", True, False, False, False, False,
-                                            {})))
+    out = client.send(
+        method_frame(1, build(commands.Queue.Declare, 0, "missing", True, False, False, False, False, {}))
+    )
     assert close_of([obj for _, obj in out]) == (404, 50, 10)
     # The client closed channel 1 itself before reading our close: the two closes cross.
     (ok,) = client.method(1, commands.Channel.Close(200, "bye", 0, 0))
@@ -180,9 +183,19 @@ def test_after_crossed_closes_the_channel_can_be_reopened_before_the_late_close_
 # -- 4. properties pass through untouched --------------------------------------------------------------------
 
 FLAGS = {
-    "content_type": 1 << 15, "content_encoding": 1 << 14, "headers": 1 << 13, "delivery_mode": 1 << 12,
-    "priority": 1 << 11, "correlation_id": 1 << 10, "reply_to": 1 << 9, "expiration": 1 << 8,
-    "message_id": 1 << 7, "timestamp": 1 << 6, "type": 1 << 5, "user_id": 1 << 4, "app_id": 1 << 3,
+    "content_type": 1 << 15,
+    "content_encoding": 1 << 14,
+    "headers": 1 << 13,
+    "delivery_mode": 1 << 12,
+    "priority": 1 << 11,
+    "correlation_id": 1 << 10,
+    "reply_to": 1 << 9,
+    "expiration": 1 << 8,
+    "message_id": 1 << 7,
+    "timestamp": 1 << 6,
+    "type": 1 << 5,
+    "user_id": 1 << 4,
+    "app_id": 1 << 3,
     "cluster_id": 1 << 2,
 }
 
@@ -266,8 +279,9 @@ def test_a_timestamp_past_year_9999_with_user_id_is_delivered(client: Client) ->
 def test_a_forged_user_id_is_still_refused_with_406(client: Client) -> None:
     props = struct.pack(">H", FLAGS["timestamp"] | FLAGS["user_id"]) + b"\xff" * 8 + shortstr(b"admin")
     out = raw_send(client, raw_publish(1, b"", b"q", b"t", props))
-    (close,) = [obj for _, obj in decode_frames(b"".join(struct.pack(">BHI", t, ch, len(p)) + p + b"\xce"
-                                                         for t, ch, p in out))]
+    (close,) = [
+        obj for _, obj in decode_frames(b"".join(struct.pack(">BHI", t, ch, len(p)) + p + b"\xce" for t, ch, p in out))
+    ]
     assert (close.reply_code, close.class_id, close.method_id) == (406, 60, 40)
     assert close.reply_text == (
         "PRECONDITION_FAILED - user_id property set to 'admin' but authenticated user was 'guest'"
@@ -312,7 +326,7 @@ def test_a_malformed_property_list_closes_the_connection_with_541(client: Client
     client.method(1, commands.Queue.Declare(queue="q"))
     data = raw_publish(1, b"", b"q", b"x", props)
     frames = []
-    for part in ([data[:20], data[20:]] if split else [data]):
+    for part in [data[:20], data[20:]] if split else [data]:
         frames += [obj for _, obj in client.send(part)]
     assert close_of(frames) == (541, 0, 0)
     assert client.broker.vhosts["/"].queues["q"].message_count == 0
@@ -338,8 +352,9 @@ def test_repeated_publishes_with_a_bad_delivery_mode_are_refused_too(client: Cli
 
 def test_passive_and_active_declare_of_the_reply_to_pseudo_queue_report_one_consumer(client: Client) -> None:
     for passive in (True, False):
-        (ok,) = client.method(1, build(commands.Queue.Declare, 0, "amq.rabbitmq.reply-to", passive, False, False,
-                                       False, False, {}))
+        (ok,) = client.method(
+            1, build(commands.Queue.Declare, 0, "amq.rabbitmq.reply-to", passive, False, False, False, False, {})
+        )
         assert (ok.queue, ok.message_count, ok.consumer_count) == ("amq.rabbitmq.reply-to", 0, 1)
 
 
@@ -410,8 +425,9 @@ def test_per_consumer_and_per_channel_prefetch_apply_together(client: Client) ->
         raw_send(client, b"".join(raw_publish(1, b"", q.encode(), b"m") for _ in range(5)))
     per_consumer = []
     for q in ("a", "b", "c"):
-        per_consumer.append(len(_deliveries(raw_send(client, method_frame(1, commands.Basic.Consume(
-            queue=q, consumer_tag=q))))))
+        per_consumer.append(
+            len(_deliveries(raw_send(client, method_frame(1, commands.Basic.Consume(queue=q, consumer_tag=q)))))
+        )
     assert per_consumer == [2, 2, 0]
 
 

@@ -252,20 +252,20 @@ def consuming_client() -> Client:
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(props=encoded_properties(), body=st.binary(max_size=64), split=st.booleans())
-def test_any_property_values_reach_the_consumer_byte_identical(props: bytes, body: bytes, split: bool) -> None:
+@given(props=encoded_properties(), body=st.binary(max_size=64), path=st.sampled_from(["whole", "split", "run"]))
+def test_any_property_values_reach_the_consumer_byte_identical(props: bytes, body: bytes, path: str) -> None:
     c = consuming_client()
     data = raw_publish(1, b"", b"q", body, props)
-    if split:  # frame by frame (the assembler) rather than the whole-publish path
+    copies = 3 if path == "run" else 1  # identical publishes in one read: the run path (FrameReader's PUBLISH_RUN)
+    if path == "split":  # frame by frame (the assembler) rather than the whole-publish path
         out = []
         for i in range(len(data)):
             out += raw_send(c, data[i : i + 1])
     else:
-        out = raw_send(c, data)
-    types = [t for t, _, _ in out]
-    assert types[:2] == [1, 2], out
-    assert out[1][2] == struct.pack(">HHQ", 60, 0, len(body)) + props
-    assert b"".join(p for t, _, p in out[2:] if t == 3) == body
+        out = raw_send(c, data * copies)
+    headers = [p for t, _, p in out if t == 2]
+    assert headers == [struct.pack(">HHQ", 60, 0, len(body)) + props] * copies, out
+    assert b"".join(p for t, _, p in out if t == 3) == body * copies
 
 
 def test_a_timestamp_past_year_9999_with_user_id_is_delivered(client: Client) -> None:

@@ -24,10 +24,19 @@ from amqpd.protocol.constants import (
     FLAG_PRIORITY,
     FLAG_REPLY_TO,
 )
+from amqpd.protocol.field_tables import BadField, Overrun, check_table, table_entries
+from amqpd.protocol.methods import MAX_TABLE_DEPTH
 
 _u32 = struct.Struct(">I")
+_u16 = struct.Struct(">H")
 _header_prefix = struct.Struct(">HHQ")
 
+
+# Property flag bits in wire order, each with the size of its value: -1 shortstr, -4 table, else a byte count.
+_LAYOUT: tuple[tuple[int, int], ...] = tuple(
+    (1 << (15 - i), kind) for i, kind in enumerate((-1, -1, -4, 1, 1, -1, -1, -1, -1, 8, -1, -1, -1, -1))
+)
+_KIND = dict(_LAYOUT)
 
 _HEADERS: dict[bytes, bytes] = {}
 _HEADERS_MAX = 4096
@@ -47,13 +56,106 @@ def shared_header(header: bytes) -> bytes:
     return known
 
 
+def checked_header(header: bytes) -> bytes:
+    """shared_header() of a published header, its property list checked first (check_property_list); a
+    header seen before was checked then."""
+    known = _HEADERS.get(header)
+    if known is not None:
+        return known
+    check_property_list(header)
+    return shared_header(header)
+
+
+def malformed_properties() -> errors.ConnectionError:
+    """RabbitMQ decodes every published property list and its channel crashes on a malformed one: the
+    connection is closed with 541 INTERNAL_ERROR naming no method. Clients see the same from us."""
+    return errors.ConnectionError(errors.INTERNAL_ERROR, "malformed content header properties")
+
+
+def check_property_list(header: bytes) -> None:
+    """Every property present must fit, end exactly at the end of the header, and a headers table must
+    be well formed; nothing is decoded (values go to consumers as sent). On the per-message path of
+    publishers whose properties change per message: a tight walk, no call per value."""
+    try:
+        flags = _u16.unpack_from(header, 12)[0]
+        kinds = _KINDS_BY_FLAGS.get(flags)
+        if kinds is None:
+            if flags & 1:  # a continuation flag word: no 0-9-1 property needs one, and RabbitMQ refuses it
+                raise IndexError
+            kinds = _KINDS_BY_FLAGS[flags] = tuple(kind for flag, kind in _LAYOUT if flags & flag)
+        o, end = 14, len(header)
+        for kind in kinds:
+            if kind == -1:
+                o += 1 + header[o]
+            elif kind == -4:
+                o = _check_flat_table(header, o, end)
+            else:
+                o += kind
+        if o != end:
+            raise IndexError
+    except (IndexError, struct.error, Overrun, BadField):
+        raise malformed_properties() from None
+
+
+_KINDS_BY_FLAGS: dict[int, tuple[int, ...]] = {}
+# Field value sizes by type tag: >= 0 fixed, -2 a u32 length then that many bytes, -3 nested, -1 unknown.
+_VALUE_SIZE = [-1] * 256
+for _tag, _size in {"t": 1, "b": 1, "B": 1, "s": 2, "u": 2, "I": 4, "i": 4, "f": 4, "l": 8, "L": 8, "d": 8,
+                    "T": 8, "D": 5, "V": 0}.items():
+    _VALUE_SIZE[ord(_tag)] = _size
+_VALUE_SIZE[ord("S")] = _VALUE_SIZE[ord("x")] = -2
+_VALUE_SIZE[ord("F")] = _VALUE_SIZE[ord("A")] = -3
+
+
+def _check_flat_table(h: bytes, o: int, end: int) -> int:
+    """check_table() for the usual table of scalars and strings, inline; nested ones take the full walk."""
+    table_end = o + 4 + _u32.unpack_from(h, o)[0]
+    if table_end > end:
+        raise IndexError
+    p = o + 4
+    while p < table_end:
+        p += 1 + h[p]  # the key
+        size = _VALUE_SIZE[h[p]]
+        p += 1
+        if size >= 0:
+            p += size
+        elif size == -2:
+            p += 4 + _u32.unpack_from(h, p)[0]
+        elif size == -3:
+            return check_table(h, o, end, 1, MAX_TABLE_DEPTH)
+        else:
+            raise IndexError
+    if p != table_end:
+        raise IndexError
+    return table_end
+
+
+def raw_property(header: bytes, flags: int, wanted: int) -> bytes | None:
+    """One property's encoded value (a short string without its length byte), found by skipping over the
+    ones before it: nothing else is decoded. None when absent. The header was checked on the way in."""
+    if not flags & wanted:
+        return None
+    o = 14
+    for flag, kind in _LAYOUT:
+        if flag == wanted:
+            break
+        if flags & flag:
+            o += 1 + header[o] if kind == -1 else 4 + _u32.unpack_from(header, o)[0] if kind == -4 else kind
+    kind = _KIND[wanted]
+    if kind == -1:
+        return header[o + 1 : o + 1 + header[o]]
+    if kind == -4:
+        return header[o : o + 4 + _u32.unpack_from(header, o)[0]]
+    return header[o : o + kind]
+
+
 class PropertyScan:
     """The fields the broker acts on, scanned from the raw header payload."""
 
     __slots__ = ("delivery_mode", "priority", "expiration", "headers_raw")
 
     def __init__(self, header: bytes, flags: int) -> None:
-        self.delivery_mode = 0
+        self.delivery_mode: int | None = None
         self.priority: int | None = None
         self.expiration: str | None = None
         self.headers_raw: bytes | None = None
@@ -105,9 +207,6 @@ def decode_properties(header: bytes) -> commands.Basic.Properties:
 
 
 # Property flag bits in wire order, each with the size of its value: -1 shortstr, -4 table, else a byte count.
-_LAYOUT: tuple[tuple[int, int], ...] = tuple(
-    (1 << (15 - i), kind) for i, kind in enumerate((-1, -1, -4, 1, 1, -1, -1, -1, -1, 8, -1, -1, -1, -1))
-)
 
 
 def split_properties(header: bytes) -> dict[int, bytes]:
@@ -158,3 +257,21 @@ def replace_headers(header: bytes, body_size: int, headers: dict | None) -> byte
 
 def encode_table(table: dict) -> bytes:
     return pencode.field_table(table)
+
+
+_DELIVERY_COUNT_KEY = b"x-delivery-count"
+_i64 = struct.Struct(">q")
+
+
+def with_delivery_count(header: bytes, count: int) -> bytes:
+    """A quorum queue's delivery: the headers table gains x-delivery-count (a signed 64-bit 'l', the times
+    the message went back to its queue) and, as RabbitMQ re-encodes it (rabbit_misc:set_table_value), its
+    entries sorted by key; every value and every other property stays byte for byte as published."""
+    parts = split_properties(header)
+    raw = parts.get(FLAG_HEADERS)
+    entries = [e for e in table_entries(raw, MAX_TABLE_DEPTH) if e[0] != _DELIVERY_COUNT_KEY] if raw else []
+    entries.append((_DELIVERY_COUNT_KEY, b"l" + _i64.pack(count)))
+    entries.sort(key=lambda e: e[0])
+    inner = b"".join(bytes((len(key),)) + key + value for key, value in entries)
+    parts[FLAG_HEADERS] = _u32.pack(len(inner)) + inner
+    return join_properties(_header_prefix.unpack_from(header)[2], parts)

@@ -4,6 +4,7 @@ with 320 CONNECTION_FORCED and exit."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import fcntl
 import gc
 import logging
@@ -50,17 +51,13 @@ async def serve(settings: Settings) -> None:
         raise SystemExit(1)
     registry: set[AMQPServerProtocol] = set()
     try:
-        server = await loop.create_server(
-            lambda: AMQPServerProtocol(broker, registry), settings.host, settings.port, reuse_address=True,
-            backlog=1024,
-        )
+        servers = await _listen(loop, lambda: AMQPServerProtocol(broker, registry), settings.host, settings.port)
     except OSError as exc:  # the port is taken, or the address is not ours: say so plainly and exit 1
-        log.error("cannot listen on %s:%s: %s", settings.host, settings.port, exc.strerror or exc)
+        log.error("cannot listen on %s: %s", getattr(exc, "address", settings.port), exc.strerror or exc)
         if store is not None:
             await store.close()
         raise SystemExit(1) from None
-    sock = server.sockets[0].getsockname()
-    management = await _start_management(broker, settings, sock)
+    management = await _start_management(broker, settings, servers[0].sockets[0].getsockname())
     tls = await _start_tls_listener(settings, broker, registry, store)
     async with anyio.create_task_group() as tg:
         if store is not None:
@@ -69,8 +66,11 @@ async def serve(settings: Settings) -> None:
         tg.start_soon(sample_load, broker)
         if management is not None:
             tg.start_soon(management.sample_rates)
-        print(f"amqpd listening on {sock[0]}:{sock[1]}", flush=True)
-        log.info("accepting AMQP 0-9-1 connections on %s:%s", sock[0], sock[1])
+        for server in servers:
+            for sock in server.sockets:
+                address = _address(sock.getsockname())
+                print(f"amqpd listening on {address}", flush=True)  # amqpd.testing reads the first line
+                log.info("accepting AMQP 0-9-1 connections on %s", address)
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
             async for signum in signals:
                 if signum == signal.SIGHUP:
@@ -79,11 +79,13 @@ async def serve(settings: Settings) -> None:
                     continue
                 log.info("received %s, shutting down", signal.Signals(signum).name)
                 break
-        server.close()
+        for server in servers:
+            server.close()
         if management is not None:
             await management.stop()
         if tls is not None:
-            tls[0].close()
+            for server in tls[0]:
+                server.close()
         for proto in list(registry):
             proto.shutdown()
         await _wait_closed(registry)
@@ -109,7 +111,7 @@ async def _start_management(broker: Broker, settings: Settings, amqp_address: tu
 
 async def _start_tls_listener(
     settings: Settings, broker: Broker, registry: set[AMQPServerProtocol], store: Any
-) -> tuple[asyncio.Server, ssl.SSLContext] | None:
+) -> tuple[list[Any], ssl.SSLContext] | None:
     """The amqps listener, when a certificate is configured; its address is printed before the plain one
     (`amqpd TLS listening on HOST:PORT`). A bad TLS setting or a taken port stops the broker, as for AMQP."""
     if not tls_enabled(settings):
@@ -117,19 +119,21 @@ async def _start_tls_listener(
     loop = asyncio.get_running_loop()
     try:
         ctx = server_context(settings)
-        server = await loop.create_server(
-            lambda: AMQPServerProtocol(broker, registry), settings.host, settings.tls_port, reuse_address=True,
-            backlog=1024, ssl=ctx, ssl_handshake_timeout=settings.handshake_timeout,
+        servers = await _listen(
+            loop, lambda: AMQPServerProtocol(broker, registry), settings.host, settings.tls_port,
+            ssl=ctx, ssl_handshake_timeout=settings.handshake_timeout,
         )
     except (TLSConfigError, OSError) as exc:
         log.error("cannot listen for TLS on %s:%s: %s", settings.host, settings.tls_port, exc)
         if store is not None:
             await store.close()
         raise SystemExit(1) from None
-    host, port = server.sockets[0].getsockname()[:2]
-    print(f"amqpd TLS listening on {host}:{port}", flush=True)
-    log.info("accepting AMQP 0-9-1 connections over TLS on %s:%s", host, port)
-    return server, ctx
+    for server in servers:
+        for sock in server.sockets:
+            address = _address(sock.getsockname())
+            print(f"amqpd TLS listening on {address}", flush=True)
+            log.info("accepting AMQP 0-9-1 connections over TLS on %s", address)
+    return servers, ctx
 
 
 def _load_definitions(broker: Broker, path: str) -> bool:
@@ -148,6 +152,36 @@ def _load_definitions(broker: Broker, path: str) -> bool:
         return False
     log.info("imported definitions from %s", path)
     return True
+
+
+async def _listen(
+    loop: asyncio.AbstractEventLoop, factory: Any, hosts: list[str], port: int, **options: Any
+) -> list[Any]:
+    """One server per address, all on one port: with port 0 the first picks it and the others take the same.
+    The IPv6 loopback of the default is skipped (with a warning) on a machine without IPv6."""
+    servers: list[Any] = []
+    try:
+        for host in hosts:
+            try:
+                server = await loop.create_server(factory, host, port, reuse_address=True, backlog=1024, **options)
+            except OSError as exc:
+                if host == "::1" and servers and exc.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
+                    log.warning("not listening on [::1]: %s (no IPv6 here)", exc.strerror or exc)
+                    continue
+                exc.address = f"{_address((host, port))}"  # type: ignore[attr-defined]
+                raise
+            servers.append(server)
+            port = server.sockets[0].getsockname()[1]
+    except OSError:
+        for server in servers:
+            server.close()
+        raise
+    return servers
+
+
+def _address(sockname: tuple[Any, ...]) -> str:
+    host, port = sockname[0], sockname[1]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 async def _wait_closed(registry: set[Any], timeout: float = 5.0) -> None:

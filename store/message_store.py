@@ -121,6 +121,7 @@ class MessageStore:
         self._retention_checked_ms = 0
         self._active_created_ms = 0
         self.stats = {"retention_deleted_age": 0, "retention_deleted_size": 0}
+        self._commit_listeners: list[Callable[[], None]] = []
 
     # ---- lifecycle ----------------------------------------------------------------------------------
 
@@ -410,6 +411,15 @@ class MessageStore:
         except (KeyError, DamagedFrame):
             return None
 
+    def add_commit_listener(self, listener: Callable[[], None]) -> None:
+        """Call `listener` on the loop after each commit, once its on_durable callbacks have fired: a log
+        reader waiting at durable_end() learns there is more to read."""
+        self._commit_listeners.append(listener)
+
+    def remove_commit_listener(self, listener: Callable[[], None]) -> None:
+        if listener in self._commit_listeners:
+            self._commit_listeners.remove(listener)
+
     def durable_end(self) -> int:
         """Every record below this offset is on disk (fsync'd, under always-batched): what log readers may
         see. Records at or past it may still be lost in a crash."""
@@ -607,6 +617,8 @@ class MessageStore:
                 del self._unwritten[offset]
             self._durable_number = batch.number
             self._fire(batch.callbacks)
+            if self._commit_listeners and batch.end_offset > batch.first_offset:
+                self._fire(list(self._commit_listeners))
             if batch.delete_segments:
                 await self._delete_segments(batch.delete_segments)
             if batch.checkpoint is not None:

@@ -158,3 +158,12 @@ def replace_headers(header: bytes, body_size: int, headers: dict | None) -> byte
 
 def encode_table(table: dict) -> bytes:
     return pencode.field_table(table)
+
+
+def append_header_field(header: bytes, body_size: int, field: bytes) -> bytes:
+    """The same header payload with one encoded field (shortstr name, type tag, value) appended to its
+    headers table, every other byte untouched (a stream's x-stream-offset on each delivery)."""
+    parts = split_properties(header)
+    table = parts.get(FLAG_HEADERS, b"\x00\x00\x00\x00")
+    parts[FLAG_HEADERS] = _u32.pack(len(table) - 4 + len(field)) + table[4:] + field
+    return join_properties(body_size, parts)

@@ -412,7 +412,7 @@ class Channel:
             self._apply_acks(taken)
             return
         if kind != "requeue":
-            _check_not_stream(taken)
+            _check_not_stream(kind, taken)
         by_queue: dict[Queue, list[Entry]] = {}
         for _tag, (queue, entry, consumer, _at) in taken:
             self._release(queue, consumer)
@@ -768,13 +768,13 @@ class Channel:
             self.vhost.consumer_gone(consumer.queue)
 
 
-def _check_not_stream(taken: list[tuple[int, Unacked]]) -> None:
+def _check_not_stream(kind: str, taken: list[tuple[int, Unacked]]) -> None:
     for _tag, (queue, _entry, _consumer, _at) in taken:
         if queue.is_stream:
             raise errors.not_implemented(
                 f"basic.nack and basic.reject not supported by stream queues queue '{queue.name}' "
                 f"in vhost '{queue.vhost}'"
-            )
+            ).with_method(60, 120 if kind == "nack" else 90)
 
 
 def _any_stored(queues: list[Queue]) -> bool:

@@ -13,4 +13,5 @@ from interop.scenarios import (  # noqa: F401
     properties,
     queues,
     routing,
+    streams,
 )

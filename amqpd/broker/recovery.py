@@ -89,15 +89,21 @@ def _restore_messages(broker: Any, q: Queue, entry: Any, crashed: bool) -> int:
     return count
 
 
+def route_of(exchange: str, routing_key: str) -> bytes:
+    """The encoded exchange + routing key of a delivery (a backlog read back repeats a few: each once)."""
+    key = (exchange, routing_key)
+    route = _ROUTES.get(key)
+    if route is None:
+        if len(_ROUTES) >= _ROUTES_MAX:
+            _ROUTES.clear()
+        route = _ROUTES[key] = shortstr(exchange) + shortstr(routing_key)
+    return route
+
+
 def message_from_record(record: Any, offset: int) -> Message:
     header = shared_header(record.properties)
     flags = struct.unpack_from(">H", header, 12)[0]
-    key = (record.exchange, record.routing_key)
-    route = _ROUTES.get(key)
-    if route is None:  # a backlog read back repeats a few routes: encode each once
-        if len(_ROUTES) >= _ROUTES_MAX:
-            _ROUTES.clear()
-        route = _ROUTES[key] = shortstr(record.exchange) + shortstr(record.routing_key)
+    route = route_of(record.exchange, record.routing_key)
     msg = Message(record.exchange, record.routing_key, route, header, record.body, flags)
     msg.persistent = True
     msg.timestamp_ms = record.timestamp_ms

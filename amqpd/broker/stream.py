@@ -15,10 +15,14 @@ from typing import TYPE_CHECKING, Any
 from amqpd import errors
 from amqpd.broker.message import Message
 from amqpd.broker.queue import Entry, Queue, QueueHooks
+from amqpd.broker.recovery import route_of
 from amqpd.broker.stream_args import FIRST, LAST, NEXT, OffsetSpec, Retention
 from amqpd.broker.stream_log import MemoryLog, StoreLog, StreamLog, now_ms
+from amqpd.protocol.constants import FLAG_CONTENT_ENCODING, FLAG_CONTENT_TYPE, FLAG_HEADERS
 from amqpd.protocol.fastpath import shortstr
-from amqpd.protocol.properties import append_header_field
+from amqpd.protocol.methods import decode_table
+from amqpd.protocol.properties import PropertyScan, append_header_field
+from store import MessageRecord
 
 if TYPE_CHECKING:
     from amqpd.broker.consumer import Consumer
@@ -53,12 +57,10 @@ class Cursor:
         self.tracking = tracking
         self.outstanding: dict[int, None] = {}  # delivered, not yet acked, in offset order
 
-    def wants(self, msg: Message) -> bool:
+    def wants(self, record: MessageRecord) -> bool:
         if self.filter is None:
             return True
-        value = (msg.headers or {}).get("x-stream-filter-value") if msg.has_headers else None
-        if isinstance(value, bytes):
-            value = value.decode("utf-8", "replace")
+        value = filter_value(record.properties)
         if value is None:
             return self.match_unfiltered
         return value in self.filter
@@ -234,12 +236,12 @@ class StreamQueue(Queue):
             if not batch:
                 cursor.next = max(cursor.next, log.first)
                 return
-            for offset, msg in batch:
+            for offset, record in batch:
                 cursor.next = offset + 1
-                if not cursor.wants(msg):
+                if not cursor.wants(record):
                     continue
                 cursor.outstanding[offset] = None
-                consumer.deliver(self, StreamEntry(_with_offset(msg, offset), offset, cursor))
+                consumer.deliver(self, StreamEntry(StreamDelivery(record, offset), offset, cursor))
                 if not consumer.can_accept():
                     cursor.next = offset + 1
                     return
@@ -323,13 +325,76 @@ class _Length:
         return iter(())  # nothing waits to be delivered the way a queue's messages do
 
 
-def _with_offset(msg: Message, offset: int) -> Message:
-    """The message as one consumer gets it: its headers carry its offset (the log's copy is shared)."""
-    header = append_header_field(msg.header, msg.size, _OFFSET_FIELD + struct.pack(">q", offset))
-    flags = struct.unpack_from(">H", header, 12)[0]
-    out = Message(msg.exchange, msg.routing_key, msg.route, header, msg.body or b"", flags)
-    out.store_offset = msg.store_offset
-    return out
+class StreamDelivery(Message):
+    """A record as one consumer gets it: its headers carry its offset. Built without scanning properties
+    (a stream applies no TTL, priority or routing to what it delivers): the replay's per-message cost."""
+
+    __slots__ = ()
+
+    def __init__(self, record: MessageRecord, offset: int) -> None:  # noqa: D107 - no super(): see above
+        self.exchange = record.exchange
+        self.routing_key = record.routing_key
+        self.route = route_of(record.exchange, record.routing_key)
+        self.header = with_offset_header(record.properties, offset)
+        self.body = record.body
+        self.size = len(record.body)
+        self.flags = _FLAGS.unpack_from(self.header, 12)[0]
+        self.persistent = True
+        self.timestamp_ms = record.timestamp_ms
+        self.store_offset = None
+        self.priority = self.ttl_ms = None
+        self._headers = False
+        self.pageable = self.for_streams = False
+        self.on_settled = None
+        self.holders = 0
+        self.bcc = []
+
+
+_FLAGS = struct.Struct(">H")
+_SPLIT_CACHE_MAX = 4096
+_splits: dict[bytes, tuple[bytes, bytes, bytes]] = {}
+
+
+def with_offset_header(header: bytes, offset: int) -> bytes:
+    """The content header with x-stream-offset appended to its headers table. A stream's records mostly
+    repeat a few property sets: each is split once (before the table, the table's fields, after it)."""
+    split = _splits.get(header)
+    if split is None:
+        if len(_splits) >= _SPLIT_CACHE_MAX:
+            _splits.clear()
+        body_size = struct.unpack_from(">Q", header, 4)[0]
+        marked = append_header_field(header, body_size, b"")  # a headers table (maybe empty) is present
+        table_at = _table_position(marked)
+        (size,) = struct.unpack_from(">I", marked, table_at)
+        split = _splits[header] = (
+            marked[:table_at], marked[table_at + 4 : table_at + 4 + size], marked[table_at + 4 + size :]
+        )
+    before, table, after = split
+    return b"".join((before, struct.pack(">I", len(table) + 25), table, _OFFSET_FIELD,
+                     struct.pack(">q", offset), after))
+
+
+def _table_position(header: bytes) -> int:
+    """Where the headers table's length is, in a header that has one (after content type and encoding)."""
+    flags = _FLAGS.unpack_from(header, 12)[0]
+    o = 14
+    if flags & FLAG_CONTENT_TYPE:
+        o += 1 + header[o]
+    if flags & FLAG_CONTENT_ENCODING:
+        o += 1 + header[o]
+    return o
+
+
+def filter_value(header: bytes) -> str | None:
+    """A record's x-stream-filter-value header (RabbitMQ 3.13's name), if any."""
+    flags = _FLAGS.unpack_from(header, 12)[0]
+    if not flags & FLAG_HEADERS:
+        return None
+    raw = PropertyScan(header, flags).headers_raw
+    value = decode_table(raw).get("x-stream-filter-value") if raw else None
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    return value if isinstance(value, str) else None
 
 
 def _decode_segments(values: dict[str, bytes], first: int, end: int) -> list[list[int]]:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from amqpd.broker.message import Message
-from amqpd.broker.recovery import message_from_record
+from store import MessageRecord
 
 _FIRST = struct.Struct("<qq")  # stream.first: the first dense offset kept, and its store offset
 
@@ -43,7 +43,10 @@ class StreamLog(Protocol):
         ...
 
     def append(self, msg: Message) -> int: ...
-    def read(self, start: int, limit: int) -> list[tuple[int, Message]]: ...
+    def read(self, start: int, limit: int) -> list[tuple[int, MessageRecord]]:
+        """Up to `limit` committed records from `start` (or the first kept), with their offsets."""
+        ...
+
     def offset_at_time(self, timestamp_ms: int) -> int: ...
     def first_timestamp(self) -> int | None: ...
     def drop_before(self, offset: int) -> None: ...
@@ -54,7 +57,7 @@ class MemoryLog:
     def __init__(self) -> None:
         self.first = 0
         self.end = 0
-        self._messages: deque[Message] = deque()
+        self._messages: deque[MessageRecord] = deque()
 
     @property
     def committed(self) -> int:
@@ -63,11 +66,12 @@ class MemoryLog:
     def append(self, msg: Message) -> int:
         if msg.timestamp_ms == 0:
             msg.timestamp_ms = now_ms()
-        self._messages.append(msg)
+        body = msg.body if msg.body is not None else b""
+        self._messages.append(MessageRecord(msg.exchange, msg.routing_key, msg.header, body, msg.timestamp_ms))
         self.end += 1
         return self.end - 1
 
-    def read(self, start: int, limit: int) -> list[tuple[int, Message]]:
+    def read(self, start: int, limit: int) -> list[tuple[int, MessageRecord]]:
         start = max(start, self.first)
         stop = min(self.end, start + limit)
         return [(o, self._messages[o - self.first]) for o in range(start, stop)]
@@ -187,17 +191,16 @@ class StoreLog:
         assert msg.store_offset is not None, "the broker stores every message routed to a stream first"
         return self._runs.append(msg.store_offset)
 
-    def read(self, start: int, limit: int) -> list[tuple[int, Message]]:
+    def read(self, start: int, limit: int) -> list[tuple[int, MessageRecord]]:
         start = max(start, self.first)
         stop = min(self.committed, start + limit)
         if start >= stop:
             return []
         offsets = self._runs.store_offsets(start, stop)
-        out = []
-        for dense, offset, record in zip(range(start, stop), offsets, self._store.read_many(offsets), strict=True):
-            if record is not None:  # damaged on disk: that offset is skipped (the others keep their numbers)
-                out.append((dense, message_from_record(record, offset)))
-        return out
+        records = self._store.read_many(offsets)
+        # A record damaged on disk is skipped; the others keep their numbers.
+        pairs = zip(range(start, stop), records, strict=True)
+        return [(dense, record) for dense, record in pairs if record is not None]
 
     def offset_at_time(self, timestamp_ms: int) -> int:
         found = self._store.find_offset_by_time(timestamp_ms)

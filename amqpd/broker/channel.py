@@ -251,8 +251,9 @@ class Channel:
         if msg.flags & FLAG_HEADERS and msg.headers and "BCC" in msg.headers:
             self._strip_bcc(msg)
         accepting = queues
+        refused = False
         if queues[0].limited if len(queues) == 1 else any(q.limited for q in queues):
-            accepting = self._refuse_overflowing(msg, queues)
+            accepting, refused = self._admit(msg, queues)
         stored = False
         if self.broker.store is not None and (msg.persistent or _any_stored(accepting)):
             stored = self.broker.store_message(msg, accepting, self._durable_callback(seq, on_stored))
@@ -261,22 +262,27 @@ class Channel:
             if len(q.ready) > q.FLOW_HIGH and q.consumers and self.broker.busy:
                 self.conn.throttle(q)
                 self.broker.throttling.add(q)
-        if len(accepting) < len(queues):
+        if refused:
             self._confirm(seq, False)
         elif seq and not stored:
             self._confirm(seq, True)
         return stored
 
-    def _refuse_overflowing(self, msg: Message, queues: list[Queue]) -> list[Queue]:
-        """x-overflow reject-publish(-dlx): a full queue refuses the message (and with -dlx
-        dead-letters it, reason maxlen); the others still take it."""
+    def _admit(self, msg: Message, queues: list[Queue]) -> tuple[list[Queue], bool]:
+        """The queues that take the message, and whether one refused it (the publisher then gets a nack).
+        x-overflow reject-publish(-dlx): a full queue refuses it (and with -dlx dead-letters it, reason
+        maxlen). x-message-deduplication: a queue that saw its id drops it quietly (the publisher's confirm
+        is an ack). The others still take it."""
         accepting = []
+        refused = False
         for q in queues:
-            if not q.would_overflow():
+            if q.would_overflow():
+                refused = True
+                if q.overflow == "reject-publish-dlx":
+                    self.broker.dead_letter(q, Entry(msg, 0, None), "maxlen")
+            elif q.dedup is None or not q.dedup.is_duplicate(msg, now_ms()):  # a refused one is not "seen"
                 accepting.append(q)
-            elif q.overflow == "reject-publish-dlx":
-                self.broker.dead_letter(q, Entry(msg, 0, None), "maxlen")
-        return accepting
+        return accepting, refused
 
     def _durable_callback(self, seq: int, on_stored: Callable[[], None] | None) -> Callable[[], None] | None:
         if not seq:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from amqpd.broker.backlog import Backlog
+from amqpd.broker.dedup import Deduplicator
 from amqpd.broker.message import Message
 from amqpd.broker.ready import FifoReady, PriorityReady
 
@@ -94,7 +95,9 @@ class Queue:
         self.max_length_bytes: int | None = self.arguments.get("x-max-length-bytes")
         self.overflow: str = self.arguments.get("x-overflow", "drop-head")
         self.ready_bytes = 0
-        self.limited = self.max_length is not None or self.max_length_bytes is not None
+        self.dedup = Deduplicator.from_arguments(self.arguments)
+        # limited: publishes to it go through Channel._admit (length limits, duplicates)
+        self.limited = self.max_length is not None or self.max_length_bytes is not None or self.dedup is not None
         self.exclusive_consumer: Consumer | None = None
         self.throttled: set[Any] = set()  # publishing connections paused until the backlog drains
         self.single_active = self.arguments.get("x-single-active-consumer") is True

@@ -41,6 +41,8 @@ def restore(broker: Any, recovered: Any, crashed: bool = False) -> None:
         q = Queue(entry.vhost, entry.name, durable=True, auto_delete=entry.auto_delete, arguments=entry.arguments,
                   hooks=vhost.hooks)
         q.store_id = entry.queue_id
+        if q.dedup is not None:
+            q.dedup.attach(broker.store, entry.queue_id, entry.values)
         vhost.queues[entry.name] = q
         count += _restore_messages(broker, q, entry, crashed)
     for b in recovered.bindings:
@@ -63,6 +65,8 @@ def _restore_stream(broker: Any, vhost: Any, entry: Any) -> int:
     q = StreamQueue(entry.vhost, entry.name, arguments=entry.arguments, hooks=vhost.hooks, store=broker.store,
                     store_id=entry.queue_id)
     q.adopt([*entry.unloaded, *(rm.offset for rm in entry.messages)], entry.values)
+    if q.dedup is not None:
+        q.dedup.attach(broker.store, entry.queue_id, entry.values)
     vhost.queues[entry.name] = q
     return len(q.ready)
 

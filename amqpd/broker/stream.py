@@ -104,7 +104,7 @@ class StreamQueue(Queue):
         self.store = store if store_id is not None else None
         self.store_id = store_id
         self.retention = Retention.from_arguments(arguments)
-        self.limited = False
+        self.limited = self.dedup is not None  # no length limit: only duplicates are refused
         self.max_length_bytes = None  # retention, not a limit on publishing
         self.cursors: dict[Consumer, Cursor] = {}
         self.tracked: dict[str, int] = {}  # consumer tag -> next offset, for tracking consumers

@@ -17,6 +17,7 @@ from amqpd.broker.arguments import (
     check_queue_type,
     inequivalent,
 )
+from amqpd.broker.dedup import check_dedup_arguments
 from amqpd.broker.exchanges import EXCHANGE_TYPES, Exchange, make_exchange
 from amqpd.broker.message import Message
 from amqpd.broker.queue import Queue, QueueHooks
@@ -192,6 +193,7 @@ class VirtualHost:
         check_queue_type(arguments, name, self.name, durable, exclusive, auto_delete)
         if is_stream(arguments):
             check_stream_declaration(arguments, name, self.name, durable, exclusive, auto_delete)
+        check_dedup_arguments(arguments, name, self.name)
         durable = durable and not exclusive  # RabbitMQ: an exclusive queue dies with its connection anyway
         existing = self.queues.get(name)
         if existing is not None:
@@ -207,11 +209,15 @@ class VirtualHost:
         self._route_cache.clear()
         if durable and self.store is not None and not exclusive:
             q.store_id = self.store.put_queue(self.name, name, auto_delete, arguments)
+        if q.dedup is not None:
+            q.dedup.attach(self.store, q.store_id)
         return q
 
     def _declare_stream(self, name: str, arguments: dict) -> Queue:
         store_id = self.store.put_queue(self.name, name, False, arguments) if self.store is not None else None
         q = StreamQueue(self.name, name, arguments=arguments, hooks=self.hooks, store=self.store, store_id=store_id)
+        if q.dedup is not None:
+            q.dedup.attach(self.store, store_id)
         self.queues[name] = q
         self._route_cache.clear()
         return q

@@ -139,3 +139,29 @@ def test_replay_from_a_timestamp_starts_at_the_first_message_published_then(data
         conn.close()
     finally:
         broker.close()
+
+
+def test_deduplication_remembers_ids_across_a_kill_9(data_dir: str) -> None:
+    broker = BrokerProcess(data_dir=data_dir).start()
+    try:
+        conn, ch = channel(broker.url)
+        ch.queue_declare("d", durable=True, arguments={"x-message-deduplication": True})
+        ch.confirm_delivery()
+        for message_id in ("a", "b"):
+            ch.basic_publish("", "d", message_id.encode(), pika.BasicProperties(message_id=message_id,
+                                                                               delivery_mode=2))
+        conn.close()
+        broker.kill()  # the ids were saved before the confirms went out
+        broker = BrokerProcess(data_dir=data_dir).start()
+        conn, ch = channel(broker.url)
+        ch.confirm_delivery()
+        for message_id in ("a", "c", "b"):  # each publish returns only once confirmed (acked)
+            ch.basic_publish("", "d", message_id.encode(), pika.BasicProperties(message_id=message_id,
+                                                                               delivery_mode=2))
+        bodies = []
+        while (got := ch.basic_get("d", auto_ack=True))[0] is not None:
+            bodies.append(got[2])
+        assert bodies == [b"a", b"b", b"c"]
+        conn.close()
+    finally:
+        broker.close()

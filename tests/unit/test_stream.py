@@ -8,7 +8,7 @@ import datetime
 from typing import Any
 
 import pytest
-from fakes import ClientChannel, new_broker
+from fakes import ClientChannel, make_message, new_broker
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pamqp import commands
@@ -309,3 +309,41 @@ def test_dense_offsets_map_to_store_offsets_like_a_list(steps: list[tuple[int, i
         assert runs.dense_at_or_after(s) == first + i
         assert runs.dense_at_or_after(s - 1) <= first + i
     assert runs.dense_at_or_after(store + 10) == first + len(model)
+
+
+# -- deduplication (LavinMQ's arguments) -------------------------------------------------------------------------
+
+
+def test_a_repeated_message_id_is_dropped_and_still_confirmed(broker: Broker) -> None:
+    c = ClientChannel(broker)
+    c.declare_queue("q", arguments={"x-message-deduplication": True})
+    c.call(commands.Confirm.Select())
+    for message_id in ("a", "b", "a", None):
+        c.publish("", "q", (message_id or "none").encode(), message_id=message_id)
+    acks = [f for f in c.conn.take_frames() if isinstance(f, commands.Basic.Ack)]
+    assert acks and acks[-1].delivery_tag == 4 and not any(
+        isinstance(f, commands.Basic.Nack) for f in acks)
+    q = broker.vhosts["/"].queues["q"]
+    assert [e.msg.body for e in q.ready] == [b"a", b"b", b"none"]  # no id: never a duplicate
+
+
+def test_dedup_by_header_with_a_cache_size_and_ttl(broker: Broker, client: ClientChannel) -> None:
+    client.declare_queue("d", durable=True, arguments={**STREAM, "x-message-deduplication": True,
+                                                       "x-deduplication-header": "id", "x-cache-size": 2})
+    for i in ("1", "2", "1", "3", "1"):  # "1" is forgotten when "3" fills the cache of two
+        client.publish("", "d", i.encode(), headers={"id": i})
+    q = broker.vhosts["/"].queues["d"]
+    assert len(q.ready) == 4
+    dedup = q.dedup
+    assert dedup is not None
+    dedup.ttl_ms = 10
+    msg = make_message("", "d", b"x", headers={"id": "9"})
+    assert not dedup.is_duplicate(msg, 1000) and dedup.is_duplicate(msg, 1005)
+    assert not dedup.is_duplicate(msg, 1011)  # the window ran out
+
+
+@pytest.mark.parametrize("args", [{"x-message-deduplication": "yes"}, {"x-cache-size": 0},
+                                  {"x-deduplication-header": 5}])
+def test_bad_dedup_arguments_are_406(broker: Broker, args: dict) -> None:
+    exc = error_of(ClientChannel(broker).declare_queue, "q", arguments=args)
+    assert (exc.code, exc.connection_level) == (406, False)

@@ -369,6 +369,26 @@ class Channel:
                             self.conn.frame_max)
         )
 
+    def deliver_many(self, consumer: Consumer, queue: Queue, entries: list[Entry]) -> None:
+        """Acked deliveries to one consumer, encoded in one pass and sent in one write (a stream's replay;
+        the consumer's prefetch room was checked by the caller)."""
+        tag = self.last_tag
+        unacked, clock, ctag, channel_id = self.unacked, self.broker.clock, consumer.ctag, self.id
+        frame_max = self.conn.frame_max
+        parts = []
+        for entry in entries:
+            tag += 1
+            unacked[tag] = (queue, entry, consumer, clock)
+            msg = entry.msg
+            body = msg.body if msg.body is not None else self.broker.body_of(msg)
+            parts.append(encode_delivery(channel_id, ctag, tag, entry.redelivered, msg.route, msg.header, body,
+                                         frame_max))
+        self.last_tag = tag
+        consumer.unacked += len(entries)
+        self.unacked_count += len(entries)
+        queue.unacked += len(entries)
+        self.conn.send(b"".join(parts))
+
     def deliver_run(self, consumer: Consumer, route: bytes, header: bytes, bodies: list[bytes]) -> None:
         """No-ack deliveries of messages that differ only by body, encoded in one pass (on_publish_run)."""
         first = self.last_tag + 1

@@ -39,7 +39,10 @@ class StreamEntry(Entry):
     __slots__ = ("cursor",)
 
     def __init__(self, msg: Message, offset: int, cursor: Cursor) -> None:
-        super().__init__(msg, offset, None)
+        self.msg = msg
+        self.seq = offset
+        self.redelivered = False
+        self.expires_at = None
         self.cursor = cursor
 
 
@@ -236,15 +239,14 @@ class StreamQueue(Queue):
             if not batch:
                 cursor.next = max(cursor.next, log.first)
                 return
+            entries: list[Entry] = []
             for offset, record in batch:
-                cursor.next = offset + 1
-                if not cursor.wants(record):
-                    continue
-                cursor.outstanding[offset] = None
-                consumer.deliver(self, StreamEntry(StreamDelivery(record, offset), offset, cursor))
-                if not consumer.can_accept():
-                    cursor.next = offset + 1
-                    return
+                if cursor.wants(record):
+                    cursor.outstanding[offset] = None
+                    entries.append(StreamEntry(StreamDelivery(record, offset), offset, cursor))
+            cursor.next = batch[-1][0] + 1
+            if entries:
+                consumer.channel.deliver_many(consumer, self, entries)
             if cursor.filter is not None and not cursor.outstanding and cursor.tracking:
                 self._track(cursor)  # skipping filtered messages moves a tracked consumer along too
 
@@ -327,27 +329,26 @@ class _Length:
 
 class StreamDelivery(Message):
     """A record as one consumer gets it: its headers carry its offset. Built without scanning properties
-    (a stream applies no TTL, priority or routing to what it delivers): the replay's per-message cost."""
+    (a stream applies no TTL, priority or routing to what it delivers): the replay's per-message cost. What
+    is the same for every delivery is read from the class (these never change after delivery)."""
 
     __slots__ = ()
+    persistent = True
+    priority = ttl_ms = store_offset = on_settled = None  # type: ignore[assignment]
+    _headers = False  # type: ignore[assignment]
+    pageable = for_streams = False  # type: ignore[assignment]
+    holders = 0  # type: ignore[assignment]
+    bcc = ()  # type: ignore[assignment]
 
     def __init__(self, record: MessageRecord, offset: int) -> None:  # noqa: D107 - no super(): see above
         self.exchange = record.exchange
         self.routing_key = record.routing_key
         self.route = route_of(record.exchange, record.routing_key)
-        self.header = with_offset_header(record.properties, offset)
+        self.header = header = with_offset_header(record.properties, offset)
         self.body = record.body
         self.size = len(record.body)
-        self.flags = _FLAGS.unpack_from(self.header, 12)[0]
-        self.persistent = True
+        self.flags = _FLAGS.unpack_from(header, 12)[0]
         self.timestamp_ms = record.timestamp_ms
-        self.store_offset = None
-        self.priority = self.ttl_ms = None
-        self._headers = False
-        self.pageable = self.for_streams = False
-        self.on_settled = None
-        self.holders = 0
-        self.bcc = []
 
 
 _FLAGS = struct.Struct(">H")

@@ -285,6 +285,11 @@ class StreamQueue(Queue):
 
     # -- what management shows -----------------------------------------------------------------------------
 
+    def offset_for_timestamp(self, timestamp_ms: int) -> int:
+        """The first offset published at or after a time (ms since the epoch); the end if none (what
+        `GET /api/queues/{vhost}/{name}/offset?timestamp=` answers)."""
+        return max(self.log.offset_at_time(timestamp_ms), self.log.first)
+
     def stream_stats(self) -> dict[str, Any]:
         """Per-stream figures for the HTTP API: offsets, first timestamp, size, segments, and each tracked
         or attached consumer's offset and lag (messages between its next offset and the end)."""

@@ -347,3 +347,27 @@ def test_dedup_by_header_with_a_cache_size_and_ttl(broker: Broker, client: Clien
 def test_bad_dedup_arguments_are_406(broker: Broker, args: dict) -> None:
     exc = error_of(ClientChannel(broker).declare_queue, "q", arguments=args)
     assert (exc.code, exc.connection_level) == (406, False)
+
+
+def test_a_void_offset_tracks_from_the_first_message(broker: Broker, client: ClientChannel) -> None:
+    publish(client, b"0", b"1", b"2")
+    assert [o for o, _ in read(client, None, "t", **{"x-stream-offset": None})] == [0, 1, 2]
+    client.ack(1)
+    client.ch.shutdown()
+    again = ClientChannel(broker, channel_id=2)
+    again.call(commands.Basic.Qos(prefetch_count=10))
+    assert [o for o, _ in read(again, None, "t", **{"x-stream-offset": None})] == [1, 2]
+
+
+def test_stream_stats_for_management(client: ClientChannel) -> None:
+    q = stream_of(client)
+    assert q.stream_stats()["last_offset"] is None
+    publish(client, b"0", b"1", b"2")
+    read(client, "first", "a", **{"x-stream-automatic-offset-tracking": True})
+    client.ack(2, multiple=True)
+    stats = q.stream_stats()
+    assert {k: stats[k] for k in ("first_offset", "last_offset", "committed_offset", "messages", "segments")} == {
+        "first_offset": 0, "last_offset": 2, "committed_offset": 2, "messages": 3, "segments": 1}
+    assert stats["first_timestamp"] is not None and stats["size_bytes"] > 0
+    assert stats["consumers"]["a"] == {"offset": 2, "lag": 1, "tracked": True, "attached": True}
+    assert q.offset_for_timestamp(0) == 0 and q.offset_for_timestamp(2**62) == 3

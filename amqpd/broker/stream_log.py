@@ -9,7 +9,6 @@ exactly what it missed). Two backends behind one small interface:
 
 from __future__ import annotations
 
-import struct
 import time
 from bisect import bisect_right
 from collections import deque
@@ -18,8 +17,7 @@ from typing import Any, Protocol
 
 from amqpd.broker.message import Message
 from store import MessageRecord
-
-_FIRST = struct.Struct("<qq")  # stream.first: the first dense offset kept, and its store offset
+from store.queue_reader import FIRST_KEY, FIRST_POSITION
 
 
 def now_ms() -> int:
@@ -166,7 +164,7 @@ class StoreLog:
         """The stream's records as the store recovered them (its held offsets, in order), numbered from the
         first offset saved when retention last dropped some. Offsets below that one's store offset were
         dropped just before a crash took the acks back: they are acked again."""
-        first, first_store = _FIRST.unpack(values["stream.first"]) if "stream.first" in values else (0, 0)
+        first, first_store = FIRST_POSITION.unpack(values[FIRST_KEY]) if FIRST_KEY in values else (0, 0)
         stale = [o for o in held if o < first_store]
         if stale:
             store.purge(queue_id, stale)
@@ -225,7 +223,7 @@ class StoreLog:
         first_store = self._runs.first_store_offset()
         if first_store is None:  # nothing left: whatever comes next is past the last record dropped
             first_store = gone[-1] + 1
-        self._store.set_queue_value(self._queue_id, "stream.first", _FIRST.pack(self.first, first_store))
+        self._store.set_queue_value(self._queue_id, FIRST_KEY, FIRST_POSITION.pack(self.first, first_store))
         self._store.purge(self._queue_id, gone)
 
     def close(self) -> None:

@@ -13,6 +13,7 @@ import pika
 import pytest
 
 from amqpd.testing import BrokerProcess
+from store import QueueLogReader
 
 STREAM = {"x-queue-type": "stream"}
 DEADLINE = 10.0
@@ -163,5 +164,27 @@ def test_deduplication_remembers_ids_across_a_kill_9(data_dir: str) -> None:
             bodies.append(got[2])
         assert bodies == [b"a", b"b", b"c"]
         conn.close()
+    finally:
+        broker.close()
+
+
+def test_a_reader_outside_the_broker_numbers_records_as_the_broker_does(data_dir: str) -> None:
+    broker = BrokerProcess(data_dir=data_dir).start()
+    try:
+        conn, ch = channel(broker.url)
+        args = {**STREAM, "x-max-length-bytes": 20_000, "x-stream-max-segment-size-bytes": 5_000}
+        ch.queue_declare("s", durable=True, arguments=args)
+        ch.queue_declare("other", durable=True)
+        ch.confirm_delivery()
+        for i in range(100):  # another queue's records in between: the stream's numbers stay dense
+            ch.basic_publish("", "s", b"%05d" % i + b"." * 995)
+            ch.basic_publish("", "other", b"x", pika.BasicProperties(delivery_mode=2))
+        served = consume(ch, "s", 100, **{"x-stream-offset": "first"})
+        conn.close()
+        reader = QueueLogReader(data_dir, "/", "s")  # while the broker runs
+        read = reader.read(0, 1000)
+        assert served[0][0] > 0  # retention dropped a prefix: numbering starts past it
+        assert [(n, r.body) for n, r in read] == served
+        assert reader.read(served[-3][0], 2) == read[-3:-1]
     finally:
         broker.close()

@@ -148,11 +148,16 @@ class OffsetRuns:
         return self._store[0] if self._store else None
 
 
+RECENT_RECORDS = 4096
+
+
 class StoreLog:
     def __init__(self, store: Any, queue_id: int, first: int = 0, on_commit: Callable[[], None] | None = None) -> None:
         self._store = store
         self._queue_id = queue_id
         self._runs = OffsetRuns(first)
+        # Records read lately, by offset: consumers replaying near each other read each record once.
+        self._recent: dict[int, MessageRecord | None] = {}
         self._on_commit = on_commit
         if on_commit is not None:
             store.add_commit_listener(on_commit)
@@ -194,8 +199,14 @@ class StoreLog:
         stop = min(self.committed, start + limit)
         if start >= stop:
             return []
-        offsets = self._runs.store_offsets(start, stop)
-        records = self._store.read_many(offsets)
+        recent = self._recent
+        try:  # the stretch another consumer just read
+            records = [recent[dense] for dense in range(start, stop)]
+        except KeyError:
+            records = self._store.read_many(self._runs.store_offsets(start, stop))
+            if len(recent) + len(records) > RECENT_RECORDS:
+                recent.clear()
+            recent.update(zip(range(start, stop), records, strict=True))
         # A record damaged on disk is skipped; the others keep their numbers.
         pairs = zip(range(start, stop), records, strict=True)
         return [(dense, record) for dense, record in pairs if record is not None]
@@ -216,6 +227,7 @@ class StoreLog:
             return None
 
     def drop_before(self, offset: int) -> None:
+        self._recent.clear()
         gone = self._runs.drop_before(offset)
         if not gone:
             return

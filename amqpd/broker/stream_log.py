@@ -191,8 +191,14 @@ class StoreLog:
         return self._runs.dense_at_or_after(self._store.durable_end())
 
     def append(self, msg: Message) -> int:
-        assert msg.store_offset is not None, "the broker stores every message routed to a stream first"
-        return self._runs.append(msg.store_offset)
+        offset = msg.store_offset
+        if offset is None:  # the broker stores what it routes to a stream first; any other path, here
+            if msg.timestamp_ms == 0:
+                msg.timestamp_ms = now_ms()
+            body = msg.body if msg.body is not None else b""
+            record = MessageRecord(msg.exchange, msg.routing_key, msg.header, body, msg.timestamp_ms)
+            offset = self._store.append(record, [self._queue_id])
+        return self._runs.append(offset)
 
     def read(self, start: int, limit: int) -> list[tuple[int, MessageRecord]]:
         start = max(start, self.first)

@@ -188,3 +188,20 @@ def test_a_reader_outside_the_broker_numbers_records_as_the_broker_does(data_dir
         assert reader.read(served[-3][0], 2) == read[-3:-1]
     finally:
         broker.close()
+
+
+def test_messages_dead_lettered_into_a_stream_are_kept(data_dir: str) -> None:
+    broker = BrokerProcess(data_dir=data_dir).start()
+    try:
+        conn, ch = channel(broker.url)
+        ch.queue_declare("s", durable=True, arguments=STREAM)
+        ch.queue_declare("work", arguments={"x-message-ttl": 0, "x-dead-letter-exchange": "",
+                                            "x-dead-letter-routing-key": "s"})
+        ch.confirm_delivery()
+        for body in (b"late-1", b"late-2"):
+            ch.basic_publish("", "work", body)
+        got = consume(ch, "s", 2, **{"x-stream-offset": "first"})
+        assert got == [(0, b"late-1"), (1, b"late-2")]
+        conn.close()
+    finally:
+        broker.close()

@@ -371,3 +371,45 @@ def test_stream_stats_for_management(client: ClientChannel) -> None:
     assert stats["first_timestamp"] is not None and stats["size_bytes"] > 0
     assert stats["consumers"]["a"] == {"offset": 2, "lag": 1, "tracked": True, "attached": True}
     assert q.offset_for_timestamp(0) == 0 and q.offset_for_timestamp(2**62) == 3
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(
+    st.tuples(st.just("publish"), st.integers(1, 6)),
+    st.tuples(st.just("subscribe"), st.one_of(st.sampled_from(["first", "last", "next"]), st.integers(0, 40))),
+    st.tuples(st.just("ack"), st.integers(0, 3)),
+), max_size=25))
+def test_model_every_consumer_reads_the_log_densely_from_its_start(ops: list[tuple[str, Any]]) -> None:
+    """Random publishes, subscriptions at any offset and acks, with retention dropping segments: offset n is
+    always the n-th message published, and each consumer gets consecutive offsets except where retention
+    dropped the ones it had not read yet (it then goes on from the first kept, as on RabbitMQ)."""
+    broker = new_broker()
+    c = ClientChannel(broker)
+    c.declare_queue("s", durable=True, arguments={**STREAM, "x-max-length-bytes": 120,
+                                                    "x-stream-max-segment-size-bytes": 40})
+    c.call(commands.Basic.Qos(prefetch_count=3))
+    log = stream_of(c).log
+    published = 0
+    last: dict[str, int | None] = {}
+    for op, arg in ops:
+        if op == "publish":
+            for _ in range(arg):
+                c.publish("", "s", b"%d" % published)
+                published += 1
+        elif op == "subscribe":
+            last[c.consume("s", f"c{len(last)}", arguments={"x-stream-offset": arg})] = None
+        elif c.ch.unacked:
+            c.ack(sorted(c.ch.unacked)[min(arg, len(c.ch.unacked) - 1)], multiple=True)
+        frames = [*c.pending, *c.conn.take_frames()]
+        c.pending = []
+        for f in frames:
+            if isinstance(f, commands.Basic.Deliver):
+                tag = f.consumer_tag
+            elif hasattr(f, "properties"):
+                offset = f.properties.headers["x-stream-offset"]
+                previous = last[tag]
+                assert previous is None or offset == previous + 1 or previous + 1 < log.first <= offset
+                assert offset < published
+                last[tag] = offset
+            elif hasattr(f, "value"):
+                assert f.value == b"%d" % last[tag]  # offset n is the n-th message

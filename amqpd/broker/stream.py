@@ -119,6 +119,7 @@ class StreamQueue(Queue):
         self.ready = _Length(self)  # type: ignore[assignment]
         self._segments: list[list[int]] = [[0, 0, 0]]  # [first offset, bytes, newest timestamp ms]
         self._dispatch_due = False
+        self._saved_active = b""
 
     # -- recovery ------------------------------------------------------------------------------------------
 
@@ -141,13 +142,16 @@ class StreamQueue(Queue):
         segment[2] = msg.timestamp_ms or now_ms()
         if segment[1] >= self.retention.segment_bytes:
             self._roll()
-        elif self.store is not None:
-            self.store.set_queue_value(self.store_id, "stream.active", _ACTIVE.pack(*segment))
         if self.store is None:
             self.dispatch()  # in memory: readable at once
 
     def _on_commit(self) -> None:
-        """The store made more records durable: consumers at the tail get them (once per loop turn)."""
+        """The store made more records durable: consumers at the tail get them (once per loop turn). The open
+        segment's size is saved once per commit, not per message (after a crash it may lag one commit)."""
+        active = _ACTIVE.pack(*self._segments[-1])
+        if active != self._saved_active and self.store is not None:
+            self._saved_active = active
+            self.store.set_queue_value(self.store_id, "stream.active", active)
         if self._dispatch_due or not self.cursors:
             return
         self._dispatch_due = True

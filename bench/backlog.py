@@ -51,6 +51,40 @@ def run_backlog(target: Target, opts: Options, queue: str, depth: Callable[[], i
     }
 
 
+STREAM_CONSUMERS = (1, 4)
+
+
+def run_stream(target: Target, opts: Options, stream: str) -> Metrics:
+    """Publish N messages with confirms into a stream, then replay all N from `first` with one consumer and
+    then with four at once (each reads all N): publish and replay rates, and the broker's peak RSS."""
+    n = opts.backlog
+    baseline = _rss(target.pid)
+    shares = [n // PUBLISHERS + (1 if i < n % PUBLISHERS else 0) for i in range(PUBLISHERS)]
+    pubs: list[Spec] = [
+        PublisherSpec(target.url, "", (stream,), persistent=True, confirm_window=CONFIRM_WINDOW, limit=share)
+        for share in shares
+        if share
+    ]
+    fill, peak = _phase(target, opts, pubs)
+    out: Metrics = {"publish msg/s": fill.confirmed / fill.seconds}
+    cpu = fill.broker_cpu
+    for count in STREAM_CONSUMERS:
+        readers: list[Spec] = [
+            ConsumerSpec(target.url, stream, no_ack=False, prefetch=DRAIN_PREFETCH, ack_every=DRAIN_ACK_EVERY,
+                         limit=n, stream_offset="first")
+            for _ in range(count)
+        ]
+        replay, replay_peak = _phase(target, opts, readers)
+        peak = max(peak, replay_peak)
+        out[f"replay {count} consumer{'s' if count > 1 else ''} msg/s"] = replay.consumed / replay.seconds
+        out[f"broker CPU us/msg replay x{count}"] = replay.broker_cpu * 1e6 / max(replay.consumed, 1)
+        cpu += replay.broker_cpu
+    out["broker CPU us/msg publish"] = fill.broker_cpu * 1e6 / max(n, 1)
+    out["peak RSS MB"] = peak / 1e6
+    out["RSS bytes/stored msg"] = (peak - baseline) / max(n, 1)
+    return out
+
+
 def _phase(target: Target, opts: Options, specs: list[Spec]) -> tuple[Window, int]:
     """Run the workers until each reaches its limit; returns the window and the peak RSS seen."""
     with WorkerGroup(specs, target.pid) as group:

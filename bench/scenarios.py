@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 from bench import procstat
-from bench.backlog import run_backlog
+from bench.backlog import run_backlog, run_stream
 from bench.options import Options
 from bench.runner import Window, WorkerFailed, WorkerGroup
 from bench.stats import weighted_percentiles
@@ -35,6 +35,7 @@ class Topology:
     durable: bool = False
     exchange: str | None = None  # a topic exchange, when set
     bindings: list[tuple[str, str]] = field(default_factory=list)  # (queue, pattern)
+    arguments: dict | None = None  # for every queue
 
 
 def unique(scenario: str) -> str:
@@ -48,7 +49,7 @@ def declared(target: Target, topo: Topology) -> Iterator[RawConnection]:
         if topo.exchange:
             declare_topic(conn, topo.exchange)
         for q in topo.queues:
-            declare_queue(conn, q, topo.durable)
+            declare_queue(conn, q, topo.durable, arguments=topo.arguments)
         for q, pattern in topo.bindings:
             bind(conn, q, topo.exchange or "", pattern)
         yield conn
@@ -201,6 +202,14 @@ def s4(target: Target, opts: Options) -> Metrics:
     return out
 
 
+def st(target: Target, opts: Options) -> Metrics:
+    """Streams: N messages (--backlog) published with confirms into a stream, then replayed from `first` by
+    one consumer and by four at once (prefetch 1000, ack every 100)."""
+    q = unique("st")
+    with declared(target, Topology([q], durable=True, arguments={"x-queue-type": "stream"})):
+        return run_stream(target, opts, q)
+
+
 def sat(target: Target, opts: Options) -> Metrics:
     """Saturation check (opt-in, not in the default set): S1 with one and then two publisher processes on the
     same queue. If the second publisher adds no throughput, the broker, not the generator, sets the rate."""
@@ -236,6 +245,7 @@ SCENARIOS: dict[str, Callable[[Target, Options], Metrics]] = {
     **HEADLINE,
     **{f"{name}EQ": equal_properties(run) for name, run in HEADLINE.items()},
     "SAT": sat,
+    "ST": st,
 }
 # S4EQ and S5EQ are left out of the default run: S4 takes minutes and S5 is not saturated either way.
 DEFAULT_SCENARIOS = ["S1", "S2", "S3", "S4", "S5", "S6", "S1EQ", "S2EQ", "S3EQ", "S6EQ"]

@@ -126,8 +126,12 @@ class RawConnection:
         self.sock = None
 
 
-def declare_queue(conn: RawConnection, name: str, durable: bool, channel: int = 1) -> None:
-    conn.rpc(channel, commands.Queue.Declare(queue=name, durable=durable), commands.Queue.DeclareOk)
+def declare_queue(
+    conn: RawConnection, name: str, durable: bool, channel: int = 1, arguments: dict | None = None
+) -> None:
+    conn.rpc(
+        channel, commands.Queue.Declare(queue=name, durable=durable, arguments=arguments), commands.Queue.DeclareOk
+    )
 
 
 def delete_queue(conn: RawConnection, name: str, channel: int = 1) -> int:

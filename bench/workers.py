@@ -67,6 +67,7 @@ class ConsumerSpec:
     want_stamps: bool = False
     limit: int = 0  # stop after this many deliveries (0: until STOP)
     body_size: int = 100  # expected; sizes the read batching so it never exceeds a quarter of prefetch
+    stream_offset: str | None = None  # x-stream-offset, for a stream consumer
 
     @property
     def rcvlowat(self) -> int:
@@ -294,7 +295,7 @@ class Consumer:
         self.stats.wait_for_start()
         self.conn.rpc(
             1,
-            commands.Basic.Consume(queue=self.spec.queue, no_ack=self.spec.no_ack),
+            commands.Basic.Consume(queue=self.spec.queue, no_ack=self.spec.no_ack, arguments=self._arguments()),
             commands.Basic.ConsumeOk,
         )
         self.sock.settimeout(SOCKET_TIMEOUT)
@@ -309,6 +310,10 @@ class Consumer:
         finally:
             self.conn.close(wait=False)
         return self.latencies
+
+    def _arguments(self) -> dict[str, Any] | None:
+        offset = self.spec.stream_offset
+        return {"x-stream-offset": offset} if offset is not None else None
 
     def _loop(self) -> None:
         limit = self.spec.limit or 1 << 62

@@ -5,6 +5,7 @@ nothing of AMQP (properties stay encoded bytes). On-disk format: FORMAT.md.
 """
 
 from store.message_store import MessageStore
+from store.queue_reader import QueueLogReader, QueueNotFound
 from store.records import AccessRows, MessageRecord, QueueEntry, Recovered, RecoveredMessage
 from store.recovery import MissingCatalogue
 from store.segment import UnsupportedFormat
@@ -14,6 +15,8 @@ __all__ = [
     "MessageRecord",
     "MessageStore",
     "MissingCatalogue",
+    "QueueLogReader",
+    "QueueNotFound",
     "QueueEntry",
     "Recovered",
     "RecoveredMessage",

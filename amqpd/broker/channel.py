@@ -16,6 +16,9 @@ from amqpd import errors
 from amqpd.broker.consumer import Consumer
 from amqpd.broker.message import SCANNED_FLAGS, Message
 from amqpd.broker.queue import Entry, Queue
+from amqpd.broker.stream import StreamQueue
+from amqpd.broker.stream_args import check_consumer_arguments, parse_filter, parse_offset_spec
+from amqpd.broker.stream_log import now_ms
 from amqpd.broker.vhost import REPLY_TO, REPLY_TO_PREFIX, VirtualHost, server_generated_name
 from amqpd.protocol.assembler import Assembled, ContentAssembler
 from amqpd.protocol.constants import (
@@ -302,32 +305,38 @@ class Channel:
         if msg.may_carry_cc and msg.headers and "BCC" in msg.headers:
             self._strip_bcc(msg)
         accepting = queues
+        refused = False
         if queues[0].limited if len(queues) == 1 else any(q.limited for q in queues):
-            accepting = self._refuse_overflowing(msg, queues)
+            accepting, refused = self._admit(msg, queues)
         stored = False
-        if msg.persistent and self.broker.store is not None:
+        if self.broker.store is not None and (msg.persistent or _any_stored(accepting)):
             stored = self.broker.store_message(msg, accepting, self._durable_callback(seq, on_stored))
         for q in accepting:
             q.push(msg)
             if len(q.ready) > q.FLOW_HIGH and q.consumers and self.broker.busy:
                 self.conn.throttle(q)
                 self.broker.throttling.add(q)
-        if len(accepting) < len(queues):
+        if refused:
             self._confirm(seq, False)
         elif seq and not stored:
             self._confirm(seq, True)
         return stored
 
-    def _refuse_overflowing(self, msg: Message, queues: list[Queue]) -> list[Queue]:
-        """x-overflow reject-publish(-dlx): a full queue refuses the message (and with -dlx
-        dead-letters it, reason maxlen); the others still take it."""
+    def _admit(self, msg: Message, queues: list[Queue]) -> tuple[list[Queue], bool]:
+        """The queues that take the message, and whether one refused it (the publisher then gets a nack).
+        x-overflow reject-publish(-dlx): a full queue refuses it (and with -dlx dead-letters it, reason
+        maxlen). x-message-deduplication: a queue that saw its id drops it quietly (the publisher's confirm
+        is an ack). The others still take it."""
         accepting = []
+        refused = False
         for q in queues:
-            if not q.would_overflow():
+            if q.would_overflow():
+                refused = True
+                if q.overflow == "reject-publish-dlx":
+                    self.broker.dead_letter(q, Entry(msg, 0, None), "maxlen")
+            elif q.dedup is None or not q.dedup.is_duplicate(msg, now_ms()):  # a refused one is not "seen"
                 accepting.append(q)
-            elif q.overflow == "reject-publish-dlx":
-                self.broker.dead_letter(q, Entry(msg, 0, None), "maxlen")
-        return accepting
+        return accepting, refused
 
     def _durable_callback(self, seq: int, on_stored: Callable[[], None] | None) -> Callable[[], None] | None:
         if not seq:
@@ -421,6 +430,26 @@ class Channel:
                             self.conn.frame_max)
         )
 
+    def deliver_many(self, consumer: Consumer, queue: Queue, entries: list[Entry]) -> None:
+        """Acked deliveries to one consumer, encoded in one pass and sent in one write (a stream's replay;
+        the consumer's prefetch room was checked by the caller)."""
+        tag = self.last_tag
+        unacked, clock, ctag, channel_id = self.unacked, self.broker.clock, consumer.ctag, self.id
+        frame_max = self.conn.frame_max
+        parts = []
+        for entry in entries:
+            tag += 1
+            unacked[tag] = (queue, entry, consumer, clock)
+            msg = entry.msg
+            body = msg.body if msg.body is not None else self.broker.body_of(msg)
+            parts.append(encode_delivery(channel_id, ctag, tag, entry.redelivered, msg.route, msg.header, body,
+                                         frame_max))
+        self.last_tag = tag
+        consumer.unacked += len(entries)
+        self.unacked_count += len(entries)
+        queue.unacked += len(entries)
+        self.conn.send(b"".join(parts))
+
     def deliver_run(self, consumer: Consumer, route: bytes, header: bytes, bodies: list[bytes]) -> None:
         """No-ack deliveries of messages that differ only by body, encoded in one pass (on_publish_run)."""
         first = self.last_tag + 1
@@ -469,6 +498,8 @@ class Channel:
         if kind == "ack":
             self._apply_acks(taken)
             return
+        if kind != "requeue":
+            _check_not_stream(kind, taken)
         by_queue: dict[Queue, list[Entry]] = {}
         for _tag, (queue, entry, consumer, _at) in taken:
             self._release(queue, consumer)
@@ -688,10 +719,36 @@ class Channel:
             raise errors.precondition_failed(f"invalid x-priority argument: {priority!r}")
         consumer = Consumer(tag, self, q, no_ack=m.no_ack, exclusive=m.exclusive, prefetch=self.prefetch_count,
                             priority=priority, arguments=args)
+        if isinstance(q, StreamQueue):
+            self._consume_stream(q, consumer, m.nowait)
+            return
         self.consumers[tag] = consumer
         if not m.nowait:
             self.reply(build(commands.Basic.ConsumeOk, tag))
         q.add_consumer(consumer)
+
+    def _consume_stream(self, q: StreamQueue, consumer: Consumer, nowait: bool) -> None:
+        """A stream consumer acks manually with a prefetch of its own, and starts where x-stream-offset (or
+        its tracked offset) says: RabbitMQ's rules, LavinMQ's offset tracking, RabbitMQ 3.13's filters."""
+        where = f"queue '{q.name}' in vhost '{self.vhost.name}'"
+        if consumer.no_ack:
+            raise errors.not_implemented(f"automatic acknowledgement not supported by stream queues {where}")
+        if not consumer.prefetch:
+            raise errors.precondition_failed(f"consumer prefetch count is not set for '{where}'")
+        args = consumer.arguments
+        check_consumer_arguments(args, q.name, self.vhost.name)
+        spec = parse_offset_spec(args.get("x-stream-offset"), q.name, self.vhost.name, now_ms())
+        filter_values, match_unfiltered = parse_filter(args, q.name, self.vhost.name)
+        # LavinMQ: tracking is asked for explicitly, or by an x-stream-offset given as void.
+        tracking = args.get("x-stream-automatic-offset-tracking") is True or (
+            "x-stream-offset" in args and args["x-stream-offset"] is None
+        )
+        if "x-stream-offset" in args and args["x-stream-offset"] is None:
+            spec = parse_offset_spec("first", q.name, self.vhost.name, 0)
+        self.consumers[consumer.tag] = consumer
+        if not nowait:
+            self.reply(build(commands.Basic.ConsumeOk, consumer.tag))
+        q.subscribe(consumer, spec, filter_values, match_unfiltered, tracking)
 
     def _consume_replies(self, m: commands.Basic.Consume) -> None:
         """Direct reply-to: the channel consumes its own pseudo-queue, auto-ack only, one per channel."""
@@ -743,7 +800,7 @@ class Channel:
         name = self._queue_name(m.queue)
         self._permit("queue", name, "read")
         q = self.vhost.queue(name, self.conn)
-        entry = q.get()
+        entry = q.get()  # a stream refuses it (540)
         if entry is None:
             self.reply(commands.Basic.GetEmpty())
             return
@@ -853,6 +910,20 @@ class Channel:
         self._apply_settle("requeue", taken, True)
         for consumer in consumers:
             self.vhost.consumer_gone(consumer.queue)
+
+
+def _check_not_stream(kind: str, taken: list[tuple[int, Unacked]]) -> None:
+    for _tag, (queue, _entry, _consumer, _at) in taken:
+        if queue.is_stream:
+            raise errors.not_implemented(
+                f"basic.nack and basic.reject not supported by stream queues queue '{queue.name}' "
+                f"in vhost '{queue.vhost}'"
+            ).with_method(60, 120 if kind == "nack" else 90)
+
+
+def _any_stored(queues: list[Queue]) -> bool:
+    """Whether a transient message must be written anyway (a stream is among its queues)."""
+    return queues[0].always_stored if len(queues) == 1 else any(q.always_stored for q in queues)
 
 
 def _ids(method: base.Frame) -> tuple[int, int]:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from amqpd.broker.backlog import Backlog
+from amqpd.broker.dedup import Deduplicator
 from amqpd.broker.message import Message
 from amqpd.broker.ready import FifoReady, PriorityReady
 from amqpd.protocol.properties import with_delivery_count
@@ -103,7 +104,9 @@ class Queue:
         self.max_length_bytes: int | None = self.arguments.get("x-max-length-bytes")
         self.overflow: str = self.arguments.get("x-overflow", "drop-head")
         self.ready_bytes = 0
-        self.limited = self.max_length is not None or self.max_length_bytes is not None
+        self.dedup = Deduplicator.from_arguments(self.arguments)
+        # limited: publishes to it go through Channel._admit (length limits, duplicates)
+        self.limited = self.max_length is not None or self.max_length_bytes is not None or self.dedup is not None
         self.exclusive_consumer: Consumer | None = None
         self.throttled: set[Any] = set()  # publishing connections paused until the backlog drains
         self.single_active = self.arguments.get("x-single-active-consumer") is True
@@ -115,6 +118,9 @@ class Queue:
         self._expiry_timer: Any = None
         self.effective: dict = self.arguments  # arguments in force: the declared ones combined with a policy
         self.policy: Any = None  # the policy that applies (broker/policy.py), if any
+
+    is_stream = False  # a StreamQueue (broker/stream.py) answers True
+    always_stored = False  # True: the store takes its messages persistent or not (streams)
 
     # Ready messages, with consumers attached and the broker's CPU saturated, before publishers pause (see
     # server/load.py); they go on when it drains to FLOW_LOW or the broker has time to spare again.
@@ -200,7 +206,9 @@ class Queue:
     def _spills(self, msg: Message, redelivered: bool) -> bool:
         """Whether a stored message can wait as its offset alone. Not with a TTL: read back, its expiry
         would count from the record's publish time, which a dead-lettered message keeps from its first life."""
-        return not redelivered and msg.ttl_ms is None and self.message_ttl is None and self.holds_offsets
+        # A transient message stored only for a stream it also reached: that record is the stream's.
+        return (not redelivered and not msg.for_streams and msg.ttl_ms is None and self.message_ttl is None
+                and self.holds_offsets)
 
     @property
     def holds_offsets(self) -> bool:

@@ -10,6 +10,7 @@ from amqpd.broker.backlog import Backlog
 from amqpd.broker.exchanges import make_exchange
 from amqpd.broker.message import Message
 from amqpd.broker.queue import Queue
+from amqpd.broker.stream_args import is_stream
 from amqpd.protocol.fastpath import shortstr
 from amqpd.protocol.properties import shared_header
 
@@ -35,9 +36,14 @@ def restore(broker: Any, recovered: Any, crashed: bool = False) -> None:
         vhost = broker.vhosts.get(entry.vhost)
         if vhost is None:
             continue
+        if is_stream(entry.arguments):
+            count += _restore_stream(broker, vhost, entry)
+            continue
         q = Queue(entry.vhost, entry.name, durable=True, auto_delete=entry.auto_delete, arguments=entry.arguments,
                   hooks=vhost.hooks)
         q.store_id = entry.queue_id
+        if q.dedup is not None:
+            q.dedup.attach(broker.store, entry.queue_id, entry.values)
         vhost.queues[entry.name] = q
         count += _restore_messages(broker, q, entry, crashed)
     for b in recovered.bindings:
@@ -55,6 +61,18 @@ def restore(broker: Any, recovered: Any, crashed: bool = False) -> None:
     log.info("recovered %d exchanges, %d queues, %d bindings, %d messages after a %s; %s",
              len(recovered.exchanges), len(recovered.queues), len(recovered.bindings), count,
              "crash" if crashed else "clean stop", recovered.stats)
+
+
+def _restore_stream(broker: Any, vhost: Any, entry: Any) -> int:
+    from amqpd.broker.stream import StreamQueue  # stream.py reads records back through this module
+
+    q = StreamQueue(entry.vhost, entry.name, arguments=entry.arguments, hooks=vhost.hooks, store=broker.store,
+                    store_id=entry.queue_id)
+    q.adopt([*entry.unloaded, *(rm.offset for rm in entry.messages)], entry.values)
+    if q.dedup is not None:
+        q.dedup.attach(broker.store, entry.queue_id, entry.values)
+    vhost.queues[entry.name] = q
+    return len(q.ready)
 
 
 def _restore_messages(broker: Any, q: Queue, entry: Any, crashed: bool) -> int:
@@ -79,15 +97,21 @@ def _restore_messages(broker: Any, q: Queue, entry: Any, crashed: bool) -> int:
     return count
 
 
+def route_of(exchange: str, routing_key: str) -> bytes:
+    """The encoded exchange + routing key of a delivery (a backlog read back repeats a few: each once)."""
+    key = (exchange, routing_key)
+    route = _ROUTES.get(key)
+    if route is None:
+        if len(_ROUTES) >= _ROUTES_MAX:
+            _ROUTES.clear()
+        route = _ROUTES[key] = shortstr(exchange) + shortstr(routing_key)
+    return route
+
+
 def message_from_record(record: Any, offset: int) -> Message:
     header = shared_header(record.properties)
     flags = struct.unpack_from(">H", header, 12)[0]
-    key = (record.exchange, record.routing_key)
-    route = _ROUTES.get(key)
-    if route is None:  # a backlog read back repeats a few routes: encode each once
-        if len(_ROUTES) >= _ROUTES_MAX:
-            _ROUTES.clear()
-        route = _ROUTES[key] = shortstr(record.exchange) + shortstr(record.routing_key)
+    route = route_of(record.exchange, record.routing_key)
     msg = Message(record.exchange, record.routing_key, route, header, record.body, flags)
     msg.persistent = True
     msg.timestamp_ms = record.timestamp_ms

@@ -35,6 +35,8 @@ CREATE TABLE IF NOT EXISTS segments (
     sealed INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS queue_state (
     queue_id INTEGER PRIMARY KEY, live BLOB NOT NULL, delivered BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS delivery_counts (
+    queue_id INTEGER NOT NULL, "offset" INTEGER NOT NULL, count INTEGER NOT NULL, PRIMARY KEY (queue_id, "offset"));
 CREATE TABLE IF NOT EXISTS checkpoint (
     id INTEGER PRIMARY KEY CHECK (id = 1), next_offset INTEGER NOT NULL, segment_base INTEGER NOT NULL,
     segment_position INTEGER NOT NULL, ack_number INTEGER NOT NULL, last_message_id INTEGER NOT NULL,
@@ -72,6 +74,7 @@ class CatalogSnapshot:
     segments: dict[int, tuple[int, int, bool]] = field(default_factory=dict)
     checkpoint: Checkpoint | None = None
     next_queue_id: int = 1
+    delivery_counts: dict[int, dict[int, int]] = field(default_factory=dict)  # queue_id -> offset -> count
 
 
 def put_exchange_op(
@@ -108,7 +111,16 @@ def delete_queue_ops(queue_id: int) -> list[CatalogOp]:
     return [
         ("DELETE FROM queues WHERE queue_id = ?", (queue_id,)),
         ("DELETE FROM queue_state WHERE queue_id = ?", (queue_id,)),
+        ("DELETE FROM delivery_counts WHERE queue_id = ?", (queue_id,)),
     ]
+
+
+def put_delivery_count_op(queue_id: int, offset: int, count: int) -> CatalogOp:
+    return "INSERT OR REPLACE INTO delivery_counts VALUES (?, ?, ?)", (queue_id, offset, count)
+
+
+def delete_delivery_count_op(queue_id: int, offset: int) -> CatalogOp:
+    return 'DELETE FROM delivery_counts WHERE queue_id = ? AND "offset" = ?', (queue_id, offset)
 
 
 def binding_key(
@@ -195,6 +207,8 @@ class Catalog:
     async def _load_state(self, snap: CatalogSnapshot) -> None:
         for qid, live, delivered in await self._rows("SELECT queue_id, live, delivered FROM queue_state"):
             snap.queue_state[qid] = (live, delivered)
+        for qid, offset, count in await self._rows('SELECT queue_id, "offset", count FROM delivery_counts'):
+            snap.delivery_counts.setdefault(qid, {})[offset] = count
         for base, end_offset, size, sealed in await self._rows("SELECT * FROM segments"):
             snap.segments[base] = (end_offset, size, bool(sealed))
         rows = await self._rows(

@@ -37,6 +37,8 @@ class QueueEntry:
     # entry of `messages`; those of them that were delivered. `MessageStore.read_many` reads them.
     unloaded: list[int] = field(default_factory=list)
     unloaded_delivered: set[int] = field(default_factory=set)
+    # How often each held message went back to the queue unacked (MessageStore.set_delivery_count).
+    delivery_counts: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass

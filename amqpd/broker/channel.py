@@ -14,6 +14,7 @@ from pamqp import base, commands
 
 from amqpd import errors
 from amqpd.broker.consumer import Consumer
+from amqpd.broker.delivery_count import counted_header
 from amqpd.broker.message import SCANNED_FLAGS, Message
 from amqpd.broker.queue import Entry, Queue
 from amqpd.broker.vhost import REPLY_TO, REPLY_TO_PREFIX, VirtualHost, server_generated_name
@@ -174,6 +175,8 @@ class Channel:
             return None
         queue = queues[0]
         if queue.ready or queue.limited or queue.message_ttl is not None or (persistent and queue.store_id is not None):
+            return None
+        if queue.counts_deliveries:  # every delivery carries its own x-delivery-count
             return None
         consumer = queue.sole_consumer()
         if consumer is None or not consumer.no_ack or not consumer.channel.can_deliver():
@@ -354,8 +357,11 @@ class Channel:
             consumer.unacked += 1
             self.unacked_count += 1
             queue.unacked += 1
+        header = msg.header
+        if queue.counts_deliveries:
+            header = counted_header(header, msg.flags, msg.size, entry.delivery_count)
         self.conn.send(
-            encode_delivery(self.id, consumer.ctag, tag, entry.redelivered, msg.route, msg.header,
+            encode_delivery(self.id, consumer.ctag, tag, entry.redelivered, msg.route, header,
                             msg.body if msg.body is not None else self.broker.body_of(msg),
                             self.conn.frame_max)
         )
@@ -644,9 +650,12 @@ class Channel:
             self.unacked[tag] = (q, entry, None, self.broker.clock)
             q.unacked += 1
         msg = entry.msg
+        header = msg.header
+        if q.counts_deliveries:
+            header = counted_header(header, msg.flags, msg.size, entry.delivery_count)
         self.conn.send(
             encode_get_ok(self.id, tag, entry.redelivered, msg.route, len(q.ready))
-            + content_frames(self.id, msg.header, self.broker.body_of(msg), self.conn.frame_max)
+            + content_frames(self.id, header, self.broker.body_of(msg), self.conn.frame_max)
         )
 
     def basic_recover(self, m: commands.Basic.Recover) -> None:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from amqpd.broker.backlog import Backlog
+from amqpd.broker.delivery_count import counts_deliveries, delivery_limit
 from amqpd.broker.message import Message
 from amqpd.broker.ready import FifoReady, PriorityReady
 
@@ -25,13 +26,14 @@ def now_ms() -> int:
 class Entry:
     """A message's place in one queue: its sequence number keeps the original position on requeue."""
 
-    __slots__ = ("msg", "seq", "redelivered", "expires_at")
+    __slots__ = ("msg", "seq", "redelivered", "expires_at", "delivery_count")
 
     def __init__(self, msg: Message, seq: int, expires_at: int | None) -> None:
         self.msg = msg
         self.seq = seq
         self.redelivered = False
         self.expires_at = expires_at
+        self.delivery_count = 0  # returns to the queue unacked (see delivery_count.py)
 
 
 class QueueHooks:
@@ -56,6 +58,9 @@ class QueueHooks:
 
     def forget(self, queue: Queue, offsets: list[int]) -> None:
         """Recovered messages that were never read back left the queue (purge)."""
+
+    def counted(self, queue: Queue, entry: Entry) -> None:
+        """A message went back to a queue that counts deliveries: its new count should survive a restart."""
 
 
 class Queue:
@@ -102,6 +107,9 @@ class Queue:
         self._rr_levels: dict[int, int] = {}
         self.expires_ms: int | None = self.arguments.get("x-expires")
         self._expiry_timer: Any = None
+        self.counts_deliveries = counts_deliveries(self.arguments)
+        self.delivery_limit = delivery_limit(self.arguments)
+        self.recovered_counts: dict[int, int] = {}  # store offset -> delivery count, until read back
 
     # Ready messages, with consumers attached and the broker's CPU saturated, before publishers pause (see
     # server/load.py); they go on when it drains to FLOW_LOW or the broker has time to spare again.
@@ -144,6 +152,8 @@ class Queue:
         expires = None if self.message_ttl is None and msg.ttl_ms is None else self._expiry(msg, enqueued_ms)
         entry = Entry(msg, self._seq, expires)
         entry.redelivered = redelivered
+        if self.recovered_counts:
+            entry.delivery_count = self.recovered_counts.pop(msg.store_offset, 0)  # type: ignore[arg-type]
         if self.consumers and not self.ready:
             consumer = self._next_consumer()
             if consumer is not None:
@@ -190,6 +200,8 @@ class Queue:
             ttl = self.message_ttl is not None or msg.ttl_ms is not None
             entry = Entry(msg, seq, self._expiry(msg, msg.timestamp_ms) if ttl else None)
             entry.redelivered = flag
+            if self.recovered_counts:
+                entry.delivery_count = self.recovered_counts.pop(msg.store_offset, 0)  # type: ignore[arg-type]
             self.ready_bytes += msg.size
             entries.append(entry)
         return entries
@@ -304,6 +316,8 @@ class Queue:
     def requeue(self, entries: Iterable[Entry]) -> None:
         """Put messages back at their original positions, marked redelivered (as RabbitMQ does)."""
         back = sorted(entries, key=lambda e: e.seq)
+        if self.counts_deliveries:
+            back = self._count_returns(back)
         if not back:
             return
         for e in back:
@@ -313,6 +327,20 @@ class Queue:
         if self.limited:
             self._drop_head_over_limit()
         self.dispatch()
+
+    def _count_returns(self, back: list[Entry]) -> list[Entry]:
+        """Each returned message counts one more delivery; one past the delivery limit leaves the queue
+        (dead-lettered with reason delivery_limit, or dropped), as rabbit_fifo's return_one does."""
+        kept = []
+        limit = self.delivery_limit
+        for e in back:
+            e.delivery_count += 1
+            if limit is not None and e.delivery_count > limit:
+                self.hooks.dropped(self, e, "delivery_limit")
+            else:
+                self.hooks.counted(self, e)
+                kept.append(e)
+        return kept
 
     def purge(self) -> list[Entry]:
         ready = self.ready

@@ -37,6 +37,7 @@ def restore(broker: Any, recovered: Any, crashed: bool = False) -> None:
         q = Queue(entry.vhost, entry.name, durable=True, auto_delete=entry.auto_delete, arguments=entry.arguments,
                   hooks=vhost.hooks)
         q.store_id = entry.queue_id
+        q.recovered_counts = dict(entry.delivery_counts)
         vhost.queues[entry.name] = q
         count += _restore_messages(broker, q, entry, crashed)
     for b in recovered.bindings:

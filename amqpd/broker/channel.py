@@ -176,8 +176,6 @@ class Channel:
         queue = queues[0]
         if queue.ready or queue.limited or queue.message_ttl is not None or (persistent and queue.store_id is not None):
             return None
-        if queue.counts_deliveries:  # every delivery carries its own x-delivery-count
-            return None
         consumer = queue.sole_consumer()
         if consumer is None or not consumer.no_ack or not consumer.channel.can_deliver():
             return None
@@ -358,7 +356,7 @@ class Channel:
             self.unacked_count += 1
             queue.unacked += 1
         header = msg.header
-        if queue.counts_deliveries:
+        if entry.delivery_count and queue.counts_deliveries:  # a consumer's first delivery has no count
             header = counted_header(header, msg.flags, msg.size, entry.delivery_count)
         self.conn.send(
             encode_delivery(self.id, consumer.ctag, tag, entry.redelivered, msg.route, header,
@@ -651,7 +649,7 @@ class Channel:
             q.unacked += 1
         msg = entry.msg
         header = msg.header
-        if q.counts_deliveries:
+        if q.counts_deliveries:  # basic.get-ok carries the count from the first delivery on, 0 included
             header = counted_header(header, msg.flags, msg.size, entry.delivery_count)
         self.conn.send(
             encode_get_ok(self.id, tag, entry.redelivered, msg.route, len(q.ready))

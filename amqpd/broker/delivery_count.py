@@ -2,10 +2,12 @@
 
 A message's delivery count is the number of times it went back to its queue unacked: nack or reject with
 requeue, basic.recover, or its channel or connection closing. A queue that counts (a quorum queue, or any
-queue declared with `x-delivery-limit`) gives every delivery an `x-delivery-count` header with that
-number, 0 on the first delivery. When a return takes the count past `x-delivery-limit`, the message is
-dead-lettered with reason `delivery_limit` instead (dropped without a dead-letter exchange): a limit of 2
-allows three deliveries.
+queue declared with `x-delivery-limit`) sends that number as an `x-delivery-count` header: with every
+basic.get-ok (0 the first time), and with a basic.deliver once the count is above 0 (a consumer's first
+delivery has no header), exactly as RabbitMQ 3.10.8 does (rabbit_quorum_queue adds it on basic.get
+always, on deliveries only when the message header has a delivery_count, i.e. after a return). When a
+return takes the count past `x-delivery-limit`, the message is dead-lettered with reason
+`delivery_limit` instead (dropped without a dead-letter exchange): a limit of 2 allows three deliveries.
 
 This module is the one place the header is written: `counted_header` is what every delivery path uses.
 """

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from amqpd.broker.backlog import Backlog
+from amqpd.broker.delayed_delivery import DelayedDelivery
 from amqpd.broker.message import Message
 from amqpd.broker.queue import Entry, Queue, QueueHooks
 from amqpd.broker.recovery import message_from_record
@@ -111,6 +112,7 @@ class Broker:
         self.clock = time.monotonic()  # coarse, refreshed by the housekeeping timer: stamps deliveries cheaply
         self.busy = False  # the loop's CPU is saturated (server/load.py): publishers to deep queues pause
         self.throttling: set[Queue] = set()  # queues with paused publishers
+        self.delayed = DelayedDelivery(self)
 
     def set_busy(self, busy: bool) -> None:
         """Sampled load: when the broker has time to spare again, every paused publisher goes on. A backlog

@@ -15,6 +15,7 @@ from pamqp import base, commands
 from amqpd import errors
 from amqpd.broker.consumer import Consumer
 from amqpd.broker.delivery_count import counted_header
+from amqpd.broker.exchanges.delayed import delay_of
 from amqpd.broker.message import SCANNED_FLAGS, Message
 from amqpd.broker.queue import Entry, Queue
 from amqpd.broker.vhost import REPLY_TO, REPLY_TO_PREFIX, VirtualHost, server_generated_name
@@ -241,6 +242,10 @@ class Channel:
         True when the store took it and on_stored will fire after its fsync."""
         ex = self.vhost.exchanges.get(msg.exchange)
         queues = self.vhost.route(ex, msg) if ex is not None else []
+        if ex is not None and ex.delays and (queues or not mandatory) and msg.has_headers:
+            delay = delay_of(msg.headers)
+            if delay is not None:
+                return self._delay(ex, msg, delay, seq, on_stored)
         if not queues:
             if mandatory:
                 self._send_return(msg, errors.NO_ROUTE, "NO_ROUTE")
@@ -262,6 +267,16 @@ class Channel:
         if len(accepting) < len(queues):
             self._confirm(seq, False)
         elif seq and not stored:
+            self._confirm(seq, True)
+        return stored
+
+    def _delay(
+        self, ex: Any, msg: Message, delay: int, seq: int, on_stored: Callable[[], None] | None
+    ) -> bool:
+        """x-delayed-message: the message waits; it is confirmed once stored (or at once when transient).
+        A mandatory one that nothing would route now was returned instead (exchanges/delayed.py says why)."""
+        stored = self.broker.delayed.delay(ex, msg, delay, self._durable_callback(seq, on_stored))
+        if seq and not stored:
             self._confirm(seq, True)
         return stored
 

@@ -17,7 +17,9 @@ from amqpd.broker.arguments import (
     check_queue_type,
     inequivalent,
 )
-from amqpd.broker.exchanges import EXCHANGE_TYPES, Exchange, make_exchange
+from amqpd.broker.delayed_delivery import holder_name
+from amqpd.broker.exchanges import EXCHANGE_TYPES, ROUTING_TYPES, DelayedExchange, Exchange, make_exchange
+from amqpd.broker.exchanges.delayed import check_delayed_type
 from amqpd.broker.message import Message
 from amqpd.broker.queue import Queue, QueueHooks
 
@@ -114,6 +116,8 @@ class VirtualHost:
             raise errors.command_invalid(f"unknown exchange type '{type_name}'")
         if name == "":
             raise self._reserved("exchange", name)
+        if type_name == DelayedExchange.type_name:  # the plugin validates before looking for an existing one
+            check_delayed_type(arguments, ROUTING_TYPES)
         existing = self.exchanges.get(name)
         if existing is not None:
             self._check_exchange_equivalent(existing, type_name, durable, auto_delete, internal, arguments)
@@ -125,7 +129,15 @@ class VirtualHost:
         self.exchanges[name] = ex
         if durable and self.store is not None:
             self.store.put_exchange(self.name, name, type_name, auto_delete, internal, arguments)
+            if isinstance(ex, DelayedExchange):
+                self.hold_delayed(ex)
         return ex
+
+    def hold_delayed(self, ex: DelayedExchange) -> None:
+        """A durable delayed exchange keeps its persistent waiting messages in the store, held by a store
+        queue of its own (see delayed_delivery.py); recovery finds it again by name."""
+        if self.store is not None and ex.store_id is None:
+            ex.store_id = self.store.put_queue(self.name, holder_name(ex.name), False, {})
 
     def _reserved(self, kind: str, name: str) -> errors.ChannelError:
         if name == "":
@@ -158,6 +170,10 @@ class VirtualHost:
         self._unbind_everywhere(ex)
         if ex.durable and self.store is not None:
             self.store.delete_exchange(self.name, ex.name)
+        if isinstance(ex, DelayedExchange):
+            ex.drop_waiting()
+            if ex.store_id is not None and self.store is not None:
+                self.store.delete_queue(ex.store_id)
         self._route_cache.clear()
 
     def _unbind_everywhere(self, dest: Queue | Exchange) -> None:

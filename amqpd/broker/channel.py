@@ -17,6 +17,7 @@ from amqpd.broker.consumer import Consumer
 from amqpd.broker.delivery_count import counted_header
 from amqpd.broker.exchanges.delayed import delay_of
 from amqpd.broker.message import SCANNED_FLAGS, Message
+from amqpd.broker.message_ids import stamp_for
 from amqpd.broker.queue import Entry, Queue
 from amqpd.broker.vhost import REPLY_TO, REPLY_TO_PREFIX, VirtualHost, server_generated_name
 from amqpd.protocol.assembler import Assembled, ContentAssembler
@@ -177,6 +178,8 @@ class Channel:
         queue = queues[0]
         if queue.ready or queue.limited or queue.message_ttl is not None or (persistent and queue.store_id is not None):
             return None
+        if queue.stamps_ids:
+            return None
         consumer = queue.sole_consumer()
         if consumer is None or not consumer.no_ack or not consumer.channel.can_deliver():
             return None
@@ -253,6 +256,7 @@ class Channel:
             return False
         if msg.flags & FLAG_HEADERS and msg.headers and "BCC" in msg.headers:
             self._strip_bcc(msg)
+        stamp_for(msg, queues)
         accepting = queues
         if queues[0].limited if len(queues) == 1 else any(q.limited for q in queues):
             accepting = self._refuse_overflowing(msg, queues)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from amqpd.broker.exchanges.delayed import DELAY_HEADER, DelayedExchange, delay_of
 from amqpd.broker.message import Message
+from amqpd.broker.message_ids import stamp_for
 from amqpd.broker.recovery import HOLDER_PREFIX, message_from_record
 from amqpd.protocol.constants import FLAG_HEADERS
 from amqpd.protocol.properties import encode_table, rewrite_properties
@@ -129,6 +130,9 @@ class DelayedDelivery:
         headers = msg.headers
         if headers and "BCC" in headers:
             msg = _without_bcc(msg, headers)
+        if not queues:
+            return
+        stamp_for(msg, queues)
         accepting = self._accepting(msg, queues)
         if not accepting:
             return

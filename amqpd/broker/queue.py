@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from amqpd.broker.backlog import Backlog
 from amqpd.broker.delivery_count import counts_deliveries, delivery_limit
 from amqpd.broker.message import Message
+from amqpd.broker.message_ids import wants_ids
 from amqpd.broker.ready import FifoReady, PriorityReady
 
 if TYPE_CHECKING:
@@ -110,6 +111,7 @@ class Queue:
         self.counts_deliveries = counts_deliveries(self.arguments)
         self.delivery_limit = delivery_limit(self.arguments)
         self.recovered_counts: dict[int, int] = {}  # store offset -> delivery count, until read back
+        self.stamps_ids = wants_ids(self.arguments)  # x-amqpd-message-id (message_ids.py)
 
     # Ready messages, with consumers attached and the broker's CPU saturated, before publishers pause (see
     # server/load.py); they go on when it drains to FLOW_LOW or the broker has time to spare again.

@@ -108,11 +108,18 @@ class DelayedDelivery:
         return None
 
     def _read_stored(self, offsets: list[int]) -> dict[int, MessageRecord | None]:
+        """Due messages are scattered over the log (due order is not publish order): read each through the
+        sparse index rather than walking the whole stretch between them as read_many would."""
         store = self.broker.store
         if not offsets or store is None:
             return {}
-        ordered = sorted(offsets)
-        return dict(zip(ordered, store.read_many(ordered), strict=True))
+        found: dict[int, MessageRecord | None] = {}
+        for offset in offsets:
+            try:
+                found[offset] = store.read(offset)
+            except KeyError:  # gone from the store (damage): dropped and logged by the caller
+                found[offset] = None
+        return found
 
     def _from_record(self, offset: int, record: MessageRecord | None) -> Message | None:
         if record is None:

@@ -149,3 +149,45 @@ def test_many_waiting_messages_come_out_in_due_order(broker: BrokerProcess) -> N
     assert sorted(set(order)) == list(range(len(delays)))
     for i, arrived, _ in got:
         assert arrived >= sent[int(i)] + delays[int(i)] / 1000 - 0.002
+
+
+def test_kombu_producer_with_x_delay(broker: BrokerProcess) -> None:
+    """kombu/Celery setups that use the plugin declare the exchange and set x-delay themselves."""
+    import kombu
+
+    with kombu.Connection(broker.url) as conn:
+        ex = kombu.Exchange("kx", type="x-delayed-message", durable=True, arguments={"x-delayed-type": "direct"})
+        queue = kombu.Queue("kq", ex, routing_key="task", durable=True)
+        queue(conn.default_channel).declare()
+        sent = time.time()
+        conn.Producer().publish({"n": 1}, exchange=ex, routing_key="task", headers={"x-delay": 400},
+                                declare=[queue], serializer="json")
+        got: list[tuple[Any, float, Any]] = []
+        with conn.Consumer(queue, callbacks=[lambda body, m: (got.append((body, time.time(), m.headers)), m.ack())]):
+            deadline = time.monotonic() + 10
+            while not got and time.monotonic() < deadline:
+                try:
+                    conn.drain_events(timeout=0.2)
+                except TimeoutError:
+                    pass
+    assert [g[0] for g in got] == [{"n": 1}]
+    assert got[0][1] >= sent + 0.4 - 0.002 and got[0][2]["x-delay"] == -400
+
+
+def test_message_ids_are_kept_across_restart(broker: BrokerProcess, data_dir: str) -> None:
+    ch = _channel(broker)
+    ch.queue_declare("ids", durable=True, arguments={"x-amqpd-message-id": True})
+    for i in range(3):
+        ch.basic_publish("", "ids", b"%d" % i, pika.BasicProperties(delivery_mode=2))
+    _, before, _ = ch.basic_get("ids", auto_ack=False)
+    ch.connection.close()
+    broker.stop()
+    broker = BrokerProcess(data_dir=data_dir).start()
+    try:
+        ch = _channel(broker)
+        got = [ch.basic_get("ids", auto_ack=True)[1] for _ in range(3)]
+        ids = [p.headers["x-amqpd-message-id"] for p in got]
+        assert ids[0] == before.headers["x-amqpd-message-id"] and ids == sorted(ids) and len(set(ids)) == 3
+        assert [p.message_id for p in got] == [f"{i:020d}" for i in ids]
+    finally:
+        broker.close()

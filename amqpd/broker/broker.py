@@ -87,11 +87,11 @@ class BrokerHooks(QueueHooks):
         if store is not None and queue.store_id is not None:
             store.purge(queue.store_id, offsets)
 
-    def counted(self, queue: Queue, entry: Entry) -> None:
+    def counted(self, queue: Queue, entry: Entry, count: int) -> None:
         store = self.broker.store
         offset = entry.msg.store_offset
         if store is not None and queue.store_id is not None and offset is not None:
-            store.set_delivery_count(queue.store_id, offset, entry.delivery_count)
+            store.set_delivery_count(queue.store_id, offset, count)
 
     def unused(self, queue: Queue) -> None:
         vhost = self.broker.vhosts.get(queue.vhost)

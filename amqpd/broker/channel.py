@@ -14,7 +14,6 @@ from pamqp import base, commands
 
 from amqpd import errors
 from amqpd.broker.consumer import Consumer
-from amqpd.broker.delivery_count import counted_header
 from amqpd.broker.exchanges.delayed import delay_of
 from amqpd.broker.message import SCANNED_FLAGS, Message
 from amqpd.broker.message_ids import stamp_for
@@ -176,14 +175,16 @@ class Channel:
         if len(queues) != 1:
             return None
         queue = queues[0]
-        if queue.ready or queue.limited or queue.message_ttl is not None or (persistent and queue.store_id is not None):
-            return None
-        if queue.stamps_ids:
+        if queue.ready or queue.limited or queue.message_ttl is not None or queue.counts_deliveries or (
+            persistent and queue.store_id is not None
+        ):
             return None
         consumer = queue.sole_consumer()
         if consumer is None or not consumer.no_ack or not consumer.channel.can_deliver():
             return None
         if body_size > consumer.channel.conn.frame_max - 8:
+            return None
+        if queue.stamps_ids:  # each message gets its own id (message_ids.py)
             return None
         return consumer, route
 
@@ -374,9 +375,7 @@ class Channel:
             consumer.unacked += 1
             self.unacked_count += 1
             queue.unacked += 1
-        header = msg.header
-        if entry.delivery_count and queue.counts_deliveries:  # a consumer's first delivery has no count
-            header = counted_header(header, msg.flags, msg.size, entry.delivery_count)
+        header = msg.header if not queue.counts_deliveries else queue.header_for(entry)
         self.conn.send(
             encode_delivery(self.id, consumer.ctag, tag, entry.redelivered, msg.route, header,
                             msg.body if msg.body is not None else self.broker.body_of(msg),
@@ -667,12 +666,10 @@ class Channel:
             self.unacked[tag] = (q, entry, None, self.broker.clock)
             q.unacked += 1
         msg = entry.msg
-        header = msg.header
-        if q.counts_deliveries:  # basic.get-ok carries the count from the first delivery on, 0 included
-            header = counted_header(header, msg.flags, msg.size, entry.delivery_count)
         self.conn.send(
             encode_get_ok(self.id, tag, entry.redelivered, msg.route, len(q.ready))
-            + content_frames(self.id, header, self.broker.body_of(msg), self.conn.frame_max)
+            + content_frames(self.id, q.header_for(entry, fetched=True), self.broker.body_of(msg),
+                             self.conn.frame_max)
         )
 
     def basic_recover(self, m: commands.Basic.Recover) -> None:

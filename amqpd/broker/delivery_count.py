@@ -9,7 +9,8 @@ always, on deliveries only when the message header has a delivery_count, i.e. af
 return takes the count past `x-delivery-limit`, the message is dead-lettered with reason
 `delivery_limit` instead (dropped without a dead-letter exchange): a limit of 2 allows three deliveries.
 
-This module is the one place the header is written: `counted_header` is what every delivery path uses.
+The header is written in one place: `Queue.header_for`, which basic.deliver and basic.get-ok use, calls
+`with_delivery_count` here.
 """
 
 from __future__ import annotations
@@ -43,20 +44,22 @@ def delivery_limit(arguments: dict[str, Any]) -> int | None:
     return int(value)
 
 
-def counted_header(header: bytes, flags: int, body_size: int, count: int) -> bytes:
-    """The content header with `x-delivery-count: count` set in its headers table (a long long, the type
-    RabbitMQ sends; a value the publisher put there is replaced). Cached by header bytes: a queue's
-    messages mostly share one header, and most counts are 0."""
+def with_delivery_count(header: bytes, count: int) -> bytes:
+    """The content header with `x-delivery-count: count` in its headers table (a long long, the type
+    RabbitMQ sends; a value the publisher put there is replaced), every other byte as published. Cached by
+    header bytes: a queue's messages mostly share one header, and most counts are small."""
     key = (header, count)
     found = _CACHE.get(key)
     if found is None:
         if len(_CACHE) >= _CACHE_MAX:
             _CACHE.clear()
-        found = _CACHE[key] = _with_count(header, flags, body_size, count)
+        found = _CACHE[key] = _with_count(header, count)
     return found
 
 
-def _with_count(header: bytes, flags: int, body_size: int, count: int) -> bytes:
+def _with_count(header: bytes, count: int) -> bytes:
+    flags = struct.unpack_from(">H", header, 12)[0]
+    body_size = struct.unpack_from(">Q", header, 4)[0]
     raw = PropertyScan(header, flags).headers_raw if flags & FLAG_HEADERS else None
     field = _FIELD_NAME + b"l" + _long.pack(count)
     if raw is None:

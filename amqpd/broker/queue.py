@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from amqpd.broker.backlog import Backlog
-from amqpd.broker.delivery_count import counts_deliveries, delivery_limit
+from amqpd.broker.delivery_count import counts_deliveries, delivery_limit, with_delivery_count
 from amqpd.broker.message import Message
 from amqpd.broker.message_ids import wants_ids
 from amqpd.broker.ready import FifoReady, PriorityReady
@@ -27,14 +27,14 @@ def now_ms() -> int:
 class Entry:
     """A message's place in one queue: its sequence number keeps the original position on requeue."""
 
-    __slots__ = ("msg", "seq", "redelivered", "expires_at", "delivery_count")
+    __slots__ = ("msg", "seq", "redelivered", "expires_at", "returns")
 
     def __init__(self, msg: Message, seq: int, expires_at: int | None) -> None:
         self.msg = msg
         self.seq = seq
         self.redelivered = False
         self.expires_at = expires_at
-        self.delivery_count = 0  # returns to the queue unacked (see delivery_count.py)
+        self.returns = 0  # times it went back to the queue unacked: a quorum queue's x-delivery-count
 
 
 class QueueHooks:
@@ -60,8 +60,8 @@ class QueueHooks:
     def forget(self, queue: Queue, offsets: list[int]) -> None:
         """Recovered messages that were never read back left the queue (purge)."""
 
-    def counted(self, queue: Queue, entry: Entry) -> None:
-        """A message went back to a queue that counts deliveries: its new count should survive a restart."""
+    def counted(self, queue: Queue, entry: Entry, count: int) -> None:
+        """A message goes back to a queue that counts deliveries: its new count should survive a restart."""
 
 
 class Queue:
@@ -104,11 +104,12 @@ class Queue:
         self.exclusive_consumer: Consumer | None = None
         self.throttled: set[Any] = set()  # publishing connections paused until the backlog drains
         self.single_active = self.arguments.get("x-single-active-consumer") is True
+        # Quorum queues, and any queue with x-delivery-limit, count returns and send x-delivery-count.
+        self.counts_deliveries = counts_deliveries(self.arguments)
         self._prioritised = False
         self._rr_levels: dict[int, int] = {}
         self.expires_ms: int | None = self.arguments.get("x-expires")
         self._expiry_timer: Any = None
-        self.counts_deliveries = counts_deliveries(self.arguments)
         self.delivery_limit = delivery_limit(self.arguments)
         self.recovered_counts: dict[int, int] = {}  # store offset -> delivery count, until read back
         self.stamps_ids = wants_ids(self.arguments)  # x-amqpd-message-id (message_ids.py)
@@ -155,7 +156,7 @@ class Queue:
         entry = Entry(msg, self._seq, expires)
         entry.redelivered = redelivered
         if self.recovered_counts:
-            entry.delivery_count = self.recovered_counts.pop(msg.store_offset, 0)  # type: ignore[arg-type]
+            entry.returns = self.recovered_counts.pop(msg.store_offset, 0)  # type: ignore[arg-type]
         if self.consumers and not self.ready:
             consumer = self._next_consumer()
             if consumer is not None:
@@ -203,7 +204,7 @@ class Queue:
             entry = Entry(msg, seq, self._expiry(msg, msg.timestamp_ms) if ttl else None)
             entry.redelivered = flag
             if self.recovered_counts:
-                entry.delivery_count = self.recovered_counts.pop(msg.store_offset, 0)  # type: ignore[arg-type]
+                entry.returns = self.recovered_counts.pop(msg.store_offset, 0)  # type: ignore[arg-type]
             self.ready_bytes += msg.size
             entries.append(entry)
         return entries
@@ -319,30 +320,40 @@ class Queue:
         """Put messages back at their original positions, marked redelivered (as RabbitMQ does)."""
         back = sorted(entries, key=lambda e: e.seq)
         if self.counts_deliveries:
-            back = self._count_returns(back)
+            back = self._within_limit(back)
         if not back:
             return
         for e in back:
             e.redelivered = True
+            e.returns += 1
             self.ready_bytes += e.msg.size
         self.ready.restore(back)
         if self.limited:
             self._drop_head_over_limit()
         self.dispatch()
 
-    def _count_returns(self, back: list[Entry]) -> list[Entry]:
-        """Each returned message counts one more delivery; one past the delivery limit leaves the queue
-        (dead-lettered with reason delivery_limit, or dropped), as rabbit_fifo's return_one does."""
+    def _within_limit(self, back: list[Entry]) -> list[Entry]:
+        """This return counts one more delivery: a message it takes past the delivery limit leaves the queue
+        (dead-lettered with reason delivery_limit, or dropped), as rabbit_fifo's return_one does; the others'
+        new counts are kept durable."""
         kept = []
         limit = self.delivery_limit
         for e in back:
-            e.delivery_count += 1
-            if limit is not None and e.delivery_count > limit:
+            if limit is not None and e.returns + 1 > limit:
+                e.returns += 1
                 self.hooks.dropped(self, e, "delivery_limit")
             else:
-                self.hooks.counted(self, e)
+                self.hooks.counted(self, e, e.returns + 1)
                 kept.append(e)
         return kept
+
+    def header_for(self, entry: Entry, fetched: bool = False) -> bytes:
+        """The content header a client gets for this entry: the publisher's, or a quorum queue's copy with
+        x-delivery-count. As RabbitMQ 3.10's: a basic.get always shows the count (0 the first time), a
+        consumer only once the message has come back (rabbit_fifo_client adds it when a count exists)."""
+        if self.counts_deliveries and (fetched or entry.returns):
+            return with_delivery_count(entry.msg.header, entry.returns)
+        return entry.msg.header
 
     def purge(self) -> list[Entry]:
         ready = self.ready

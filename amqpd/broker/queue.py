@@ -266,6 +266,14 @@ class Queue:
         if ready and ready[0].expires_at is not None:
             self._arm_ttl_timer()
 
+    def header_for(self, entry: Entry, fetched: bool = False) -> bytes:
+        """The content header a client gets for this entry: the publisher's, or a quorum queue's copy with
+        x-delivery-count. As RabbitMQ 3.10's: a basic.get always shows the count (0 the first time), a
+        consumer only once the message has come back (rabbit_fifo_client adds it when a count exists)."""
+        if self.counts_deliveries and (fetched or entry.returns):
+            return with_delivery_count(entry.msg.header, entry.returns)
+        return entry.msg.header
+
     def sole_consumer(self) -> Consumer | None:
         """The one consumer _next_consumer() can pick, when it has no choice to make (one consumer, or a
         single active one); None when it round-robins or picks by priority."""
@@ -346,14 +354,6 @@ class Queue:
                 self.hooks.counted(self, e, e.returns + 1)
                 kept.append(e)
         return kept
-
-    def header_for(self, entry: Entry, fetched: bool = False) -> bytes:
-        """The content header a client gets for this entry: the publisher's, or a quorum queue's copy with
-        x-delivery-count. As RabbitMQ 3.10's: a basic.get always shows the count (0 the first time), a
-        consumer only once the message has come back (rabbit_fifo_client adds it when a count exists)."""
-        if self.counts_deliveries and (fetched or entry.returns):
-            return with_delivery_count(entry.msg.header, entry.returns)
-        return entry.msg.header
 
     def purge(self) -> list[Entry]:
         ready = self.ready

@@ -7,6 +7,7 @@ from interop.scenarios import (  # noqa: F401
     clients_python,
     confirms_tx,
     consuming,
+    delayed,
     delivery_limits,
     errors,
     exchanges,

@@ -63,7 +63,6 @@ class DelayedDelivery:
             offset = store.append(record, [ex.store_id], on_durable)
             self._push(ex, now + delay_ms, offset)
             return on_durable is not None
-        msg.timestamp_ms = now
         self._push(ex, now + delay_ms, msg)
         return False
 
@@ -205,6 +204,5 @@ def _with_headers(msg: Message, headers: dict[str, Any]) -> Message:
     body = msg.body or b""
     header = rewrite_properties(msg.header, len(body), {FLAG_HEADERS: encode_table(headers) if headers else None})
     flags = int.from_bytes(header[12:14], "big")
-    out = Message(msg.exchange, msg.routing_key, msg.route, header, body, flags)
-    out.timestamp_ms = msg.timestamp_ms
-    return out
+    # A fresh message (timestamp 0): stored for its queues from now, its TTL counting from now.
+    return Message(msg.exchange, msg.routing_key, msg.route, header, body, flags)

@@ -83,7 +83,7 @@ class _StreamHooks(QueueHooks):
 
     def settled(self, queue: Queue, entry: Entry) -> None:
         if isinstance(entry, StreamEntry):
-            self.stream.acked(entry)
+            self.stream.entry_acked(entry)
 
     def dropped(self, queue: Queue, entry: Entry, reason: str) -> None:
         self.settled(queue, entry)
@@ -254,7 +254,7 @@ class StreamQueue(Queue):
             if cursor.filter is not None and not cursor.outstanding and cursor.tracking:
                 self._track(cursor)  # skipping filtered messages moves a tracked consumer along too
 
-    def acked(self, entry: StreamEntry) -> None:
+    def entry_acked(self, entry: StreamEntry) -> None:
         cursor = entry.cursor
         cursor.outstanding.pop(entry.seq, None)
         if cursor.tracking:

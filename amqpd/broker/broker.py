@@ -20,17 +20,24 @@ log = logging.getLogger("amqpd.broker")
 
 
 class Once:
-    """A callback that runs at most once, whichever of its callers comes first."""
+    """A confirm that is settled at most once, whichever outcome comes first: the message is safe (called:
+    stored and fsync'd, or consumed and acked everywhere) or it could not be stored (`failed`)."""
 
-    __slots__ = ("fn",)
+    __slots__ = ("fn", "on_failed")
 
-    def __init__(self, fn: Callable[[], None]) -> None:
+    def __init__(self, fn: Callable[[], None], on_failed: Callable[[], None] | None = None) -> None:
         self.fn: Callable[[], None] | None = fn
+        self.on_failed = on_failed
 
     def __call__(self) -> None:
-        fn, self.fn = self.fn, None  # dropping the closure frees what it holds, in a backlog too
+        fn, self.fn, self.on_failed = self.fn, None, None  # dropping the closures frees what they hold
         if fn is not None:
             fn()
+
+    def failed(self) -> None:
+        fail, self.fn, self.on_failed = self.on_failed, None, None
+        if fail is not None:
+            fail()
 
 
 class BrokerHooks(QueueHooks):
@@ -105,6 +112,17 @@ class Broker:
         self.clock = time.monotonic()  # coarse, refreshed by the housekeeping timer: stamps deliveries cheaply
         self.busy = False  # the loop's CPU is saturated (server/load.py): publishers to deep queues pause
         self.throttling: set[Queue] = set()  # queues with paused publishers
+        self.store_pressure = False  # the store has more unwritten bytes than it may: publishers pause
+        if store is not None:
+            store.on_pressure = self.set_store_pressure
+
+    def set_store_pressure(self, on: bool) -> None:
+        """Backpressure from the disk: while the store's unwritten bytes are over its bound, reading from
+        every publishing connection pauses (no connection.blocked: RabbitMQ's credit flow is silent too)."""
+        self.store_pressure = on
+        for session in list(self.connections):
+            if session.publishes:
+                session.hold_reading_for("store", on)
 
     def set_busy(self, busy: bool) -> None:
         """Sampled load: when the broker has time to spare again, every paused publisher goes on. A backlog
@@ -126,9 +144,16 @@ class Broker:
 
     # -- durability -------------------------------------------------------------------------------------
 
-    def store_message(self, msg: Message, queues: list[Queue], on_durable: Callable[[], None] | None) -> bool:
+    def store_message(
+        self,
+        msg: Message,
+        queues: list[Queue],
+        on_durable: Callable[[], None] | None,
+        on_failed: Callable[[], None] | None = None,
+    ) -> bool:
         """Write a persistent message for the durable queues it reached; True when on_durable will fire
-        after the fsync that covers it (the publisher's confirm waits for that)."""
+        after the fsync that covers it (the publisher's confirm waits for that), or on_failed if the store
+        could not write it (a full or failing disk: the publisher gets a nack)."""
         if not msg.persistent or self.store is None:
             return False
         if len(queues) == 1:
@@ -142,10 +167,12 @@ class Broker:
         expires = msg.timestamp_ms + msg.ttl_ms if msg.ttl_ms is not None else None
         body = msg.body if msg.body is not None else self.body_of(msg)
         record = MessageRecord(msg.exchange, msg.routing_key, msg.header, body, msg.timestamp_ms, expires)
+        failed = None
         if on_durable is not None:
-            on_durable = Once(on_durable)
+            on_durable = once = Once(on_durable, on_failed)
             msg.on_settled, msg.holders = on_durable, len(ids)
-        msg.store_offset = self.store.append(record, ids, on_durable)
+            failed = once.failed
+        msg.store_offset = self.store.append(record, ids, on_durable, failed)
         msg.pageable = len(ids) == len(queues)
         return on_durable is not None
 

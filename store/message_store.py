@@ -101,7 +101,8 @@ class MessageStore:
         self._retention = RetentionPolicy(retention_max_age_ms, retention_max_bytes)
         self._clock = clock
         self._catalog = Catalog(self._layout.catalog)
-        self._writer = Writer(self._layout, self._fsync, io)
+        self._io = io if io is not None else FileIO()
+        self._writer = Writer(self._layout, self._fsync, self._io)
         # Catalogue state needed synchronously.
         self._queues: dict[int, QueueState] = {}
         self._queue_ids: dict[tuple[str, str], int] = {}
@@ -838,11 +839,11 @@ class MessageStore:
         layout = self._layout
         for base in bases:
             for path in (layout.segment(base), layout.offset_index(base), layout.time_index(base)):
-                path.unlink(missing_ok=True)
+                self._io.unlink(path)
 
     def _delete_ack_files(self, numbers: list[int]) -> None:
         for number in numbers:
-            self._layout.ack_file(number).unlink(missing_ok=True)
+            self._io.unlink(self._layout.ack_file(number))
 
     def _checkpoint_data(self, ack_number: int) -> CheckpointData:
         checkpoint = Checkpoint(

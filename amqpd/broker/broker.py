@@ -9,7 +9,7 @@ from typing import Any
 
 from amqpd.broker.backlog import Backlog
 from amqpd.broker.message import Message
-from amqpd.broker.queue import Entry, Queue, QueueHooks
+from amqpd.broker.queue import Entry, Queue, QueueHooks, wall_clock_ms
 from amqpd.broker.recovery import message_from_record
 from amqpd.broker.vhost import VirtualHost
 from amqpd.config import Settings
@@ -67,6 +67,9 @@ class BrokerHooks(QueueHooks):
     def schedule(self, delay_s: float, callback: Callable[[], None]) -> Any:
         return self.broker.schedule(delay_s, callback)
 
+    def now_ms(self) -> int:
+        return self.broker.now_ms()
+
     def load(self, queue: Queue, offsets: list[int]) -> list[Message | None]:
         store = self.broker.store
         if store is None:
@@ -100,8 +103,16 @@ class BrokerHooks(QueueHooks):
 
 
 class Broker:
-    def __init__(self, settings: Settings, store: Any = None, scheduler: Scheduler | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        store: Any = None,
+        scheduler: Scheduler | None = None,
+        now_ms: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        """`now_ms`: the wall clock in ms (TTL, publish timestamps, x-death times); tests inject their own."""
         self.settings = settings
+        self.now_ms = now_ms
         self.store = store
         self._scheduler = scheduler
         self.hooks = BrokerHooks(self)
@@ -163,7 +174,7 @@ class Broker:
         if not ids:
             return False
         if msg.timestamp_ms == 0:
-            msg.timestamp_ms = int(time.time() * 1000)
+            msg.timestamp_ms = self.now_ms()
         expires = msg.timestamp_ms + msg.ttl_ms if msg.ttl_ms is not None else None
         body = msg.body if msg.body is not None else self.body_of(msg)
         record = MessageRecord(msg.exchange, msg.routing_key, msg.header, body, msg.timestamp_ms, expires)

@@ -79,6 +79,9 @@ class Settings:
     # Store (see store/FORMAT.md).
     segment_size: int = 1024 * 1024 * 1024
     fsync: str = "always-batched"  # or "none" (tests/bench only)
+    # Backpressure from the disk: past this many bytes appended to the store and not yet written, reading
+    # from publishers pauses until half of them are written.
+    max_unwritten_bytes: int = 64 * 1024 * 1024
     # Retention (store/FORMAT.md, "Retention"): keep log segments that no queue needs any more, for log
     # readers, until older than this many ms and/or while the log is under this many bytes. Both None: delete
     # them as soon as no queue needs them. A file or env value may carry a unit: "7d", "10GiB".

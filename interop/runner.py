@@ -49,6 +49,11 @@ def run_pair(sc: Scenario, reference_url: str, target_url: str, same_broker: boo
     t0 = time.monotonic()
     ref = run_once(sc, reference_url)
     tgt = run_once(sc, target_url)
+    broken = scenario_failure(ref)
+    if broken is not None:
+        # What RabbitMQ shows is the reference only if the scenario ran to the end there: a scenario that
+        # raises or hangs on RabbitMQ is broken, whatever the target does.
+        return Outcome(sc, ref, tgt, False, f"the scenario itself failed on RabbitMQ: {broken}", time.monotonic() - t0)
     if sc.compare is not None and not same_broker:
         msg = sc.compare(ref, tgt)
         agree = msg is None
@@ -56,6 +61,13 @@ def run_pair(sc: Scenario, reference_url: str, target_url: str, same_broker: boo
         agree = ref == tgt
         msg = None if agree else diff(ref, tgt)
     return Outcome(sc, ref, tgt, agree, msg or "", time.monotonic() - t0)
+
+
+def scenario_failure(obs: Any) -> str | None:
+    """Why an observation is no observation (the scenario raised or hung), or None."""
+    if isinstance(obs, dict) and ("scenario_raised" in obs or "scenario_hung" in obs):
+        return dump(obs)
+    return None
 
 
 def dump(obs: Any) -> str:

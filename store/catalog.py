@@ -264,9 +264,14 @@ class Catalog:
             self._db = None
 
     async def apply(self, ops: list[CatalogOp]) -> None:
-        for sql, params in ops:
-            await self.db.execute(sql, params)
-        await self.db.commit()
+        """All of them or (on an error, e.g. a full disk) none: the caller may apply them again later."""
+        try:
+            for sql, params in ops:
+                await self.db.execute(sql, params)
+            await self.db.commit()
+        except BaseException:
+            await self.db.rollback()
+            raise
 
     async def load(self) -> CatalogSnapshot:
         snap = CatalogSnapshot()

@@ -5,6 +5,13 @@ changes...) only update memory and buffer work in the pending `Batch`; `run()` i
 seals the pending batch, writes and fsyncs it in a worker thread while the next one fills, and then fires
 the batch's durability callbacks back on the loop. A callback therefore never fires before the fsync that
 covers its message.
+
+Disk faults: a batch whose write or fsync fails is never retried and never confirmed. Its records and those
+appended while it was in flight fire their `on_failed` callbacks instead; they stay readable from memory
+(the queues still hold them) but are not durable. The files go back to how they were before the batch and
+the next record starts a new segment. ENOSPC sets `out_of_space` until `check_space()` sees room again.
+The run() loop survives every I/O error. Appended bytes not yet written are bounded: past
+`max_unwritten_bytes`, `on_pressure(True)`; at half of it, `on_pressure(False)`.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from __future__ import annotations
 import logging
 import mmap
 import os
+import sqlite3
 import time
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
@@ -48,7 +56,7 @@ from store.catalog import (
     put_vhost_op,
     queue_value_ops,
 )
-from store.commit import Batch, Writer
+from store.commit import Batch, FileIO, WriteFailed, Writer
 from store.frame import HEADER_SIZE, ScanReport, append_frame, scan_frames
 from store.queue_state import QueueState, encode_runs
 from store.record_codec import decode_record, encode_record
@@ -71,6 +79,9 @@ RECLAIM_ACTIVE_BYTES = 16 * 1024 * 1024  # an emptied active segment at least th
 RETENTION_CHECK_MS = 1000
 RETENTION_IDLE_SECONDS = 1.0
 READ_BATCH = 256  # records per read_range() call when records_from() iterates
+DEFAULT_MAX_UNWRITTEN = 64 << 20  # appended bytes not yet written before publishers are asked to pause
+FAILURE_BACKOFF_S = 0.1  # after a failed batch, before the next attempt (a full disk fails them all)
+FAILURE_LOG_S = 10.0  # a run of failures logs its first, then at most one summary per this many seconds
 
 
 class MessageStore:
@@ -85,10 +96,13 @@ class MessageStore:
         retention_max_age_ms: int | None = None,
         retention_max_bytes: int | None = None,
         clock: Callable[[], int] = time.time_ns,
+        max_unwritten_bytes: int = DEFAULT_MAX_UNWRITTEN,
+        io: FileIO | None = None,
     ) -> None:
         """`retention_*`: keep segments no queue needs for log readers, bounded by age and/or total log size
         (both None: delete them as soon as they are unneeded; see store/retention.py). `clock`: wall-clock
-        nanoseconds (time.time_ns); message ids, checkpoint times, TTL at recovery and retention use it."""
+        nanoseconds (time.time_ns); message ids, checkpoint times, TTL at recovery and retention use it.
+        `max_unwritten_bytes`: see on_pressure. `io`: the I/O seam the writer goes through (tests)."""
         if fsync not in FSYNC_POLICIES:
             raise ValueError(f"fsync must be one of {FSYNC_POLICIES}, not {fsync!r}")
         if not FILE_HEADER_SIZE < segment_size <= MAX_SEGMENT_SIZE:
@@ -101,7 +115,8 @@ class MessageStore:
         self._retention = RetentionPolicy(retention_max_age_ms, retention_max_bytes)
         self._clock = clock
         self._catalog = Catalog(self._layout.catalog)
-        self._writer = Writer(self._layout, self._fsync)
+        self._io = io if io is not None else FileIO()
+        self._writer = Writer(self._layout, self._fsync, self._io)
         # Catalogue state needed synchronously.
         self._queues: dict[int, QueueState] = {}
         self._counts: dict[tuple[int, int], int] = {}  # (queue_id, offset) -> delivery count, when not 0
@@ -136,6 +151,20 @@ class MessageStore:
         self._active_created_ms = 0
         self.stats = {"retention_deleted_age": 0, "retention_deleted_size": 0}
         self._commit_listeners: list[Callable[[], None]] = []
+        self.fault_stats = {"write_failures": 0, "fsync_failures": 0, "records_failed": 0}
+        # Disk faults (see the module docstring): records a failed batch held, still held by some queue,
+        # with how many queues hold each; whether the disk ran out of space, and how much a batch needs.
+        self._volatile: dict[int, list[Any]] = {}
+        self.out_of_space = False
+        self.on_disk_full: Callable[[bool], None] | None = None
+        self._space_needed = 0
+        self._failures_logged_at = 0.0
+        self._failures_unlogged = 0
+        # Backpressure: bytes of frames appended and not yet written (pending and in flight).
+        self._max_unwritten = max_unwritten_bytes
+        self._unwritten_bytes = 0
+        self.pressure = False
+        self.on_pressure: Callable[[bool], None] | None = None
 
     # ---- lifecycle ----------------------------------------------------------------------------------
 
@@ -355,9 +384,16 @@ class MessageStore:
 
     # ---- messages -----------------------------------------------------------------------------------
 
-    def append(self, record: MessageRecord, queue_ids: list[int], on_durable: Callable[[], None] | None = None) -> int:
+    def append(
+        self,
+        record: MessageRecord,
+        queue_ids: list[int],
+        on_durable: Callable[[], None] | None = None,
+        on_failed: Callable[[], None] | None = None,
+    ) -> int:
         """Buffer one record for the queues named; return its offset. `on_durable` fires on the loop once
-        the fsync covering the record is done (after the write, with fsync "none")."""
+        the fsync covering the record is done (after the write, with fsync "none"); if the write or fsync
+        fails, `on_failed` fires instead (the record stays readable from memory, but is not durable)."""
         queues = self._queues
         if len(queue_ids) == 1:  # the common case, without building a list
             holders = queue_ids if queue_ids[0] in queues else []
@@ -386,6 +422,12 @@ class MessageStore:
         self._unwritten[offset] = record
         if on_durable is not None:
             batch.callbacks.append(on_durable)
+        if on_failed is not None:
+            batch.failures.append(on_failed)
+        batch.size += size
+        self._unwritten_bytes += size
+        if self._unwritten_bytes > self._max_unwritten and not self.pressure:
+            self._set_pressure(True)
         self._since_checkpoint += size
         if not self._woken:
             self._poke()
@@ -430,6 +472,8 @@ class MessageStore:
         record = self._unwritten.get(offset)
         if record is not None:
             return record
+        if self._volatile and offset in self._volatile:
+            return self._volatile[offset][0]  # type: ignore[no-any-return]
         i = bisect_right(self._bases, offset) - 1
         if i < 0:
             raise KeyError(offset)
@@ -462,7 +506,8 @@ class MessageStore:
         return found
 
     def _read_run(self, base: int, offsets: list[int]) -> list[MessageRecord | None]:
-        if offsets[-1] in self._unwritten:  # the newest are not in the file yet (they are a suffix)
+        if offsets[-1] in self._unwritten or (self._volatile and not self._volatile.keys().isdisjoint(offsets)):
+            # the newest are not in the file yet (they are a suffix), or some never made it to disk
             return [self._read_or_none(offset) for offset in offsets]
         fd = self._read_fd(base)
         try:
@@ -543,6 +588,12 @@ class MessageStore:
 
     def _release(self, offset: int) -> None:
         """One queue stopped holding `offset`; a segment nobody holds anything in goes once this is synced."""
+        if self._volatile and offset in self._volatile:
+            held = self._volatile[offset]
+            held[1] -= 1
+            if held[1] <= 0:
+                del self._volatile[offset]
+            return  # a record that never reached its segment (a failed batch) counts in none
         base = self._bases[bisect_right(self._bases, offset) - 1]
         self._refs[base] -= 1
         if self._refs[base] == 0 and base != self._active:
@@ -676,23 +727,157 @@ class MessageStore:
             batch = self._seal(force_checkpoint)
             if batch.queue_values:
                 batch.catalog_ops.extend(queue_value_ops(batch.queue_values))
-            if batch.catalog_ops:  # before the fsync: a confirmed message never names a lost queue
-                await self._catalog.apply(batch.catalog_ops)
-            await anyio.to_thread.run_sync(self._writer.write, batch)
+            try:
+                if batch.catalog_ops:  # before the fsync: a confirmed message never names a lost queue
+                    await self._catalog.apply(batch.catalog_ops)
+                await anyio.to_thread.run_sync(self._writer.write, batch)
+            except (WriteFailed, sqlite3.Error) as exc:
+                self._batch_failed(batch, exc)
+                self._batch_done(batch)
+                await anyio.sleep(FAILURE_BACKOFF_S)
+                return
             for offset in range(batch.first_offset, batch.end_offset):
                 del self._unwritten[offset]
-            self._durable_number = batch.number
+            self._batch_done(batch)
             self._fire(batch.callbacks)
             if self._commit_listeners and batch.end_offset > batch.first_offset:
                 self._fire(list(self._commit_listeners))
-            if batch.delete_segments:
-                await self._delete_segments(batch.delete_segments)
-            if batch.checkpoint is not None:
-                await self._write_checkpoint(batch.checkpoint)
-                stale = [n for n in self._layout.ack_numbers() if n < batch.checkpoint.checkpoint.ack_number]
-                await anyio.to_thread.run_sync(self._delete_ack_files, stale)
-            self._committed.set()
-            self._committed = anyio.Event()
+            try:
+                if batch.delete_segments:
+                    await self._delete_segments(batch.delete_segments)
+                if batch.checkpoint is not None:
+                    await self._write_checkpoint(batch.checkpoint)
+                    stale = [n for n in self._layout.ack_numbers() if n < batch.checkpoint.checkpoint.ack_number]
+                    await anyio.to_thread.run_sync(self._delete_ack_files, stale)
+            except (OSError, sqlite3.Error):
+                # Nothing is lost: the old checkpoint and its ack-log files stay valid, an undeleted segment
+                # is deleted at the next open.
+                log.exception("store: checkpoint or cleanup after a durable batch failed")
+
+    def _batch_done(self, batch: Batch) -> None:
+        self._durable_number = batch.number
+        self._unwritten_bytes -= batch.size
+        if self.pressure and self._unwritten_bytes <= self._max_unwritten // 2:
+            self._set_pressure(False)
+        self._committed.set()
+        self._committed = anyio.Event()
+
+    def _set_pressure(self, on: bool) -> None:
+        self.pressure = on
+        if self.on_pressure is not None:
+            self.on_pressure(on)
+
+    # ---- internals: disk faults ----------------------------------------------------------------------
+
+    def _batch_failed(self, batch: Batch, exc: Exception) -> None:
+        """The batch is not on disk and never will be: its records, and those of the pending batch (laid out
+        after them, in a segment that now ends before them), fail. Their queues keep them, from memory."""
+        pending = self._pending
+        self._pending = fresh = Batch(number=pending.number, first_offset=self._next_offset)
+        fresh.catalog_ops = pending.catalog_ops
+        if isinstance(exc, sqlite3.Error):
+            fresh.catalog_ops = batch.catalog_ops + fresh.catalog_ops  # SQLite rolled back: apply them later
+        fresh.acks = pending.acks
+        fresh.delete_segments = pending.delete_segments
+        self._frames = None
+        self._unwritten_bytes -= pending.size
+        failed = self._forget_records([*batch.chunks, *pending.chunks])
+        self._drop_segments(batch, pending)
+        # The ack-log file may end in a torn frame: continue in a fresh one (a file only this batch wrote
+        # to is reused, so a long outage does not leave a file per attempt).
+        if batch.start_ack is None:
+            self._ack_number += 1
+        fresh.start_ack = batch.start_ack if batch.start_ack is not None else self._ack_number
+        self._since_checkpoint = self._checkpoint_bytes  # checkpoint once writing works again
+        self._count_failure(exc, failed)
+        if isinstance(exc, WriteFailed) and exc.out_of_space:
+            self._space_needed = max(self._space_needed, batch.size + pending.size)
+            if not self.out_of_space:
+                self.out_of_space = True
+                if self.on_disk_full is not None:
+                    self.on_disk_full(True)
+        self._fire([*batch.failures, *pending.failures])
+        if not fresh.is_empty():
+            self._poke()
+
+    def _forget_records(self, chunks: list[tuple[int, bytearray]]) -> int:
+        """Move the records of these frames from `_unwritten` to `_volatile` (if a queue still holds them),
+        taking them out of their segment's reference count. Returns how many there were."""
+        count = 0
+        for base, frames in chunks:
+            for _, offset, payload in scan_frames(frames, 0, len(frames), ScanReport()):
+                count += 1
+                record = self._unwritten.pop(offset)
+                holders = sum(
+                    1 for qid in decode_record(payload)[1] if qid in self._queues and offset in self._queues[qid].live
+                )
+                if holders:
+                    self._refs[base] -= holders
+                    self._volatile[offset] = [record, holders]
+        return count
+
+    def _drop_segments(self, batch: Batch, pending: Batch) -> None:
+        """The writer removed the segments these batches created and cut back the one appended to; the next
+        record starts a new segment."""
+        for base in [*batch.new_segments, *pending.new_segments]:
+            if base in self._indexes:
+                self._bases.remove(base)
+                del self._indexes[base], self._refs[base]
+                self._sizes.pop(base, None)
+                self._doomed.pop(base, None)
+        for base in [base for base, _ in batch.chunks + pending.chunks if base in self._indexes]:
+            try:
+                size = os.stat(self._layout.segment(base)).st_size
+            except OSError:
+                size = FILE_HEADER_SIZE
+            self._sizes[base] = size
+            self._indexes[base].drop_from(size)
+        old = self._active
+        self._active, self._tail = None, 0
+        if old is not None and old in self._indexes:
+            self._sizes.setdefault(old, self._tail_of(old))
+            if self._refs[old] == 0:
+                self._unneeded(old)
+        for base, _ in batch.chunks + pending.chunks:
+            if base in self._refs and base != old and self._refs[base] == 0:
+                self._unneeded(base)
+
+    def _tail_of(self, base: int) -> int:
+        try:
+            return os.stat(self._layout.segment(base)).st_size
+        except OSError:
+            return FILE_HEADER_SIZE
+
+    def _count_failure(self, exc: Exception, failed: int) -> None:
+        stage = exc.stage if isinstance(exc, WriteFailed) else "catalogue"
+        self.fault_stats["fsync_failures" if stage == "fsync" else "write_failures"] += 1
+        self.fault_stats["records_failed"] += failed
+        now = time.monotonic()
+        if now - self._failures_logged_at < FAILURE_LOG_S:
+            self._failures_unlogged += 1
+            return
+        log.error(
+            "STORE %s FAILED: %s. %d records were not stored and their publishers get nacks; the next record "
+            "starts a new segment (%d more failed batches since the last report; totals %s)",
+            stage.upper(), exc, failed, self._failures_unlogged, self.fault_stats,
+        )
+        self._failures_logged_at, self._failures_unlogged = now, 0
+
+    def check_space(self) -> bool:
+        """While out of space: whether there is room again for what failed (and then clear the state). The
+        broker calls this with its disk alarm check; returns the current out_of_space."""
+        if not self.out_of_space:
+            return False
+        try:
+            free = _free_bytes(self._layout.root)
+        except OSError:
+            return True
+        if free > self._space_needed + 2 * HEADER_SIZE:
+            log.warning("store: disk space is available again (%d bytes free)", free)
+            self.out_of_space, self._space_needed = False, 0
+            if self.on_disk_full is not None:
+                self.on_disk_full(False)
+        return self.out_of_space
 
     def _seal(self, force_checkpoint: bool) -> Batch:
         self._apply_retention()
@@ -721,7 +906,7 @@ class MessageStore:
                 log.exception("on_durable callback failed")
 
     async def _delete_segments(self, bases: list[int]) -> None:
-        gone = [base for base in bases if self._refs.get(base) == 0 and base != self._active]
+        gone = [base for base in dict.fromkeys(bases) if self._refs.get(base) == 0 and base != self._active]
         for base in gone:
             self._count_retention_deletion(base)
             fd = self._read_fds.pop(base, None)
@@ -748,11 +933,11 @@ class MessageStore:
         layout = self._layout
         for base in bases:
             for path in (layout.segment(base), layout.offset_index(base), layout.time_index(base)):
-                path.unlink(missing_ok=True)
+                self._io.unlink(path)
 
     def _delete_ack_files(self, numbers: list[int]) -> None:
         for number in numbers:
-            self._layout.ack_file(number).unlink(missing_ok=True)
+            self._io.unlink(self._layout.ack_file(number))
 
     def _checkpoint_data(self, ack_number: int) -> CheckpointData:
         checkpoint = Checkpoint(
@@ -765,6 +950,12 @@ class MessageStore:
         )
         # Only copies on the loop (C-speed); the run encoding happens in a worker thread (_write_checkpoint).
         queue_rows = [(qid, list(state.live), list(state.delivered)) for qid, state in self._queues.items()]
+        if self._volatile:  # not on disk: recovery would count them lost
+            volatile = self._volatile
+            queue_rows = [
+                (qid, [o for o in live if o not in volatile], [o for o in delivered if o not in volatile])
+                for qid, live, delivered in queue_rows
+            ]
         segment_rows = []
         for i, base in enumerate(self._bases):
             sealed = base != self._active
@@ -833,6 +1024,11 @@ class MessageStore:
         kept = {offset: n for offset, n in counts.items() if offset in live}
         self._counts.update(((queue_id, offset), n) for offset, n in kept.items())
         return kept
+
+
+def _free_bytes(path: os.PathLike[str]) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
 
 
 def _scan_for(fd: int, offset: int) -> bytes | None:

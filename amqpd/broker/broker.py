@@ -14,7 +14,7 @@ from amqpd.broker.delayed_delivery import DelayedDelivery
 from amqpd.broker.exchanges import Exchange
 from amqpd.broker.message import Message
 from amqpd.broker.policy import QUEUE_KEYS, Policies, merge
-from amqpd.broker.queue import Entry, Queue, QueueHooks
+from amqpd.broker.queue import Entry, Queue, QueueHooks, wall_clock_ms
 from amqpd.broker.recovery import message_from_record
 from amqpd.broker.vhost import VirtualHost
 from amqpd.config import Settings
@@ -25,17 +25,24 @@ log = logging.getLogger("amqpd.broker")
 
 
 class Once:
-    """A callback that runs at most once, whichever of its callers comes first."""
+    """A confirm that is settled at most once, whichever outcome comes first: the message is safe (called:
+    stored and fsync'd, or consumed and acked everywhere) or it could not be stored (`failed`)."""
 
-    __slots__ = ("fn",)
+    __slots__ = ("fn", "on_failed")
 
-    def __init__(self, fn: Callable[[], None]) -> None:
+    def __init__(self, fn: Callable[[], None], on_failed: Callable[[], None] | None = None) -> None:
         self.fn: Callable[[], None] | None = fn
+        self.on_failed = on_failed
 
     def __call__(self) -> None:
-        fn, self.fn = self.fn, None  # dropping the closure frees what it holds, in a backlog too
+        fn, self.fn, self.on_failed = self.fn, None, None  # dropping the closures frees what they hold
         if fn is not None:
             fn()
+
+    def failed(self) -> None:
+        fail, self.fn, self.on_failed = self.on_failed, None, None
+        if fail is not None:
+            fail()
 
 
 class ChannelTotals:
@@ -77,6 +84,9 @@ class BrokerHooks(QueueHooks):
 
     def schedule(self, delay_s: float, callback: Callable[[], None]) -> Any:
         return self.broker.schedule(delay_s, callback)
+
+    def now_ms(self) -> int:
+        return self.broker.now_ms()
 
     def load(self, queue: Queue, offsets: list[int]) -> list[Message | None]:
         store = self.broker.store
@@ -120,8 +130,16 @@ class BrokerHooks(QueueHooks):
 
 
 class Broker:
-    def __init__(self, settings: Settings, store: Any = None, scheduler: Scheduler | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        store: Any = None,
+        scheduler: Scheduler | None = None,
+        now_ms: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        """`now_ms`: the wall clock in ms (TTL, publish timestamps, x-death times); tests inject their own."""
         self.settings = settings
+        self.now_ms = now_ms
         self.store = store
         self._scheduler = scheduler
         self.hooks = BrokerHooks(self)
@@ -140,6 +158,17 @@ class Broker:
         self.closed_totals = ChannelTotals()  # message counts of channels that have closed (overview totals)
         self.started_at = time.time()
         self.delayed = DelayedDelivery(self)
+        self.store_pressure = False  # the store has more unwritten bytes than it may: publishers pause
+        if store is not None:
+            store.on_pressure = self.set_store_pressure
+
+    def set_store_pressure(self, on: bool) -> None:
+        """Backpressure from the disk: while the store's unwritten bytes are over its bound, reading from
+        every publishing connection pauses (no connection.blocked: RabbitMQ's credit flow is silent too)."""
+        self.store_pressure = on
+        for session in list(self.connections):
+            if session.publishes:
+                session.hold_reading_for("store", on)
 
     def set_busy(self, busy: bool) -> None:
         """Sampled load: when the broker has time to spare again, every paused publisher goes on. A backlog
@@ -236,9 +265,17 @@ class Broker:
 
     # -- durability -------------------------------------------------------------------------------------
 
-    def store_message(self, msg: Message, queues: list[Queue], on_durable: Callable[[], None] | None) -> bool:
+    def store_message(
+        self,
+        msg: Message,
+        queues: list[Queue],
+        on_durable: Callable[[], None] | None,
+        on_failed: Callable[[], None] | None = None,
+    ) -> bool:
         """Write a persistent message for the durable queues it reached; True when on_durable will fire
-        after the fsync that covers it (the publisher's confirm waits for that)."""
+        after the fsync that covers it (the publisher's confirm waits for that), or on_failed if the store
+        could not write it (a full or failing disk: the publisher gets a nack). A transient message is written
+        for the streams among the queues only."""
         if self.store is None:
             return False
         if len(queues) == 1:
@@ -249,14 +286,16 @@ class Broker:
         if not ids:
             return False
         if msg.timestamp_ms == 0:
-            msg.timestamp_ms = int(time.time() * 1000)
+            msg.timestamp_ms = self.now_ms()
         expires = msg.timestamp_ms + msg.ttl_ms if msg.ttl_ms is not None else None
         body = msg.body if msg.body is not None else self.body_of(msg)
         record = MessageRecord(msg.exchange, msg.routing_key, msg.header, body, msg.timestamp_ms, expires)
+        failed = None
         if on_durable is not None:
-            on_durable = Once(on_durable)
+            on_durable = once = Once(on_durable, on_failed)
             msg.on_settled, msg.holders = on_durable, len(ids)
-        msg.store_offset = self.store.append(record, ids, on_durable)
+            failed = once.failed
+        msg.store_offset = self.store.append(record, ids, on_durable, failed)
         msg.for_streams = not msg.persistent
         msg.pageable = len(ids) == len(queues)
         return on_durable is not None

@@ -319,7 +319,9 @@ class Channel:
             accepting, refused = self._admit(msg, queues)
         stored = False
         if self.broker.store is not None and (msg.persistent or _any_stored(accepting)):
-            stored = self.broker.store_message(msg, accepting, self._durable_callback(seq, on_stored))
+            stored = self.broker.store_message(
+                msg, accepting, self._durable_callback(seq, on_stored), self._failed_callback(seq, on_stored)
+            )
         for q in accepting:
             q.push(msg)
             if len(q.ready) > q.FLOW_HIGH and q.consumers and self.broker.busy:
@@ -372,6 +374,13 @@ class Channel:
                 on_stored()
 
         return durable
+
+    def _failed_callback(self, seq: int, on_stored: Callable[[], None] | None) -> Callable[[], None] | None:
+        """The store could not write the message: the publisher's confirm is a nack (a tx commit still
+        completes: RabbitMQ's tx gives no durability guarantee beyond confirms)."""
+        if not seq:
+            return on_stored
+        return lambda: self._confirm(seq, False)
 
     def _strip_bcc(self, msg: Message) -> None:
         headers = dict(msg.headers or {})

@@ -45,7 +45,7 @@ def _dead_message(broker: Broker, msg: Message, queue: Queue, reason: str, dlx: 
         deaths.insert(0, previous)
     else:
         death: dict[str, Any] = {
-            "count": 1, "reason": reason, "queue": queue.name, "time": _now(), "exchange": msg.exchange,
+            "count": 1, "reason": reason, "queue": queue.name, "time": _now(broker), "exchange": msg.exchange,
             "routing-keys": [_table_string(msg.routing_key), *_cc(headers)],  # BCC keys stay secret, as in RabbitMQ
         }
         expiration = msg.raw_property(FLAG_EXPIRATION)  # only this one: pamqp refuses some valid properties
@@ -92,5 +92,5 @@ def _cc(headers: dict[str, Any]) -> list[str]:
     return [c for c in cc if isinstance(c, str)] if isinstance(cc, list) else []
 
 
-def _now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+def _now(broker: Broker) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(broker.now_ms() // 1000, datetime.UTC)

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from amqpd.broker.consumer import Consumer
 
 
-def now_ms() -> int:
+def wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
 
@@ -67,6 +67,9 @@ class QueueHooks:
 
     def counted(self, queue: Queue, entry: Entry, count: int) -> None:
         """A message goes back to a queue that counts deliveries: its new count should survive a restart."""
+    def now_ms(self) -> int:
+        """The wall clock in ms (TTL), injected so that tests can move it."""
+        return wall_clock_ms()
 
 
 class Queue:
@@ -88,6 +91,7 @@ class Queue:
         self.auto_delete = auto_delete
         self.arguments = arguments or {}
         self.hooks = hooks or QueueHooks()
+        self.now_ms = self.hooks.now_ms
         max_priority = (arguments or {}).get("x-max-priority")
         self.ready: FifoReady | PriorityReady | Backlog = (
             PriorityReady(max_priority) if max_priority else FifoReady()
@@ -257,7 +261,7 @@ class Queue:
         ttl = self.message_ttl
         if msg.ttl_ms is not None and (ttl is None or msg.ttl_ms < ttl):
             ttl = msg.ttl_ms
-        return None if ttl is None else (enqueued_ms or now_ms()) + ttl
+        return None if ttl is None else (enqueued_ms or self.now_ms()) + ttl
 
     def _drop_head_over_limit(self) -> None:
         while self.ready and self._over_limit(0, 0):
@@ -301,7 +305,7 @@ class Queue:
             if consumer is None:
                 break
             entry = self._popleft()
-            if entry.expires_at is not None and entry.expires_at <= now_ms():
+            if entry.expires_at is not None and entry.expires_at <= self.now_ms():
                 self.hooks.dropped(self, entry, "expired")
                 continue
             consumer.deliver(self, entry)
@@ -417,7 +421,7 @@ class Queue:
         ready = self.ready
         if not ready or ready[0].expires_at is None:
             return
-        now = now_ms()
+        now = self.now_ms()
         while ready and ready[0].expires_at is not None and ready[0].expires_at <= now:  # type: ignore[operator]
             self.hooks.dropped(self, self._popleft(), "expired")
         # Per-message TTLs can leave a live message in front of expired ones; those go when they reach the head.
@@ -428,7 +432,7 @@ class Queue:
         head = self.ready[0].expires_at
         if head is None:
             return
-        delay = max(0.0, (head - now_ms()) / 1000) + 0.001
+        delay = max(0.0, (head - self.now_ms()) / 1000) + 0.001
 
         def fire() -> None:
             self._ttl_timer = None

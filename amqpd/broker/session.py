@@ -585,6 +585,14 @@ class Session:
         self.publishes = True
         if self.broker.alarms:
             self.apply_alarms()
+        if self.broker.store_pressure:
+            self.hold_reading_for("store", True)
+
+    def hold_reading_for(self, reason: str, hold: bool) -> None:
+        if hold:
+            self.transport.hold_reading(reason)
+        else:
+            self.transport.release_reading(reason)
 
     def apply_alarms(self) -> None:
         """Block a publishing connection while any resource alarm is on; unblock when all clear."""

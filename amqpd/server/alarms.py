@@ -48,12 +48,22 @@ class Alarms:
         self.settings = settings
         self.memory_limit = memory_limit(settings)
         self.active: set[str] = set()
+        store = broker.store
+        if store is not None:
+            store.on_disk_full = self.store_full  # a write failed with ENOSPC: raise the alarm at once
+
+    def store_full(self, full: bool) -> None:
+        self.check()
 
     def check(self) -> None:
         self._set("memory", process_rss() > self.memory_limit)
         data_dir = self.settings.data_dir
         if data_dir and os.path.isdir(data_dir):
-            self._set("disk", shutil.disk_usage(data_dir).free < self.settings.disk_free_limit)
+            # The store's own verdict counts too: a write that failed with ENOSPC holds the alarm until
+            # there is room for what failed, whatever disk_free_limit says.
+            store = self.broker.store
+            store_full = store is not None and store.check_space()
+            self._set("disk", store_full or shutil.disk_usage(data_dir).free < self.settings.disk_free_limit)
         self.broker.alarms = frozenset(self.active)
         if self.active:
             for session in list(self.broker.connections):

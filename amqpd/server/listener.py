@@ -241,6 +241,7 @@ async def _open_store(settings: Settings) -> tuple[Any, Any]:
         fsync=settings.fsync,
         retention_max_age_ms=settings.retention_max_age_ms,
         retention_max_bytes=settings.retention_max_bytes,
+        max_unwritten_bytes=settings.max_unwritten_bytes,
     )
     return store, await store.open(load_records=False)  # a recovered backlog is read back as it is consumed
 

@@ -20,7 +20,10 @@ from amqpd.broker.ready import FifoReady
 class StoreHooks(QueueHooks):
     """Stands in for the store: offset -> body; offsets in `damaged` read back as None."""
 
-    def __init__(self, count: int, damaged: set[int] | None = None, ttl_ms: int | None = None) -> None:
+    def __init__(
+        self, count: int, damaged: set[int] | None = None, ttl_ms: int | None = None, now: list[int] | None = None
+    ) -> None:
+        self.now = now
         self.bodies = {o: f"m{o}".encode() for o in range(count)}
         self.damaged = damaged or set()
         self.ttl_ms = ttl_ms
@@ -41,6 +44,9 @@ class StoreHooks(QueueHooks):
 
     def forget(self, queue: Queue, offsets: list[int]) -> None:
         self.forgotten.extend(offsets)
+
+    def now_ms(self) -> int:
+        return self.now[0] if self.now is not None else super().now_ms()
 
 
 def recovered(count: int, flagged: set[int] | None = frozenset(), **kw: object) -> tuple[Queue, StoreHooks]:  # type: ignore[assignment]
@@ -132,7 +138,7 @@ def test_deleting_the_queue_leaves_the_unread_offsets_to_the_store() -> None:
 
 
 def test_queue_ttl_counts_from_the_original_publish(clock: list[int]) -> None:  # noqa: F811
-    hooks = StoreHooks(3)
+    hooks = StoreHooks(3, now=clock)
     q = Queue("/", "q", durable=True, arguments={"x-message-ttl": 5}, hooks=hooks)
     q.store_id = 1
     q.adopt_backlog([0, 1, 2], set())
@@ -140,7 +146,7 @@ def test_queue_ttl_counts_from_the_original_publish(clock: list[int]) -> None:  
 
 
 def test_per_message_ttl_still_applies(clock: list[int]) -> None:  # noqa: F811
-    q, _ = recovered(2, ttl_ms=60_000)
+    q, _ = recovered(2, ttl_ms=60_000, now=clock)
     entry = q.get()
     assert entry is not None and entry.expires_at == 1_000_000 - 10 + 60_000
 

@@ -6,22 +6,22 @@ import datetime
 from typing import Any
 
 import pytest
-from fakes import ClientChannel, new_broker
+from fakes import ClientChannel
 from pamqp import body, commands, header
 
-from amqpd.broker import queue as queue_module
+from amqpd.broker.broker import Broker
+from amqpd.config import Settings
 
 
 @pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    now = [5_000_000]
-    monkeypatch.setattr(queue_module, "now_ms", lambda: now[0])
-    return now
+def clock() -> list[int]:
+    """The broker's wall clock in ms; tests move it by assigning clock[0]."""
+    return [1_767_225_600_000]  # 2026-01-01T00:00:00Z
 
 
 @pytest.fixture
-def client() -> ClientChannel:
-    return ClientChannel(new_broker())
+def client(clock: list[int]) -> ClientChannel:
+    return ClientChannel(Broker(Settings(), now_ms=lambda: clock[0]))
 
 
 class Got:
@@ -225,15 +225,12 @@ def test_dead_letter_without_a_routing_key_follows_the_original_cc_and_bcc_keys(
     assert [count(client, f"dl-{name}") for name in ("a", "b", "c")] == [1, 1, 1]
 
 
-def test_repeated_death_keeps_the_time_of_the_first(client: ClientChannel, monkeypatch: pytest.MonkeyPatch) -> None:
-    from amqpd.broker import dead_letter as dead_letter_module
-
+def test_repeated_death_keeps_the_time_of_the_first(client: ClientChannel, clock: list[int]) -> None:
     first = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
-    monkeypatch.setattr(dead_letter_module, "_now", lambda: first)
     client.declare_queue("retry", arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "retry"})
     client.publish("", "retry", b"m")
     reject_one(client, "retry")
-    monkeypatch.setattr(dead_letter_module, "_now", lambda: first + datetime.timedelta(hours=1))
+    clock[0] += 3_600_000
     reject_one(client, "retry")
     got = get(client, "retry")
     assert got is not None

@@ -1,7 +1,7 @@
 """A queue as its consumers see it: order, fairness, priorities, prefetch, requeue, TTL and length limits.
 
 The queue talks to consumers through Consumer/Channel objects; here a recording channel stands in for
-the real one, and time is injected by patching amqpd.broker.queue.now_ms.
+the real one, and time is injected through the queue's hooks (RecordingHooks(clock)).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from amqpd.broker import queue as queue_module
 from amqpd.broker.consumer import Consumer
 from amqpd.broker.message import Message
 from amqpd.broker.queue import Entry, Queue, QueueHooks
@@ -59,19 +58,21 @@ class RecordingChannel:
 
 
 class RecordingHooks(QueueHooks):
-    def __init__(self) -> None:
+    def __init__(self, clock: list[int] | None = None) -> None:
         self.dropped_entries: list[tuple[bytes, str]] = []
+        self.clock = clock
+
+    def now_ms(self) -> int:
+        return self.clock[0] if self.clock is not None else super().now_ms()
 
     def dropped(self, queue: Queue, entry: Entry, reason: str) -> None:
         self.dropped_entries.append((entry.msg.body, reason))
 
 
 @pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The queue's clock in ms; tests move it by assigning clock[0]."""
-    now = [1_000_000]
-    monkeypatch.setattr(queue_module, "now_ms", lambda: now[0])
-    return now
+def clock() -> list[int]:
+    """A queue's clock in ms, for RecordingHooks(clock); tests move it by assigning clock[0]."""
+    return [1_000_000]
 
 
 def consumer(
@@ -286,7 +287,7 @@ def test_queue_without_max_priority_ignores_message_priority() -> None:
 
 
 def test_queue_ttl_expires_messages_at_the_head(clock: list[int]) -> None:
-    hooks = RecordingHooks()
+    hooks = RecordingHooks(clock)
     q = Queue("/", "q", arguments={"x-message-ttl": 100}, hooks=hooks)
     q.push(msg(b"old"))
     clock[0] += 50
@@ -298,14 +299,14 @@ def test_queue_ttl_expires_messages_at_the_head(clock: list[int]) -> None:
 
 
 def test_message_is_alive_until_its_ttl_has_fully_passed(clock: list[int]) -> None:
-    q = Queue("/", "q", arguments={"x-message-ttl": 100})
+    q = Queue("/", "q", arguments={"x-message-ttl": 100}, hooks=RecordingHooks(clock))
     q.push(msg(b"m"))
     clock[0] += 99
     assert drain(q) == [b"m"]
 
 
 def test_per_message_ttl_shorter_than_the_queue_ttl_wins(clock: list[int]) -> None:
-    q = Queue("/", "q", arguments={"x-message-ttl": 1000})
+    q = Queue("/", "q", arguments={"x-message-ttl": 1000}, hooks=RecordingHooks(clock))
     q.push(msg(b"short", expiration="10"))
     q.push(msg(b"long"))
     clock[0] += 10
@@ -313,14 +314,14 @@ def test_per_message_ttl_shorter_than_the_queue_ttl_wins(clock: list[int]) -> No
 
 
 def test_queue_ttl_shorter_than_the_per_message_ttl_wins(clock: list[int]) -> None:
-    q = Queue("/", "q", arguments={"x-message-ttl": 10})
+    q = Queue("/", "q", arguments={"x-message-ttl": 10}, hooks=RecordingHooks(clock))
     q.push(msg(b"m", expiration="5000"))
     clock[0] += 10
     assert drain(q) == []
 
 
 def test_expired_message_behind_a_live_one_goes_when_it_reaches_the_head(clock: list[int]) -> None:
-    hooks = RecordingHooks()
+    hooks = RecordingHooks(clock)
     q = Queue("/", "q", hooks=hooks)
     q.push(msg(b"live", expiration="10000"))
     q.push(msg(b"dead", expiration="10"))
@@ -332,7 +333,7 @@ def test_expired_message_behind_a_live_one_goes_when_it_reaches_the_head(clock: 
 
 
 def test_expired_messages_are_not_delivered_to_a_new_consumer(clock: list[int]) -> None:
-    hooks = RecordingHooks()
+    hooks = RecordingHooks(clock)
     q, ch = Queue("/", "q", arguments={"x-message-ttl": 5}, hooks=hooks), RecordingChannel()
     q.push(msg(b"old"))
     clock[0] += 10
@@ -343,14 +344,14 @@ def test_expired_messages_are_not_delivered_to_a_new_consumer(clock: list[int]) 
 
 
 def test_ttl_zero_message_reaches_a_consumer_that_can_take_it_at_once(clock: list[int]) -> None:
-    q, ch = Queue("/", "q", arguments={"x-message-ttl": 0}), RecordingChannel()
+    q, ch = Queue("/", "q", arguments={"x-message-ttl": 0}, hooks=RecordingHooks(clock)), RecordingChannel()
     consumer(q, ch, "c")
     q.push(msg(b"now"))
     assert ch.bodies() == [b"now"]
 
 
 def test_ttl_zero_message_without_a_consumer_is_dropped(clock: list[int]) -> None:
-    q = Queue("/", "q", arguments={"x-message-ttl": 0})
+    q = Queue("/", "q", arguments={"x-message-ttl": 0}, hooks=RecordingHooks(clock))
     q.push(msg(b"gone"))
     assert q.get() is None
 
@@ -364,7 +365,7 @@ def test_ttl_timer_is_armed_for_the_head_message(clock: list[int]) -> None:
             self.fire = callback
             return None
 
-    hooks = Hooks()
+    hooks = Hooks(clock)
     q = Queue("/", "q", arguments={"x-message-ttl": 250}, hooks=hooks)
     q.push(msg(b"m"))
     assert len(scheduled) == 1 and 0.25 <= scheduled[0] < 0.3

@@ -17,7 +17,6 @@ as everything transient is).
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -42,14 +41,12 @@ def holder_name(exchange: str) -> str:
     return HOLDER_PREFIX + exchange
 
 
-def _wall_ms() -> int:
-    return int(time.time() * 1000)
-
-
 class DelayedDelivery:
-    def __init__(self, broker: Broker, clock: Callable[[], int] = _wall_ms) -> None:
+    def __init__(self, broker: Broker) -> None:
         self.broker = broker
-        self.clock = clock  # Unix ms: due times survive restarts, so they are wall-clock times
+        # Unix ms: due times survive restarts, so they are wall-clock times; the broker's clock, which tests
+        # inject, so that TTLs and due times move together.
+        self.clock = broker.now_ms
 
     # -- publishing ---------------------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ client would see.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from pamqp import body, commands, frame, header
@@ -176,8 +177,10 @@ def messages(frames: list[Any]) -> list[tuple[Any, bytes]]:
     return out
 
 
-def new_broker(**settings: Any) -> Broker:
-    return Broker(Settings(**settings))
+def new_broker(now_ms: Callable[[], int] | None = None, **settings: Any) -> Broker:
+    if now_ms is None:
+        return Broker(Settings(**settings))
+    return Broker(Settings(**settings), now_ms=now_ms)
 
 
 class FakeTransport:

@@ -229,7 +229,7 @@ class UnsyncedStore:
     def put_queue(self, *args: Any) -> int:
         return 1
 
-    def append(self, record: Any, queue_ids: list[int], on_durable: Any = None) -> int:
+    def append(self, record: Any, queue_ids: list[int], on_durable: Any = None, on_failed: Any = None) -> int:
         self.on_durable.append(on_durable)
         return len(self.on_durable) - 1
 

@@ -13,7 +13,6 @@ from fakes import ClientChannel, new_broker
 from pamqp import commands, header
 
 from amqpd import errors
-from amqpd.broker import queue as queue_module
 from amqpd.broker.delay_schedule import DelaySchedule
 from amqpd.broker.exchanges import DelayedExchange
 
@@ -21,16 +20,13 @@ T0 = 1_800_000_000_000
 
 
 @pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    now = [T0]
-    monkeypatch.setattr(queue_module, "now_ms", lambda: now[0])  # queues count TTLs on the same clock
-    return now
+def clock() -> list[int]:
+    return [T0]
 
 
 @pytest.fixture
 def client(clock: list[int]) -> ClientChannel:
-    broker = new_broker()
-    broker.delayed.clock = lambda: clock[0]
+    broker = new_broker(now_ms=lambda: clock[0])  # queues count TTLs on the same clock as due times
     c = ClientChannel(broker)
     c.call(commands.Exchange.Declare(exchange="dx", exchange_type="x-delayed-message",
                                      arguments={"x-delayed-type": "direct"}))

@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from typing import Any
 from urllib.parse import quote
@@ -107,11 +108,19 @@ def write_definitions() -> str:
     return path
 
 
-def _ctl(*args: str) -> None:
+def _ctl(*args: str, attempts: int = 3) -> None:
+    """rabbitmqctl, retried: on a machine shared with other test runs a call can time out."""
     ctl = shutil.which("rabbitmqctl")
     if ctl is None or os.environ.get("AMQPD_REFERENCE_URL"):
         return  # a remote reference: its operator creates the users (see interop/README.md)
-    subprocess.run([ctl, "-q", *args], capture_output=True, timeout=120, check=False)
+    for _ in range(attempts):
+        try:
+            done = subprocess.run([ctl, "-q", *args], capture_output=True, text=True, timeout=120, check=False)
+        except subprocess.TimeoutExpired:
+            continue
+        if done.returncode == 0 or "not exist" in done.stderr or "does_not_exist" in done.stderr:
+            return
+    print(f"rabbitmqctl {' '.join(args)} failed {attempts} times", file=sys.stderr)
 
 
 def install_on_reference(path: str) -> None:

@@ -56,12 +56,16 @@ def _leftovers_on_reference() -> list[str] | None:
     if not ctl or os.environ.get("AMQPD_REFERENCE_URL"):
         return None
     found: list[str] = []
-    for what in ("list_queues", "list_exchanges"):
+    for what in ("list_queues", "list_exchanges", "list_users", "list_vhosts"):
+        columns = [] if what == "list_users" else ["name"]
         try:
-            out = subprocess.run([ctl, "-q", what, "name"], capture_output=True, text=True, timeout=60)
+            out = subprocess.run([ctl, "-q", what, *columns], capture_output=True, text=True, timeout=60)
         except (OSError, subprocess.TimeoutExpired):
             return None
-        found += [f"{what[5:-1]} {line.strip()}" for line in out.stdout.splitlines() if scope.TOKEN_RE.search(line)]
+        found += [
+            f"{what[5:-1]} {line.split()[0]}" for line in out.stdout.splitlines()
+            if scope.TOKEN_RE.search(line) and access_users.TOKEN not in line  # this session's go at unconfigure
+        ]
     return found
 
 

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from amqpd.broker.consumer import Consumer
 
 READ_BATCH = 256  # records read from the log per step of a consumer's replay
+FEED_BATCHES = 64  # reads per consumer per dispatch before yielding to the loop
 _OFFSET_FIELD = shortstr("x-stream-offset") + b"l"  # a signed 64-bit integer, as RabbitMQ sends it
 _ACTIVE = struct.Struct("<qqq")  # stream.active: the open segment's first offset, bytes, newest timestamp
 TRACKED_PREFIX = "offset:"  # queue values: a tracked consumer's next offset, by consumer tag
@@ -152,11 +153,18 @@ class StreamQueue(Queue):
         if active != self._saved_active and self.store is not None:
             self._saved_active = active
             self.store.set_queue_value(self.store_id, "stream.active", active)
-        if self._dispatch_due or not self.cursors:
-            return
+        if self.cursors and not self._schedule_dispatch():
+            self.dispatch()
+
+    def _schedule_dispatch(self) -> bool:
+        """Dispatch on the loop's next turn (once however often asked); False without a loop to do it."""
+        if self._dispatch_due:
+            return True
         self._dispatch_due = True
         if self.hooks.schedule(0, self._dispatch_soon) is None:
-            self._dispatch_soon()
+            self._dispatch_due = False  # no scheduler (tests): the caller dispatches itself
+            return False
+        return True
 
     def _dispatch_soon(self) -> None:
         self._dispatch_due = False
@@ -235,20 +243,31 @@ class StreamQueue(Queue):
             self._feed(cursor)
 
     def _feed(self, cursor: Cursor) -> None:
+        """Deliver from the cursor while its consumer has room, at most FEED_BATCHES reads per call (a filter
+        that matches little must not hold the loop for a whole replay: the rest goes on next turn)."""
         consumer = cursor.consumer
         log = self.log
-        while consumer.can_accept() and cursor.next < log.committed:
-            room = consumer.prefetch - consumer.unacked if consumer.prefetch else READ_BATCH
-            batch = log.read(cursor.next, min(max(room, 1), READ_BATCH))
-            if not batch:
-                cursor.next = max(cursor.next, log.first)
+        budget = FEED_BATCHES
+        while consumer.can_accept():
+            start = max(cursor.next, log.first)
+            cursor.next = start
+            end = log.committed
+            if start >= end:
                 return
+            if budget == 0:
+                if self._schedule_dispatch():
+                    return
+                budget = FEED_BATCHES
+            budget -= 1
+            room = consumer.prefetch - consumer.unacked if consumer.prefetch else READ_BATCH
+            limit = min(max(room, 1), READ_BATCH, end - start)
+            batch = log.read(start, limit)
+            cursor.next = start + limit  # past records that failed their checks on disk too
             entries: list[Entry] = []
             for offset, record in batch:
                 if cursor.wants(record):
                     cursor.outstanding[offset] = None
                     entries.append(StreamEntry(StreamDelivery(record, offset), offset, cursor))
-            cursor.next = batch[-1][0] + 1
             if entries:
                 consumer.channel.deliver_many(consumer, self, entries)
             if cursor.filter is not None and not cursor.outstanding and cursor.tracking:

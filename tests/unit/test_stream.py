@@ -15,9 +15,10 @@ from pamqp import commands
 
 from amqpd import errors
 from amqpd.broker.broker import Broker
-from amqpd.broker.stream import StreamQueue
+from amqpd.broker.stream import FEED_BATCHES, READ_BATCH, StreamQueue
 from amqpd.broker.stream_args import parse_age_ms
 from amqpd.broker.stream_log import OffsetRuns
+from amqpd.config import Settings
 
 STREAM = {"x-queue-type": "stream"}
 
@@ -413,3 +414,22 @@ def test_model_every_consumer_reads_the_log_densely_from_its_start(ops: list[tup
                 last[tag] = offset
             elif hasattr(f, "value"):
                 assert f.value == b"%d" % last[tag]  # offset n is the n-th message
+
+
+def test_a_filter_that_matches_little_yields_to_the_loop_between_reads() -> None:
+    later: list[Any] = []
+    broker = Broker(Settings(), scheduler=lambda delay, fn: later.append(fn) or object())
+    c = ClientChannel(broker)
+    c.declare_queue("s", durable=True, arguments=STREAM)
+    c.call(commands.Basic.Qos(prefetch_count=10))
+    total = FEED_BATCHES * READ_BATCH * 2 + 5
+    for i in range(total):
+        c.publish("", "s", b"x", headers={"x-stream-filter-value": "wanted" if i == total - 1 else "other"})
+    got = read(c, "first", "", **{"x-stream-filter": "wanted"})
+    assert got == [] and later  # one dispatch read a bounded stretch, then asked for another turn
+    turns = 0
+    while later and not got:
+        later.pop(0)()
+        got = offsets_and_bodies(c)
+        turns += 1
+    assert got == [(total - 1, b"x")] and turns >= 2

@@ -90,14 +90,16 @@ class DelayedDelivery:
         ex.timer = ex.timer_due = None
         vhost = self._vhost_of(ex)
         due = ex.schedule.pop_due(self.clock(), BATCH)
-        records = self._read_stored([item for _, item in due if isinstance(item, int)])
-        for _, item in due:
-            msg = item if isinstance(item, Message) else self._from_record(item, records.get(item))
-            if msg is not None and vhost is not None:
-                self._route(vhost, ex, msg)
-            if isinstance(item, int) and ex.store_id is not None and self.broker.store is not None:
-                self.broker.store.ack(ex.store_id, item)
-        self._arm(ex)
+        try:
+            records = self._read_stored([item for _, item in due if isinstance(item, int)])
+            for _, item in due:
+                msg = item if isinstance(item, Message) else self._from_record(item, records.get(item))
+                if msg is not None and vhost is not None:
+                    self._route(vhost, ex, msg)
+                if isinstance(item, int) and ex.store_id is not None and self.broker.store is not None:
+                    self.broker.store.ack(ex.store_id, item)
+        finally:
+            self._arm(ex)  # whatever went wrong with one message, the rest keep their timer
         return len(due)
 
     def _vhost_of(self, ex: DelayedExchange) -> VirtualHost | None:

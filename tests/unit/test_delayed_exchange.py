@@ -205,3 +205,21 @@ def test_schedule_pops_in_due_order() -> None:
     assert s.pop_due(100, 1) == [(20, "b")]
 
 
+
+
+def test_a_message_that_fails_to_route_leaves_the_others_scheduled(
+    client: ClientChannel, clock: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client.publish("dx", "k", b"first", headers={"x-delay": 10})
+    client.publish("dx", "k", b"later", headers={"x-delay": 500})
+    vhost = client.broker.vhosts["/"]
+
+    def broken(ex: Any, msg: Any) -> Any:
+        raise RuntimeError("routing failed")
+
+    monkeypatch.setattr(vhost, "route", broken)
+    clock[0] += 10
+    with pytest.raises(RuntimeError):
+        client.broker.delayed.release_due(exchange(client))
+    assert exchange(client).timer_due == T0 + 500  # armed again for the next one
+    monkeypatch.undo()

@@ -17,6 +17,7 @@ as everything transient is).
 from __future__ import annotations
 
 import logging
+import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +26,9 @@ from amqpd.broker.message import Message
 from amqpd.broker.message_ids import stamp_for
 from amqpd.broker.recovery import HOLDER_PREFIX, message_from_record
 from amqpd.protocol.constants import FLAG_HEADERS
-from amqpd.protocol.properties import encode_table, rewrite_properties
+from amqpd.protocol.field_tables import table_entries
+from amqpd.protocol.methods import MAX_TABLE_DEPTH
+from amqpd.protocol.properties import PropertyScan, rewrite_properties
 from store import MessageRecord
 
 if TYPE_CHECKING:
@@ -87,14 +90,16 @@ class DelayedDelivery:
         ex.timer = ex.timer_due = None
         vhost = self._vhost_of(ex)
         due = ex.schedule.pop_due(self.clock(), BATCH)
-        records = self._read_stored([item for _, item in due if isinstance(item, int)])
-        for _, item in due:
-            msg = item if isinstance(item, Message) else self._from_record(item, records.get(item))
-            if msg is not None and vhost is not None:
-                self._route(vhost, ex, msg)
-            if isinstance(item, int) and ex.store_id is not None and self.broker.store is not None:
-                self.broker.store.ack(ex.store_id, item)
-        self._arm(ex)
+        try:
+            records = self._read_stored([item for _, item in due if isinstance(item, int)])
+            for _, item in due:
+                msg = item if isinstance(item, Message) else self._from_record(item, records.get(item))
+                if msg is not None and vhost is not None:
+                    self._route(vhost, ex, msg)
+                if isinstance(item, int) and ex.store_id is not None and self.broker.store is not None:
+                    self.broker.store.ack(ex.store_id, item)
+        finally:
+            self._arm(ex)  # whatever went wrong with one message, the rest keep their timer
         return len(due)
 
     def _vhost_of(self, ex: DelayedExchange) -> VirtualHost | None:
@@ -181,25 +186,34 @@ class DelayedDelivery:
 
 
 def _swap_delay_header(msg: Message) -> Message:
-    headers = dict(msg.headers or {})
-    delay = delay_of(headers)
+    """x-delay := -delay as a signedint, the table sorted by key: what the plugin's swap_delay_header
+    (rabbit_misc:set_table_value) sends. Every other value keeps its bytes and type."""
+    delay = delay_of(msg.headers)
     if delay is None:
         return msg
-    headers[DELAY_HEADER] = -delay
-    return _with_headers(msg, headers)
+    value = b"I" + struct.pack(">i", -delay) if delay <= 2**31 else b"l" + struct.pack(">q", -delay)
+    entries = dict(_entries(msg))
+    entries[DELAY_HEADER.encode()] = value
+    return _with_entries(msg, sorted(entries.items()))
 
 
 def _without_bcc(msg: Message, headers: dict[str, Any]) -> Message:
-    headers = dict(headers)
-    bcc = headers.pop("BCC", None)
-    out = _with_headers(msg, headers)
+    out = _with_entries(msg, [(k, v) for k, v in _entries(msg) if k != b"BCC"])
+    bcc = headers.get("BCC")
     out.bcc = [k.decode() if isinstance(k, bytes) else k for k in bcc or [] if isinstance(k, (str, bytes))]
     return out
 
 
-def _with_headers(msg: Message, headers: dict[str, Any]) -> Message:
+def _entries(msg: Message) -> list[tuple[bytes, bytes]]:
+    raw = PropertyScan(msg.header, msg.flags).headers_raw
+    return table_entries(raw, MAX_TABLE_DEPTH) if raw else []
+
+
+def _with_entries(msg: Message, entries: list[tuple[bytes, bytes]]) -> Message:
     body = msg.body or b""
-    header = rewrite_properties(msg.header, len(body), {FLAG_HEADERS: encode_table(headers) if headers else None})
-    flags = int.from_bytes(header[12:14], "big")
+    inner = b"".join(bytes((len(key),)) + key + value for key, value in entries)
+    table = struct.pack(">I", len(inner)) + inner if entries else None
+    header = rewrite_properties(msg.header, len(body), {FLAG_HEADERS: table})
+    flags = struct.unpack_from(">H", header, 12)[0]
     # A fresh message (timestamp 0): stored for its queues from now, its TTL counting from now.
     return Message(msg.exchange, msg.routing_key, msg.route, header, body, flags)

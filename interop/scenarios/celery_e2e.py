@@ -182,3 +182,10 @@ def celery_countdown_and_eta(url: str) -> Any:
 @scenario("celery", timeout=90)
 def celery_native_delayed_delivery_quorum(url: str) -> Any:
     return _run(url, "quorum", _countdown_eta)
+
+
+# Retries with a countdown through Celery's native delayed delivery (quorum queues): the retried task goes
+# through the celery_delayed_* levels (TTL and dead-lettering) before it comes back to the worker.
+@scenario("celery", timeout=90)
+def celery_retries_native_delayed_delivery_quorum(url: str) -> Any:
+    return _run(url, "quorum", _retries)

@@ -201,3 +201,44 @@ def test_schedule_pops_in_due_order() -> None:
     assert s.pop_due(100, 1) == [(20, "b")]
 
 
+
+
+def test_a_message_that_fails_to_route_leaves_the_others_scheduled(
+    client: ClientChannel, clock: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client.publish("dx", "k", b"first", headers={"x-delay": 10})
+    client.publish("dx", "k", b"later", headers={"x-delay": 500})
+    vhost = client.broker.vhosts["/"]
+
+    def broken(ex: Any, msg: Any) -> Any:
+        raise RuntimeError("routing failed")
+
+    monkeypatch.setattr(vhost, "route", broken)
+    clock[0] += 10
+    with pytest.raises(RuntimeError):
+        client.broker.delayed.release_due(exchange(client))
+    assert exchange(client).timer_due == T0 + 500  # armed again for the next one
+    monkeypatch.undo()
+
+
+def test_released_headers_keep_every_value_byte_for_byte_sorted_with_x_delay_a_signedint(
+    client: ClientChannel, clock: list[int]
+) -> None:
+    """swap_delay_header sets x-delay with rabbit_misc:set_table_value (signedint, table sorted by key); the
+    other values keep their wire types (a long long 5 must not come back as a short-short)."""
+    import struct
+
+    from fakes import method_payload
+
+    entries = [(b"zz", b"l" + struct.pack(">q", 5)), (b"x-delay", b"I" + struct.pack(">i", 100)),
+               (b"aa", b"S" + struct.pack(">I", 2) + b"hi")]
+    inner = b"".join(bytes((len(k),)) + k + v for k, v in entries)
+    hdr = struct.pack(">HHQH", 60, 0, 1, 1 << 13) + struct.pack(">I", len(inner)) + inner
+    client.ch.on_publish(method_payload(commands.Basic.Publish(0, "dx", "k", False)))
+    client.ch.on_header(hdr)
+    client.ch.on_body(b"m")
+    advance(client, clock, 100)
+    (entry,) = client.broker.vhosts["/"].queues["q"].ready
+    want = [entries[2], (b"x-delay", b"I" + struct.pack(">i", -100)), entries[0]]
+    table = b"".join(bytes((len(k),)) + k + v for k, v in want)
+    assert entry.msg.header.endswith(struct.pack(">I", len(table)) + table)

@@ -516,6 +516,7 @@ class Channel:
         if m.passive and (m.queue == REPLY_TO or m.queue.startswith(REPLY_TO_PREFIX)):
             self.reply(build(commands.Queue.DeclareOk, m.queue, 0, 0))  # the pseudo-queue always "exists"
             return
+        self._check_queue_name_length(m.queue)
         q = self.vhost.declare_queue(
             m.queue, passive=m.passive, durable=m.durable, exclusive=m.exclusive, auto_delete=m.auto_delete,
             arguments=m.arguments or {}, owner=self.conn,
@@ -523,6 +524,14 @@ class Channel:
         self.last_queue = q.name
         if not m.nowait:
             self.reply(build(commands.Queue.DeclareOk, q.name, len(q.ready), len(q.consumers)))
+
+    def _check_queue_name_length(self, name: str) -> None:
+        """max_queue_name_length (at most 255, the protocol's shortstr): a longer name is refused with 406."""
+        limit = self.broker.settings.max_queue_name_length
+        if len(name) > limit // 4 and len(name.encode()) > limit:  # cheap for the usual short name
+            raise errors.precondition_failed(
+                f"queue name '{name[:64]}...' is {len(name.encode())} bytes long; max_queue_name_length is {limit}"
+            )
 
     def _queue_name(self, name: str) -> str:
         """An empty queue name means the channel's last declared queue (AMQP 0-9-1)."""

@@ -1,7 +1,9 @@
 """A queue: ready messages in order, consumers served round-robin, TTL, length limits.
 
-Plain object: delivery goes through Consumer.deliver, time through the injected clock, and
-durability through the optional store hooks; no I/O here.
+Plain object: delivery goes to the consumer's channel (Consumer.deliver, or the channel directly when a
+push goes straight out), the wall clock comes from the hooks (QueueHooks.now_ms), durability and
+dead-lettering go through the hooks. No sockets here; but a durable queue's backlog is read back through
+QueueHooks.load, which reads the store synchronously (see backlog.py).
 """
 
 from __future__ import annotations

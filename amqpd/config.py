@@ -192,4 +192,7 @@ def load(config_file: str | None = None, **overrides: Any) -> Settings:
         value = getattr(settings, name)
         if value is not None:
             setattr(settings, name, parse(value))
+    if not 1 <= settings.max_queue_name_length <= 255:
+        # A queue name travels as an AMQP shortstr: 255 bytes is the protocol's own limit.
+        raise ValueError(f"max_queue_name_length must be 1..255, not {settings.max_queue_name_length}")
     return settings

@@ -474,10 +474,11 @@ class MessageStore:
             return record
         if self._volatile and offset in self._volatile:
             return self._volatile[offset][0]  # type: ignore[no-any-return]
-        i = bisect_right(self._bases, offset) - 1
+        bases = self._bases[:]  # see read_many: a worker thread may call this
+        i = bisect_right(bases, offset) - 1
         if i < 0:
             raise KeyError(offset)
-        base = self._bases[i]
+        base = bases[i]
         fd = self._read_fd(base)
         try:
             payload = read_payload(fd, self._indexes[base], offset)
@@ -489,19 +490,23 @@ class MessageStore:
 
     def read_many(self, offsets: list[int]) -> list[MessageRecord | None]:
         """Records for ascending offsets, None for one that is not in the store or fails its checks
-        (blocking preads, one pass over each segment's stretch: this is how a recovered backlog comes back)."""
+        (blocking preads, one pass over each segment's stretch: this is how a recovered backlog comes back).
+        Safe to call from a worker thread for offsets some queue holds (the broker's read-ahead)."""
         found: list[MessageRecord | None] = []
+        # A copy: read-ahead calls this in a worker thread while the loop may delete segments nobody needs
+        # (never one holding these offsets) and shift the list.
+        bases = list(self._bases)
         i = 0
         while i < len(offsets):
-            s = bisect_right(self._bases, offsets[i]) - 1
-            end = self._bases[s + 1] if s + 1 < len(self._bases) else None
+            s = bisect_right(bases, offsets[i]) - 1
+            end = bases[s + 1] if s + 1 < len(bases) else None
             j = i
             while j < len(offsets) and (end is None or offsets[j] < end):
                 j += 1
             if s < 0:
                 found.extend([None] * (j - i))
             else:
-                found.extend(self._read_run(self._bases[s], offsets[i:j]))
+                found.extend(self._read_run(bases[s], offsets[i:j]))
             i = j
         return found
 
@@ -687,8 +692,11 @@ class MessageStore:
 
     def _read_fd(self, base: int) -> int:
         fd = self._read_fds.get(base)
-        if fd is None:
-            fd = self._read_fds[base] = os.open(self._layout.segment(base), os.O_RDONLY)
+        if fd is None:  # read_many may run in a worker thread (read-ahead): one fd per segment all the same
+            new = os.open(self._layout.segment(base), os.O_RDONLY)
+            fd = self._read_fds.setdefault(base, new)
+            if fd != new:
+                os.close(new)
         return fd
 
     def _first_at_or_after(self, base: int, index: SegmentIndex, timestamp_ms: int) -> int | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 from xxhash import xxh3_64_intdigest, xxh32_intdigest
@@ -89,22 +90,33 @@ READ_RUN_BLOCK = 1 << 20
 
 
 def read_payloads(
-    fd: int, index: SegmentIndex, offsets: list[int], block_size: int = READ_RUN_BLOCK
+    fd: int,
+    index: SegmentIndex,
+    offsets: list[int],
+    block_size: int = READ_RUN_BLOCK,
+    pread: Callable[[int, int, int], bytes] = os.pread,
 ) -> list[bytes | None]:
-    """Payloads of ascending `offsets` of one segment in one forward walk from the index entry before the
-    first (None for an offset the segment does not hold), reading `block_size` bytes at a time. Raises
-    DamagedFrame if a frame on the way fails its checks (the caller may scan instead)."""
+    """Payloads of ascending `offsets` of one segment (None for an offset the segment does not hold), reading
+    `block_size` bytes at a time and walking forward frame by frame; where the index has an entry between
+    the position reached and the next wanted record (other queues' records in between), it jumps there
+    instead of walking. Raises DamagedFrame if a frame on the way fails its checks (the caller may scan
+    instead). `pread`: os.pread (tests count the bytes read)."""
     found: list[bytes | None] = []
-    entry = index.floor(offsets[0])
-    pos = entry[1] if entry is not None else FILE_HEADER_SIZE
-    expected_first = entry[0] if entry is not None else None
+    pos, expected_first = FILE_HEADER_SIZE, None
     block, block_start = b"", pos
     want = iter(offsets)
     target = next(want)
+    jump = index.floor(target)
+    jumped = False
     while True:
+        if jump is not None and jump[1] > pos:
+            pos, expected_first, jumped = jump[1], jump[0], True
+        jump = None
         rel = pos - block_start
-        if rel + HEADER_SIZE > len(block):
-            block, block_start, rel = os.pread(fd, block_size, pos), pos, 0
+        if rel < 0 or rel + HEADER_SIZE > len(block):
+            # After a jump the target is within an index interval: a small read. Walking: big blocks.
+            size = min(READ_BLOCK, block_size) if jumped else block_size
+            block, block_start, rel, jumped = pread(fd, size, pos), pos, 0, False
             if len(block) < HEADER_SIZE:
                 break  # end of file: the rest are not here
         length, sequence, payload_hash, check = HEADER.unpack_from(block, rel)
@@ -118,17 +130,19 @@ def read_payloads(
             target = next(want, -1)
             if target < 0:
                 return found
+            jump = index.floor(target)
         if sequence == target:
             start = rel + HEADER_SIZE
             payload = block[start : start + length]
             if len(payload) < length:
-                payload = os.pread(fd, length, pos + HEADER_SIZE)
+                payload = pread(fd, length, pos + HEADER_SIZE)
             if xxh3_64_intdigest(payload) != payload_hash:
                 raise DamagedFrame(f"record {sequence} fails its checksum")
             found.append(payload)
             target = next(want, -1)
             if target < 0:
                 return found
+            jump = index.floor(target)
         pos += HEADER_SIZE + length
     found.extend([None] * (len(offsets) - len(found)))
     return found

@@ -10,22 +10,45 @@ a connection. Here only a window at the head is held as entries. Behind it:
   as one int each (`seq << 48 | offset`: the queue dropped its objects, the store has the record), and
   entries that must stay in memory (transient messages, messages the store does not hold for this queue).
 
-When the window runs dry the next batch is read back from the store. Queue uses this exactly like FifoReady.
+When the window runs dry the next batch is read back from the store. With a `read_ahead` hook, the batch
+after the window is taken off the deques once the window is half gone, and its records are read in a worker
+thread while the window is delivered; the refill then only builds the entries, on the loop, from records
+already in memory (it reads synchronously only if the worker has not finished). Queue uses this exactly
+like FifoReady.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from amqpd.broker.ready import FifoReady
 
 if TYPE_CHECKING:
     from amqpd.broker.queue import Entry
 
-# offsets, with their sequence numbers and redelivered flags -> the entries of those still readable
-Loader = Callable[[list[int], list[int], list[bool]], list["Entry"]]
+# offsets, with their sequence numbers, redelivered flags and (if read ahead) records -> the entries of those
+# still readable
+Loader = Callable[[list[int], list[int], list[bool], "list[Any] | None"], list["Entry"]]
+# offsets, and what to call on the loop with their records once a worker thread has read them; False: the
+# read cannot be started (no event loop), the refill will read synchronously
+ReadAhead = Callable[[list[int], Callable[[list[Any]], None]], bool]
+
+
+class _Batch:
+    """The next batch, taken off the deques in queue order: runs of offsets (with their sequence numbers
+    and flags) and entries, and the records of all its offsets once read ahead."""
+
+    __slots__ = ("items", "offsets", "records")
+
+    def __init__(self) -> None:
+        self.items: list[tuple[list[int], list[int], list[bool]] | Entry] = []
+        self.offsets: list[int] = []
+        self.records: dict[int, Any] | None = None
+
+    def take(self, records: list[Any]) -> None:
+        self.records = dict(zip(self.offsets, records, strict=True))
 SEQ_SHIFT = 48  # offsets stay below 2**48 (a store writing a million records a second takes 9 years)
 OFFSET_MASK = (1 << SEQ_SHIFT) - 1
 
@@ -33,13 +56,15 @@ OFFSET_MASK = (1 << SEQ_SHIFT) - 1
 class Backlog:
     BATCH = 2_000  # offsets read back per store pass: big enough for a sequential read, small in memory
 
-    def __init__(self, window: FifoReady, load: Loader) -> None:
+    def __init__(self, window: FifoReady, load: Loader, read_ahead: ReadAhead | None = None) -> None:
         self.window = window
         self.recovered: deque[int] = deque()
         self.spill: deque[int | Entry] = deque()
         self._flagged: set[int] | None = set()
         self._next_seq = 0
         self._load = load
+        self._read_ahead = read_ahead
+        self._ahead: _Batch | None = None  # taken off the deques, being read (or read) in a worker thread
 
     def adopt(self, offsets: Iterable[int], flagged: set[int] | None, first_seq: int) -> int:
         """Recovery: the queue's messages are these offsets. flagged: offsets to deliver as redelivered, None
@@ -54,27 +79,26 @@ class Backlog:
         self.spill.append(seq << SEQ_SHIFT | offset)
 
     def _fill(self) -> None:
-        """Read the next batch into the window; skip batches that held nothing readable."""
-        while not self.window and (self.recovered or self.spill):
-            if self.recovered:
-                self._fill_recovered()
-            else:
-                self._fill_spilled()
+        """Load the next batch into the window; skip batches that held nothing readable."""
+        while not self.window and (self._ahead is not None or self.recovered or self.spill):
+            batch, self._ahead = self._ahead, None
+            self._apply(batch if batch is not None else self._take_batch())
 
-    def _fill_recovered(self) -> None:
-        recovered = self.recovered
-        offsets = [recovered.popleft() for _ in range(min(self.BATCH, len(recovered)))]
-        seqs = list(range(self._next_seq, self._next_seq + len(offsets)))
-        self._next_seq += len(offsets)
-        flagged = self._flagged
-        flags = [True] * len(offsets) if flagged is None else [o in flagged for o in offsets]
-        self.window.extend(self._load(offsets, seqs, flags))
-
-    def _fill_spilled(self) -> None:
-        """The next batch of the spill, in order: runs of offsets are read together, entries go as they are."""
-        spill, window = self.spill, self.window
-        offsets: list[int] = []
-        seqs: list[int] = []
+    def _take_batch(self) -> _Batch:
+        """The next BATCH items off the deques (recovered offsets first: they precede the spill)."""
+        batch = _Batch()
+        if self.recovered:
+            recovered = self.recovered
+            offsets = [recovered.popleft() for _ in range(min(self.BATCH, len(recovered)))]
+            seqs = list(range(self._next_seq, self._next_seq + len(offsets)))
+            self._next_seq += len(offsets)
+            flagged = self._flagged
+            flags = [True] * len(offsets) if flagged is None else [o in flagged for o in offsets]
+            batch.items.append((offsets, seqs, flags))
+            batch.offsets = offsets
+            return batch
+        spill = self.spill
+        offsets, seqs = [], []
         for _ in range(min(self.BATCH, len(spill))):
             item = spill.popleft()
             if isinstance(item, int):
@@ -82,21 +106,57 @@ class Backlog:
                 seqs.append(item >> SEQ_SHIFT)
                 continue
             if offsets:
-                window.extend(self._load(offsets, seqs, [False] * len(offsets)))
+                batch.items.append((offsets, seqs, [False] * len(offsets)))
+                batch.offsets += offsets
                 offsets, seqs = [], []
-            window.append(item)
+            batch.items.append(item)
         if offsets:
-            window.extend(self._load(offsets, seqs, [False] * len(offsets)))
+            batch.items.append((offsets, seqs, [False] * len(offsets)))
+            batch.offsets += offsets
+        return batch
+
+    def _apply(self, batch: _Batch) -> None:
+        """The batch's entries into the window: runs of offsets loaded (from the records read ahead, if
+        they are in), entries as they are."""
+        window, records = self.window, batch.records
+        for item in batch.items:
+            if isinstance(item, tuple):
+                offsets, seqs, flags = item
+                read = [records[o] for o in offsets] if records is not None else None
+                window.extend(self._load(offsets, seqs, flags, read))
+            else:
+                window.append(item)
+
+    def _maybe_read_ahead(self) -> None:
+        """Half the window is gone: take the next batch and have its records read in a worker thread."""
+        if not (self.recovered or self.spill):
+            return
+        read_ahead = self._read_ahead
+        assert read_ahead is not None
+        batch = self._ahead = self._take_batch()
+        if batch.offsets and not read_ahead(list(batch.offsets), batch.take):
+            self._read_ahead = None  # no event loop: read when needed, as without read-ahead
+
+    def _ahead_offsets(self) -> list[int]:
+        return [] if self._ahead is None else self._ahead.offsets
+
+    def _ahead_entries(self) -> list[Entry]:
+        return [] if self._ahead is None else [i for i in self._ahead.items if not isinstance(i, tuple)]
 
     def flagged_offsets(self) -> list[int]:
         """Recovered offsets not read yet that are to be delivered as redelivered."""
         flagged = self._flagged
-        return list(self.recovered) if flagged is None else [o for o in self.recovered if o in flagged]
+        ahead = []
+        if self._ahead is not None:  # its recovered offsets carry their flags already
+            runs = [item for item in self._ahead.items if isinstance(item, tuple)]
+            ahead = [o for offsets, _, flags in runs for o, f in zip(offsets, flags, strict=True) if f]
+        return ahead + (list(self.recovered) if flagged is None else [o for o in self.recovered if o in flagged])
 
     def take_stored(self) -> tuple[list[int], list[Entry]]:
         """Empty everything but the window (purge): (the offsets only the store holds, the entries)."""
-        offsets = list(self.recovered)
-        entries = []
+        offsets = self._ahead_offsets() + list(self.recovered)
+        entries = self._ahead_entries()
+        self._ahead = None
         for item in self.spill:
             if isinstance(item, int):
                 offsets.append(item & OFFSET_MASK)
@@ -109,12 +169,17 @@ class Backlog:
     # -- the FifoReady interface Queue uses ----------------------------------------------------------------
 
     def append(self, entry: Entry) -> None:
-        (self.spill if self.recovered or self.spill else self.window).append(entry)
+        behind = self.recovered or self.spill or self._ahead is not None
+        (self.spill if behind else self.window).append(entry)
 
     def popleft(self) -> Entry:
-        if not self.window:
+        window = self.window
+        if not window:
             self._fill()
-        return self.window.popleft()
+        entry = window.popleft()
+        if self._read_ahead is not None and self._ahead is None and len(window) <= self.BATCH // 2:
+            self._maybe_read_ahead()
+        return entry
 
     def __getitem__(self, index: int) -> Entry:
         if index != 0:
@@ -131,15 +196,17 @@ class Backlog:
         self.window.clear()
         self.recovered.clear()
         self.spill.clear()
+        self._ahead = None
 
     def entries(self) -> list[Entry]:
-        """The messages held as entries: the window, and those waiting in the spill."""
-        return [*self.window, *(item for item in self.spill if not isinstance(item, int))]
+        """The messages held as entries: the window, the batch read ahead, and those waiting in the spill."""
+        return [*self.window, *self._ahead_entries(), *(item for item in self.spill if not isinstance(item, int))]
 
     def __len__(self) -> int:
-        return len(self.window) + len(self.recovered) + len(self.spill)
+        ahead = 0 if self._ahead is None else len(self._ahead.offsets) + len(self._ahead_entries())
+        return len(self.window) + ahead + len(self.recovered) + len(self.spill)
 
     def __bool__(self) -> bool:
-        if not self.window and (self.recovered or self.spill):
+        if not self.window and (self._ahead is not None or self.recovered or self.spill):
             self._fill()  # whether a next message exists depends on whether its record is still readable
         return bool(self.window)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -88,13 +89,32 @@ class BrokerHooks(QueueHooks):
     def now_ms(self) -> int:
         return self.broker.now_ms()
 
-    def load(self, queue: Queue, offsets: list[int]) -> list[Message | None]:
+    def read_ahead(self, queue: Queue, offsets: list[int], done: Callable[[list[Any]], None]) -> bool:
+        store = self.broker.store
+        if store is None:
+            return False
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (unit tests): load() reads when needed
+            return False
+
+        def finished(future: asyncio.Future[list[Any]]) -> None:
+            if not future.cancelled() and future.exception() is None:
+                done(future.result())
+            # a failed read-ahead is not an error: load() reads those offsets again when their turn comes
+
+        loop.run_in_executor(None, store.read_many, offsets).add_done_callback(finished)
+        return True
+
+    def load(self, queue: Queue, offsets: list[int], records: list[Any] | None = None) -> list[Message | None]:
         store = self.broker.store
         if store is None:
             return [None] * len(offsets)
         found: list[Message | None] = []
         unreadable = []
-        for offset, record in zip(offsets, store.read_many(offsets), strict=True):
+        if records is None:
+            records = store.read_many(offsets)
+        for offset, record in zip(offsets, records, strict=True):
             if record is None:
                 unreadable.append(offset)
                 found.append(None)

@@ -661,6 +661,7 @@ class Channel:
         if m.queue == REPLY_TO or m.queue.startswith(REPLY_TO_PREFIX):
             self._declare_reply_to(m)
             return
+        self._check_queue_name_length(m.queue)
         q = self.vhost.declare_queue(
             m.queue, passive=m.passive, durable=m.durable, exclusive=m.exclusive, auto_delete=m.auto_delete,
             arguments=m.arguments or {}, owner=self.conn, checks=self,
@@ -676,6 +677,14 @@ class Channel:
             raise errors.not_found(f"no queue '{m.queue}' in vhost '{self.vhost.name}'")
         if not m.nowait:
             self.reply(build(commands.Queue.DeclareOk, m.queue, 0, 1))
+
+    def _check_queue_name_length(self, name: str) -> None:
+        """max_queue_name_length (at most 255, the protocol's shortstr): a longer name is refused with 406."""
+        limit = self.broker.settings.max_queue_name_length
+        if len(name) > limit // 4 and len(name.encode()) > limit:  # cheap for the usual short name
+            raise errors.precondition_failed(
+                f"queue name '{name[:64]}...' is {len(name.encode())} bytes long; max_queue_name_length is {limit}"
+            )
 
     def _queue_name(self, name: str) -> str:
         """An empty queue name means the channel's last declared queue (AMQP 0-9-1)."""

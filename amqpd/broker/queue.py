@@ -1,7 +1,9 @@
 """A queue: ready messages in order, consumers served round-robin, TTL, length limits.
 
-Plain object: delivery goes through Consumer.deliver, time through the injected clock, and
-durability through the optional store hooks; no I/O here.
+Plain object: delivery goes to the consumer's channel (Consumer.deliver, or the channel directly when a
+push goes straight out), the wall clock comes from the hooks (QueueHooks.now_ms), durability and
+dead-lettering go through the hooks. No sockets here; but a durable queue's backlog is read back through
+QueueHooks.load, which reads the store synchronously (see backlog.py).
 """
 
 from __future__ import annotations
@@ -55,9 +57,15 @@ class QueueHooks:
         """Run callback later on the broker's loop; returns a handle with cancel()."""
         return None
 
-    def load(self, queue: Queue, offsets: list[int]) -> list[Message | None]:
-        """Read recovered messages back from the store (None: no longer readable)."""
+    def load(self, queue: Queue, offsets: list[int], records: list[Any] | None = None) -> list[Message | None]:
+        """Messages for store offsets (None: no longer readable), from `records` if they were read ahead
+        (read_ahead), else read from the store now."""
         return [None] * len(offsets)
+
+    def read_ahead(self, queue: Queue, offsets: list[int], done: Callable[[list[Any]], None]) -> bool:
+        """Start reading these offsets' records in a worker thread; `done(records)` on the loop when they are
+        in. False: not possible here (load() will read them when needed)."""
+        return False
 
     def forget(self, queue: Queue, offsets: list[int]) -> None:
         """Recovered messages that were never read back left the queue (purge)."""
@@ -234,7 +242,7 @@ class Queue:
         ready = self.ready
         if not isinstance(ready, Backlog):
             assert isinstance(ready, FifoReady)
-            ready = self.ready = Backlog(ready, self._load_entries)
+            ready = self.ready = Backlog(ready, self._load_entries, self._read_ahead)
         return ready
 
     def adopt_backlog(self, offsets: list[int], flagged: set[int] | None) -> None:
@@ -243,9 +251,14 @@ class Queue:
         self._seq = self._backlog().adopt(offsets, flagged, self._seq + 1) - 1
         self._arm_ttl_timer()
 
-    def _load_entries(self, offsets: list[int], seqs: list[int], flags: list[bool]) -> list[Entry]:
+    def _read_ahead(self, offsets: list[int], done: Callable[[list[Any]], None]) -> bool:
+        return self.hooks.read_ahead(self, offsets, done)
+
+    def _load_entries(
+        self, offsets: list[int], seqs: list[int], flags: list[bool], records: list[Any] | None = None
+    ) -> list[Entry]:
         entries = []
-        for msg, seq, flag in zip(self.hooks.load(self, offsets), seqs, flags, strict=True):
+        for msg, seq, flag in zip(self.hooks.load(self, offsets, records), seqs, flags, strict=True):
             if msg is None:
                 continue
             ttl = self.message_ttl is not None or msg.ttl_ms is not None

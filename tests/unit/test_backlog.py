@@ -5,6 +5,8 @@ memory: same order, same flags, purge and TTL as usual."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
@@ -21,23 +23,53 @@ class StoreHooks(QueueHooks):
     """Stands in for the store: offset -> body; offsets in `damaged` read back as None."""
 
     def __init__(
-        self, count: int, damaged: set[int] | None = None, ttl_ms: int | None = None, now: list[int] | None = None
+        self,
+        count: int,
+        damaged: set[int] | None = None,
+        ttl_ms: int | None = None,
+        now: list[int] | None = None,
+        ahead: str | None = None,
     ) -> None:
+        """ahead: None (no read-ahead), "immediate" (the worker finishes at once), "held" (it finishes when
+        the test calls finish_reads())."""
         self.now = now
+        self.ahead = ahead
+        self.ahead_reads: list[list[int]] = []
+        self.held: list[tuple[list[int], Any]] = []
         self.bodies = {o: f"m{o}".encode() for o in range(count)}
         self.damaged = damaged or set()
         self.ttl_ms = ttl_ms
         self.reads: list[list[int]] = []
         self.forgotten: list[int] = []
 
-    def load(self, queue: Queue, offsets: list[int]) -> list[Message | None]:
-        self.reads.append(offsets)
+    def read_ahead(self, queue: Queue, offsets: list[int], done: Any) -> bool:
+        if self.ahead is None:
+            return False
+        self.ahead_reads.append(offsets)
+        if self.ahead == "immediate":
+            done(self._records(offsets))
+        else:
+            self.held.append((offsets, done))
+        return True
+
+    def finish_reads(self) -> None:
+        held, self.held = self.held, []
+        for offsets, done in held:
+            done(self._records(offsets))
+
+    def _records(self, offsets: list[int]) -> list[bytes | None]:
+        return [None if o in self.damaged else self.bodies[o] for o in offsets]
+
+    def load(self, queue: Queue, offsets: list[int], records: list[Any] | None = None) -> list[Message | None]:
+        if records is None:
+            self.reads.append(offsets)
+            records = self._records(offsets)
         found: list[Message | None] = []
-        for o in offsets:
-            if o in self.damaged:
+        for body in records:
+            if body is None:
                 found.append(None)
                 continue
-            m = msg(self.bodies[o], expiration=str(self.ttl_ms)) if self.ttl_ms is not None else msg(self.bodies[o])
+            m = msg(body, expiration=str(self.ttl_ms)) if self.ttl_ms is not None else msg(body)
             m.timestamp_ms = 1_000_000 - 10
             found.append(m)
         return found
@@ -307,3 +339,60 @@ class SpillingQueueModel(QueueModel):
 
 TestSpillingQueueAgainstModel = SpillingQueueModel.TestCase
 TestSpillingQueueAgainstModel.settings = hsettings(max_examples=80, stateful_step_count=40, deadline=None)
+
+
+class ReadAheadQueueModel(SpillingQueueModel):
+    """The same, with the batch behind the window read ahead by a worker that finishes at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hooks.ahead = "immediate"
+
+
+class SlowReadAheadQueueModel(SpillingQueueModel):
+    """The same, with a worker that never finishes in time: every refill reads for itself."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hooks.ahead = "held"
+
+
+TestReadAheadQueueAgainstModel = ReadAheadQueueModel.TestCase
+TestReadAheadQueueAgainstModel.settings = hsettings(max_examples=80, stateful_step_count=40, deadline=None)
+TestSlowReadAheadQueueAgainstModel = SlowReadAheadQueueModel.TestCase
+TestSlowReadAheadQueueAgainstModel.settings = hsettings(max_examples=60, stateful_step_count=40, deadline=None)
+
+
+def test_the_batch_behind_the_window_is_read_ahead_and_the_refill_does_not_read() -> None:
+    q, hooks = recovered(5000, ahead="held")
+    assert [len(r) for r in hooks.reads] == [2000]  # the head's batch, at recovery
+    bodies = []
+    for _ in range(1000):
+        bodies.append(q.get().msg.body)  # type: ignore[union-attr]
+    assert hooks.ahead_reads == [list(range(2000, 4000))]  # half the window gone: the next batch goes out
+    hooks.finish_reads()  # the worker thread is done
+    for _ in range(2000):
+        bodies.append(q.get().msg.body)  # type: ignore[union-attr]
+    assert hooks.ahead_reads[1] == list(range(4000, 5000))
+    hooks.finish_reads()
+    bodies += drain(q)
+    assert bodies == [f"m{o}".encode() for o in range(5000)]
+    assert [len(r) for r in hooks.reads] == [2000]  # both refills built their entries from records read ahead
+
+
+def test_a_refill_before_the_read_ahead_is_done_reads_for_itself_in_order() -> None:
+    q, hooks = recovered(5000, ahead="held")
+    assert drain(q) == [f"m{o}".encode() for o in range(5000)]
+    assert sum(len(r) for r in hooks.reads) == 5000  # every record read exactly once, on the loop
+    hooks.finish_reads()  # late results change nothing
+    assert q.message_count == 0
+
+
+def test_length_and_purge_count_the_batch_read_ahead() -> None:
+    q, hooks = recovered(5000, ahead="held")
+    for _ in range(1500):
+        q.get()
+    assert hooks.ahead_reads and q.message_count == 3500
+    assert len(q.purge()) == 500  # the window's entries; the store forgets the rest, read ahead or not
+    assert sorted(hooks.forgotten) == list(range(2000, 5000))
+    assert q.message_count == 0

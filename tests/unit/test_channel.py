@@ -700,3 +700,19 @@ def test_paused_publishers_go_on_when_the_backlog_drains(client: ClientChannel) 
     q.dispatch()
     assert q.message_count == 0
     assert client.conn.paused_by == set()
+
+
+def test_a_queue_name_longer_than_max_queue_name_length_is_406() -> None:
+    client = ClientChannel(new_broker(max_queue_name_length=20))
+    assert client.declare_queue("q" * 20) == "q" * 20
+    exc = error_of(client.declare_queue, "q" * 21)
+    assert (exc.code, exc.class_id, exc.method_id) == (406, 50, 10)
+    assert "q" * 21 not in client.broker.vhosts["/"].queues
+
+
+def test_max_queue_name_length_cannot_exceed_the_protocols_255(monkeypatch: pytest.MonkeyPatch) -> None:
+    from amqpd.config import load
+
+    monkeypatch.setenv("AMQPD_MAX_QUEUE_NAME_LENGTH", "256")
+    with pytest.raises(ValueError, match="max_queue_name_length"):
+        load()

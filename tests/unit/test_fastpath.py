@@ -195,10 +195,9 @@ def test_invalid_expiration_is_refused_with_406(expiration: str) -> None:
 
 # -- the whole delivery ------------------------------------------------------------------------------
 
-encode_delivery = getattr(fastpath, "encode_delivery", None)
+encode_delivery = fastpath.encode_delivery
 
 
-@pytest.mark.skipif(encode_delivery is None, reason="no one-step delivery encoder in this version")
 @FEW
 @given(
     CHANNEL,

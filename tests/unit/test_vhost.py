@@ -103,8 +103,9 @@ def test_redeclaring_an_exchange_differently_is_406(vh: VirtualHost, change: dic
 
 
 def test_redeclaring_an_exchange_with_other_unchecked_arguments_is_ok(vh: VirtualHost) -> None:
-    declare_exchange(vh, "x", arguments={"x-custom": 1})
-    declare_exchange(vh, "x", arguments={"x-custom": 2})
+    first = declare_exchange(vh, "x", arguments={"x-custom": 1})
+    assert declare_exchange(vh, "x", arguments={"x-custom": 2}) is first
+    assert first.arguments == {"x-custom": 1}  # the exchange keeps what it was declared with
 
 
 @pytest.mark.parametrize("name", ["amq.custom", ""])
@@ -144,7 +145,9 @@ def test_unknown_exchange_type_closes_the_connection_with_503(vh: VirtualHost) -
 
 
 def test_deleting_a_missing_exchange_is_ok(vh: VirtualHost) -> None:
+    before = dict(vh.exchanges)
     vh.delete_exchange("never-declared", if_unused=False)
+    assert vh.exchanges == before
 
 
 def test_deleting_a_reserved_exchange_is_403(vh: VirtualHost) -> None:
@@ -208,8 +211,11 @@ def test_binding_from_a_missing_exchange_is_404(vh: VirtualHost) -> None:
 def test_unbinding_a_missing_binding_is_ok(vh: VirtualHost) -> None:
     declare_exchange(vh, "x")
     q = declare_queue(vh, "q")
+    vh.bind("x", q, "bound", {})
     vh.unbind("x", q, "never-bound", {})
     vh.unbind("missing-exchange", q, "k", {})
+    assert route(vh, "x", "bound") == ["q"]  # the binding that exists is untouched
+    assert route(vh, "x", "never-bound") == []
 
 
 # -- queues -----------------------------------------------------------------------------------------------
@@ -249,8 +255,9 @@ def test_redeclaring_a_queue_differently_is_406(vh: VirtualHost, change: dict) -
 
 
 def test_redeclaring_a_queue_with_other_unchecked_arguments_is_ok(vh: VirtualHost) -> None:
-    declare_queue(vh, "q", arguments={"x-custom": "a"})
-    declare_queue(vh, "q", arguments={"x-custom": "b"})
+    first = declare_queue(vh, "q", arguments={"x-custom": "a"})
+    assert declare_queue(vh, "q", arguments={"x-custom": "b"}) is first
+    assert first.arguments == {"x-custom": "a"}
 
 
 def test_invalid_queue_arguments_are_406(vh: VirtualHost) -> None:
@@ -296,7 +303,9 @@ def test_exclusive_queues_go_with_their_connection(vh: VirtualHost) -> None:
 
 
 def test_deleting_a_missing_queue_is_ok_with_zero_messages(vh: VirtualHost) -> None:
+    declare_queue(vh, "other")
     assert vh.delete_queue("never", if_unused=False, if_empty=False, owner=OWNER) == 0
+    assert list(vh.queues) == ["other"]
 
 
 def test_delete_returns_the_number_of_ready_messages(vh: VirtualHost) -> None:

@@ -1,0 +1,45 @@
+"""Reading a queue's records back from a segment it shares with a busy queue: the reader jumps through the
+offset index to each wanted record instead of walking every frame in between."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from store import MessageRecord, MessageStore
+from store.segment import read_payloads
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_sparse_read_jumps_through_the_index_and_reads_a_fraction_of_the_segment(tmp_path: Path) -> None:
+    store = MessageStore(tmp_path, fsync="none")
+    await store.open()
+    quiet, busy = store.put_queue("/", "quiet", False, {}), store.put_queue("/", "busy", False, {})
+    wanted = []
+    for n in range(2000):
+        if n % 100 == 0:
+            wanted.append(store.append(MessageRecord("", "quiet", b"", b"q%d" % n, 1), [quiet]))
+        else:
+            store.append(MessageRecord("", "busy", b"", b"b" * 10_000, 1), [busy])
+    await store.flush()
+    segment = next((tmp_path / "segments").glob("*.seg"))
+    read = [0]
+
+    def counting_pread(fd: int, size: int, pos: int) -> bytes:
+        data = os.pread(fd, size, pos)
+        read[0] += len(data)
+        return data
+
+    fd = os.open(segment, os.O_RDONLY)
+    try:
+        index = store._indexes[0]  # noqa: SLF001 - the store's own index of this segment
+        payloads = read_payloads(fd, index, wanted, pread=counting_pread)
+    finally:
+        os.close(fd)
+    assert [p is not None and p.endswith(b"q%d" % (i * 100)) for i, p in enumerate(payloads)] == [True] * 20
+    assert read[0] < segment.stat().st_size // 10
+    assert [r.body for r in store.read_many(wanted)] == [b"q%d" % (i * 100) for i in range(20)]
+    await store.close()

@@ -46,9 +46,12 @@ class Management:
             try:
                 ctx = server_context(s, tls) if tls is not None else None
                 sock = bind(s.mgmt_host, port)
-            except (TLSConfigError, OSError) as exc:
-                reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-                log.error("%s listener not started: cannot listen on %s:%s: %s", protocol, s.mgmt_host, port, reason)
+            except TLSConfigError as exc:
+                log.error("%s listener not started: %s", protocol, exc)
+                continue
+            except OSError as exc:
+                log.error("%s listener not started: cannot listen on %s:%s: %s", protocol, s.mgmt_host, port,
+                          exc.strerror or exc)
                 continue
             listener = HTTPListener(make_app(), sock, ctx)
             self.listeners.append((protocol, listener))

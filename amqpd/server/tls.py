@@ -56,7 +56,8 @@ def load_into(ctx: ssl.SSLContext, settings: Settings, prefix: str = "tls") -> N
         if setting("ciphers"):
             ctx.set_ciphers(setting("ciphers"))
     except (OSError, ssl.SSLError) as exc:
-        raise TLSConfigError(f"cannot load the {prefix}_* certificate, key or CA: {exc}") from None
+        files = ", ".join(f for f in (setting("cert_file"), setting("key_file"), setting("ca_file")) if f)
+        raise TLSConfigError(f"cannot load the {prefix}_* certificate, key or CA ({files}): {exc}") from None
     ctx.minimum_version = version
     if not setting("verify_peer"):
         ctx.verify_mode = ssl.CERT_NONE

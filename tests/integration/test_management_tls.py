@@ -167,3 +167,15 @@ def test_sighup_replaces_the_https_certificate_without_a_restart(certs: Certs, t
         assert httpx.get(b.mgmt_tls_url + "/api/whoami", auth=GUEST, verify=trusting["second"]).status_code == 200
         with pytest.raises(httpx.ConnectError):
             httpx.get(b.mgmt_tls_url + "/api/whoami", auth=GUEST, verify=trusting["first"])
+
+
+def test_an_unusable_management_certificate_leaves_that_listener_out_not_the_broker(
+    certs: Certs, tmp_path: Path
+) -> None:
+    with https_broker(certs, tmp_path, mgmt_tls_cert_file=str(tmp_path / "missing.crt")) as b:
+        assert "management-tls" not in b.http_ports and "prometheus-tls" in b.http_ports
+        assert httpx.get(b.mgmt_url + "/api/whoami", auth=GUEST, timeout=10).status_code == 200
+        deadline = time.monotonic() + 10  # stderr is read by its own thread
+        while not any("https listener not started" in line and "missing.crt" in line for line in b.stderr_lines):
+            assert time.monotonic() < deadline, b.stderr_lines
+            time.sleep(0.05)

@@ -42,6 +42,26 @@ class Settings:
     tls_min_version: str = "TLSv1.2"
     tls_ciphers: str = ""  # OpenSSL cipher list for TLS 1.2; "" : Python's defaults
     tls_cert_login_from: str = "common_name"
+    # HTTPS for the management API and the Prometheus listener (RabbitMQ's management.ssl.* and
+    # prometheus.ssl.*), on mgmt_host when its cert_file is set; each set means what the tls_* one does. As on
+    # RabbitMQ, HTTPS then replaces HTTP on that listener unless its plain port (mgmt_port, prometheus_port)
+    # is also set in the file, the environment or a flag: then both are served. SIGHUP re-reads the files.
+    mgmt_tls_port: int = 15671
+    mgmt_tls_cert_file: str = ""
+    mgmt_tls_key_file: str = ""
+    mgmt_tls_ca_file: str = ""
+    mgmt_tls_verify_peer: bool = False
+    mgmt_tls_fail_if_no_peer_cert: bool = False
+    mgmt_tls_min_version: str = "TLSv1.2"
+    mgmt_tls_ciphers: str = ""
+    prometheus_tls_port: int = 15691
+    prometheus_tls_cert_file: str = ""
+    prometheus_tls_key_file: str = ""
+    prometheus_tls_ca_file: str = ""
+    prometheus_tls_verify_peer: bool = False
+    prometheus_tls_fail_if_no_peer_cert: bool = False
+    prometheus_tls_min_version: str = "TLSv1.2"
+    prometheus_tls_ciphers: str = ""
     # Handshake and connection limits, as RabbitMQ 3.10 negotiates them.
     channel_max: int = 2047
     frame_max: int = 131072
@@ -141,6 +161,9 @@ def parse_port(value: str | int | None) -> int | None:
 # Settings whose value may carry a unit, whatever its source; each ends up a plain int (or None).
 UNIT_SETTINGS = {"retention_max_age_ms": parse_duration_ms, "retention_max_bytes": parse_size}
 PORT_SETTINGS = ("mgmt_port", "prometheus_port")
+# HTTP listeners and the prefix of their HTTPS settings: with a certificate and no explicit plain port, only
+# HTTPS is served (RabbitMQ's rabbit_mgmt_app and rabbit_prometheus_app: TLS config alone means TLS only).
+HTTPS_SETTINGS = {"mgmt_port": "mgmt_tls", "prometheus_port": "prometheus_tls"}
 
 
 def default_data_dir() -> str:
@@ -161,6 +184,7 @@ def _coerce(value: str, current: Any) -> Any:
 def load(config_file: str | None = None, **overrides: Any) -> Settings:
     """Build Settings from defaults, a TOML file, AMQPD_* environment variables and explicit overrides."""
     settings = Settings()
+    given: set[str] = set()  # the settings a file, the environment or a flag set
     if config_file:
         data = tomllib.loads(Path(config_file).read_text())
         for key, value in data.get("amqpd", data).items():
@@ -168,9 +192,12 @@ def load(config_file: str | None = None, **overrides: Any) -> Settings:
             if not hasattr(settings, key):
                 raise ValueError(f"unknown setting {key!r} in {config_file}")
             setattr(settings, key, value)
+            given.add(key)
     for f in fields(settings):
         env = os.environ.get(ENV_PREFIX + f.name.upper())
         current = getattr(settings, f.name)
+        if env is not None:
+            given.add(f.name)
         if env is not None and f.name == "host":
             settings.host = parse_hosts(env)
             continue
@@ -185,6 +212,10 @@ def load(config_file: str | None = None, **overrides: Any) -> Settings:
     for key, value in overrides.items():
         if value is not None:
             setattr(settings, key, value)
+            given.add(key)
+    for plain, tls in HTTPS_SETTINGS.items():
+        if getattr(settings, f"{tls}_cert_file") and plain not in given:
+            setattr(settings, plain, None)
     for name in PORT_SETTINGS:
         setattr(settings, name, parse_port(getattr(settings, name)))
     settings.host = parse_hosts(settings.host)

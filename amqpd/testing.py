@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 _LISTENING = re.compile(rb"amqpd listening on (\S+):(\d+)")
-_HTTP_LISTENING = re.compile(rb"amqpd (management|prometheus) listening on (\S+):(\d+)")
+# management / prometheus, or management-tls / prometheus-tls for their HTTPS listeners
+_HTTP_LISTENING = re.compile(rb"amqpd (management|prometheus)( TLS)? listening on (\S+):(\d+)")
 _TLS_LISTENING = re.compile(rb"amqpd TLS listening on (\S+):(\d+)")  # printed before _LISTENING
 
 
@@ -52,6 +53,11 @@ class BrokerProcess:
         return f"http://{self.host}:{self.http_ports['management']}"
 
     @property
+    def mgmt_tls_url(self) -> str:
+        """The management API over HTTPS, when the broker was configured with mgmt_tls_* settings."""
+        return f"https://{self.host}:{self.http_ports['management-tls']}"
+
+    @property
     def metrics_url(self) -> str:
         return f"http://{self.host}:{self.http_ports['prometheus']}"
 
@@ -78,7 +84,8 @@ class BrokerProcess:
             for line in self.proc.stdout:
                 http = _HTTP_LISTENING.search(line)
                 if http:
-                    self.http_ports[http.group(1).decode()] = int(http.group(3))
+                    kind = http.group(1).decode() + ("-tls" if http.group(2) else "")
+                    self.http_ports[kind] = int(http.group(4))
                 tls = _TLS_LISTENING.search(line)
                 if tls:
                     self.tls_port = int(tls.group(2))

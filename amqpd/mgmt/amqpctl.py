@@ -5,8 +5,10 @@
     amqpctl --formatter json list_exchanges | jq .
 
 Connection: --url (default http://127.0.0.1:15672), --username/--password (default guest/guest), or
-AMQPCTL_URL, AMQPCTL_USERNAME, AMQPCTL_PASSWORD. Exit codes: 0 done, 64 bad usage, 65 the broker refused the
-request (400/404), 69 the broker is unreachable, 77 not authorised (401). Errors go to stderr in one line.
+AMQPCTL_URL, AMQPCTL_USERNAME, AMQPCTL_PASSWORD; over https://, --ssl-ca-cert-file (--cacert) and, when the
+broker checks client certificates, --ssl-cert-file and --ssl-key-file (or AMQPCTL_SSL_*). Exit codes: 0 done,
+64 bad usage, 65 the broker refused the request (400/404), 69 the broker is unreachable (a TLS handshake that
+fails included), 77 not authorised (401). Errors go to stderr in one line.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import io
 import json
 import os
 import re
+import ssl
 import sys
 import time
 import urllib.parse
@@ -38,8 +41,10 @@ class CtlError(Exception):
 
 
 class API:
-    def __init__(self, url: str, username: str, password: str, timeout: float) -> None:
-        self.client = httpx.Client(base_url=url.rstrip("/"), auth=(username, password), timeout=timeout)
+    def __init__(self, url: str, username: str, password: str, timeout: float,
+                 tls: ssl.SSLContext | None = None) -> None:
+        self.client = httpx.Client(base_url=url.rstrip("/"), auth=(username, password), timeout=timeout,
+                                   verify=tls if tls is not None else True)
         self.url = url
 
     def call(self, method: str, path: str, body: Any = None, params: dict[str, str] | None = None,
@@ -57,6 +62,17 @@ class API:
             code = EX_NOPERM if r.status_code == 401 else EX_UNAVAILABLE if r.status_code >= 500 else EX_DATAERR
             raise CtlError(f"{reason} ({r.status_code} {method} {path})", code)
         return r.json() if r.content and "json" in r.headers.get("content-type", "") else None
+
+
+def tls_context(ca_file: str | None, cert_file: str | None, key_file: str | None) -> ssl.SSLContext | None:
+    """For an https:// URL: the system's CAs or ca_file, and a client certificate when the broker asks for
+    one (mgmt_tls_verify_peer). None: httpx's defaults."""
+    if not (ca_file or cert_file):
+        return None
+    ctx = ssl.create_default_context(cafile=ca_file or None)
+    if cert_file:
+        ctx.load_cert_chain(cert_file, key_file or None)
+    return ctx
 
 
 def q(name: str) -> str:
@@ -334,6 +350,13 @@ def global_options(p: argparse.ArgumentParser, defaults: bool) -> None:
     p.add_argument("-u", "--username", dest="login", default=default(env.get("AMQPCTL_USERNAME", "guest")))
     p.add_argument("--password", dest="login_password", default=default(env.get("AMQPCTL_PASSWORD", "guest")))
     p.add_argument("-p", "--vhost", default=default(env.get("AMQPCTL_VHOST", "/")))
+    # HTTPS (an https:// URL), with rabbitmqadmin's option names.
+    p.add_argument("--ssl-ca-cert-file", "--cacert", dest="ca_file", metavar="FILE",
+                   default=default(env.get("AMQPCTL_SSL_CA_CERT_FILE")), help="CA to check the broker's certificate")
+    p.add_argument("--ssl-cert-file", "--cert", dest="cert_file", metavar="FILE",
+                   default=default(env.get("AMQPCTL_SSL_CERT_FILE")), help="client certificate (PEM)")
+    p.add_argument("--ssl-key-file", "--key", dest="key_file", metavar="FILE",
+                   default=default(env.get("AMQPCTL_SSL_KEY_FILE")), help="its key, if not in the certificate file")
     p.add_argument("--formatter", choices=("table", "json", "csv"), default=default("table"))
     p.add_argument("-q", "--quiet", action="store_true", default=default(False), help="no informational messages")
     p.add_argument("-t", "--timeout", type=float, default=default(30.0), help="seconds (await_startup, requests)")
@@ -415,8 +438,9 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"unrecognized arguments: {' '.join(extra)}")
     except SystemExit as exc:
         return EX_USAGE if exc.code else EX_OK
-    api = API(args.url, args.login, args.login_password, args.timeout)
     try:
+        api = API(args.url, args.login, args.login_password, args.timeout,
+                  tls_context(args.ca_file, args.cert_file, args.key_file))
         if args.command in LISTS:
             run_list(api, args)
         else:

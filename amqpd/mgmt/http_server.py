@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import ssl
 from collections.abc import Generator
 from typing import Any
 
@@ -41,11 +42,18 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 class HTTPListener:
-    """One ASGI app on one socket; start() returns once it accepts connections, stop() closes it."""
+    """One ASGI app on one socket, over TLS when given a context; start() returns once it accepts connections,
+    stop() closes it."""
 
-    def __init__(self, app: Any, sock: socket.socket) -> None:
+    def __init__(self, app: Any, sock: socket.socket, ssl_context: ssl.SSLContext | None = None) -> None:
         self.sock = sock
+        self.ssl_context = ssl_context
         config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off", timeout_graceful_shutdown=2)
+        if ssl_context is not None:
+            # HTTPS with the broker's own context (amqpd.server.tls), so that SIGHUP's in-place reload reaches
+            # this listener too: uvicorn hands config.ssl to create_server once load() has run.
+            config.load()
+            config.ssl = ssl_context
         self.server = _Server(config)
         self._task: asyncio.Task[None] | None = None
 

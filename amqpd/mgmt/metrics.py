@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
 from amqpd import __version__
+from amqpd.broker.exchanges import DelayedExchange
 from amqpd.mgmt import objects
 
 if TYPE_CHECKING:
@@ -39,6 +40,8 @@ CHANNEL_COUNTERS = (
     ("rabbitmq_channel_messages_acked_total", "Messages acknowledged by consumers", "ack"),
     ("rabbitmq_channel_messages_confirmed_total", "Messages confirmed to publishers", "confirm"),
 )
+DELAYED_COUNT = "amqpd_exchange_messages_delayed"
+DELAYED_DUE = "amqpd_exchange_messages_delayed_next_due_timestamp_seconds"
 GLOBAL_COUNTERS = (
     ("rabbitmq_global_messages_received_total", "Total number of messages received from publishers", "publish"),
     ("rabbitmq_global_messages_delivered_total", "Total number of messages delivered to consumers", "deliver_get"),
@@ -58,6 +61,7 @@ class BrokerCollector:
         yield from self._info()
         yield from self._totals(queues)
         yield from self._queues(queues)
+        yield from self._delayed()
         totals = objects.totals(broker)
         channel_totals = {key: totals[key] - getattr(broker.closed_totals, attr) for key, attr in
                           (("publish", "published"), ("deliver_get", "delivered"), ("ack", "acked"),
@@ -95,6 +99,29 @@ class BrokerCollector:
             yield self._per_queue(GaugeMetricFamily, name, doc, value, queues)
         for name, doc, value in QUEUE_COUNTERS:
             yield self._per_queue(CounterMetricFamily, name, doc, value, queues)
+
+    def _delayed(self) -> Iterator[Metric]:
+        """amqpd's own (rabbitmq_prometheus has no delayed-message metrics): messages waiting in
+        x-delayed-message exchanges, and when the earliest is due (a Unix timestamp; absent when none wait)."""
+        delayed = [(v.name, ex) for v in self.broker.vhosts.values() for ex in v.exchanges.values()
+                   if isinstance(ex, DelayedExchange)]
+        labels = ["vhost", "exchange"] if self.per_object else []
+        count = GaugeMetricFamily(DELAYED_COUNT, "Messages waiting in delayed-message exchanges", labels=labels)
+        due = GaugeMetricFamily(DELAYED_DUE, "When the next delayed message is due, in Unix seconds",
+                                labels=labels)
+        if self.per_object:
+            for vhost, ex in delayed:
+                count.add_metric([vhost, ex.name], ex.waiting_count())
+                next_due = ex.next_due_ms()
+                if next_due is not None:
+                    due.add_metric([vhost, ex.name], next_due / 1000)
+        else:
+            count.add_metric([], sum(ex.waiting_count() for _v, ex in delayed))
+            dues = [d for _v, ex in delayed if (d := ex.next_due_ms()) is not None]
+            if dues:
+                due.add_metric([], min(dues) / 1000)
+        yield count
+        yield due
 
     def _per_queue(self, kind: Any, name: str, doc: str, value: Any, queues: list[Any]) -> Metric:
         if not self.per_object:

@@ -14,7 +14,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from amqpd import __version__
-from amqpd.broker.exchanges import EXCHANGE_TYPES, Exchange
+from amqpd.broker.exchanges import EXCHANGE_TYPES, DelayedExchange, Exchange
 from amqpd.broker.queue import Queue
 from amqpd.mgmt.stats import Rates, channel_counts, message_stats, queue_counts
 
@@ -110,7 +110,7 @@ def queue_info(q: Queue, rates: Rates, details: bool = False) -> dict[str, Any]:
 
 
 def exchange_info(vhost: str, ex: Exchange) -> dict[str, Any]:
-    return {
+    info: dict[str, Any] = {
         "name": ex.name,
         "vhost": vhost,
         "type": ex.type_name,
@@ -121,6 +121,12 @@ def exchange_info(vhost: str, ex: Exchange) -> dict[str, Any]:
         "user_who_performed_action": "rmq-internal" if ex.name == "" or ex.name.startswith("amq.") else "",
         "policy": ex.policy.name if ex.policy is not None else None,
     }
+    if isinstance(ex, DelayedExchange):
+        # The delayed-message plugin adds messages_delayed to its exchanges' info (rabbit_exchange:info/1
+        # appends the type's own items); next_delivery_due (Unix ms, null when none wait) is amqpd's.
+        info["messages_delayed"] = ex.waiting_count()
+        info["next_delivery_due"] = ex.next_due_ms()
+    return info
 
 
 def properties_key(routing_key: str, arguments: dict[str, Any]) -> str:

@@ -12,6 +12,7 @@ from amqpd.mgmt.http_server import HTTPListener, bind
 from amqpd.mgmt.metrics import MetricsApp
 from amqpd.mgmt.objects import NODE, channels
 from amqpd.mgmt.stats import Rates
+from amqpd.server.tls import TLSConfigError, reload_context, server_context, tls_enabled
 
 if TYPE_CHECKING:
     from amqpd.broker.broker import Broker
@@ -29,27 +30,45 @@ class Management:
         self.described: list[dict[str, Any]] = [_describe("amqp", *amqp_address)]
 
     async def start(self) -> None:
-        """Bind and serve each configured listener; a port that cannot be bound is logged and left out (the
-        broker's job is AMQP; its port is the one whose failure stops it)."""
+        """Bind and serve each configured listener; a port that cannot be bound, or TLS settings that cannot
+        be used, are logged and that listener left out (the broker's job is AMQP; its port is the one whose
+        failure stops it)."""
         s = self.settings
-        for protocol, port, make_app in (("http", s.mgmt_port, self._api),
-                                         ("prometheus", s.prometheus_port, self._metrics)):
+        for protocol, port, make_app, tls in (
+            ("http", s.mgmt_port, self._api, None),
+            ("https", s.mgmt_tls_port if tls_enabled(s, "mgmt_tls") else None, self._api, "mgmt_tls"),
+            ("http/prometheus", s.prometheus_port, self._metrics, None),
+            ("https/prometheus", s.prometheus_tls_port if tls_enabled(s, "prometheus_tls") else None,
+             self._metrics, "prometheus_tls"),
+        ):
             if port is None:
                 continue
             try:
+                ctx = server_context(s, tls) if tls is not None else None
                 sock = bind(s.mgmt_host, port)
+            except TLSConfigError as exc:
+                log.error("%s listener not started: %s", protocol, exc)
+                continue
             except OSError as exc:
                 log.error("%s listener not started: cannot listen on %s:%s: %s", protocol, s.mgmt_host, port,
                           exc.strerror or exc)
                 continue
-            listener = HTTPListener(make_app(), sock)
+            listener = HTTPListener(make_app(), sock, ctx)
             self.listeners.append((protocol, listener))
             self.described.append(_describe(protocol, *listener.address))
         for protocol, listener in self.listeners:
             await listener.start()
             host, port = listener.address
-            kind = "management" if protocol == "http" else "prometheus"
-            print(f"amqpd {kind} listening on {host}:{port}", flush=True)
+            kind = "prometheus" if protocol.endswith("prometheus") else "management"
+            over = " TLS" if listener.ssl_context is not None else ""
+            print(f"amqpd {kind}{over} listening on {host}:{port}", flush=True)
+
+    def reload_tls(self) -> None:
+        """SIGHUP: the HTTPS listeners re-read their certificate, key and CA files (open connections carry on)."""
+        for protocol, listener in self.listeners:
+            if listener.ssl_context is not None:
+                prefix = "prometheus_tls" if protocol.endswith("prometheus") else "mgmt_tls"
+                reload_context(listener.ssl_context, self.settings, prefix)
 
     def _api(self) -> ManagementAPI:
         return ManagementAPI(self.broker, self.rates, self.described)

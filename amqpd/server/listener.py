@@ -76,6 +76,8 @@ async def serve(settings: Settings) -> None:
                 if signum == signal.SIGHUP:
                     if tls is not None:
                         reload_context(tls[1], settings)
+                    if management is not None:
+                        management.reload_tls()
                     continue
                 log.info("received %s, shutting down", signal.Signals(signum).name)
                 break
@@ -99,8 +101,10 @@ async def serve(settings: Settings) -> None:
 
 
 async def _start_management(broker: Broker, settings: Settings, amqp_address: tuple[str, int]) -> Any:
-    """The management API, Prometheus listener and rate sampler (amqpd/mgmt), unless both ports are off."""
-    if settings.mgmt_port is None and settings.prometheus_port is None:
+    """The management API, Prometheus listener and rate sampler (amqpd/mgmt), unless every HTTP and HTTPS
+    listener is off."""
+    https = tls_enabled(settings, "mgmt_tls") or tls_enabled(settings, "prometheus_tls")
+    if settings.mgmt_port is None and settings.prometheus_port is None and not https:
         return None
     from amqpd.mgmt.service import Management
 

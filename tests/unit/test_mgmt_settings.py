@@ -36,3 +36,32 @@ def test_a_bad_port_is_a_usage_error(value: str) -> None:
     with pytest.raises(SystemExit) as exited:
         cli.parse_args(["--management-port", value])
     assert exited.value.code == 2
+
+
+def test_a_management_certificate_alone_serves_https_instead_of_http(tmp_path: Path) -> None:
+    """RabbitMQ's rabbit_mgmt_app / rabbit_prometheus_app: management.ssl.* alone starts only the TLS listener
+    (15671, 15691); with management.tcp.* set too, both."""
+    path = tmp_path / "amqpd.toml"
+    path.write_text('mgmt_tls_cert_file = "server.pem"\nprometheus_tls_cert_file = "server.pem"\n')
+    s = settings(["--config", str(path)])
+    assert (s.mgmt_port, s.mgmt_tls_port, s.prometheus_port, s.prometheus_tls_port) == (None, 15671, None, 15691)
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "line"),
+    [
+        (["--management-port", "15672"], {}, ""),
+        ([], {"AMQPD_MGMT_PORT": "15672"}, ""),
+        ([], {}, "mgmt_port = 15672\n"),
+    ],
+)
+def test_https_and_http_both_when_the_http_port_is_named_too(
+    argv: list[str], env: dict[str, str], line: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    path = tmp_path / "amqpd.toml"
+    path.write_text('mgmt_tls_cert_file = "server.pem"\n' + line)
+    s = settings(["--config", str(path), *argv])
+    assert (s.mgmt_port, s.mgmt_tls_port) == (15672, 15671)
+    assert s.prometheus_port == 15692  # no prometheus_tls_cert_file: plain HTTP as before

@@ -52,9 +52,8 @@ def test_guest_only_from_loopback_other_users_from_anywhere(tmp_path: Path) -> N
     addr = non_loopback_address()
     if addr is None:
         pytest.skip("this machine has no non-loopback IPv4 address to connect from")
-    extra = ["--host", "0.0.0.0", "--in-memory"]
     env = {"AMQPD_LOAD_DEFINITIONS": str(write_definitions(tmp_path))}
-    with BrokerProcess(extra_args=extra, env=env) as broker:
+    with BrokerProcess(hosts=("0.0.0.0",), extra_args=["--in-memory"], env=env) as broker:
         with pytest.raises(pex.ProbableAuthenticationError) as exc:
             connect(addr, broker.port, "guest", "guest")
         assert "ACCESS_REFUSED - Login was refused using authentication mechanism PLAIN" in str(exc.value)

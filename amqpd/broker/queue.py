@@ -150,6 +150,7 @@ class Queue:
     # Queues that cannot hold bare offsets (priorities, a byte limit) page out only the bodies of their deep
     # persistent messages, and only big ones: the message object stays (~600 bytes) either way.
     PAGE_MIN_BODY = 512
+
     def __repr__(self) -> str:
         return f"<Queue {self.vhost}:{self.name}>"
 
@@ -162,6 +163,9 @@ class Queue:
         self.max_length_bytes = effective.get("x-max-length-bytes")
         self.overflow = effective.get("x-overflow", "drop-head")
         self.limited = self.max_length is not None or self.max_length_bytes is not None
+        # A delivery-limit policy makes any queue count returns (x-delivery-count), as the argument does.
+        self.delivery_limit = delivery_limit(effective)
+        self.counts_deliveries = counts_deliveries(effective)
         if effective.get("x-expires") != self.expires_ms:
             self.expires_ms = effective.get("x-expires")
             self._cancel_expiry()

@@ -150,3 +150,22 @@ def test_redeclaring_with_another_limit_is_refused(client: ClientChannel) -> Non
     with pytest.raises(errors.ChannelError) as info:
         client.call(commands.Queue.Declare(queue="work", durable=True, arguments={"x-delivery-limit": 3}))
     assert (info.value.code, info.value.class_id, info.value.method_id) == (406, 50, 10)
+
+
+def test_a_delivery_limit_policy_limits_a_queue_declared_without_one(client: ClientChannel) -> None:
+    client.declare_queue("dlq")
+    client.declare_queue("work", arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq"})
+    client.broker.policies.put("/", "poison", "^work$", {"delivery-limit": 1}, 0, "queues")
+    client.publish("", "work", b"poison")
+    counts = []
+    for _ in range(4):  # bounded: without the limit the message would come back for ever
+        got = get_with_headers(client, "work")
+        if got is None:
+            break
+        tag, _, headers = got
+        counts.append((headers or {}).get("x-delivery-count"))
+        client.nack(tag, requeue=True)
+    assert counts == [0, 1]
+    dead = get_with_headers(client, "dlq")
+    assert dead is not None and dead[2] is not None
+    assert dead[2]["x-death"][0]["reason"] == "delivery_limit"

@@ -16,8 +16,9 @@ REFERENCE_URL = os.environ.get("AMQPD_REFERENCE_URL", "amqp://guest:guest@127.0.
 
 @pytest.fixture(scope="session")
 def amqpd_broker() -> Iterator[BrokerProcess]:
-    """One amqpd for the session; tests use unique names so they don't disturb each other."""
-    with BrokerProcess() as broker:
+    """One amqpd for the session; tests use unique names so they don't disturb each other. It listens on
+    its default addresses (both loopbacks), as a user's would."""
+    with BrokerProcess(hosts=()) as broker:
         yield broker
 
 

@@ -11,7 +11,11 @@ from amqpd import config
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="amqpd", description="A lightweight AMQP 0-9-1 broker.")
-    p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    p.add_argument(
+        "--host", action="append",
+        help="address to listen on; repeat for several, all on one port (default: 127.0.0.1 and ::1; "
+        "0.0.0.0 for every IPv4 interface, :: for every IPv6 one)",
+    )
     p.add_argument("--port", type=int, help="port to listen on (default 5672; 0 picks a free port)")
     p.add_argument("--data-dir", help="directory for durable storage (default: $XDG_DATA_HOME/amqpd)")
     p.add_argument("--in-memory", action="store_true", help="keep nothing on disk (for tests and benchmarks)")

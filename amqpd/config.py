@@ -10,9 +10,14 @@ from pathlib import Path
 from typing import Any
 
 
+DEFAULT_HOSTS = ("127.0.0.1", "::1")
+
+
 @dataclass
 class Settings:
-    host: str = "127.0.0.1"
+    # Addresses to listen on, all with the same port: both loopbacks by default (clients resolving localhost
+    # to ::1, as Node does, must get in). "0.0.0.0" is every IPv4 interface, "::" every IPv6 one.
+    host: list[str] = field(default_factory=lambda: list(DEFAULT_HOSTS))
     port: int = 5672
     # Durable storage lives here; "" keeps everything in memory (durable entities then die with the process).
     data_dir: str = field(default_factory=lambda: default_data_dir())
@@ -51,6 +56,15 @@ class Settings:
 
 
 ENV_PREFIX = "AMQPD_"
+
+
+def parse_hosts(value: str | list[str]) -> list[str]:
+    """Listen addresses from a list, or a string of them separated by commas or spaces (env, TOML)."""
+    items = value if isinstance(value, list) else re.split(r"[,\s]+", value)
+    hosts = [str(h).strip() for h in items if str(h).strip()]
+    if not hosts:
+        raise ValueError("no address to listen on")
+    return hosts
 DURATION_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 SIZE_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
 SIZE_UNITS |= {"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
@@ -111,6 +125,9 @@ def load(config_file: str | None = None, **overrides: Any) -> Settings:
     for f in fields(settings):
         env = os.environ.get(ENV_PREFIX + f.name.upper())
         current = getattr(settings, f.name)
+        if env is not None and f.name == "host":
+            settings.host = parse_hosts(env)
+            continue
         if env is None or isinstance(current, (dict, list)):
             continue
         if f.name in UNIT_SETTINGS:
@@ -122,6 +139,7 @@ def load(config_file: str | None = None, **overrides: Any) -> Settings:
     for key, value in overrides.items():
         if value is not None:
             setattr(settings, key, value)
+    settings.host = parse_hosts(settings.host)
     for name, parse in UNIT_SETTINGS.items():
         value = getattr(settings, name)
         if value is not None:

@@ -23,8 +23,10 @@ class BrokerProcess:
     """An amqpd subprocess; `url` is its AMQP URL once started."""
 
     def __init__(
-        self, data_dir: str | None = None, extra_args: list[str] | None = None, env: dict[str, str] | None = None
+        self, data_dir: str | None = None, extra_args: list[str] | None = None, env: dict[str, str] | None = None,
+        hosts: tuple[str, ...] = ("127.0.0.1",),
     ) -> None:
+        """hosts: the --host flags (the first one is the one `url` names); () leaves amqpd's default."""
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         if data_dir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="amqpd-")
@@ -32,6 +34,7 @@ class BrokerProcess:
         self.data_dir = data_dir
         self.extra_args = extra_args or []
         self.env = env
+        self.hosts = hosts
         self.proc: subprocess.Popen[bytes] | None = None
         self.host = "127.0.0.1"
         self.port = 0
@@ -42,7 +45,8 @@ class BrokerProcess:
         return f"amqp://guest:guest@{self.host}:{self.port}/%2F"
 
     def start(self, timeout: float = 30.0) -> BrokerProcess:
-        cmd = [sys.executable, "-m", "amqpd", "--host", "127.0.0.1", "--port", "0", "--data-dir", self.data_dir]
+        cmd = [sys.executable, "-m", "amqpd", *(f"--host={h}" for h in self.hosts), "--port", "0",
+               "--data-dir", self.data_dir]
         env = dict(os.environ, **(self.env or {}))
         env.setdefault("PYTHONUNBUFFERED", "1")
         self.proc = subprocess.Popen(

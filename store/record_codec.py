@@ -39,8 +39,9 @@ def _head_struct(count: int, expires: bool) -> struct.Struct:
 
 
 def encode_record(message_id: int, record: MessageRecord, queue_ids: list[int]) -> bytes:
-    exchange = record.exchange.encode()
-    routing_key = record.routing_key.encode()
+    # Names are bytes in AMQP: invalid UTF-8 arrives as surrogates (surrogateescape) and goes back as sent.
+    exchange = record.exchange.encode("utf-8", "surrogateescape")
+    routing_key = record.routing_key.encode("utf-8", "surrogateescape")
     if len(exchange) > MAX_SHORT or len(routing_key) > MAX_SHORT:
         raise ValueError("exchange and routing key are limited to 255 bytes")
     # The fields as pack's arguments directly: no intermediate tuples on the per-message path.
@@ -69,9 +70,9 @@ def decode_record(payload: bytes) -> tuple[int, tuple[int, ...], MessageRecord]:
         pos += 8
     queue_ids: tuple[int, ...] = _queue_ids_struct(n_queues).unpack_from(payload, pos) if n_queues else ()
     pos += 4 * n_queues
-    exchange = payload[pos : pos + ex_len].decode()
+    exchange = payload[pos : pos + ex_len].decode("utf-8", "surrogateescape")
     pos += ex_len
-    routing_key = payload[pos : pos + rk_len].decode()
+    routing_key = payload[pos : pos + rk_len].decode("utf-8", "surrogateescape")
     pos += rk_len
     properties = payload[pos : pos + props_len]
     body = payload[pos + props_len :]

@@ -124,6 +124,15 @@ class Broker:
             return None
         return self._scheduler(delay_s, callback)
 
+    def accepts_secret(self, user: str, secret: str) -> bool:
+        """connection.update-secret: may `user`'s connection carry on with this new secret?
+
+        RabbitMQ (rabbit_access_control:update_state) asks only backends whose credentials expire (OAuth 2
+        tokens) to check a new secret; a password never expires, so its internal backend accepts any secret
+        and client test suites rely on that (amqplib sends 'new secret' on a guest connection). Ours are
+        passwords: the user must still exist, the secret itself is not compared."""
+        return user in self.users
+
     # -- durability -------------------------------------------------------------------------------------
 
     def store_message(self, msg: Message, queues: list[Queue], on_durable: Callable[[], None] | None) -> bool:

@@ -39,8 +39,8 @@ from amqpd.protocol.fastpath import (
     shortstr,
 )
 from amqpd.protocol.frames import content_frames
-from amqpd.protocol.methods import build, encode_method
-from amqpd.protocol.properties import PropertyScan, replace_headers, rewrite_properties, shared_header
+from amqpd.protocol.methods import AccessRequest, AccessRequestOk, build, encode_method
+from amqpd.protocol.properties import PropertyScan, checked_header, replace_headers, rewrite_properties
 
 if TYPE_CHECKING:
     from amqpd.broker.broker import Broker
@@ -50,6 +50,7 @@ Unacked = tuple[Queue, Entry, Consumer | None, float]  # ..., when it was delive
 # Properties that make a message take the per-message path: headers (CC/BCC, headers exchanges),
 # expiration (TTL), reply_to (direct reply-to rewrite), user_id (checked), and a continuation flag word.
 _RUN_REFUSED_FLAGS = FLAG_HEADERS | FLAG_EXPIRATION | FLAG_REPLY_TO | FLAG_USER_ID | 1
+_REPLY_TO_RAW = REPLY_TO.encode()
 
 
 
@@ -124,7 +125,7 @@ class Channel:
             self.assembler.begin(method)  # the frame-by-frame path raises the right error
             self.assembler.take_header(header)
             return
-        self.publish(Message(exchange, routing_key, route, shared_header(header), body, flags), bool(bits & 1))
+        self.publish(Message(exchange, routing_key, route, checked_header(header), body, flags), bool(bits & 1))
 
     def on_publish_run(self, method: bytes, header: bytes, bodies: list[bytes]) -> bool:
         """Publishes that differ only by body (FrameReader's PUBLISH_RUN), delivered in one pass when the
@@ -148,7 +149,7 @@ class Channel:
             return None
         if bits & 2 or class_id != 60 or body_size > self.assembler.max_size:
             return None
-        return PreparedRun(exchange, routing_key, route, shared_header(header), flags, bool(bits & 1), scan)
+        return PreparedRun(exchange, routing_key, route, checked_header(header), flags, bool(bits & 1), scan)
 
     def _run_target(self, method: bytes, header: bytes) -> tuple[Consumer, bytes] | None:
         """The consumer every message of a run goes to, and its route; None when anything could make one
@@ -159,11 +160,13 @@ class Channel:
         try:
             exchange, routing_key, route, bits = parse_publish_route(method)
             class_id, body_size, flags = parse_content_header(header)
-            persistent = bool(flags & (FLAG_DELIVERY_MODE | FLAG_PRIORITY)) and (
-                PropertyScan(header, flags).delivery_mode == 2
-            )
+            checked_header(header)
+            mode = PropertyScan(header, flags).delivery_mode if flags & (FLAG_DELIVERY_MODE | FLAG_PRIORITY) else None
         except errors.AMQPError:
             return None
+        if mode is not None and mode != 1 and mode != 2:
+            return None  # refused, one message at a time
+        persistent = mode == 2
         if bits & 2 or class_id != 60 or flags & _RUN_REFUSED_FLAGS or body_size > self.assembler.max_size:
             return None
         ex = self.vhost.exchanges.get(exchange)
@@ -173,7 +176,9 @@ class Channel:
         if len(queues) != 1:
             return None
         queue = queues[0]
-        if queue.ready or queue.limited or queue.message_ttl is not None or (persistent and queue.store_id is not None):
+        if queue.ready or queue.limited or queue.message_ttl is not None or queue.counts_deliveries or (
+            persistent and queue.store_id is not None
+        ):
             return None
         consumer = queue.sole_consumer()
         if consumer is None or not consumer.no_ack or not consumer.channel.can_deliver():
@@ -193,7 +198,7 @@ class Channel:
             self._publish_assembled(done)
 
     def _publish_assembled(self, m: Assembled) -> None:
-        self.publish(Message(m.exchange, m.routing_key, m.route, shared_header(m.header), m.body, m.flags), m.mandatory)
+        self.publish(Message(m.exchange, m.routing_key, m.route, checked_header(m.header), m.body, m.flags), m.mandatory)
 
     # -- publishing -----------------------------------------------------------------------------------------
 
@@ -227,10 +232,12 @@ class Channel:
             raise exc.with_method(60, 40) from None
 
     def _check_user_id(self, msg: Message) -> None:
-        user_id = msg.properties().user_id
-        if user_id is not None and user_id != self.conn.user:
+        """Compared as bytes, the other properties left undecoded (pamqp refuses some values RabbitMQ takes)."""
+        user_id = msg.raw_property(FLAG_USER_ID)
+        if user_id is not None and user_id != self.conn.user.encode():
             raise errors.precondition_failed(
-                f"user_id property set to '{user_id}' but authenticated user was '{self.conn.user}'"
+                f"user_id property set to '{user_id.decode(errors='replace')}' but authenticated user was "
+                f"'{self.conn.user}'"
             )
 
     def _deliver_published(
@@ -354,8 +361,9 @@ class Channel:
             consumer.unacked += 1
             self.unacked_count += 1
             queue.unacked += 1
+        header = msg.header if not queue.counts_deliveries else queue.header_for(entry)
         self.conn.send(
-            encode_delivery(self.id, consumer.ctag, tag, entry.redelivered, msg.route, msg.header,
+            encode_delivery(self.id, consumer.ctag, tag, entry.redelivered, msg.route, header,
                             msg.body if msg.body is not None else self.broker.body_of(msg),
                             self.conn.frame_max)
         )
@@ -490,8 +498,9 @@ class Channel:
             self.reply(commands.Exchange.BindOk())
 
     def exchange_unbind(self, m: commands.Exchange.Unbind) -> None:
-        dest = self._bind_destination_exchange(m.destination)
-        self.vhost.exchange(m.source)
+        if m.destination == "":
+            raise errors.access_refused("operation not permitted on the default exchange")
+        dest = self.vhost.exchanges.get(m.destination)  # a missing one is unbound OK, as in RabbitMQ
         self.vhost.unbind(m.source, dest, m.routing_key, m.arguments or {})
         if not m.nowait:
             self.reply(commands.Exchange.UnbindOk())
@@ -504,8 +513,8 @@ class Channel:
     # queue class
 
     def queue_declare(self, m: commands.Queue.Declare) -> None:
-        if m.passive and (m.queue == REPLY_TO or m.queue.startswith(REPLY_TO_PREFIX)):
-            self.reply(build(commands.Queue.DeclareOk, m.queue, 0, 0))  # the pseudo-queue always "exists"
+        if m.queue == REPLY_TO or m.queue.startswith(REPLY_TO_PREFIX):
+            self._declare_reply_to(m)
             return
         q = self.vhost.declare_queue(
             m.queue, passive=m.passive, durable=m.durable, exclusive=m.exclusive, auto_delete=m.auto_delete,
@@ -514,6 +523,14 @@ class Channel:
         self.last_queue = q.name
         if not m.nowait:
             self.reply(build(commands.Queue.DeclareOk, q.name, len(q.ready), len(q.consumers)))
+
+    def _declare_reply_to(self, m: commands.Queue.Declare) -> None:
+        """Direct reply-to, as RabbitMQ answers a declare of it (passive or not): the pseudo-queue always
+        exists with one consumer, a reply address while its requester consumes, anything else is 404."""
+        if m.queue != REPLY_TO and m.queue[len(REPLY_TO_PREFIX) :] not in self.vhost.replies:
+            raise errors.not_found(f"no queue '{m.queue}' in vhost '{self.vhost.name}'")
+        if not m.nowait:
+            self.reply(build(commands.Queue.DeclareOk, m.queue, 0, 1))
 
     def _queue_name(self, name: str) -> str:
         """An empty queue name means the channel's last declared queue (AMQP 0-9-1)."""
@@ -535,9 +552,8 @@ class Channel:
     def queue_unbind(self, m: commands.Queue.Unbind) -> None:
         name = self._queue_name(m.queue)
         key = m.routing_key if (m.routing_key or m.queue) else name
-        q = self.vhost.queue(name, self.conn)
-        self.vhost.exchange(m.exchange) if m.exchange else None
-        self.vhost.unbind(m.exchange, q, key, m.arguments or {})
+        q = self.vhost.queues.get(name)  # a missing queue or exchange is unbound OK, as in RabbitMQ
+        self.vhost.unbind(m.exchange, q, key, m.arguments or {}, owner=self.conn)
         self.reply(commands.Queue.UnbindOk())
 
     def queue_purge(self, m: commands.Queue.Purge) -> None:
@@ -603,7 +619,7 @@ class Channel:
 
     def _rewrite_reply_to(self, msg: Message) -> None:
         """reply_to=amq.rabbitmq.reply-to becomes this channel's own reply address."""
-        if msg.properties().reply_to != REPLY_TO:
+        if msg.raw_property(FLAG_REPLY_TO) != _REPLY_TO_RAW:
             return
         if self.reply_token is None:
             raise errors.ChannelError(errors.PRECONDITION_FAILED, "fast reply consumer does not exist", 60, 40)
@@ -646,7 +662,7 @@ class Channel:
         msg = entry.msg
         self.conn.send(
             encode_get_ok(self.id, tag, entry.redelivered, msg.route, len(q.ready))
-            + content_frames(self.id, msg.header, self.broker.body_of(msg), self.conn.frame_max)
+            + content_frames(self.id, q.header_for(entry, fetched=True), self.broker.body_of(msg), self.conn.frame_max)
         )
 
     def basic_recover(self, m: commands.Basic.Recover) -> None:
@@ -666,6 +682,11 @@ class Channel:
         if not m.active:
             raise errors.not_implemented("active=false")
         self.reply(commands.Channel.FlowOk(True))
+
+    # access class: deprecated, but old clients still ask for a ticket; RabbitMQ hands out ticket 1
+
+    def access_request(self, m: AccessRequest) -> None:
+        self.reply(AccessRequestOk(1))
 
     # confirm and tx classes
 
@@ -758,6 +779,7 @@ _HANDLERS: dict[type, Callable[[Channel, Any], None]] = {
     commands.Basic.Recover: Channel.basic_recover,
     commands.Basic.RecoverAsync: Channel.basic_recover_async,
     commands.Channel.Flow: Channel.channel_flow,
+    AccessRequest: Channel.access_request,
     commands.Confirm.Select: Channel.confirm_select,
     commands.Tx.Select: Channel.tx_select,
     commands.Tx.Commit: Channel.tx_commit,

@@ -46,11 +46,11 @@ def _dead_message(broker: Broker, msg: Message, queue: Queue, reason: str, dlx: 
     else:
         death: dict[str, Any] = {
             "count": 1, "reason": reason, "queue": queue.name, "time": _now(), "exchange": msg.exchange,
-            "routing-keys": [msg.routing_key, *_cc(headers)],  # BCC keys stay secret, as in RabbitMQ
+            "routing-keys": [_table_string(msg.routing_key), *_cc(headers)],  # BCC keys stay secret, as in RabbitMQ
         }
-        expiration = msg.properties().expiration
+        expiration = msg.raw_property(FLAG_EXPIRATION)  # only this one: pamqp refuses some valid properties
         if expiration is not None:
-            death["original-expiration"] = expiration
+            death["original-expiration"] = expiration.decode()
         deaths.insert(0, death)
     headers["x-death"] = deaths
     if "x-dead-letter-routing-key" in queue.arguments:
@@ -67,6 +67,15 @@ def _dead_message(broker: Broker, msg: Message, queue: Queue, reason: str, dlx: 
     if "x-dead-letter-routing-key" not in queue.arguments:
         dead.bcc = msg.bcc  # routed again by all the original keys, BCC's included
     return dead
+
+
+def _table_string(key: str) -> str | bytes:
+    """A routing key as a table value: one with invalid UTF-8 (kept as surrogates) goes as its raw bytes."""
+    try:
+        key.encode()
+    except UnicodeEncodeError:
+        return key.encode("utf-8", "surrogateescape")
+    return key
 
 
 def _cycles(target: Queue, deaths: list[dict[str, Any]]) -> bool:

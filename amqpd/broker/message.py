@@ -7,7 +7,7 @@ from collections.abc import Callable
 from amqpd import errors
 from amqpd.protocol.constants import FLAG_DELIVERY_MODE, FLAG_EXPIRATION, FLAG_HEADERS, FLAG_PRIORITY
 from amqpd.protocol.methods import decode_table
-from amqpd.protocol.properties import PropertyScan, decode_properties
+from amqpd.protocol.properties import PropertyScan, decode_properties, raw_property
 
 SCANNED_FLAGS = FLAG_DELIVERY_MODE | FLAG_EXPIRATION | FLAG_HEADERS | FLAG_PRIORITY
 
@@ -49,7 +49,12 @@ class Message:
             self._apply_scan(scan or PropertyScan(header, flags))
 
     def _apply_scan(self, scan: PropertyScan) -> None:
-        self.persistent = scan.delivery_mode == 2
+        mode = scan.delivery_mode
+        if mode is not None and mode != 1 and mode != 2:
+            raise errors.ChannelError(
+                errors.PRECONDITION_FAILED, f"invalid message: {{delivery_mode_unknown,{mode}}}", 60, 40
+            )
+        self.persistent = mode == 2
         self.priority = scan.priority
         if scan.expiration is not None:
             self.ttl_ms = parse_expiration(scan.expiration)
@@ -74,7 +79,12 @@ class Message:
         return bool(self.flags & FLAG_HEADERS)
 
     def properties(self):  # noqa: ANN201 - pamqp Basic.Properties
+        """Every property decoded by pamqp: for tests and tools only. pamqp refuses values RabbitMQ passes
+        through (a timestamp past year 9999), so the broker reads what it needs with raw_property()."""
         return decode_properties(self.header)
+
+    def raw_property(self, flag: int) -> bytes | None:
+        return raw_property(self.header, self.flags, flag)
 
 
 MAX_EXPIRY_TIMER = 4294967295

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from amqpd.broker.backlog import Backlog
 from amqpd.broker.message import Message
 from amqpd.broker.ready import FifoReady, PriorityReady
+from amqpd.protocol.properties import with_delivery_count
 
 if TYPE_CHECKING:
     from amqpd.broker.consumer import Consumer
@@ -25,13 +26,14 @@ def now_ms() -> int:
 class Entry:
     """A message's place in one queue: its sequence number keeps the original position on requeue."""
 
-    __slots__ = ("msg", "seq", "redelivered", "expires_at")
+    __slots__ = ("msg", "seq", "redelivered", "expires_at", "returns")
 
     def __init__(self, msg: Message, seq: int, expires_at: int | None) -> None:
         self.msg = msg
         self.seq = seq
         self.redelivered = False
         self.expires_at = expires_at
+        self.returns = 0  # times it went back to the queue unacked: a quorum queue's x-delivery-count
 
 
 class QueueHooks:
@@ -98,6 +100,8 @@ class Queue:
         self.exclusive_consumer: Consumer | None = None
         self.throttled: set[Any] = set()  # publishing connections paused until the backlog drains
         self.single_active = self.arguments.get("x-single-active-consumer") is True
+        # Quorum queues (kept as classic ones) tell consumers how often a message came back: x-delivery-count.
+        self.counts_deliveries = self.arguments.get("x-queue-type") == "quorum"
         self._prioritised = False
         self._rr_levels: dict[int, int] = {}
         self.expires_ms: int | None = self.arguments.get("x-expires")
@@ -251,6 +255,14 @@ class Queue:
         if ready and ready[0].expires_at is not None:
             self._arm_ttl_timer()
 
+    def header_for(self, entry: Entry, fetched: bool = False) -> bytes:
+        """The content header a client gets for this entry: the publisher's, or a quorum queue's copy with
+        x-delivery-count. As RabbitMQ 3.10's: a basic.get always shows the count (0 the first time), a
+        consumer only once the message has come back (rabbit_fifo_client adds it when a count exists)."""
+        if self.counts_deliveries and (fetched or entry.returns):
+            return with_delivery_count(entry.msg.header, entry.returns)
+        return entry.msg.header
+
     def sole_consumer(self) -> Consumer | None:
         """The one consumer _next_consumer() can pick, when it has no choice to make (one consumer, or a
         single active one); None when it round-robins or picks by priority."""
@@ -308,6 +320,7 @@ class Queue:
             return
         for e in back:
             e.redelivered = True
+            e.returns += 1
             self.ready_bytes += e.msg.size
         self.ready.restore(back)
         if self.limited:

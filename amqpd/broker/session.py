@@ -81,7 +81,8 @@ class Session:
         self.reader = FrameReader(self.settings.frame_max)
         self.out: list[bytes] = []
         self.channels: dict[int, Channel] = {}
-        self.closing_channels: set[int] = set()
+        self.closing_channels: set[int] = set()  # we sent channel.close and wait for close-ok
+        self.crossed_closes: set[int] = set()  # closes that crossed: a late close-ok may still come
         self.confirm_channels: set[Channel] = set()
         self.user = ""
         self.vhost: VirtualHost | None = None
@@ -204,6 +205,8 @@ class Session:
                 raise errors.unexpected_frame(f"content frame (type {ftype}) on channel 0")
             self._content(ftype, channel, payload)
         elif ftype == FRAME_HEARTBEAT:
+            if payload:  # RabbitMQ knows only the empty heartbeat: anything else is an unknown frame
+                raise errors.frame_error(f"type 8, {len(payload)} octets: unknown_frame")
             if channel != 0:  # the spec says 501; clients see RabbitMQ's 505
                 raise errors.unexpected_frame(f"heartbeat frame on channel {channel}")
         else:
@@ -259,8 +262,19 @@ class Session:
             self._close_transport()
         elif isinstance(method, (commands.Connection.Blocked, commands.Connection.Unblocked)):
             return
+        elif isinstance(method, commands.Connection.UpdateSecret):
+            self._update_secret(method)
         else:
             raise self._out_of_order(method)
+
+    def _update_secret(self, m: commands.Connection.UpdateSecret) -> None:
+        """Token refresh (OAuth 2 clients): the connection carries on under the new secret if the broker
+        accepts it for the connection's user; if not, RabbitMQ's answer (rabbit_reader) closes it."""
+        secret = m.new_secret if isinstance(m.new_secret, str) else bytes(m.new_secret or b"").decode(errors="replace")
+        if not self.broker.accepts_secret(self.user, secret):
+            log.info("secret update refused for user %r from %s", self.user, self.peer)
+            raise errors.ConnectionError(errors.NOT_ALLOWED, "New secret was refused by one of the backends", 10, 70)
+        self.send_method(0, commands.Connection.UpdateSecretOk())
 
     def _out_of_order(self, method: Any) -> errors.ConnectionError:
         state = {AWAIT_START_OK: "starting", AWAIT_TUNE_OK: "tuning", AWAIT_OPEN: "opening"}.get(self.state, "running")
@@ -386,17 +400,24 @@ class Session:
         method = decode_method(payload, self.settings.max_table_depth)
         if channel in self.closing_channels:
             # After our channel.close, everything but close-ok (or the client's own close) is dropped.
-            if isinstance(method, commands.Channel.CloseOk):
-                self.closing_channels.discard(channel)
-            elif isinstance(method, commands.Channel.Close):
-                self.closing_channels.discard(channel)
+            self.closing_channels.discard(channel)
+            if isinstance(method, commands.Channel.Close):
+                # The client's close crossed ours: answer it, and the channel is closed; the close-ok it
+                # still owes ours may follow and is ignored (unless it opens the channel again first).
                 self.send_method(channel, commands.Channel.CloseOk())
+                self.crossed_closes.add(channel)
+            elif not isinstance(method, commands.Channel.CloseOk):
+                self.closing_channels.add(channel)
             return
+        if channel in self.crossed_closes:
+            self.crossed_closes.discard(channel)
+            if isinstance(method, commands.Channel.CloseOk):
+                return
         if not isinstance(method, commands.Channel.Open):
             raise errors.ConnectionError(errors.CHANNEL_ERROR, "expected 'channel.open'", *_ids(method))
-        # Beyond RabbitMQ 3.10, which only counts open channels, an id over the negotiated channel_max is
-        # refused too: the client agreed to that limit in tune-ok.
-        if channel > self.channel_max or len(self.channels) >= self.channel_max:
+        # channel_max limits how many channels are open at once, not their ids, as in RabbitMQ (aiormq opens
+        # channel 65535 on purpose; a client that negotiated 3 may open channel 4 while it has fewer than 3).
+        if len(self.channels) >= self.channel_max:
             raise errors.ConnectionError(
                 errors.NOT_ALLOWED, f"number of channels opened ({len(self.channels)}) has reached the "
                 f"negotiated channel_max ({self.channel_max})"
@@ -408,7 +429,7 @@ class Session:
     def _content(self, ftype: int, channel: int, payload: bytes) -> None:
         ch = self.channels.get(channel)
         if ch is None:
-            if channel in self.closing_channels:
+            if channel in self.closing_channels or channel in self.crossed_closes:
                 return  # the rest of a message published before our channel.close
             raise errors.unexpected_frame("expected method frame, got non method frame instead")
         try:

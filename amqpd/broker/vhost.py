@@ -259,12 +259,18 @@ class VirtualHost:
             self._route_cache.clear()
             self._persist_binding(ex, dest, routing_key, arguments, add=True)
 
-    def unbind(self, source: str, dest: Queue | Exchange, routing_key: str, arguments: dict) -> None:
-        ex = self.exchanges.get(source)
-        if ex is None:
-            return  # unbinding from a missing exchange is OK in RabbitMQ 3.10
+    def unbind(
+        self, source: str, dest: Queue | Exchange | None, routing_key: str, arguments: dict, owner: object = None
+    ) -> None:
+        """As RabbitMQ 3.10: a binding that does not exist (its exchange or queue gone too) is unbound OK;
+        only an existing binding to another connection's exclusive queue is refused (405)."""
         if source == "":
             raise self._reserved("exchange", "")
+        ex = self.exchanges.get(source)
+        if ex is None or dest is None or not ex.is_bound(dest, routing_key, arguments):
+            return
+        if owner is not None and isinstance(dest, Queue):
+            self.check_exclusive(dest, owner)
         if ex.unbind(dest, routing_key, arguments):
             self._route_cache.clear()
             self._persist_binding(ex, dest, routing_key, arguments, add=False)

@@ -25,7 +25,7 @@ _u16 = struct.Struct(">H")
 
 
 def shortstr(value: str) -> bytes:
-    raw = value.encode()
+    raw = value.encode("utf-8", "surrogateescape")  # a name read with surrogateescape goes back as sent
     if len(raw) > 255:
         raise errors.syntax_error(f"short string too long: {len(raw)} bytes")
     return bytes((len(raw),)) + raw
@@ -48,7 +48,9 @@ def parse_publish_route(payload: bytes) -> tuple[str, str, bytes, int]:
         route = payload[6:rend]
         known = _ROUTES.get(route)
         if known is None:
-            known = (payload[7:o].decode(), payload[o + 1 : rend].decode(), route)
+            # Names are bytes to RabbitMQ: invalid UTF-8 is kept (as surrogates), never refused.
+            known = (payload[7:o].decode("utf-8", "surrogateescape"),
+                     payload[o + 1 : rend].decode("utf-8", "surrogateescape"), route)
             if len(_ROUTES) >= _ROUTES_MAX:
                 _ROUTES.clear()
             _ROUTES[route] = known

@@ -87,6 +87,19 @@ def _check_value(tag: int, data: bytes, p: int, end: int, depth: int, max_depth:
     return p
 
 
+def table_entries(raw: bytes, max_depth: int) -> list[tuple[bytes, bytes]]:
+    """A checked field table (with its length prefix) as (key, encoded value with its type tag) pairs, in
+    order: entries can be added or reordered without decoding (and re-encoding) any value."""
+    end = check_table(raw, 0, len(raw), 1, max_depth)
+    entries, p = [], 4
+    while p < end:
+        key_end = p + 1 + raw[p]
+        value_end = _check_value(raw[key_end], raw, key_end + 1, end, 1, max_depth)
+        entries.append((raw[p + 1 : key_end], raw[key_end:value_end]))
+        p = value_end
+    return entries
+
+
 def _check_array(data: bytes, p: int, end: int, depth: int, max_depth: int) -> int:
     if depth > max_depth:
         raise BadField(f"field array nested deeper than {max_depth}")

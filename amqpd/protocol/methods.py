@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import struct
+import typing
 
 from pamqp import base, commands
 from pamqp import decode as pdecode
@@ -26,6 +27,32 @@ def method_ids(payload: bytes) -> tuple[int, int]:
 MAX_TABLE_DEPTH = 64
 
 
+class AccessRequest(base.Frame):
+    """access.request (class 30), deprecated in 0-9-1 and gone from pamqp, still sent by old clients."""
+
+    __slots__: typing.ClassVar[list[str]] = ["realm", "exclusive", "passive", "active", "write", "read"]
+    frame_id: typing.ClassVar[int] = 10
+    index: typing.ClassVar[int] = 0x001E000A
+    name: typing.ClassVar[str] = "Access.Request"
+    _realm = "shortstr"
+    _exclusive = _passive = _active = _write = _read = "bit"
+
+
+class AccessRequestOk(base.Frame):
+    __slots__: typing.ClassVar[list[str]] = ["ticket"]
+    frame_id: typing.ClassVar[int] = 11
+    index: typing.ClassVar[int] = 0x001E000B
+    name: typing.ClassVar[str] = "Access.RequestOk"
+    _ticket = "short"
+
+    def __init__(self, ticket: int = 1) -> None:
+        self.ticket = ticket
+
+
+# Methods pamqp does not know, by (class_id << 16) | method_id.
+EXTRA_METHODS: dict[int, type[base.Frame]] = {AccessRequest.index: AccessRequest}
+
+
 def decode_method(payload: bytes, max_depth: int = MAX_TABLE_DEPTH) -> base.Frame:
     """A method payload (with class/method ids) → pamqp method object.
 
@@ -34,7 +61,8 @@ def decode_method(payload: bytes, max_depth: int = MAX_TABLE_DEPTH) -> base.Fram
     frame → 501 FRAME_ERROR "cannot decode", as RabbitMQ answers. All name the method.
     """
     class_id, method_id = method_ids(payload)
-    cls = commands.INDEX_MAPPING.get((class_id << 16) | method_id)
+    index = (class_id << 16) | method_id
+    cls = commands.INDEX_MAPPING.get(index) or EXTRA_METHODS.get(index)
     if cls is None:
         raise errors.ConnectionError(
             errors.NOT_IMPLEMENTED, f"unknown method {class_id}/{method_id}", class_id, method_id
@@ -96,6 +124,20 @@ def marshal_arguments(method: base.Frame) -> bytes:
     if nbits >= 0:
         out.append(bytes((bits,)))
     return b"".join(out)
+
+
+def _lenient_timestamp(value: bytes) -> tuple[int, object]:
+    """pamqp turns a table's timestamp into a datetime and raises past year 9999; RabbitMQ takes any 64-bit
+    value, so such a one is kept as its integer (routing on the table's other entries must still work)."""
+    try:
+        return _pamqp_timestamp(value)
+    except (OverflowError, ValueError, OSError):
+        return 8, _u64.unpack_from(value)[0]
+
+
+_u64 = struct.Struct(">Q")
+_pamqp_timestamp = pdecode.timestamp
+pdecode.TABLE_MAPPING[b"T"] = _lenient_timestamp
 
 
 def decode_table(raw: bytes) -> dict:

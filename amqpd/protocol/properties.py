@@ -14,6 +14,8 @@ from pamqp import encode as pencode
 from pamqp.header import ContentHeader
 
 from amqpd import errors
+from amqpd.protocol.field_tables import BadField, Overrun, check_table, table_entries
+from amqpd.protocol.methods import MAX_TABLE_DEPTH
 from amqpd.protocol.constants import (
     FLAG_CONTENT_ENCODING,
     FLAG_CONTENT_TYPE,
@@ -26,8 +28,15 @@ from amqpd.protocol.constants import (
 )
 
 _u32 = struct.Struct(">I")
+_u16 = struct.Struct(">H")
 _header_prefix = struct.Struct(">HHQ")
 
+
+# Property flag bits in wire order, each with the size of its value: -1 shortstr, -4 table, else a byte count.
+_LAYOUT: tuple[tuple[int, int], ...] = tuple(
+    (1 << (15 - i), kind) for i, kind in enumerate((-1, -1, -4, 1, 1, -1, -1, -1, -1, 8, -1, -1, -1, -1))
+)
+_KIND = dict(_LAYOUT)
 
 _HEADERS: dict[bytes, bytes] = {}
 _HEADERS_MAX = 4096
@@ -47,13 +56,71 @@ def shared_header(header: bytes) -> bytes:
     return known
 
 
+def checked_header(header: bytes) -> bytes:
+    """shared_header() of a published header, its property list checked first (check_property_list); a
+    header seen before was checked then."""
+    known = _HEADERS.get(header)
+    if known is not None:
+        return known
+    check_property_list(header)
+    return shared_header(header)
+
+
+def malformed_properties() -> errors.ConnectionError:
+    """RabbitMQ decodes every published property list and its channel crashes on a malformed one: the
+    connection is closed with 541 INTERNAL_ERROR naming no method. Clients see the same from us."""
+    return errors.ConnectionError(errors.INTERNAL_ERROR, "malformed content header properties")
+
+
+def check_property_list(header: bytes) -> None:
+    """Every property present must fit, end exactly at the end of the header, and a headers table must
+    be well formed; nothing is decoded (values go to consumers as sent)."""
+    try:
+        flags = _u16.unpack_from(header, 12)[0]
+        if flags & 1:  # a continuation flag word: no 0-9-1 property needs one, and RabbitMQ refuses it
+            raise IndexError
+        o = 14
+        for flag, kind in _LAYOUT:
+            if not flags & flag:
+                continue
+            if kind == -1:
+                o += 1 + header[o]
+            elif kind == -4:
+                o = check_table(header, o, len(header), 1, MAX_TABLE_DEPTH)
+            else:
+                o += kind
+        if o != len(header):
+            raise IndexError
+    except (IndexError, struct.error, Overrun, BadField):
+        raise malformed_properties() from None
+
+
+def raw_property(header: bytes, flags: int, wanted: int) -> bytes | None:
+    """One property's encoded value (a short string without its length byte), found by skipping over the
+    ones before it: nothing else is decoded. None when absent. The header was checked on the way in."""
+    if not flags & wanted:
+        return None
+    o = 14
+    for flag, kind in _LAYOUT:
+        if flag == wanted:
+            break
+        if flags & flag:
+            o += 1 + header[o] if kind == -1 else 4 + _u32.unpack_from(header, o)[0] if kind == -4 else kind
+    kind = _KIND[wanted]
+    if kind == -1:
+        return header[o + 1 : o + 1 + header[o]]
+    if kind == -4:
+        return header[o : o + 4 + _u32.unpack_from(header, o)[0]]
+    return header[o : o + kind]
+
+
 class PropertyScan:
     """The fields the broker acts on, scanned from the raw header payload."""
 
     __slots__ = ("delivery_mode", "priority", "expiration", "headers_raw")
 
     def __init__(self, header: bytes, flags: int) -> None:
-        self.delivery_mode = 0
+        self.delivery_mode: int | None = None
         self.priority: int | None = None
         self.expiration: str | None = None
         self.headers_raw: bytes | None = None
@@ -105,9 +172,6 @@ def decode_properties(header: bytes) -> commands.Basic.Properties:
 
 
 # Property flag bits in wire order, each with the size of its value: -1 shortstr, -4 table, else a byte count.
-_LAYOUT: tuple[tuple[int, int], ...] = tuple(
-    (1 << (15 - i), kind) for i, kind in enumerate((-1, -1, -4, 1, 1, -1, -1, -1, -1, 8, -1, -1, -1, -1))
-)
 
 
 def split_properties(header: bytes) -> dict[int, bytes]:
@@ -158,3 +222,21 @@ def replace_headers(header: bytes, body_size: int, headers: dict | None) -> byte
 
 def encode_table(table: dict) -> bytes:
     return pencode.field_table(table)
+
+
+_DELIVERY_COUNT_KEY = b"x-delivery-count"
+_i64 = struct.Struct(">q")
+
+
+def with_delivery_count(header: bytes, count: int) -> bytes:
+    """A quorum queue's delivery: the headers table gains x-delivery-count (a signed 64-bit 'l', the times
+    the message went back to its queue) and, as RabbitMQ re-encodes it (rabbit_misc:set_table_value), its
+    entries sorted by key; every value and every other property stays byte for byte as published."""
+    parts = split_properties(header)
+    raw = parts.get(FLAG_HEADERS)
+    entries = [e for e in table_entries(raw, MAX_TABLE_DEPTH) if e[0] != _DELIVERY_COUNT_KEY] if raw else []
+    entries.append((_DELIVERY_COUNT_KEY, b"l" + _i64.pack(count)))
+    entries.sort(key=lambda e: e[0])
+    inner = b"".join(bytes((len(key),)) + key + value for key, value in entries)
+    parts[FLAG_HEADERS] = _u32.pack(len(inner)) + inner
+    return join_properties(_header_prefix.unpack_from(header)[2], parts)

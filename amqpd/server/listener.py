@@ -4,6 +4,7 @@ with 320 CONNECTION_FORCED and exit."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import fcntl
 import gc
 import logging
@@ -44,28 +45,28 @@ async def serve(settings: Settings) -> None:
         gc.freeze()
     registry: set[AMQPServerProtocol] = set()
     try:
-        server = await loop.create_server(
-            lambda: AMQPServerProtocol(broker, registry), settings.host, settings.port, reuse_address=True,
-            backlog=1024,
-        )
+        servers = await _listen(loop, lambda: AMQPServerProtocol(broker, registry), settings.host, settings.port)
     except OSError as exc:  # the port is taken, or the address is not ours: say so plainly and exit 1
-        log.error("cannot listen on %s:%s: %s", settings.host, settings.port, exc.strerror or exc)
+        log.error("cannot listen on %s: %s", getattr(exc, "address", settings.port), exc.strerror or exc)
         if store is not None:
             await store.close()
         raise SystemExit(1) from None
-    sock = server.sockets[0].getsockname()
     async with anyio.create_task_group() as tg:
         if store is not None:
             tg.start_soon(store.run)
         tg.start_soon(Alarms(broker, settings).run)
         tg.start_soon(sample_load, broker)
-        print(f"amqpd listening on {sock[0]}:{sock[1]}", flush=True)
-        log.info("accepting AMQP 0-9-1 connections on %s:%s", sock[0], sock[1])
+        for server in servers:
+            for sock in server.sockets:
+                address = _address(sock.getsockname())
+                print(f"amqpd listening on {address}", flush=True)  # amqpd.testing reads the first line
+                log.info("accepting AMQP 0-9-1 connections on %s", address)
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async for signum in signals:
                 log.info("received %s, shutting down", signal.Signals(signum).name)
                 break
-        server.close()
+        for server in servers:
+            server.close()
         for proto in list(registry):
             proto.shutdown()
         await _wait_closed(registry)
@@ -76,6 +77,34 @@ async def serve(settings: Settings) -> None:
         if lock is not None:
             lock.close()
         tg.cancel_scope.cancel()
+
+
+async def _listen(loop: asyncio.AbstractEventLoop, factory: Any, hosts: list[str], port: int) -> list[Any]:
+    """One server per address, all on one port: with port 0 the first picks it and the others take the same.
+    The IPv6 loopback of the default is skipped (with a warning) on a machine without IPv6."""
+    servers: list[Any] = []
+    try:
+        for host in hosts:
+            try:
+                server = await loop.create_server(factory, host, port, reuse_address=True, backlog=1024)
+            except OSError as exc:
+                if host == "::1" and servers and exc.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
+                    log.warning("not listening on [::1]: %s (no IPv6 here)", exc.strerror or exc)
+                    continue
+                exc.address = f"{_address((host, port))}"  # type: ignore[attr-defined]
+                raise
+            servers.append(server)
+            port = server.sockets[0].getsockname()[1]
+    except OSError:
+        for server in servers:
+            server.close()
+        raise
+    return servers
+
+
+def _address(sockname: tuple[Any, ...]) -> str:
+    host, port = sockname[0], sockname[1]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 async def _wait_closed(registry: set[Any], timeout: float = 5.0) -> None:

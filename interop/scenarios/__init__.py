@@ -5,6 +5,7 @@ from interop.scenarios import (  # noqa: F401
     clients_cli,
     clients_node,
     clients_python,
+    compat,
     confirms_tx,
     consuming,
     errors,

@@ -172,26 +172,17 @@ def open_2048th_channel_530(url: str) -> Any:
         return {"opened": opened, "next": until_close(c)}
 
 
-def _refuses_channel_id_over_channel_max(ref: Any, tgt: Any) -> str | None:
-    """A deliberate difference, set by the broker-core issue: amqpd holds the client to the channel_max it
-    agreed to in tune-ok (530, ids 0/0 like RabbitMQ's own channel-count refusal). RabbitMQ 3.10 only
-    counts open channels and opens the channel. No real client uses an id above its own channel_max."""
-    if ref != {"method": "Channel.OpenOk"} and not (isinstance(ref, dict) and ref.get("method") == "Channel.OpenOk"):
-        return f"RabbitMQ no longer opens a channel id above channel_max (saw {ref!r}): update the scenario"
-    if not isinstance(tgt, dict) or (tgt.get("method"), tgt.get("code"), tgt.get("text")) != (
-        "Connection.Close", 530, "NOT_ALLOWED"
-    ):
-        return f"expected connection.close 530 NOT_ALLOWED for a channel id above channel_max, got {tgt!r}"
-    return None
-
-
-@scenario("errors", compare=_refuses_channel_id_over_channel_max)
+@scenario("errors")
 def channel_id_above_channel_max(url: str) -> Any:
-    """RabbitMQ checks only the count of open channels, not the id against channel_max."""
+    """channel_max limits the count of open channels, not their ids (aiormq opens channel 65535 on purpose)."""
     with RawConnection(url) as c:
-        c.handshake(channel_max=10)
-        r = c.open_channel(300)
-        return r if isinstance(r, str) else close_of(r)
+        c.handshake(channel_max=3)
+        opened = [close_of(c.open_channel(n)) for n in (65535, 4, 1000)]
+        c.send(1000, C.Channel.Close(reply_code=200, reply_text="", class_id=0, method_id=0))
+        closed = c.recv_method()
+        reopened = c.open_channel(7)
+        c.send(8, C.Channel.Open())
+        return {"opened": opened, "closed": close_of(closed), "reopened": close_of(reopened), "fourth": until_close(c)}
 
 
 @scenario("errors")

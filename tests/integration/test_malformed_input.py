@@ -270,16 +270,6 @@ def test_more_channels_than_channel_max_closes_connection_with_530(raw: RawConne
     assert opened == set(range(1, channel_max + 1))
 
 
-@pytest.mark.amqpd_only
-def test_channel_id_over_negotiated_channel_max_closes_connection_with_530(raw: RawConnection) -> None:
-    # RabbitMQ 3.10 does not check channel ids against channel_max (only the number of open channels),
-    # so it opens channel 11 here; amqpd holds the client to the limit it agreed to.
-    raw.handshake(channel_max=10)
-    raw.open_channel(10)
-    raw.send_frame(commands.Channel.Open(), 11)
-    assert raw.expect_connection_close().reply_code == 530
-
-
 # --- timeouts ----------------------------------------------------------------------------------------------
 
 

@@ -244,7 +244,7 @@ def test_property_scan_agrees_with_pamqp_unmarshal(body_size: int, props: comman
     decoded = header.ContentHeader()
     decoded.unmarshal(payload)
     expected = decoded.properties
-    assert scan.delivery_mode == (expected.delivery_mode or 0)
+    assert scan.delivery_mode == expected.delivery_mode
     assert scan.priority == expected.priority
     assert scan.expiration == expected.expiration
     if flags & properties.FLAG_HEADERS:

@@ -73,3 +73,30 @@ async def test_the_broker_opens_its_store_with_the_retention_settings(tmp_path: 
         assert store._retention == RetentionPolicy(max_age_ms=DAY_MS, max_bytes=1 << 30)
     finally:
         await store.close()
+
+
+# -- listen addresses (issue 10: clients that resolve localhost to ::1) ------------------------------------
+
+
+def test_both_loopbacks_are_listened_on_by_default() -> None:
+    assert cli.settings_from_args(cli.parse_args([])).host == ["127.0.0.1", "::1"]
+
+
+def test_host_may_be_given_several_times() -> None:
+    args = cli.parse_args(["--host", "0.0.0.0", "--host", "::"])
+    assert cli.settings_from_args(args).host == ["0.0.0.0", "::"]
+
+
+def test_hosts_from_the_config_file_and_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "amqpd.toml"
+    path.write_text('[amqpd]\nhost = "10.0.0.1"\n')
+    assert config.load(str(path)).host == ["10.0.0.1"]
+    path.write_text('[amqpd]\nhost = ["10.0.0.1", "::1"]\n')
+    assert config.load(str(path)).host == ["10.0.0.1", "::1"]
+    monkeypatch.setenv("AMQPD_HOST", "127.0.0.1, ::1")
+    assert config.load().host == ["127.0.0.1", "::1"]
+
+
+def test_the_example_config_file_lists_the_default_hosts() -> None:
+    example = Path(__file__).resolve().parents[2] / "conf" / "amqpd.toml"
+    assert config.load(str(example)).host == config.Settings().host

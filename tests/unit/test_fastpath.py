@@ -153,7 +153,7 @@ def test_property_scan_finds_what_pamqp_decodes(props: commands.Basic.Properties
     _, _, decoded = frame.unmarshal(frame.marshal(header.ContentHeader(0, 3, props), 1))
     scan = PropertyScan(raw, parse_content_header(raw)[2])
     p = decoded.properties
-    assert scan.delivery_mode == (p.delivery_mode or 0)
+    assert scan.delivery_mode == p.delivery_mode
     assert scan.priority == p.priority
     assert scan.expiration == p.expiration
     assert (scan.headers_raw is None) == (p.headers is None)

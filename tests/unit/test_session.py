@@ -376,17 +376,6 @@ def test_channel_max_refusal_names_no_method() -> None:
     assert close_of(c.method(2, commands.Channel.Open())) == (530, 0, 0)
 
 
-def test_channel_id_over_channel_max_is_530() -> None:
-    # RabbitMQ 3.10 only counts open channels; refusing an id over the limit the client agreed to in
-    # tune-ok is amqpd's deliberate choice (see Session._method_on_unopened).
-    c = Client()
-    c.send(PROTOCOL_HEADER)
-    c.start_ok()
-    c.method(0, commands.Connection.TuneOk(3, 131072, 0))
-    c.method(0, commands.Connection.Open("/"))
-    assert close_of(c.method(10, commands.Channel.Open()))[0] == 530
-
-
 def test_client_channel_close_is_answered_and_frees_the_id(client: Client) -> None:
     client.open_channel(1)
     (ok,) = client.method(1, commands.Channel.Close(200, "bye", 0, 0))

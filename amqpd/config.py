@@ -22,6 +22,19 @@ class Settings:
     # Durable storage lives here; "" keeps everything in memory (durable entities then die with the process).
     data_dir: str = field(default_factory=lambda: default_data_dir())
     mgmt_port: int | None = None  # HTTP management API; None: off
+    # TLS: an amqps listener on tls_port (0 picks a free one) when tls_cert_file is set. verify_peer asks the
+    # client for a certificate signed by tls_ca_file; fail_if_no_peer_cert refuses clients without one.
+    # A verified client certificate may log in with EXTERNAL as the user named by its tls_cert_login_from
+    # (common_name, subject_alternative_name or distinguished_name). SIGHUP re-reads the files.
+    tls_port: int = 5671
+    tls_cert_file: str = ""
+    tls_key_file: str = ""  # "" : the key is in tls_cert_file
+    tls_ca_file: str = ""
+    tls_verify_peer: bool = False
+    tls_fail_if_no_peer_cert: bool = False
+    tls_min_version: str = "TLSv1.2"
+    tls_ciphers: str = ""  # OpenSSL cipher list for TLS 1.2; "" : Python's defaults
+    tls_cert_login_from: str = "common_name"
     # Handshake and connection limits, as RabbitMQ 3.10 negotiates them.
     channel_max: int = 2047
     frame_max: int = 131072
@@ -41,9 +54,18 @@ class Settings:
     alarm_interval: float = 1.0
     # A delivery left unacked this long (ms) closes its channel with 406, as RabbitMQ 3.10 does; 0: never.
     consumer_timeout: int = 1_800_000
-    # Users: name -> password; vhosts that exist.
+    # The users (name -> password, administrators with full permissions on every vhost) and vhosts a fresh
+    # data dir starts with; after that the catalogue holds them (broker.access), as RabbitMQ's default user.
     users: dict[str, str] = field(default_factory=lambda: {"guest": "guest"})
     vhosts: list[str] = field(default_factory=lambda: ["/"])
+    # These users may only connect from a loopback address (RabbitMQ's loopback_users); [] allows guest anywhere.
+    loopback_users: list[str] = field(default_factory=lambda: ["guest"])
+    # Connections open at once: in total and per user (0: no limit). Beyond them connection.open gets 530.
+    max_connections: int = 0
+    max_connections_per_user: int = 0
+    # A RabbitMQ definitions file (JSON) whose users, vhosts, permissions and limits are imported at every
+    # boot, as RabbitMQ's load_definitions; "" : none.
+    load_definitions: str = ""
     # Store (see store/FORMAT.md).
     segment_size: int = 1024 * 1024 * 1024
     fsync: str = "always-batched"  # or "none" (tests/bench only)

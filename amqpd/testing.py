@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 _LISTENING = re.compile(rb"amqpd listening on (\S+):(\d+)")
+_TLS_LISTENING = re.compile(rb"amqpd TLS listening on (\S+):(\d+)")  # printed before _LISTENING
 
 
 class BrokerProcess:
@@ -38,6 +39,7 @@ class BrokerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.host = "127.0.0.1"
         self.port = 0
+        self.tls_port = 0  # the amqps port, when the broker was configured with a certificate
         self.stderr_lines: list[str] = []
 
     @property
@@ -59,6 +61,9 @@ class BrokerProcess:
         def read_stdout() -> None:
             assert self.proc and self.proc.stdout
             for line in self.proc.stdout:
+                tls = _TLS_LISTENING.search(line)
+                if tls:
+                    self.tls_port = int(tls.group(2))
                 m = _LISTENING.search(line)
                 if m and not found.is_set():
                     self.host, self.port = m.group(1).decode(), int(m.group(2))

@@ -9,10 +9,25 @@ from urllib.parse import urlparse
 
 import pytest
 
-from interop import scope
+from interop import access_users, scope
 from interop.runner import Outcome
 
 OUTCOMES: list[Outcome] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The access scenarios' users and vhosts, on both brokers: amqpd imports them at boot (the session's
+    amqpd starts after collection), RabbitMQ now."""
+    path = access_users.write_definitions()
+    os.environ["AMQPD_LOAD_DEFINITIONS"] = path
+    access_users.install_on_reference(path)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    access_users.remove_from_reference()
+    path = os.environ.pop("AMQPD_LOAD_DEFINITIONS", "")
+    if path and os.path.exists(path):
+        os.unlink(path)
 
 
 def target_is_reference() -> bool:

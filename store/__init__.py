@@ -5,11 +5,12 @@ nothing of AMQP (properties stay encoded bytes). On-disk format: FORMAT.md.
 """
 
 from store.message_store import MessageStore
-from store.records import MessageRecord, QueueEntry, Recovered, RecoveredMessage
+from store.records import AccessRows, MessageRecord, QueueEntry, Recovered, RecoveredMessage
 from store.recovery import MissingCatalogue
 from store.segment import UnsupportedFormat
 
 __all__ = [
+    "AccessRows",
     "MessageRecord",
     "MessageStore",
     "MissingCatalogue",

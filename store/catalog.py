@@ -15,6 +15,7 @@ from typing import Any
 import aiosqlite
 
 from store.arguments_codec import decode_arguments, encode_arguments
+from store.records import AccessRows
 
 CatalogOp = tuple[str, tuple[Any, ...]]
 
@@ -35,6 +36,16 @@ CREATE TABLE IF NOT EXISTS segments (
     sealed INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS queue_state (
     queue_id INTEGER PRIMARY KEY, live BLOB NOT NULL, delivered BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS users (
+    name TEXT PRIMARY KEY, password_hash TEXT NOT NULL, hashing_algorithm TEXT NOT NULL, tags TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS vhosts (
+    name TEXT PRIMARY KEY, description TEXT NOT NULL, tags TEXT NOT NULL, limits TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS permissions (
+    user TEXT NOT NULL, vhost TEXT NOT NULL, configure TEXT NOT NULL, write TEXT NOT NULL, read TEXT NOT NULL,
+    PRIMARY KEY (user, vhost));
+CREATE TABLE IF NOT EXISTS topic_permissions (
+    user TEXT NOT NULL, vhost TEXT NOT NULL, exchange TEXT NOT NULL, write TEXT NOT NULL, read TEXT NOT NULL,
+    PRIMARY KEY (user, vhost, exchange));
 CREATE TABLE IF NOT EXISTS checkpoint (
     id INTEGER PRIMARY KEY CHECK (id = 1), next_offset INTEGER NOT NULL, segment_base INTEGER NOT NULL,
     segment_position INTEGER NOT NULL, ack_number INTEGER NOT NULL, last_message_id INTEGER NOT NULL,
@@ -72,6 +83,7 @@ class CatalogSnapshot:
     segments: dict[int, tuple[int, int, bool]] = field(default_factory=dict)
     checkpoint: Checkpoint | None = None
     next_queue_id: int = 1
+    access: AccessRows = field(default_factory=AccessRows)
 
 
 def put_exchange_op(
@@ -128,6 +140,60 @@ def delete_binding_op(key: tuple[Any, ...]) -> CatalogOp:
         "DELETE FROM bindings WHERE vhost = ? AND source = ? AND destination = ? AND destination_kind = ?"
         " AND routing_key = ? AND arguments = ?",
         key,
+    )
+
+
+# -- access control: users, vhosts, permissions (rows of plain text; the broker gives them meaning) --------
+
+ACCESS_SEEDED_OP: CatalogOp = ("INSERT OR REPLACE INTO meta VALUES ('access_seeded', 1)", ())
+
+
+def put_user_op(name: str, password_hash: str, hashing_algorithm: str, tags: str) -> CatalogOp:
+    return "INSERT OR REPLACE INTO users VALUES (?, ?, ?, ?)", (name, password_hash, hashing_algorithm, tags)
+
+
+def delete_user_ops(name: str) -> list[CatalogOp]:
+    return [
+        ("DELETE FROM users WHERE name = ?", (name,)),
+        ("DELETE FROM permissions WHERE user = ?", (name,)),
+        ("DELETE FROM topic_permissions WHERE user = ?", (name,)),
+    ]
+
+
+def put_vhost_op(name: str, description: str, tags: str, limits: str) -> CatalogOp:
+    return "INSERT OR REPLACE INTO vhosts VALUES (?, ?, ?, ?)", (name, description, tags, limits)
+
+
+def delete_vhost_ops(name: str) -> list[CatalogOp]:
+    """The vhost, its permissions and its exchanges and bindings (its queues go one by one, with their
+    messages, through delete_queue_ops)."""
+    return [
+        ("DELETE FROM vhosts WHERE name = ?", (name,)),
+        ("DELETE FROM permissions WHERE vhost = ?", (name,)),
+        ("DELETE FROM topic_permissions WHERE vhost = ?", (name,)),
+        ("DELETE FROM exchanges WHERE vhost = ?", (name,)),
+        ("DELETE FROM bindings WHERE vhost = ?", (name,)),
+    ]
+
+
+def put_permission_op(user: str, vhost: str, configure: str, write: str, read: str) -> CatalogOp:
+    return "INSERT OR REPLACE INTO permissions VALUES (?, ?, ?, ?, ?)", (user, vhost, configure, write, read)
+
+
+def delete_permission_op(user: str, vhost: str) -> CatalogOp:
+    return "DELETE FROM permissions WHERE user = ? AND vhost = ?", (user, vhost)
+
+
+def put_topic_permission_op(user: str, vhost: str, exchange: str, write: str, read: str) -> CatalogOp:
+    return "INSERT OR REPLACE INTO topic_permissions VALUES (?, ?, ?, ?, ?)", (user, vhost, exchange, write, read)
+
+
+def delete_topic_permission_op(user: str, vhost: str, exchange: str | None) -> CatalogOp:
+    if exchange is None:
+        return "DELETE FROM topic_permissions WHERE user = ? AND vhost = ?", (user, vhost)
+    return (
+        "DELETE FROM topic_permissions WHERE user = ? AND vhost = ? AND exchange = ?",
+        (user, vhost, exchange),
     )
 
 
@@ -190,7 +256,15 @@ class Catalog:
                 }
             )
         await self._load_state(snap)
+        await self._load_access(snap.access)
         return snap
+
+    async def _load_access(self, rows: AccessRows) -> None:
+        rows.seeded = bool(await self._rows("SELECT value FROM meta WHERE key = 'access_seeded'"))
+        rows.users = [tuple(r) for r in await self._rows("SELECT * FROM users ORDER BY name")]
+        rows.vhosts = [tuple(r) for r in await self._rows("SELECT * FROM vhosts ORDER BY name")]
+        rows.permissions = [tuple(r) for r in await self._rows("SELECT * FROM permissions")]
+        rows.topic_permissions = [tuple(r) for r in await self._rows("SELECT * FROM topic_permissions")]
 
     async def _load_state(self, snap: CatalogSnapshot) -> None:
         for qid, live, delivered in await self._rows("SELECT queue_id, live, delivered FROM queue_state"):

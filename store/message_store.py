@@ -22,6 +22,7 @@ import anyio.to_thread
 
 from store import ack_log
 from store.catalog import (
+    ACCESS_SEEDED_OP,
     Catalog,
     CatalogSnapshot,
     Checkpoint,
@@ -29,10 +30,18 @@ from store.catalog import (
     binding_key,
     delete_binding_op,
     delete_exchange_op,
+    delete_permission_op,
     delete_queue_ops,
+    delete_topic_permission_op,
+    delete_user_ops,
+    delete_vhost_ops,
     put_binding_op,
     put_exchange_op,
+    put_permission_op,
     put_queue_ops,
+    put_topic_permission_op,
+    put_user_op,
+    put_vhost_op,
 )
 from store.commit import Batch, Writer
 from store.frame import HEADER_SIZE, ScanReport, append_frame, scan_frames
@@ -278,6 +287,38 @@ class MessageStore:
     ) -> None:
         key = binding_key(vhost, source, destination, destination_kind, routing_key, arguments)
         self._catalog_op([delete_binding_op(key)])
+
+    # Users, vhosts and permissions: written with the next group commit, as the rest of the catalogue.
+
+    def put_user(self, name: str, password_hash: str, hashing_algorithm: str, tags: str) -> None:
+        self._catalog_op([put_user_op(name, password_hash, hashing_algorithm, tags)])
+
+    def delete_user(self, name: str) -> None:
+        """The user and every permission it held."""
+        self._catalog_op(delete_user_ops(name))
+
+    def put_vhost(self, name: str, description: str, tags: str, limits: str) -> None:
+        self._catalog_op([put_vhost_op(name, description, tags, limits)])
+
+    def delete_vhost(self, name: str) -> None:
+        """The vhost, its permissions, exchanges and bindings; delete its queues first (delete_queue)."""
+        self._catalog_op(delete_vhost_ops(name))
+
+    def put_permission(self, user: str, vhost: str, configure: str, write: str, read: str) -> None:
+        self._catalog_op([put_permission_op(user, vhost, configure, write, read)])
+
+    def delete_permission(self, user: str, vhost: str) -> None:
+        self._catalog_op([delete_permission_op(user, vhost)])
+
+    def put_topic_permission(self, user: str, vhost: str, exchange: str, write: str, read: str) -> None:
+        self._catalog_op([put_topic_permission_op(user, vhost, exchange, write, read)])
+
+    def delete_topic_permission(self, user: str, vhost: str, exchange: str | None) -> None:
+        """One exchange's topic permission, or (exchange None) all of the user's in the vhost."""
+        self._catalog_op([delete_topic_permission_op(user, vhost, exchange)])
+
+    def mark_access_seeded(self) -> None:
+        self._catalog_op([ACCESS_SEEDED_OP])
 
     def _catalog_op(self, ops: list[Any]) -> None:
         self._pending.catalog_ops.extend(ops)
@@ -724,7 +765,7 @@ class MessageStore:
                     RecoveredMessage(o, records[o], o in delivered) for o in state.live if o in records
                 ]
             queues.append(entry)
-        return Recovered(snap.exchanges, queues, snap.bindings, result.stats)
+        return Recovered(snap.exchanges, queues, snap.bindings, result.stats, snap.access)
 
 
 def _scan_for(fd: int, offset: int) -> bytes | None:

@@ -40,8 +40,21 @@ class QueueEntry:
 
 
 @dataclass
+class AccessRows:
+    """Users, vhosts and permissions as the catalogue holds them (text; JSON for tags and limits).
+    `seeded`: the defaults (guest, "/") were written once, on this data dir's first start."""
+
+    seeded: bool = False
+    users: list[tuple[Any, ...]] = field(default_factory=list)  # name, password_hash, hashing_algorithm, tags
+    vhosts: list[tuple[Any, ...]] = field(default_factory=list)  # name, description, tags, limits
+    permissions: list[tuple[Any, ...]] = field(default_factory=list)  # user, vhost, configure, write, read
+    topic_permissions: list[tuple[Any, ...]] = field(default_factory=list)  # user, vhost, exchange, write, read
+
+
+@dataclass
 class Recovered:
     exchanges: list[dict[str, Any]]
     queues: list[QueueEntry]
     bindings: list[dict[str, Any]]
     stats: dict[str, Any]
+    access: AccessRows = field(default_factory=AccessRows)

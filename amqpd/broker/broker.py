@@ -7,13 +7,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from amqpd import errors
+from amqpd.broker.access import AccessControl, User
 from amqpd.broker.backlog import Backlog
 from amqpd.broker.message import Message
 from amqpd.broker.queue import Entry, Queue, QueueHooks
 from amqpd.broker.recovery import message_from_record
 from amqpd.broker.vhost import VirtualHost
 from amqpd.config import Settings
-from store import MessageRecord
+from store import AccessRows, MessageRecord
 
 Scheduler = Callable[[float, Callable[[], None]], Any]
 log = logging.getLogger("amqpd.broker")
@@ -98,9 +100,12 @@ class Broker:
         self.store = store
         self._scheduler = scheduler
         self.hooks = BrokerHooks(self)
-        self.users = dict(settings.users)
-        self.vhosts = {name: VirtualHost(name, self.hooks, store) for name in settings.vhosts}
+        self.vhosts: dict[str, VirtualHost] = {}
         self.connections: set[Any] = set()
+        # Users, vhosts and permissions. Seeded from the settings (guest/guest on "/"); the store's copy
+        # replaces this at recovery on a data dir that has been seeded before (attach_access).
+        self.access = AccessControl(observer=self)
+        self.access.seed(settings.users, settings.vhosts)
         self.alarms: frozenset[str] = frozenset()  # resource alarms in force (server/alarms.py sets them)
         self.clock = time.monotonic()  # coarse, refreshed by the housekeeping timer: stamps deliveries cheaply
         self.busy = False  # the loop's CPU is saturated (server/load.py): publishers to deep queues pause
@@ -117,7 +122,48 @@ class Broker:
                 q.release_publishers()
 
     def authenticate(self, user: str, password: str) -> bool:
-        return user in self.users and self.users[user] == password
+        """Does the password match the user's? (PLAIN/AMQPLAIN logins, connection.update-secret.)"""
+        return self.access.authenticate(user, password) is not None
+
+    def login(self, user: str, password: str) -> User | None:
+        return self.access.authenticate(user, password)
+
+    def attach_access(self, rows: Any) -> None:
+        """At recovery: the catalogue's users, vhosts and permissions (or, on a fresh data dir, write the
+        seeded defaults to it)."""
+        if self.store is not None:
+            self.access.attach(self.store, rows if rows is not None else AccessRows())
+
+    # -- AccessObserver: what follows from a change of the access model ----------------------------------
+
+    def vhost_added(self, name: str) -> None:
+        self.vhosts[name] = VirtualHost(name, self.hooks, self.store)
+
+    def vhost_deleted(self, name: str) -> None:
+        """RabbitMQ: its connections are closed with 320, then its queues (and their messages) and
+        exchanges are deleted."""
+        vhost = self.vhosts.pop(name, None)
+        if vhost is None:
+            return
+        for conn in [c for c in self.connections if c.vhost is vhost]:
+            conn.close_forced(f"vhost '{name}' is deleted")
+        for q in list(vhost.queues.values()):
+            vhost.remove_queue(q)
+
+    def user_deleted(self, name: str) -> None:
+        for conn in [c for c in self.connections if c.user == name]:
+            conn.close_forced(f"user '{name}' is deleted")
+
+    def connection_count(self, vhost: str) -> int:
+        return sum(1 for c in self.connections if c.vhost is not None and c.vhost.name == vhost)
+
+    def check_queue_limit(self, vhost: VirtualHost, name: str) -> None:
+        """Per-vhost max-queues, for newly declared queues only (rabbit_channel:check_vhost_queue_limit)."""
+        limit = self.access.vhost_limit(vhost.name, "max-queues")
+        if limit is not None and len(vhost.queues) >= limit:
+            raise errors.precondition_failed(
+                f"cannot declare queue '{name}': queue limit in vhost '{vhost.name}' ({limit}) is reached"
+            )
 
     def schedule(self, delay_s: float, callback: Callable[[], None]) -> Any:
         if self._scheduler is None:
@@ -131,7 +177,7 @@ class Broker:
         tokens) to check a new secret; a password never expires, so its internal backend accepts any secret
         and client test suites rely on that (amqplib sends 'new secret' on a guest connection). Ours are
         passwords: the user must still exist, the secret itself is not compared."""
-        return user in self.users
+        return self.access.get_user(user) is not None
 
     # -- durability -------------------------------------------------------------------------------------
 

@@ -111,6 +111,12 @@ class Channel:
         self.tx_publishes: list[tuple[str, bool, Message]] = []
         self.tx_acks: list[tuple[str, list[tuple[int, Unacked]], bool]] = []
         self.assembler = ContentAssembler(broker.settings.max_message_size)
+        # Exchanges this channel's user may publish to, as checked under the access model's generation
+        # `access_generation`: any change to users or permissions empties it, so a revoked permission
+        # applies to the next publish.
+        self.access = broker.access
+        self.access_generation = -1
+        self.may_publish_to: set[str] = set()
 
     # -- content assembly ---------------------------------------------------------------------------------
 
@@ -170,7 +176,7 @@ class Channel:
         if bits & 2 or class_id != 60 or flags & _RUN_REFUSED_FLAGS or body_size > self.assembler.max_size:
             return None
         ex = self.vhost.exchanges.get(exchange)
-        if ex is None or ex.internal:
+        if ex is None or ex.internal or not (self._may_publish_to(exchange) or self._learn_may_publish(ex)):
             return None
         queues = self.vhost.route_key(ex, routing_key)
         if len(queues) != 1:
@@ -204,7 +210,7 @@ class Channel:
 
     def publish(self, msg: Message, mandatory: bool) -> None:
         ex = self.vhost.exchanges.get(msg.exchange)
-        if ex is None or ex.internal or msg.flags & FLAG_USER_ID:
+        if ex is None or ex.internal or msg.flags & FLAG_USER_ID or not self._may_publish_to(msg.exchange):
             self._check_publish(ex, msg)
         if msg.flags & FLAG_REPLY_TO:
             self._rewrite_reply_to(msg)
@@ -217,24 +223,53 @@ class Channel:
             seq = self.publish_seq
         self._deliver_published(msg, mandatory, seq, None)
 
+    def _may_publish_to(self, exchange: str) -> bool:
+        """Checked before, under the current access model: write permission, no topic permission in play."""
+        if self.access_generation != self.access.generation:
+            self.access_generation = self.access.generation
+            self.may_publish_to.clear()
+            return False
+        return exchange in self.may_publish_to
+
     def _check_publish(self, ex: Any, msg: Message) -> None:
-        """The rare refusals, kept off the per-message path: missing or internal exchange, forged user_id."""
+        """The rare refusals, kept off the per-message path, in rabbit_channel's order: write permission,
+        missing or internal exchange, topic permission, forged user_id."""
         try:
+            user = self.conn.user
+            self.access.check_resource(user, self.vhost.name, "exchange", msg.exchange, "write")
             if ex is None:
                 self.vhost.exchange(msg.exchange)
             elif ex.internal:
                 raise errors.access_refused(
                     f"cannot publish to internal exchange '{msg.exchange}' in vhost '{self.vhost.name}'"
                 )
+            if ex.type_name == "topic":
+                self.access.check_topic(user, self.vhost.name, msg.exchange, msg.routing_key, "write")
             if msg.flags & FLAG_USER_ID:
                 self._check_user_id(msg)
+            self._learn_may_publish(ex)
         except errors.AMQPError as exc:
             raise exc.with_method(60, 40) from None
+
+    def _learn_may_publish(self, ex: Any) -> bool:
+        """Remember that this user may publish to `ex` whatever the routing key (write permission, and no
+        topic permission in play), so the next publishes skip the checks."""
+        user, vhost = self.conn.user, self.vhost.name
+        if not self.access.allowed(user, vhost, ex.name or "amq.default", "write"):
+            return False
+        if ex.type_name == "topic" and self.access.topic_permissions.get((user, vhost)):
+            return False
+        self.may_publish_to.add(ex.name)
+        return True
 
     def _check_user_id(self, msg: Message) -> None:
         """Compared as bytes, the other properties left undecoded (pamqp refuses some values RabbitMQ takes)."""
         user_id = msg.raw_property(FLAG_USER_ID)
-        if user_id is not None and user_id != self.conn.user.encode():
+        if (
+            user_id is not None
+            and user_id != self.conn.user.encode()
+            and not self.access.is_impersonator(self.conn.user)
+        ):
             raise errors.precondition_failed(
                 f"user_id property set to '{user_id.decode(errors='replace')}' but authenticated user was "
                 f"'{self.conn.user}'"
@@ -475,22 +510,54 @@ class Channel:
     def reply(self, method: base.Frame) -> None:
         self.conn.send(encode_method(self.id, method))
 
+    # permissions, where rabbit_channel checks them
+
+    def _permit(self, kind: str, name: str, perm: str) -> None:
+        self.access.check_resource(self.conn.user, self.vhost.name, kind, name, perm)
+
+    def may_configure(self, kind: str, name: str) -> None:
+        self._permit(kind, name, "configure")
+
+    def may_create(self, kind: str, name: str, arguments: dict) -> None:
+        """A new exchange with an alternate exchange, or a new queue with a dead-letter exchange, needs read on
+        itself and write on the other; a new queue must fit the vhost's max-queues."""
+        if kind == "queue":
+            self.broker.check_queue_limit(self.vhost, name)
+        other = arguments.get("alternate-exchange" if kind == "exchange" else "x-dead-letter-exchange")
+        if isinstance(other, (str, bytes)):
+            self._permit(kind, name, "read")
+            self._permit("exchange", other.decode() if isinstance(other, bytes) else other, "write")
+
+    def _permit_binding(self, source: str, dest_kind: str, dest: str, routing_key: str) -> None:
+        """rabbit_channel:binding_action: write on the destination, the default exchange refused at either
+        end, read on the source, and the topic read permission for the binding key."""
+        self._permit(dest_kind, dest, "write")
+        if source == "" or (dest_kind == "exchange" and dest == ""):
+            raise errors.access_refused("operation not permitted on the default exchange")
+        self._permit("exchange", source, "read")
+        ex = self.vhost.exchanges.get(source)
+        if ex is not None and ex.type_name == "topic":
+            self.access.check_topic(self.conn.user, self.vhost.name, source, routing_key, "read")
+
     # exchange class
 
     def exchange_declare(self, m: commands.Exchange.Declare) -> None:
         self.vhost.declare_exchange(
             m.exchange, m.exchange_type, passive=m.passive, durable=m.durable, auto_delete=m.auto_delete,
-            internal=m.internal, arguments=m.arguments or {},
+            internal=m.internal, arguments=m.arguments or {}, checks=self,
         )
         if not m.nowait:
             self.reply(commands.Exchange.DeclareOk())
 
     def exchange_delete(self, m: commands.Exchange.Delete) -> None:
+        if m.exchange and not m.exchange.startswith("amq."):  # those are refused first, whoever asks
+            self._permit("exchange", m.exchange, "configure")
         self.vhost.delete_exchange(m.exchange, m.if_unused)
         if not m.nowait:
             self.reply(commands.Exchange.DeleteOk())
 
     def exchange_bind(self, m: commands.Exchange.Bind) -> None:
+        self._permit_binding(m.source, "exchange", m.destination, m.routing_key)
         dest = self._bind_destination_exchange(m.destination)
         self.vhost.exchange(m.source)
         self.vhost.bind(m.source, dest, m.routing_key, m.arguments or {})
@@ -498,8 +565,7 @@ class Channel:
             self.reply(commands.Exchange.BindOk())
 
     def exchange_unbind(self, m: commands.Exchange.Unbind) -> None:
-        if m.destination == "":
-            raise errors.access_refused("operation not permitted on the default exchange")
+        self._permit_binding(m.source, "exchange", m.destination, m.routing_key)
         dest = self.vhost.exchanges.get(m.destination)  # a missing one is unbound OK, as in RabbitMQ
         self.vhost.unbind(m.source, dest, m.routing_key, m.arguments or {})
         if not m.nowait:
@@ -518,7 +584,7 @@ class Channel:
             return
         q = self.vhost.declare_queue(
             m.queue, passive=m.passive, durable=m.durable, exclusive=m.exclusive, auto_delete=m.auto_delete,
-            arguments=m.arguments or {}, owner=self.conn,
+            arguments=m.arguments or {}, owner=self.conn, checks=self,
         )
         self.last_queue = q.name
         if not m.nowait:
@@ -543,6 +609,7 @@ class Channel:
     def queue_bind(self, m: commands.Queue.Bind) -> None:
         name = self._queue_name(m.queue)
         key = m.routing_key if (m.routing_key or m.queue) else name
+        self._permit_binding(m.exchange, "queue", name, key)
         q = self.vhost.queue(name, self.conn)
         self.vhost.exchange(m.exchange) if m.exchange else None
         self.vhost.bind(m.exchange, q, key, m.arguments or {})
@@ -552,19 +619,22 @@ class Channel:
     def queue_unbind(self, m: commands.Queue.Unbind) -> None:
         name = self._queue_name(m.queue)
         key = m.routing_key if (m.routing_key or m.queue) else name
+        self._permit_binding(m.exchange, "queue", name, key)
         q = self.vhost.queues.get(name)  # a missing queue or exchange is unbound OK, as in RabbitMQ
         self.vhost.unbind(m.exchange, q, key, m.arguments or {}, owner=self.conn)
         self.reply(commands.Queue.UnbindOk())
 
     def queue_purge(self, m: commands.Queue.Purge) -> None:
-        count = self.vhost.purge_queue(self._queue_name(m.queue), self.conn)
+        name = self._queue_name(m.queue)
+        self._permit("queue", name, "read")
+        count = self.vhost.purge_queue(name, self.conn)
         if not m.nowait:
             self.reply(commands.Queue.PurgeOk(count))
 
     def queue_delete(self, m: commands.Queue.Delete) -> None:
-        count = self.vhost.delete_queue(
-            self._queue_name(m.queue), if_unused=m.if_unused, if_empty=m.if_empty, owner=self.conn
-        )
+        name = self._queue_name(m.queue)
+        self._permit("queue", name, "configure")
+        count = self.vhost.delete_queue(name, if_unused=m.if_unused, if_empty=m.if_empty, owner=self.conn)
         if not m.nowait:
             self.reply(commands.Queue.DeleteOk(count))
 
@@ -584,7 +654,9 @@ class Channel:
         if m.queue == REPLY_TO:
             self._consume_replies(m)
             return
-        q = self.vhost.queue(self._queue_name(m.queue), self.conn)
+        name = self._queue_name(m.queue)
+        self._permit("queue", name, "read")
+        q = self.vhost.queue(name, self.conn)
         tag = m.consumer_tag or server_generated_name("amq.ctag-")
         if tag in self.consumers:
             raise errors.not_allowed(f"attempt to reuse consumer tag '{tag}'")
@@ -648,7 +720,9 @@ class Channel:
             self.reply(build(commands.Basic.Cancel, consumer.tag, True))
 
     def basic_get(self, m: commands.Basic.Get) -> None:
-        q = self.vhost.queue(self._queue_name(m.queue), self.conn)
+        name = self._queue_name(m.queue)
+        self._permit("queue", name, "read")
+        q = self.vhost.queue(name, self.conn)
         entry = q.get()
         if entry is None:
             self.reply(commands.Basic.GetEmpty())

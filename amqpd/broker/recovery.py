@@ -22,6 +22,7 @@ def restore(broker: Any, recovered: Any, crashed: bool = False) -> None:
     """crashed: the last run ended without a clean stop. Delivered-marks written since its last commit are
     lost, so every message is flagged redelivered (as RabbitMQ does after a crash): a consumer may have
     seen any of them. After a clean stop the flags are exact."""
+    broker.attach_access(getattr(recovered, "access", None))
     for x in recovered.exchanges:
         vhost = broker.vhosts.get(x["vhost"])
         if vhost is not None and x["name"] not in vhost.exchanges:

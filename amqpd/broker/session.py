@@ -7,6 +7,7 @@ error with RabbitMQ's reply code.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import struct
 from collections.abc import Callable
@@ -97,6 +98,10 @@ class Session:
         self.publishes = False  # has published: blocked while a resource alarm is on
         self.blocked_by_alarm = False
         self.on_open: Callable[[], None] | None = None
+        # TLS (set by the socket layer): whether this connection is encrypted, and the user its verified
+        # client certificate names (EXTERNAL logs in as that user), if any.
+        self.tls = False
+        self.cert_user: str | None = None
 
     # -- output -------------------------------------------------------------------------------------------
 
@@ -166,7 +171,8 @@ class Session:
             return b""
         self._header_buf = b""
         self.state = AWAIT_START_OK
-        self.send_method(0, commands.Connection.Start(0, 9, server_properties(), "PLAIN AMQPLAIN", "en_US"))
+        mechanisms = "PLAIN AMQPLAIN EXTERNAL" if self.tls else "PLAIN AMQPLAIN"
+        self.send_method(0, commands.Connection.Start(0, 9, server_properties(), mechanisms, "en_US"))
         return buf[8:]
 
     def _refuse_header(self) -> None:
@@ -287,21 +293,51 @@ class Session:
         caps = self.capabilities
         self.consumer_cancel_notify = bool(caps.get("consumer_cancel_notify"))
         self.auth_failure_close = bool(caps.get("authentication_failure_close"))
-        user, password = self._credentials(m.mechanism, m.response)
-        if not self.broker.authenticate(user, password):
-            log.info("login refused for user %r from %s", user, self.peer)
-            if not self.auth_failure_close:
-                self._close_transport()
-                return
-            raise errors.ConnectionError(
-                errors.ACCESS_REFUSED,
-                f"Login was refused using authentication mechanism {m.mechanism}. "
-                "For details see the broker logfile.",
-            )
+        reason = None
+        if m.mechanism == "EXTERNAL" and self.tls:
+            user = self.cert_user or ""
+            if not user:
+                reason = "no verified client certificate"
+            elif self.broker.access.get_user(user) is None:
+                reason = "invalid credentials"  # certificate-only users need no password, but must exist
+        else:
+            user, password = self._credentials(m.mechanism, m.response)
+            if self.broker.login(user, password) is None:
+                reason = "invalid credentials"  # the same for an unknown user: the log must not tell them apart
+        if reason is None and user in self.settings.loopback_users and not self.from_loopback:
+            reason = f"user '{user}' can only connect via localhost"
+        if reason is not None:
+            self._refuse_login(m.mechanism, user, reason)
+            return
         self.user = user
         self.state = AWAIT_TUNE_OK
         s = self.settings
         self.send_method(0, commands.Connection.Tune(s.channel_max, s.frame_max, s.heartbeat))
+
+    def _refuse_login(self, mechanism: str, user: str, reason: str) -> None:
+        """RabbitMQ's auth_fail: the client learns only that the login was refused (403 when it asked for
+        authentication_failure_close, else the socket closes); the log says why, and from where."""
+        self.broker.access.failed_logins += 1
+        log.warning("%s login refused for user '%s' from %s: %s", mechanism, user, self.peer, reason)
+        if not self.auth_failure_close:
+            self._close_transport()
+            return
+        raise errors.ConnectionError(
+            errors.ACCESS_REFUSED,
+            f"Login was refused using authentication mechanism {mechanism}. For details see the broker logfile.",
+        )
+
+    @property
+    def from_loopback(self) -> bool:
+        """Is the peer on this machine? A TCP peer is always an IP address; anything else is a session
+        driven without a socket (tests), which is local."""
+        host = self.peer.rsplit(":", 1)[0].strip("[]")
+        try:
+            addr = ipaddress.ip_address(host)
+        except ValueError:
+            return True
+        mapped = getattr(addr, "ipv4_mapped", None)  # ::ffff:127.0.0.1 from a dual-stack listener
+        return addr.is_loopback or (mapped is not None and mapped.is_loopback)
 
     @property
     def capabilities(self) -> dict[str, Any]:
@@ -348,12 +384,35 @@ class Session:
         vhost = self.broker.vhosts.get(m.virtual_host)
         if vhost is None:
             raise errors.ConnectionError(errors.NOT_ALLOWED, f"vhost {m.virtual_host} not found", 10, 40)
+        self._check_connection_limits(vhost.name)
+        if not self.broker.access.may_open_vhost(self.user, vhost.name):
+            raise errors.ConnectionError(
+                errors.NOT_ALLOWED, f"access to vhost '{vhost.name}' refused for user '{self.user}'", 10, 40
+            )
         self.vhost = vhost
         self.state = OPEN
         self.broker.connections.add(self)
         self.send_method(0, commands.Connection.OpenOk(""))
         if self.on_open is not None:
             self.on_open()
+
+    def _check_connection_limits(self, vhost: str) -> None:
+        """rabbit_reader's order: the vhost's max-connections, the user's, then (ours) the node's."""
+        refused = f"access to vhost '{vhost}' refused for user '{self.user}'"
+        limit = self.broker.access.vhost_limit(vhost, "max-connections")
+        if limit is not None and self.broker.connection_count(vhost) >= limit:
+            raise errors.ConnectionError(errors.NOT_ALLOWED, f"{refused}: connection limit ({limit}) is reached",
+                                         10, 40)
+        limit = self.settings.max_connections_per_user
+        if limit and sum(1 for c in self.broker.connections if c.user == self.user) >= limit:
+            raise errors.ConnectionError(
+                errors.NOT_ALLOWED, f"{refused}: user connection limit ({limit}) is reached", 10, 40
+            )
+        limit = self.settings.max_connections
+        if limit and len(self.broker.connections) >= limit:
+            raise errors.ConnectionError(
+                errors.NOT_ALLOWED, f"connection refused: node connection limit ({limit}) is reached", 10, 40
+            )
 
     # -- channels -----------------------------------------------------------------------------------------
 

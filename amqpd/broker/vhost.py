@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import os
 from collections.abc import Hashable
-from typing import Any
+from typing import Any, Protocol
 
 from amqpd import errors
 from amqpd.broker.arguments import (
@@ -60,6 +60,13 @@ def server_generated_name(prefix: str) -> str:
     return prefix + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
 
 
+class DeclareChecks(Protocol):
+    """The permission checks a declaration makes at RabbitMQ's points (the channel, for its user)."""
+
+    def may_configure(self, kind: str, name: str) -> None: ...
+    def may_create(self, kind: str, name: str, arguments: dict) -> None: ...
+
+
 class VirtualHost:
     def __init__(self, name: str, hooks: QueueHooks | None = None, store: Any = None) -> None:
         self.name = name
@@ -103,9 +110,10 @@ class VirtualHost:
 
     def declare_exchange(
         self, name: str, type_name: str, *, passive: bool, durable: bool, auto_delete: bool, internal: bool,
-        arguments: dict,
+        arguments: dict, checks: DeclareChecks | None = None,
     ) -> Exchange:
-        # The order of the checks is RabbitMQ's: type, default exchange, then (only for a new one) the name.
+        # The order of the checks is RabbitMQ's: type, default exchange, configure permission, then (only for a
+        # new one) the name and the permissions its alternate exchange needs.
         if passive:
             if name == "":
                 raise self._reserved("exchange", name)
@@ -114,12 +122,16 @@ class VirtualHost:
             raise errors.command_invalid(f"unknown exchange type '{type_name}'")
         if name == "":
             raise self._reserved("exchange", name)
+        if checks is not None:
+            checks.may_configure("exchange", name)
         existing = self.exchanges.get(name)
         if existing is not None:
             self._check_exchange_equivalent(existing, type_name, durable, auto_delete, internal, arguments)
             return existing
         if name.startswith("amq."):
             raise self._reserved("exchange", name)
+        if checks is not None:
+            checks.may_create("exchange", name, arguments)
         ex = make_exchange(type_name, name, durable=durable, auto_delete=auto_delete, internal=internal,
                            arguments=arguments)
         self.exchanges[name] = ex
@@ -178,7 +190,7 @@ class VirtualHost:
 
     def declare_queue(
         self, name: str, *, passive: bool, durable: bool, exclusive: bool, auto_delete: bool, arguments: dict,
-        owner: object,
+        owner: object, checks: DeclareChecks | None = None,
     ) -> Queue:
         if passive:
             return self.queue(name, owner)
@@ -186,6 +198,8 @@ class VirtualHost:
             name = server_generated_name("amq.gen-")
         elif name.startswith("amq."):
             raise self._reserved("queue", name)
+        if checks is not None:
+            checks.may_configure("queue", name)
         check_queue_arguments(arguments, name, self.name)
         check_queue_type(arguments, name, self.name, durable, exclusive, auto_delete)
         durable = durable and not exclusive  # RabbitMQ: an exclusive queue dies with its connection anyway
@@ -194,6 +208,8 @@ class VirtualHost:
             self._check_queue_equivalent(existing, durable, exclusive, auto_delete, arguments, owner)
             existing.touch()
             return existing
+        if checks is not None:
+            checks.may_create("queue", name, arguments)  # the vhost's queue limit, the dead-letter exchange
         q = Queue(self.name, name, durable=durable, exclusive_owner=owner if exclusive else None,
                   auto_delete=auto_delete, arguments=arguments, hooks=self.hooks)
         self.queues[name] = q

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from amqpd.broker.session import OPEN, Session
 from amqpd.protocol.frames import HEARTBEAT_FRAME
 from amqpd.server.load import LOOP
+from amqpd.server.tls import cert_login_name
 
 if TYPE_CHECKING:
     from amqpd.broker.broker import Broker
@@ -49,6 +50,10 @@ class AMQPServerProtocol(asyncio.Protocol):
         transport.set_write_buffer_limits(high=s.write_buffer_high, low=s.write_buffer_low)
         peer = transport.get_extra_info("peername")
         self.session = Session(self.broker, self, f"{peer[0]}:{peer[1]}" if peer else "?")
+        if transport.get_extra_info("ssl_object") is not None:
+            self.session.tls = True
+            # Only a certificate that verified against our CA is here (getpeercert() is empty otherwise).
+            self.session.cert_user = cert_login_name(transport.get_extra_info("peercert"), s.tls_cert_login_from)
         self.session.on_open = self._start_heartbeats
         self.registry.add(self)
         self._timers.append(self.loop.call_later(s.handshake_timeout, self._handshake_deadline))

@@ -10,6 +10,7 @@ import gc
 import logging
 import os
 import signal
+import ssl
 import sys
 from typing import IO, Any
 
@@ -20,6 +21,7 @@ from amqpd.config import Settings
 from amqpd.server.alarms import Alarms
 from amqpd.server.connection import AMQPServerProtocol
 from amqpd.server.load import sample_load
+from amqpd.server.tls import TLSConfigError, reload_context, server_context, tls_enabled
 
 log = logging.getLogger("amqpd")
 
@@ -43,6 +45,10 @@ async def serve(settings: Settings) -> None:
         gc.enable()
         gc.collect()
         gc.freeze()
+    if settings.load_definitions and not _load_definitions(broker, settings.load_definitions):
+        if store is not None:
+            await store.close()
+        raise SystemExit(1)
     registry: set[AMQPServerProtocol] = set()
     try:
         servers = await _listen(loop, lambda: AMQPServerProtocol(broker, registry), settings.host, settings.port)
@@ -51,6 +57,7 @@ async def serve(settings: Settings) -> None:
         if store is not None:
             await store.close()
         raise SystemExit(1) from None
+    tls = await _start_tls_listener(settings, broker, registry, store)
     async with anyio.create_task_group() as tg:
         if store is not None:
             tg.start_soon(store.run)
@@ -61,12 +68,19 @@ async def serve(settings: Settings) -> None:
                 address = _address(sock.getsockname())
                 print(f"amqpd listening on {address}", flush=True)  # amqpd.testing reads the first line
                 log.info("accepting AMQP 0-9-1 connections on %s", address)
-        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
             async for signum in signals:
+                if signum == signal.SIGHUP:
+                    if tls is not None:
+                        reload_context(tls[1], settings)
+                    continue
                 log.info("received %s, shutting down", signal.Signals(signum).name)
                 break
         for server in servers:
             server.close()
+        if tls is not None:
+            for server in tls[0]:
+                server.close()
         for proto in list(registry):
             proto.shutdown()
         await _wait_closed(registry)
@@ -79,14 +93,16 @@ async def serve(settings: Settings) -> None:
         tg.cancel_scope.cancel()
 
 
-async def _listen(loop: asyncio.AbstractEventLoop, factory: Any, hosts: list[str], port: int) -> list[Any]:
+async def _listen(
+    loop: asyncio.AbstractEventLoop, factory: Any, hosts: list[str], port: int, **options: Any
+) -> list[Any]:
     """One server per address, all on one port: with port 0 the first picks it and the others take the same.
     The IPv6 loopback of the default is skipped (with a warning) on a machine without IPv6."""
     servers: list[Any] = []
     try:
         for host in hosts:
             try:
-                server = await loop.create_server(factory, host, port, reuse_address=True, backlog=1024)
+                server = await loop.create_server(factory, host, port, reuse_address=True, backlog=1024, **options)
             except OSError as exc:
                 if host == "::1" and servers and exc.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
                     log.warning("not listening on [::1]: %s (no IPv6 here)", exc.strerror or exc)
@@ -105,6 +121,44 @@ async def _listen(loop: asyncio.AbstractEventLoop, factory: Any, hosts: list[str
 def _address(sockname: tuple[Any, ...]) -> str:
     host, port = sockname[0], sockname[1]
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+async def _start_tls_listener(
+    settings: Settings, broker: Broker, registry: set[AMQPServerProtocol], store: Any
+) -> tuple[list[Any], ssl.SSLContext] | None:
+    """The amqps listener, when a certificate is configured; its address is printed before the plain one
+    (`amqpd TLS listening on HOST:PORT`). A bad TLS setting or a taken port stops the broker, as for AMQP."""
+    if not tls_enabled(settings):
+        return None
+    loop = asyncio.get_running_loop()
+    try:
+        ctx = server_context(settings)
+        servers = await _listen(
+            loop, lambda: AMQPServerProtocol(broker, registry), settings.host, settings.tls_port,
+            ssl=ctx, ssl_handshake_timeout=settings.handshake_timeout,
+        )
+    except (TLSConfigError, OSError) as exc:
+        log.error("cannot listen for TLS on %s:%s: %s", settings.host, settings.tls_port, exc)
+        if store is not None:
+            await store.close()
+        raise SystemExit(1) from None
+    for server in servers:
+        for sock in server.sockets:
+            address = _address(sock.getsockname())
+            print(f"amqpd TLS listening on {address}", flush=True)
+            log.info("accepting AMQP 0-9-1 connections over TLS on %s", address)
+    return servers, ctx
+
+
+def _load_definitions(broker: Broker, path: str) -> bool:
+    from amqpd.broker.access import AccessError
+    from amqpd.broker.access_definitions import load_definitions_file
+
+    try:
+        load_definitions_file(broker.access, path)
+    except AccessError as exc:
+        log.error("%s", exc)
+        return False
+    log.info("imported users, vhosts and permissions from %s", path)
+    return True
 
 
 async def _wait_closed(registry: set[Any], timeout: float = 5.0) -> None:

@@ -1,6 +1,7 @@
 """Scenario modules, grouped by area; importing this package registers them all."""
 
 from interop.scenarios import (  # noqa: F401
+    access,
     celery_e2e,
     clients_cli,
     clients_node,

@@ -33,6 +33,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="SIZE",
         help="keep log segments no queue needs while the log is under this size: 10GiB, 500MB, or bytes",
     )
+    p.add_argument(
+        "--management-port", type=_checked(_port), metavar="PORT",
+        help="management HTTP API port (default 15672; 0 picks a free port; off: no management API)",
+    )
+    p.add_argument(
+        "--prometheus-port", type=_checked(_port), metavar="PORT",
+        help="Prometheus /metrics port (default 15692; 0 picks a free port; off: no metrics listener)",
+    )
+    p.add_argument("--management-host", help="address the management and metrics listeners use (default 127.0.0.1)")
+    p.add_argument("--definitions", metavar="FILE", help="import this definitions file (JSON) at start")
     p.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR")
     return p.parse_args(argv)
 
@@ -49,6 +59,12 @@ def _checked(parse: Callable[[str], int]) -> Callable[[str], int]:
     return checked
 
 
+def _port(value: str) -> int:
+    """-1 stands for off, so that "not given" (None) stays distinct from "off"."""
+    port = config.parse_port(value)
+    return -1 if port is None else port
+
+
 def settings_from_args(args: argparse.Namespace) -> config.Settings:
     """Flags override the config file and the environment."""
     return config.load(
@@ -60,7 +76,15 @@ def settings_from_args(args: argparse.Namespace) -> config.Settings:
         log_level=args.log_level,
         retention_max_age_ms=args.retention_max_age,
         retention_max_bytes=args.retention_max_bytes,
+        mgmt_host=args.management_host,
+        mgmt_port=_flag_port(args.management_port),
+        prometheus_port=_flag_port(args.prometheus_port),
+        load_definitions=args.definitions,
     )
+
+
+def _flag_port(value: int | None) -> int | str | None:
+    return "off" if value == -1 else value
 
 
 def main(argv: list[str] | None = None) -> None:

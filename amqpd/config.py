@@ -21,7 +21,13 @@ class Settings:
     port: int = 5672
     # Durable storage lives here; "" keeps everything in memory (durable entities then die with the process).
     data_dir: str = field(default_factory=lambda: default_data_dir())
-    mgmt_port: int | None = None  # HTTP management API; None: off
+    # The management HTTP API and the Prometheus /metrics listener, on mgmt_host: 0 picks a free port
+    # (printed as "amqpd management listening on HOST:PORT"); None ("off" in a file, env or flag): not served.
+    mgmt_host: str = "127.0.0.1"
+    mgmt_port: int | None = 15672
+    prometheus_port: int | None = 15692
+    # How often message counters are sampled into rates (RabbitMQ's collect_statistics_interval, 5 s).
+    stats_interval: float = 5.0
     # TLS: an amqps listener on tls_port (0 picks a free one) when tls_cert_file is set. verify_peer asks the
     # client for a certificate signed by tls_ca_file; fail_if_no_peer_cert refuses clients without one.
     # A verified client certificate may log in with EXTERNAL as the user named by its tls_cert_login_from
@@ -115,8 +121,19 @@ def _with_unit(value: str | int, units: dict[str, int], default: str, expected: 
     return number * units[unit]
 
 
+def parse_port(value: str | int | None) -> int | None:
+    """A listener's port: a number (0 picks a free one), or "off" / "none" / "" for no listener."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("off", "none", "")):
+        return None
+    port = int(value)
+    if not 0 <= port <= 65535:
+        raise ValueError(f"{value!r} is not a port number (0-65535) or 'off'")
+    return port
+
+
 # Settings whose value may carry a unit, whatever its source; each ends up a plain int (or None).
 UNIT_SETTINGS = {"retention_max_age_ms": parse_duration_ms, "retention_max_bytes": parse_size}
+PORT_SETTINGS = ("mgmt_port", "prometheus_port")
 
 
 def default_data_dir() -> str:
@@ -152,7 +169,7 @@ def load(config_file: str | None = None, **overrides: Any) -> Settings:
             continue
         if env is None or isinstance(current, (dict, list)):
             continue
-        if f.name in UNIT_SETTINGS:
+        if f.name in UNIT_SETTINGS or f.name in PORT_SETTINGS:
             setattr(settings, f.name, env)  # parsed below, with the file's and the flags' values
         elif current is None:  # optional settings: a number when it looks like one (mgmt_port)
             setattr(settings, f.name, int(env) if env.isdigit() else env)
@@ -162,6 +179,8 @@ def load(config_file: str | None = None, **overrides: Any) -> Settings:
         if value is not None:
             setattr(settings, key, value)
     settings.host = parse_hosts(settings.host)
+    for name in PORT_SETTINGS:
+        setattr(settings, name, parse_port(getattr(settings, name)))
     for name, parse in UNIT_SETTINGS.items():
         value = getattr(settings, name)
         if value is not None:

@@ -18,14 +18,17 @@ from typing import Any
 
 _LISTENING = re.compile(rb"amqpd listening on (\S+):(\d+)")
 _TLS_LISTENING = re.compile(rb"amqpd TLS listening on (\S+):(\d+)")  # printed before _LISTENING
+_HTTP_LISTENING = re.compile(rb"amqpd (management|prometheus) listening on (\S+):(\d+)")
 
 
 class BrokerProcess:
-    """An amqpd subprocess; `url` is its AMQP URL once started."""
+    """An amqpd subprocess; `url` is its AMQP URL once started. With management=True its management API and
+    Prometheus listener run on ephemeral ports (`mgmt_url`, `metrics_url`); otherwise they are off."""
 
     def __init__(
         self, data_dir: str | None = None, extra_args: list[str] | None = None, env: dict[str, str] | None = None,
         hosts: tuple[str, ...] = ("127.0.0.1",),
+        management: bool = False,
     ) -> None:
         """hosts: the --host flags (the first one is the one `url` names); () leaves amqpd's default."""
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
@@ -41,6 +44,16 @@ class BrokerProcess:
         self.port = 0
         self.tls_port = 0  # the amqps port, when the broker was configured with a certificate
         self.stderr_lines: list[str] = []
+        self.management = management
+        self.http_ports: dict[str, int] = {}
+
+    @property
+    def mgmt_url(self) -> str:
+        return f"http://{self.host}:{self.http_ports['management']}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{self.host}:{self.http_ports['prometheus']}"
 
     @property
     def url(self) -> str:
@@ -49,6 +62,8 @@ class BrokerProcess:
     def start(self, timeout: float = 30.0) -> BrokerProcess:
         cmd = [sys.executable, "-m", "amqpd", *(f"--host={h}" for h in self.hosts), "--port", "0",
                "--data-dir", self.data_dir]
+        port = "0" if self.management else "off"  # never the default ports: tests run beside a RabbitMQ
+        cmd += ["--management-port", port, "--prometheus-port", port]
         env = dict(os.environ, **(self.env or {}))
         env.setdefault("PYTHONUNBUFFERED", "1")
         self.proc = subprocess.Popen(
@@ -64,6 +79,9 @@ class BrokerProcess:
                 tls = _TLS_LISTENING.search(line)
                 if tls:
                     self.tls_port = int(tls.group(2))
+                http = _HTTP_LISTENING.search(line)
+                if http:
+                    self.http_ports[http.group(1).decode()] = int(http.group(3))
                 m = _LISTENING.search(line)
                 if m and not found.is_set():
                     self.host, self.port = m.group(1).decode(), int(m.group(2))

@@ -10,7 +10,9 @@ from typing import Any
 from amqpd import errors
 from amqpd.broker.access import AccessControl, User
 from amqpd.broker.backlog import Backlog
+from amqpd.broker.exchanges import Exchange
 from amqpd.broker.message import Message
+from amqpd.broker.policy import QUEUE_KEYS, Policies, merge
 from amqpd.broker.queue import Entry, Queue, QueueHooks
 from amqpd.broker.recovery import message_from_record
 from amqpd.broker.vhost import VirtualHost
@@ -33,6 +35,19 @@ class Once:
         fn, self.fn = self.fn, None  # dropping the closure frees what it holds, in a backlog too
         if fn is not None:
             fn()
+
+
+class ChannelTotals:
+    """Message counts of closed channels, so that the broker-wide totals do not go down when one closes."""
+
+    def __init__(self) -> None:
+        self.published = self.delivered = self.acked = self.confirmed = 0
+
+    def add(self, channel: Any) -> None:
+        self.published += channel.published
+        self.delivered += channel.last_tag
+        self.acked += channel.acked
+        self.confirmed += channel.confirmed_upto
 
 
 class BrokerHooks(QueueHooks):
@@ -88,6 +103,9 @@ class BrokerHooks(QueueHooks):
         if store is not None and queue.store_id is not None:
             store.purge(queue.store_id, offsets)
 
+    def created(self, vhost: str, obj: Any) -> None:
+        self.broker.apply_policy(vhost, obj)
+
     def unused(self, queue: Queue) -> None:
         vhost = self.broker.vhosts.get(queue.vhost)
         if vhost is not None:
@@ -110,6 +128,10 @@ class Broker:
         self.clock = time.monotonic()  # coarse, refreshed by the housekeeping timer: stamps deliveries cheaply
         self.busy = False  # the loop's CPU is saturated (server/load.py): publishers to deep queues pause
         self.throttling: set[Queue] = set()  # queues with paused publishers
+        self.policies = Policies()
+        self.policies.changed = self.apply_policies
+        self.closed_totals = ChannelTotals()  # message counts of channels that have closed (overview totals)
+        self.started_at = time.time()
 
     def set_busy(self, busy: bool) -> None:
         """Sampled load: when the broker has time to spare again, every paused publisher goes on. A backlog
@@ -143,6 +165,7 @@ class Broker:
         """RabbitMQ: its connections are closed with 320, then its queues (and their messages) and
         exchanges are deleted."""
         vhost = self.vhosts.pop(name, None)
+        self.policies.drop_vhost(name)
         if vhost is None:
             return
         for conn in [c for c in self.connections if c.vhost is vhost]:
@@ -164,6 +187,30 @@ class Broker:
             raise errors.precondition_failed(
                 f"cannot declare queue '{name}': queue limit in vhost '{vhost.name}' ({limit}) is reached"
             )
+
+    # -- policies ---------------------------------------------------------------------------------------
+
+    def apply_policies(self, vhost_name: str) -> None:
+        """Policies changed in a vhost (or it was recovered): every queue and exchange gets what applies now."""
+        vhost = self.vhosts.get(vhost_name)
+        if vhost is None:
+            return
+        for q in list(vhost.queues.values()):
+            self.apply_policy(vhost_name, q)
+        for ex in vhost.exchanges.values():
+            self.apply_policy(vhost_name, ex)
+        vhost.clear_route_cache()  # an alternate exchange may have come or gone
+
+    def apply_policy(self, vhost: str, obj: Queue | Exchange) -> None:
+        if isinstance(obj, Queue):
+            policy = self.policies.match(vhost, "queue", obj.name)
+            if policy is not None or obj.policy is not None:
+                obj.configure(merge(obj.arguments, policy, QUEUE_KEYS), policy)
+        elif obj.name:
+            policy = self.policies.match(vhost, "exchange", obj.name)
+            obj.policy = policy
+            alternate = policy.definition.get("alternate-exchange") if policy is not None else None
+            obj.policy_alternate = alternate if isinstance(alternate, str) else None
 
     def schedule(self, delay_s: float, callback: Callable[[], None]) -> Any:
         if self._scheduler is None:
@@ -233,7 +280,7 @@ class Broker:
     # -- dead-lettering ----------------------------------------------------------------------------------
 
     def dead_letter(self, queue: Queue, entry: Entry, reason: str) -> None:
-        dlx = queue.arguments.get("x-dead-letter-exchange")
+        dlx = queue.effective.get("x-dead-letter-exchange")
         if not isinstance(dlx, str):
             return
         from amqpd.broker.dead_letter import dead_letter

@@ -111,6 +111,9 @@ class Channel:
         self.tx_publishes: list[tuple[str, bool, Message]] = []
         self.tx_acks: list[tuple[str, list[tuple[int, Unacked]], bool]] = []
         self.assembler = ContentAssembler(broker.settings.max_message_size)
+        # Counters for the management API (deliveries and gets are last_tag, confirms confirmed_upto).
+        self.published = 0
+        self.acked = 0
         # Exchanges this channel's user may publish to, as checked under the access model's generation
         # `access_generation`: any change to users or permissions empties it, so a revoked permission
         # applies to the next publish.
@@ -141,6 +144,8 @@ class Channel:
         if target is None:
             return False
         consumer, route = target
+        self.published += len(bodies)
+        consumer.queue.count_run(len(bodies))
         consumer.channel.deliver_run(consumer, route, header, bodies)
         return True
 
@@ -214,6 +219,7 @@ class Channel:
             self._check_publish(ex, msg)
         if msg.flags & FLAG_REPLY_TO:
             self._rewrite_reply_to(msg)
+        self.published += 1
         if self.tx:
             self.tx_publishes.append((msg.exchange, mandatory, msg))
             return
@@ -388,6 +394,7 @@ class Channel:
     def deliver(self, consumer: Consumer, queue: Queue, entry: Entry) -> None:
         self.last_tag = tag = self.last_tag + 1
         msg = entry.msg
+        queue.delivered += 1
         if consumer.no_ack:
             if queue.store_id is not None:
                 queue.hooks.settled(queue, entry)
@@ -464,8 +471,10 @@ class Channel:
 
     def _apply_acks(self, taken: list[tuple[int, Unacked]]) -> None:
         """_apply_settle for acks, the per-message path of every manually acking consumer."""
+        self.acked += len(taken)
         for _tag, (queue, entry, consumer, _at) in taken:
             queue.unacked -= 1
+            queue.acked += 1
             if consumer is not None:
                 consumer.unacked -= 1
                 self.unacked_count -= 1
@@ -728,6 +737,7 @@ class Channel:
             self.reply(commands.Basic.GetEmpty())
             return
         self.last_tag = tag = self.last_tag + 1
+        q.delivered += 1
         if m.no_ack:
             q.hooks.settled(q, entry)
         else:
@@ -815,6 +825,7 @@ class Channel:
         if self.closing:
             return
         self.closing = True
+        self.broker.closed_totals.add(self)
         self.assembler.reset()
         for _kind, taken, _requeue in self.tx_acks:
             for tag, item in taken:

@@ -22,7 +22,7 @@ def dead_letter(broker: Broker, queue: Queue, entry: Entry, reason: str, dlx_nam
     if vhost is None or dlx_name not in vhost.exchanges:
         return  # RabbitMQ drops the message when the dead-letter exchange does not exist
     msg = entry.msg
-    routing_key = queue.arguments.get("x-dead-letter-routing-key") or msg.routing_key
+    routing_key = queue.effective.get("x-dead-letter-routing-key") or msg.routing_key
     dead = _dead_message(broker, msg, queue, reason, dlx_name, routing_key)
     deaths: list[dict[str, Any]] = dead.headers.get("x-death", []) if dead.headers else []
     targets = vhost.route(vhost.exchanges[dlx_name], dead)

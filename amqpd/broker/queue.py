@@ -59,6 +59,9 @@ class QueueHooks:
     def forget(self, queue: Queue, offsets: list[int]) -> None:
         """Recovered messages that were never read back left the queue (purge)."""
 
+    def created(self, vhost: str, obj: Any) -> None:
+        """A queue or exchange was declared: the policies that match apply to it."""
+
 
 class Queue:
     def __init__(
@@ -88,6 +91,10 @@ class Queue:
         self.deleted = False
         self.had_consumers = False
         self.store_id: int | None = None
+        # Message counters for the management API (rates are sampled from them by a timer, mgmt/stats.py);
+        # publishes are counted by _seq, which every push advances anyway.
+        self.delivered = 0  # to consumers and basic.get
+        self.acked = 0
         self._rr = 0
         self._seq = 0
         self._ttl_timer: Any = None
@@ -106,6 +113,8 @@ class Queue:
         self._rr_levels: dict[int, int] = {}
         self.expires_ms: int | None = self.arguments.get("x-expires")
         self._expiry_timer: Any = None
+        self.effective: dict = self.arguments  # arguments in force: the declared ones combined with a policy
+        self.policy: Any = None  # the policy that applies (broker/policy.py), if any
 
     # Ready messages, with consumers attached and the broker's CPU saturated, before publishers pause (see
     # server/load.py); they go on when it drains to FLOW_LOW or the broker has time to spare again.
@@ -118,9 +127,35 @@ class Queue:
     def __repr__(self) -> str:
         return f"<Queue {self.vhost}:{self.name}>"
 
+    def configure(self, effective: dict, policy: Any = None) -> None:
+        """A policy changed what applies (broker/policy.py merged it with the declared arguments): the limits,
+        TTLs, overflow and expiry in `effective` apply from now on, to the messages already queued too."""
+        self.effective, self.policy = effective, policy
+        self.message_ttl = effective.get("x-message-ttl")
+        self.max_length = effective.get("x-max-length")
+        self.max_length_bytes = effective.get("x-max-length-bytes")
+        self.overflow = effective.get("x-overflow", "drop-head")
+        self.limited = self.max_length is not None or self.max_length_bytes is not None
+        if effective.get("x-expires") != self.expires_ms:
+            self.expires_ms = effective.get("x-expires")
+            self._cancel_expiry()
+            self.touch()
+        if self.limited:
+            self._drop_head_over_limit()
+
     @property
     def message_count(self) -> int:
         return len(self.ready)
+
+    @property
+    def published(self) -> int:
+        """Messages that entered the queue (recovered ones included)."""
+        return self._seq
+
+    def count_run(self, n: int) -> None:
+        """n messages went straight through to a consumer without a push (Channel.on_publish_run)."""
+        self._seq += n
+        self.delivered += n
 
     # -- publishing ------------------------------------------------------------------------------------
 

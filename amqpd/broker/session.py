@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import struct
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -102,6 +103,8 @@ class Session:
         # client certificate names (EXTERNAL logs in as that user), if any.
         self.tls = False
         self.cert_user: str | None = None
+        self.local = ""  # our end of the socket, "host:port" (the connection's name in the management API)
+        self.connected_at = time.time()
 
     # -- output -------------------------------------------------------------------------------------------
 

@@ -135,6 +135,7 @@ class VirtualHost:
         ex = make_exchange(type_name, name, durable=durable, auto_delete=auto_delete, internal=internal,
                            arguments=arguments)
         self.exchanges[name] = ex
+        self.hooks.created(self.name, ex)
         if durable and self.store is not None:
             self.store.put_exchange(self.name, name, type_name, auto_delete, internal, arguments)
         return ex
@@ -213,6 +214,7 @@ class VirtualHost:
         q = Queue(self.name, name, durable=durable, exclusive_owner=owner if exclusive else None,
                   auto_delete=auto_delete, arguments=arguments, hooks=self.hooks)
         self.queues[name] = q
+        self.hooks.created(self.name, q)
         q.touch()
         self._route_cache.clear()
         if durable and self.store is not None and not exclusive:
@@ -359,11 +361,15 @@ class VirtualHost:
                     found[dest] = None
                 elif isinstance(dest, Exchange):
                     self._visit(dest, keys, headers, found, seen)
-        alternate = ex.arguments.get("alternate-exchange")
+        alternate = ex.arguments.get("alternate-exchange", ex.policy_alternate)
         if not matched and isinstance(alternate, str):
             ae = self.exchanges.get(alternate)
             if ae is not None:
                 self._visit(ae, keys, headers, found, seen)
+
+    def clear_route_cache(self) -> None:
+        """Routing changed without a binding changing (a policy's alternate exchange)."""
+        self._route_cache.clear()
 
     # -- direct reply-to -----------------------------------------------------------------------------------
 

@@ -54,6 +54,8 @@ class AMQPServerProtocol(asyncio.Protocol):
             self.session.tls = True
             # Only a certificate that verified against our CA is here (getpeercert() is empty otherwise).
             self.session.cert_user = cert_login_name(transport.get_extra_info("peercert"), s.tls_cert_login_from)
+        local = transport.get_extra_info("sockname")
+        self.session.local = f"{local[0]}:{local[1]}" if local else ""
         self.session.on_open = self._start_heartbeats
         self.registry.add(self)
         self._timers.append(self.loop.call_later(s.handshake_timeout, self._handshake_deadline))

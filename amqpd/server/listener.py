@@ -58,11 +58,14 @@ async def serve(settings: Settings) -> None:
             await store.close()
         raise SystemExit(1) from None
     tls = await _start_tls_listener(settings, broker, registry, store)
+    management = await _start_management(broker, settings, servers[0].sockets[0].getsockname())
     async with anyio.create_task_group() as tg:
         if store is not None:
             tg.start_soon(store.run)
         tg.start_soon(Alarms(broker, settings).run)
         tg.start_soon(sample_load, broker)
+        if management is not None:
+            tg.start_soon(management.sample_rates)
         for server in servers:
             for sock in server.sockets:
                 address = _address(sock.getsockname())
@@ -81,6 +84,8 @@ async def serve(settings: Settings) -> None:
         if tls is not None:
             for server in tls[0]:
                 server.close()
+        if management is not None:
+            await management.stop()
         for proto in list(registry):
             proto.shutdown()
         await _wait_closed(registry)
@@ -121,6 +126,8 @@ async def _listen(
 def _address(sockname: tuple[Any, ...]) -> str:
     host, port = sockname[0], sockname[1]
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 async def _start_tls_listener(
     settings: Settings, broker: Broker, registry: set[AMQPServerProtocol], store: Any
 ) -> tuple[list[Any], ssl.SSLContext] | None:
@@ -146,6 +153,17 @@ async def _start_tls_listener(
             print(f"amqpd TLS listening on {address}", flush=True)
             log.info("accepting AMQP 0-9-1 connections over TLS on %s", address)
     return servers, ctx
+
+
+async def _start_management(broker: Broker, settings: Settings, amqp_address: tuple[str, int]) -> Any:
+    """The management API, Prometheus listener and rate sampler (amqpd/mgmt), unless both ports are off."""
+    if settings.mgmt_port is None and settings.prometheus_port is None:
+        return None
+    from amqpd.mgmt.service import Management
+
+    management = Management(broker, settings, (amqp_address[0], amqp_address[1]))
+    await management.start()
+    return management
 
 
 def _load_definitions(broker: Broker, path: str) -> bool:

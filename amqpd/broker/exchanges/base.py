@@ -76,6 +76,8 @@ class Exchange:
         self.auto_delete = auto_delete
         self.internal = internal
         self.arguments: dict[str, Any] = dict(arguments) if arguments else {}
+        self.policy: Any = None  # the policy that applies (broker/policy.py), if any
+        self.policy_alternate: str | None = None  # its alternate-exchange; the argument wins over it
         self._bindings: dict[BindingKey, Binding] = {}  # insertion order is bind order
         self._by_destination: dict[Hashable, dict[BindingKey, None]] = {}  # order: first bound
         self._rank: dict[Hashable, int] = {}  # position of each destination in _by_destination's order

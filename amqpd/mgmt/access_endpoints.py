@@ -1,0 +1,208 @@
+"""/api/users, /api/vhosts (PUT, DELETE), /api/permissions and /api/topic-permissions: the access model
+(amqpd/broker/access.py) through RabbitMQ's management API, administrators only."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+
+from amqpd.broker.access import FULL, SHA256, AccessControl, Permission, TopicPermission, User
+
+if TYPE_CHECKING:
+    from amqpd.broker.broker import Broker
+
+
+class NotFound(Exception):
+    """404 with RabbitMQ's "Object Not Found" body."""
+
+
+def user_info(u: User) -> dict[str, Any]:
+    return {"name": u.name, "password_hash": u.password_hash, "hashing_algorithm": u.hashing_algorithm,
+            "tags": list(u.tags), "limits": {}}
+
+
+def permission_info(user: str, vhost: str, p: Permission) -> dict[str, Any]:
+    return {"user": user, "vhost": vhost, "configure": p.configure, "write": p.write, "read": p.read}
+
+
+def topic_permission_info(user: str, vhost: str, t: TopicPermission) -> dict[str, Any]:
+    return {"user": user, "vhost": vhost, "exchange": t.exchange, "write": t.write, "read": t.read}
+
+
+def tag_list(tags: Any) -> list[str]:
+    """Tags as RabbitMQ takes them: "a,b" (the API's and rabbitmqadmin's form) or a list."""
+    if isinstance(tags, str):
+        return [t.strip() for t in tags.split(",") if t.strip()]
+    if isinstance(tags, list):
+        return [str(t) for t in tags]
+    return []
+
+
+class AccessEndpoints:
+    """Mixed into ManagementAPI; `json`, `listing` and the 201/204 answers come from there."""
+
+    broker: Broker
+
+    @property
+    def access(self) -> AccessControl:
+        return self.broker.access
+
+    async def _json(self, request: Request) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _listing(self, request: Request, items: list[dict[str, Any]]) -> Any:
+        raise NotImplementedError
+
+    def _created(self, existed: bool) -> Any:
+        raise NotImplementedError
+
+    # -- users ----------------------------------------------------------------------------------------------------
+
+    async def users(self, request: Request) -> Any:
+        return self._listing(request, [user_info(u) for u in self.access.list_users()])
+
+    def _existing_user(self, name: str) -> User:
+        user = self.access.get_user(name)
+        if user is None:
+            raise NotFound()
+        return user
+
+    async def user(self, request: Request, user: str) -> Any:
+        return user_info(self._existing_user(user))
+
+    async def put_user(self, request: Request, user: str) -> Any:
+        """password, or password_hash (+ hashing_algorithm); neither: keep the current one (a new user without
+        either may not log in with a password, as RabbitMQ's password-less users)."""
+        body = await self._json(request)
+        existing = self.access.get_user(user)
+        tags = tag_list(body.get("tags", ""))
+        if "password" in body:
+            self.access.add_user(user, str(body["password"]), tags)
+        elif "password_hash" in body:
+            self.access.add_user(user, None, tags, password_hash=str(body["password_hash"]),
+                                 hashing_algorithm=str(body.get("hashing_algorithm", SHA256)))
+        elif existing is not None:
+            self.access.set_user_tags(user, tags)
+        else:
+            self.access.add_user(user, None, tags)
+        return self._created(existing is not None)
+
+    async def delete_user(self, request: Request, user: str) -> Any:
+        self._existing_user(user)
+        self.access.delete_user(user)
+        return self._created(True)
+
+    async def user_permissions(self, request: Request, user: str) -> Any:
+        self._existing_user(user)
+        items = [permission_info(u, v, p) for u, v, p in self.access.list_permissions() if u == user]
+        return self._listing(request, items)
+
+    async def user_topic_permissions(self, request: Request, user: str) -> Any:
+        self._existing_user(user)
+        items = [topic_permission_info(u, v, t) for u, v, t in self.access.list_topic_permissions() if u == user]
+        return self._listing(request, items)
+
+    # -- vhosts ---------------------------------------------------------------------------------------------------
+
+    async def put_vhost(self, request: Request, vhost: str) -> Any:
+        body = await self._json(request)
+        existed = vhost in self.access.vhosts
+        self.access.add_vhost(vhost, str(body.get("description", "")), tag_list(body.get("tags", "")))
+        if not existed:  # RabbitMQ gives whoever creates a vhost over HTTP full permissions on it
+            self.access.set_permissions(request.state.user.name, vhost)
+        return self._created(existed)
+
+    async def delete_vhost(self, request: Request, vhost: str) -> Any:
+        if vhost not in self.access.vhosts:
+            raise NotFound()
+        self.access.delete_vhost(vhost)
+        return self._created(True)
+
+    async def vhost_permissions(self, request: Request, vhost: str) -> Any:
+        if vhost not in self.access.vhosts:
+            raise NotFound()
+        items = [permission_info(u, v, p) for u, v, p in self.access.list_permissions() if v == vhost]
+        return self._listing(request, items)
+
+    # -- permissions ----------------------------------------------------------------------------------------------
+
+    async def permissions(self, request: Request) -> Any:
+        return self._listing(request, [permission_info(u, v, p) for u, v, p in self.access.list_permissions()])
+
+    def _pair_exists(self, vhost: str, user: str) -> None:
+        if vhost not in self.access.vhosts or self.access.get_user(user) is None:
+            raise NotFound()
+
+    async def permission(self, request: Request, vhost: str, user: str) -> Any:
+        self._pair_exists(vhost, user)
+        p = self.access.get_permissions(user, vhost)
+        if p is None:
+            raise NotFound()
+        return permission_info(user, vhost, p)
+
+    async def put_permission(self, request: Request, vhost: str, user: str) -> Any:
+        self._pair_exists(vhost, user)
+        body = await self._json(request)
+        existed = self.access.get_permissions(user, vhost) is not None
+        self.access.set_permissions(user, vhost, str(body.get("configure", "")), str(body.get("write", "")),
+                                    str(body.get("read", "")))
+        return self._created(existed)
+
+    async def delete_permission(self, request: Request, vhost: str, user: str) -> Any:
+        self._pair_exists(vhost, user)
+        if self.access.get_permissions(user, vhost) is None:
+            raise NotFound()
+        self.access.clear_permissions(user, vhost)
+        return self._created(True)
+
+    async def topic_permissions(self, request: Request) -> Any:
+        items = [topic_permission_info(u, v, t) for u, v, t in self.access.list_topic_permissions()]
+        return self._listing(request, items)
+
+    async def topic_permission(self, request: Request, vhost: str, user: str) -> Any:
+        self._pair_exists(vhost, user)
+        items = [topic_permission_info(u, v, t) for u, v, t in self.access.list_topic_permissions()
+                 if (u, v) == (user, vhost)]
+        if not items:
+            raise NotFound()
+        return items
+
+    async def put_topic_permission(self, request: Request, vhost: str, user: str) -> Any:
+        self._pair_exists(vhost, user)
+        body = await self._json(request)
+        exchange = body.get("exchange")
+        if not isinstance(exchange, str):
+            raise ValueError("exchange missing")
+        held = self.access.topic_permissions.get((user, vhost), {})
+        self.access.set_topic_permissions(user, vhost, exchange, str(body.get("write", FULL)),
+                                          str(body.get("read", FULL)))
+        return self._created(exchange in held)
+
+    async def delete_topic_permission(self, request: Request, vhost: str, user: str) -> Any:
+        self._pair_exists(vhost, user)
+        if (user, vhost) not in self.access.topic_permissions:
+            raise NotFound()
+        self.access.clear_topic_permissions(user, vhost, request.query_params.get("exchange"))
+        return self._created(True)
+
+
+ACCESS_ROUTES: list[tuple[str, ...]] = [
+    ("GET", "api/users", "users", "administrator"),
+    ("GET", "api/users/{user}", "user", "administrator"),
+    ("PUT", "api/users/{user}", "put_user", "administrator"),
+    ("DELETE", "api/users/{user}", "delete_user", "administrator"),
+    ("GET", "api/users/{user}/permissions", "user_permissions", "administrator"),
+    ("GET", "api/users/{user}/topic-permissions", "user_topic_permissions", "administrator"),
+    ("PUT", "api/vhosts/{vhost}", "put_vhost", "administrator"),
+    ("DELETE", "api/vhosts/{vhost}", "delete_vhost", "administrator"),
+    ("GET", "api/vhosts/{vhost}/permissions", "vhost_permissions", "administrator"),
+    ("GET", "api/permissions", "permissions", "administrator"),
+    ("GET", "api/permissions/{vhost}/{user}", "permission", "administrator"),
+    ("PUT", "api/permissions/{vhost}/{user}", "put_permission", "administrator"),
+    ("DELETE", "api/permissions/{vhost}/{user}", "delete_permission", "administrator"),
+    ("GET", "api/topic-permissions", "topic_permissions", "administrator"),
+    ("GET", "api/topic-permissions/{vhost}/{user}", "topic_permission", "administrator"),
+    ("PUT", "api/topic-permissions/{vhost}/{user}", "put_topic_permission", "administrator"),
+    ("DELETE", "api/topic-permissions/{vhost}/{user}", "delete_topic_permission", "administrator"),
+]

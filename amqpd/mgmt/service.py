@@ -1,0 +1,77 @@
+"""Starts what management needs next to the AMQP listener: the HTTP API, the Prometheus listener and the
+timer that samples message counters into rates."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from amqpd.mgmt.api import ManagementAPI
+from amqpd.mgmt.http_server import HTTPListener, bind
+from amqpd.mgmt.metrics import MetricsApp
+from amqpd.mgmt.objects import NODE, channels
+from amqpd.mgmt.stats import Rates
+
+if TYPE_CHECKING:
+    from amqpd.broker.broker import Broker
+    from amqpd.config import Settings
+
+log = logging.getLogger("amqpd.mgmt")
+
+
+class Management:
+    def __init__(self, broker: Broker, settings: Settings, amqp_address: tuple[str, int]) -> None:
+        self.broker = broker
+        self.settings = settings
+        self.rates = Rates()
+        self.listeners: list[tuple[str, HTTPListener]] = []
+        self.described: list[dict[str, Any]] = [_describe("amqp", *amqp_address)]
+
+    async def start(self) -> None:
+        """Bind and serve each configured listener; a port that cannot be bound is logged and left out (the
+        broker's job is AMQP; its port is the one whose failure stops it)."""
+        s = self.settings
+        for protocol, port, make_app in (("http", s.mgmt_port, self._api),
+                                         ("prometheus", s.prometheus_port, self._metrics)):
+            if port is None:
+                continue
+            try:
+                sock = bind(s.mgmt_host, port)
+            except OSError as exc:
+                log.error("%s listener not started: cannot listen on %s:%s: %s", protocol, s.mgmt_host, port,
+                          exc.strerror or exc)
+                continue
+            listener = HTTPListener(make_app(), sock)
+            self.listeners.append((protocol, listener))
+            self.described.append(_describe(protocol, *listener.address))
+        for protocol, listener in self.listeners:
+            await listener.start()
+            host, port = listener.address
+            kind = "management" if protocol == "http" else "prometheus"
+            print(f"amqpd {kind} listening on {host}:{port}", flush=True)
+
+    def _api(self) -> ManagementAPI:
+        return ManagementAPI(self.broker, self.rates, self.described)
+
+    def _metrics(self) -> MetricsApp:
+        return MetricsApp(self.broker)
+
+    async def sample_rates(self) -> None:
+        while True:
+            self.sample()
+            await asyncio.sleep(self.settings.stats_interval)
+
+    def sample(self) -> None:
+        from amqpd.mgmt.objects import totals
+
+        queues = [q for v in self.broker.vhosts.values() for q in v.queues.values()]
+        self.rates.sample(queues, channels(self.broker), totals(self.broker))
+
+    async def stop(self) -> None:
+        for _protocol, listener in self.listeners:
+            await listener.stop()
+
+
+def _describe(protocol: str, host: str, port: int) -> dict[str, Any]:
+    return {"node": NODE, "protocol": protocol, "ip_address": host, "port": port, "socket_opts": {}}

@@ -84,7 +84,7 @@ def test_update_secret_is_answered_ok_and_the_connection_carries_on(client: Clie
 
 
 def test_update_secret_for_a_user_that_no_longer_exists_closes_with_530(client: Client) -> None:
-    del client.broker.users["guest"]
+    del client.broker.access.users["guest"]  # gone without closing this connection (delete_user would)
     frames = client.method(0, commands.Connection.UpdateSecret("guest", "token refresh"))
     assert close_of(frames) == (530, 10, 70)
     assert frames[0].reply_text == "NOT_ALLOWED - New secret was refused by one of the backends"

@@ -46,6 +46,8 @@ CREATE TABLE IF NOT EXISTS permissions (
 CREATE TABLE IF NOT EXISTS topic_permissions (
     user TEXT NOT NULL, vhost TEXT NOT NULL, exchange TEXT NOT NULL, write TEXT NOT NULL, read TEXT NOT NULL,
     PRIMARY KEY (user, vhost, exchange));
+CREATE TABLE IF NOT EXISTS queue_values (
+    queue_id INTEGER NOT NULL, key TEXT NOT NULL, value BLOB NOT NULL, PRIMARY KEY (queue_id, key));
 CREATE TABLE IF NOT EXISTS checkpoint (
     id INTEGER PRIMARY KEY CHECK (id = 1), next_offset INTEGER NOT NULL, segment_base INTEGER NOT NULL,
     segment_position INTEGER NOT NULL, ack_number INTEGER NOT NULL, last_message_id INTEGER NOT NULL,
@@ -84,6 +86,7 @@ class CatalogSnapshot:
     checkpoint: Checkpoint | None = None
     next_queue_id: int = 1
     access: AccessRows = field(default_factory=AccessRows)
+    queue_values: dict[int, dict[str, bytes]] = field(default_factory=dict)
 
 
 def put_exchange_op(
@@ -120,7 +123,19 @@ def delete_queue_ops(queue_id: int) -> list[CatalogOp]:
     return [
         ("DELETE FROM queues WHERE queue_id = ?", (queue_id,)),
         ("DELETE FROM queue_state WHERE queue_id = ?", (queue_id,)),
+        ("DELETE FROM queue_values WHERE queue_id = ?", (queue_id,)),
     ]
+
+
+def queue_value_ops(values: dict[tuple[int, str], bytes | None]) -> list[CatalogOp]:
+    """The last value set for each (queue, key) of a batch: None deletes the key."""
+    ops: list[CatalogOp] = []
+    for (queue_id, key), value in values.items():
+        if value is None:
+            ops.append(("DELETE FROM queue_values WHERE queue_id = ? AND key = ?", (queue_id, key)))
+        else:
+            ops.append(("INSERT OR REPLACE INTO queue_values VALUES (?, ?, ?)", (queue_id, key, value)))
+    return ops
 
 
 def binding_key(
@@ -255,6 +270,8 @@ class Catalog:
                     "arguments": decode_arguments(arguments),
                 }
             )
+        for qid, key, value in await self._rows("SELECT queue_id, key, value FROM queue_values"):
+            snap.queue_values.setdefault(qid, {})[key] = bytes(value)
         await self._load_state(snap)
         await self._load_access(snap.access)
         return snap

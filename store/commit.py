@@ -29,6 +29,7 @@ class Batch:
     index_writes: list[tuple[int, bytes, bytes]] = field(default_factory=list)
     acks: bytearray = field(default_factory=bytearray)
     catalog_ops: list[CatalogOp] = field(default_factory=list)
+    queue_values: dict[tuple[int, str], bytes | None] = field(default_factory=dict)  # last write wins
     callbacks: list[Callable[[], None]] = field(default_factory=list)
     delete_segments: list[int] = field(default_factory=list)  # no longer needed once this batch is synced
     checkpoint: CheckpointData | None = None
@@ -41,7 +42,13 @@ class Batch:
 
     def is_empty(self) -> bool:
         return not (
-            self.chunks or self.acks or self.catalog_ops or self.callbacks or self.new_segments or self.delete_segments
+            self.chunks
+            or self.acks
+            or self.catalog_ops
+            or self.queue_values
+            or self.callbacks
+            or self.new_segments
+            or self.delete_segments
         )
 
 

@@ -42,6 +42,7 @@ from store.catalog import (
     put_topic_permission_op,
     put_user_op,
     put_vhost_op,
+    queue_value_ops,
 )
 from store.commit import Batch, Writer
 from store.frame import HEADER_SIZE, ScanReport, append_frame, scan_frames
@@ -129,6 +130,7 @@ class MessageStore:
         self._retention_checked_ms = 0
         self._active_created_ms = 0
         self.stats = {"retention_deleted_age": 0, "retention_deleted_size": 0}
+        self._commit_listeners: list[Callable[[], None]] = []
 
     # ---- lifecycle ----------------------------------------------------------------------------------
 
@@ -262,7 +264,20 @@ class MessageStore:
         self._queue_ids = {key: qid for key, qid in self._queue_ids.items() if qid != queue_id}
         for offset in state.live:
             self._release(offset)
+        values = self._pending.queue_values
+        for key in [key for key in values if key[0] == queue_id]:
+            del values[key]  # set earlier in this batch: the queue's rows go with it
         self._catalog_op(delete_queue_ops(queue_id))
+
+    def set_queue_value(self, queue_id: int, key: str, value: bytes | None) -> None:
+        """Keep a small value with a durable queue (None deletes it): durable with the next commit, before
+        any record appended after the call is; the last value set for a key in a batch is the one written.
+        Given back in QueueEntry.values at open and deleted with the queue. The store does not interpret it."""
+        if queue_id not in self._queues:
+            return
+        self._pending.queue_values[(queue_id, key)] = value
+        if not self._woken:
+            self._poke()
 
     def put_binding(
         self,
@@ -436,6 +451,15 @@ class MessageStore:
             return self.read(offset)
         except (KeyError, DamagedFrame):
             return None
+
+    def add_commit_listener(self, listener: Callable[[], None]) -> None:
+        """Call `listener` on the loop after each commit, once its on_durable callbacks have fired: a log
+        reader waiting at durable_end() learns there is more to read."""
+        self._commit_listeners.append(listener)
+
+    def remove_commit_listener(self, listener: Callable[[], None]) -> None:
+        if listener in self._commit_listeners:
+            self._commit_listeners.remove(listener)
 
     def durable_end(self) -> int:
         """Every record below this offset is on disk (fsync'd, under always-batched): what log readers may
@@ -625,6 +649,8 @@ class MessageStore:
     async def _commit_once(self, force_checkpoint: bool = False) -> None:
         async with self._commit_lock:
             batch = self._seal(force_checkpoint)
+            if batch.queue_values:
+                batch.catalog_ops.extend(queue_value_ops(batch.queue_values))
             if batch.catalog_ops:  # before the fsync: a confirmed message never names a lost queue
                 await self._catalog.apply(batch.catalog_ops)
             await anyio.to_thread.run_sync(self._writer.write, batch)
@@ -632,6 +658,8 @@ class MessageStore:
                 del self._unwritten[offset]
             self._durable_number = batch.number
             self._fire(batch.callbacks)
+            if self._commit_listeners and batch.end_offset > batch.first_offset:
+                self._fire(list(self._commit_listeners))
             if batch.delete_segments:
                 await self._delete_segments(batch.delete_segments)
             if batch.checkpoint is not None:
@@ -754,7 +782,7 @@ class MessageStore:
         records = result.records
         for qid, vhost, name, auto_delete, arguments in snap.queues:
             state = self._queues[qid]
-            entry = QueueEntry(qid, vhost, name, auto_delete, arguments)
+            entry = QueueEntry(qid, vhost, name, auto_delete, arguments, values=snap.queue_values.get(qid, {}))
             delivered = state.delivered
             if all(offset in records for offset in state.live):
                 entry.messages = [RecoveredMessage(o, records[o], o in delivered) for o in state.live]

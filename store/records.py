@@ -37,6 +37,7 @@ class QueueEntry:
     # entry of `messages`; those of them that were delivered. `MessageStore.read_many` reads them.
     unloaded: list[int] = field(default_factory=list)
     unloaded_delivered: set[int] = field(default_factory=set)
+    values: dict[str, bytes] = field(default_factory=dict)  # set_queue_value's keys, as last committed
 
 
 @dataclass

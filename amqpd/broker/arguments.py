@@ -12,7 +12,7 @@ MAX_EXPIRY_TIMER = 4294967295  # ms: RabbitMQ's largest timer, the bound of ever
 QUEUE_EQUIVALENCE_ARGS = (
     "x-expires", "x-message-ttl", "x-dead-letter-exchange", "x-dead-letter-routing-key", "x-max-length",
     "x-max-length-bytes", "x-max-priority", "x-overflow", "x-queue-mode", "x-queue-type",
-    "x-single-active-consumer",
+    "x-single-active-consumer", "x-max-age", "x-stream-max-segment-size-bytes",
 )
 EXCHANGE_EQUIVALENCE_ARGS = ("alternate-exchange",)
 
@@ -53,7 +53,7 @@ def _check_int(name: str, value: Any, queue: str, vhost: str, minimum: int) -> N
 _ONE_OF = {
     "x-overflow": ("drop-head", "reject-publish", "reject-publish-dlx"),
     "x-queue-mode": ("default", "lazy"),
-    "x-queue-type": ("classic", "quorum"),
+    "x-queue-type": ("classic", "quorum", "stream"),
 }
 
 

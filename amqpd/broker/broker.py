@@ -63,8 +63,8 @@ class BrokerHooks(QueueHooks):
     def settled(self, queue: Queue, entry: Entry) -> None:
         store = self.broker.store
         msg = entry.msg
-        if store is None or queue.store_id is None or msg.store_offset is None:
-            return
+        if store is None or queue.store_id is None or msg.store_offset is None or msg.for_streams:
+            return  # a transient message is in the store only for the streams it reached
         store.ack(queue.store_id, msg.store_offset)
         if msg.on_settled is not None:
             # Every durable queue is done with it before its fsync: confirm now, as RabbitMQ does
@@ -231,12 +231,13 @@ class Broker:
     def store_message(self, msg: Message, queues: list[Queue], on_durable: Callable[[], None] | None) -> bool:
         """Write a persistent message for the durable queues it reached; True when on_durable will fire
         after the fsync that covers it (the publisher's confirm waits for that)."""
-        if not msg.persistent or self.store is None:
+        if self.store is None:
             return False
         if len(queues) == 1:
-            ids = [queues[0].store_id] if queues[0].store_id is not None else []
-        else:
-            ids = [q.store_id for q in queues if q.store_id is not None]
+            q = queues[0]
+            ids = [q.store_id] if q.store_id is not None and (msg.persistent or q.always_stored) else []
+        else:  # a transient message is written for the streams among them only
+            ids = [q.store_id for q in queues if q.store_id is not None and (msg.persistent or q.always_stored)]
         if not ids:
             return False
         if msg.timestamp_ms == 0:
@@ -248,6 +249,7 @@ class Broker:
             on_durable = Once(on_durable)
             msg.on_settled, msg.holders = on_durable, len(ids)
         msg.store_offset = self.store.append(record, ids, on_durable)
+        msg.for_streams = not msg.persistent
         msg.pageable = len(ids) == len(queues)
         return on_durable is not None
 
@@ -259,7 +261,7 @@ class Broker:
             return
         for vhost in self.vhosts.values():
             for q in vhost.queues.values():
-                if q.store_id is None:
+                if q.store_id is None or q.is_stream:
                     continue
                 ready = q.ready
                 entries = ready.entries() if isinstance(ready, Backlog) else ready

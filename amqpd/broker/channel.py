@@ -16,6 +16,9 @@ from amqpd import errors
 from amqpd.broker.consumer import Consumer
 from amqpd.broker.message import SCANNED_FLAGS, Message
 from amqpd.broker.queue import Entry, Queue
+from amqpd.broker.stream import StreamQueue
+from amqpd.broker.stream_args import check_consumer_arguments, parse_filter, parse_offset_spec
+from amqpd.broker.stream_log import now_ms
 from amqpd.broker.vhost import REPLY_TO, REPLY_TO_PREFIX, VirtualHost, server_generated_name
 from amqpd.protocol.assembler import Assembled, ContentAssembler
 from amqpd.protocol.constants import (
@@ -299,7 +302,7 @@ class Channel:
         if queues[0].limited if len(queues) == 1 else any(q.limited for q in queues):
             accepting = self._refuse_overflowing(msg, queues)
         stored = False
-        if msg.persistent and self.broker.store is not None:
+        if self.broker.store is not None and (msg.persistent or _any_stored(accepting)):
             stored = self.broker.store_message(msg, accepting, self._durable_callback(seq, on_stored))
         for q in accepting:
             q.push(msg)
@@ -458,6 +461,8 @@ class Channel:
         if kind == "ack":
             self._apply_acks(taken)
             return
+        if kind != "requeue":
+            _check_not_stream(kind, taken)
         by_queue: dict[Queue, list[Entry]] = {}
         for _tag, (queue, entry, consumer, _at) in taken:
             self._release(queue, consumer)
@@ -677,10 +682,36 @@ class Channel:
             raise errors.precondition_failed(f"invalid x-priority argument: {priority!r}")
         consumer = Consumer(tag, self, q, no_ack=m.no_ack, exclusive=m.exclusive, prefetch=self.prefetch_count,
                             priority=priority, arguments=args)
+        if isinstance(q, StreamQueue):
+            self._consume_stream(q, consumer, m.nowait)
+            return
         self.consumers[tag] = consumer
         if not m.nowait:
             self.reply(build(commands.Basic.ConsumeOk, tag))
         q.add_consumer(consumer)
+
+    def _consume_stream(self, q: StreamQueue, consumer: Consumer, nowait: bool) -> None:
+        """A stream consumer acks manually with a prefetch of its own, and starts where x-stream-offset (or
+        its tracked offset) says: RabbitMQ's rules, LavinMQ's offset tracking, RabbitMQ 3.13's filters."""
+        where = f"queue '{q.name}' in vhost '{self.vhost.name}'"
+        if consumer.no_ack:
+            raise errors.not_implemented(f"automatic acknowledgement not supported by stream queues {where}")
+        if not consumer.prefetch:
+            raise errors.precondition_failed(f"consumer prefetch count is not set for '{where}'")
+        args = consumer.arguments
+        check_consumer_arguments(args, q.name, self.vhost.name)
+        spec = parse_offset_spec(args.get("x-stream-offset"), q.name, self.vhost.name, now_ms())
+        filter_values, match_unfiltered = parse_filter(args, q.name, self.vhost.name)
+        # LavinMQ: tracking is asked for explicitly, or by an x-stream-offset given as void.
+        tracking = args.get("x-stream-automatic-offset-tracking") is True or (
+            "x-stream-offset" in args and args["x-stream-offset"] is None
+        )
+        if "x-stream-offset" in args and args["x-stream-offset"] is None:
+            spec = parse_offset_spec("first", q.name, self.vhost.name, 0)
+        self.consumers[consumer.tag] = consumer
+        if not nowait:
+            self.reply(build(commands.Basic.ConsumeOk, consumer.tag))
+        q.subscribe(consumer, spec, filter_values, match_unfiltered, tracking)
 
     def _consume_replies(self, m: commands.Basic.Consume) -> None:
         """Direct reply-to: the channel consumes its own pseudo-queue, auto-ack only, one per channel."""
@@ -732,7 +763,7 @@ class Channel:
         name = self._queue_name(m.queue)
         self._permit("queue", name, "read")
         q = self.vhost.queue(name, self.conn)
-        entry = q.get()
+        entry = q.get()  # a stream refuses it (540)
         if entry is None:
             self.reply(commands.Basic.GetEmpty())
             return
@@ -841,6 +872,20 @@ class Channel:
         self._apply_settle("requeue", taken, True)
         for consumer in consumers:
             self.vhost.consumer_gone(consumer.queue)
+
+
+def _check_not_stream(kind: str, taken: list[tuple[int, Unacked]]) -> None:
+    for _tag, (queue, _entry, _consumer, _at) in taken:
+        if queue.is_stream:
+            raise errors.not_implemented(
+                f"basic.nack and basic.reject not supported by stream queues queue '{queue.name}' "
+                f"in vhost '{queue.vhost}'"
+            ).with_method(60, 120 if kind == "nack" else 90)
+
+
+def _any_stored(queues: list[Queue]) -> bool:
+    """Whether a transient message must be written anyway (a stream is among its queues)."""
+    return queues[0].always_stored if len(queues) == 1 else any(q.always_stored for q in queues)
 
 
 def _ids(method: base.Frame) -> tuple[int, int]:

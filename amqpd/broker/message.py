@@ -20,6 +20,7 @@ class Message:
         "exchange", "routing_key", "route", "header", "body", "flags", "persistent", "priority",
         "ttl_ms", "timestamp_ms", "store_offset", "_headers", "size", "pageable", "bcc", "on_settled", "holders",
         "may_carry_cc",
+        "for_streams",
     )
 
     def __init__(
@@ -36,6 +37,7 @@ class Message:
         self.pageable = False  # every queue holding it is durable, so the store can always give it back
         self.on_settled: Callable[[], None] | None = None  # the confirm, if all holders ack before the fsync
         self.holders = 0  # durable queues that still hold it, while on_settled waits
+        self.for_streams = False  # transient, yet stored: only the streams it reached hold its record
         self.bcc: list[str] = []  # BCC routing keys: the header goes before delivery, the keys are remembered
         self.flags = flags
         self.persistent = False

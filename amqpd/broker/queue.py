@@ -116,6 +116,9 @@ class Queue:
         self.effective: dict = self.arguments  # arguments in force: the declared ones combined with a policy
         self.policy: Any = None  # the policy that applies (broker/policy.py), if any
 
+    is_stream = False  # a StreamQueue (broker/stream.py) answers True
+    always_stored = False  # True: the store takes its messages persistent or not (streams)
+
     # Ready messages, with consumers attached and the broker's CPU saturated, before publishers pause (see
     # server/load.py); they go on when it drains to FLOW_LOW or the broker has time to spare again.
     FLOW_HIGH = 20_000
@@ -200,7 +203,9 @@ class Queue:
     def _spills(self, msg: Message, redelivered: bool) -> bool:
         """Whether a stored message can wait as its offset alone. Not with a TTL: read back, its expiry
         would count from the record's publish time, which a dead-lettered message keeps from its first life."""
-        return not redelivered and msg.ttl_ms is None and self.message_ttl is None and self.holds_offsets
+        # A transient message stored only for a stream it also reached: that record is the stream's.
+        return (not redelivered and not msg.for_streams and msg.ttl_ms is None and self.message_ttl is None
+                and self.holds_offsets)
 
     @property
     def holds_offsets(self) -> bool:

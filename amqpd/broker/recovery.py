@@ -10,6 +10,7 @@ from amqpd.broker.backlog import Backlog
 from amqpd.broker.exchanges import make_exchange
 from amqpd.broker.message import Message
 from amqpd.broker.queue import Queue
+from amqpd.broker.stream_args import is_stream
 from amqpd.protocol.fastpath import shortstr
 from amqpd.protocol.properties import shared_header
 
@@ -35,6 +36,9 @@ def restore(broker: Any, recovered: Any, crashed: bool = False) -> None:
         vhost = broker.vhosts.get(entry.vhost)
         if vhost is None:
             continue
+        if is_stream(entry.arguments):
+            count += _restore_stream(broker, vhost, entry)
+            continue
         q = Queue(entry.vhost, entry.name, durable=True, auto_delete=entry.auto_delete, arguments=entry.arguments,
                   hooks=vhost.hooks)
         q.store_id = entry.queue_id
@@ -52,6 +56,16 @@ def restore(broker: Any, recovered: Any, crashed: bool = False) -> None:
     log.info("recovered %d exchanges, %d queues, %d bindings, %d messages after a %s; %s",
              len(recovered.exchanges), len(recovered.queues), len(recovered.bindings), count,
              "crash" if crashed else "clean stop", recovered.stats)
+
+
+def _restore_stream(broker: Any, vhost: Any, entry: Any) -> int:
+    from amqpd.broker.stream import StreamQueue  # stream.py reads records back through this module
+
+    q = StreamQueue(entry.vhost, entry.name, arguments=entry.arguments, hooks=vhost.hooks, store=broker.store,
+                    store_id=entry.queue_id)
+    q.adopt([*entry.unloaded, *(rm.offset for rm in entry.messages)], entry.values)
+    vhost.queues[entry.name] = q
+    return len(q.ready)
 
 
 def _restore_messages(broker: Any, q: Queue, entry: Any, crashed: bool) -> int:

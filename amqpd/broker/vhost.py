@@ -20,6 +20,8 @@ from amqpd.broker.arguments import (
 from amqpd.broker.exchanges import EXCHANGE_TYPES, Exchange, make_exchange
 from amqpd.broker.message import Message
 from amqpd.broker.queue import Queue, QueueHooks
+from amqpd.broker.stream import StreamQueue
+from amqpd.broker.stream_args import check_stream_declaration, is_stream
 
 ROUTE_CACHE_MAX = 10_000
 
@@ -203,6 +205,8 @@ class VirtualHost:
             checks.may_configure("queue", name)
         check_queue_arguments(arguments, name, self.name)
         check_queue_type(arguments, name, self.name, durable, exclusive, auto_delete)
+        if is_stream(arguments):
+            check_stream_declaration(arguments, name, self.name, durable, exclusive, auto_delete)
         durable = durable and not exclusive  # RabbitMQ: an exclusive queue dies with its connection anyway
         existing = self.queues.get(name)
         if existing is not None:
@@ -211,6 +215,8 @@ class VirtualHost:
             return existing
         if checks is not None:
             checks.may_create("queue", name, arguments)  # the vhost's queue limit, the dead-letter exchange
+        if is_stream(arguments):
+            return self._declare_stream(name, arguments)
         q = Queue(self.name, name, durable=durable, exclusive_owner=owner if exclusive else None,
                   auto_delete=auto_delete, arguments=arguments, hooks=self.hooks)
         self.queues[name] = q
@@ -219,6 +225,13 @@ class VirtualHost:
         self._route_cache.clear()
         if durable and self.store is not None and not exclusive:
             q.store_id = self.store.put_queue(self.name, name, auto_delete, arguments)
+        return q
+
+    def _declare_stream(self, name: str, arguments: dict) -> Queue:
+        store_id = self.store.put_queue(self.name, name, False, arguments) if self.store is not None else None
+        q = StreamQueue(self.name, name, arguments=arguments, hooks=self.hooks, store=self.store, store_id=store_id)
+        self.queues[name] = q
+        self._route_cache.clear()
         return q
 
     def _check_queue_equivalent(
@@ -249,7 +262,7 @@ class VirtualHost:
         if self.queues.get(q.name) is not q:
             return 0
         del self.queues[q.name]
-        count = len(q.ready)
+        count = 0 if q.is_stream else len(q.ready)  # RabbitMQ's delete-ok counts no stream messages
         self._unbind_everywhere(q)
         for consumer in list(q.consumers):
             consumer.channel.cancel_by_server(consumer)
@@ -264,6 +277,10 @@ class VirtualHost:
 
     def purge_queue(self, name: str, owner: object) -> int:
         q = self.queue(name, owner)
+        if q.is_stream:
+            raise errors.not_implemented(
+                f"queue.purge not supported by stream queues queue '{name}' in vhost '{self.name}'"
+            )
         count = q.message_count
         for entry in q.purge():
             self.hooks.settled(q, entry)

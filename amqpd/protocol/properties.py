@@ -240,3 +240,12 @@ def with_delivery_count(header: bytes, count: int) -> bytes:
     inner = b"".join(bytes((len(key),)) + key + value for key, value in entries)
     parts[FLAG_HEADERS] = _u32.pack(len(inner)) + inner
     return join_properties(_header_prefix.unpack_from(header)[2], parts)
+
+
+def append_header_field(header: bytes, body_size: int, field: bytes) -> bytes:
+    """The same header payload with one encoded field (shortstr name, type tag, value) appended to its
+    headers table, every other byte untouched (a stream's x-stream-offset on each delivery)."""
+    parts = split_properties(header)
+    table = parts.get(FLAG_HEADERS, b"\x00\x00\x00\x00")
+    parts[FLAG_HEADERS] = _u32.pack(len(table) - 4 + len(field)) + table[4:] + field
+    return join_properties(body_size, parts)

@@ -15,4 +15,5 @@ from interop.scenarios import (  # noqa: F401
     properties,
     queues,
     routing,
+    streams,
 )

@@ -529,5 +529,6 @@ def test_quorum_queue_refuses_what_rabbitmq_refuses(vh: VirtualHost, flags: dict
     assert f"invalid property '{prop}'" in info.value.text
 
 
-def test_stream_queues_are_refused_as_not_supported(vh: VirtualHost) -> None:
-    assert code_of(declare_queue, vh, "s", durable=True, arguments={"x-queue-type": "stream"}) == (406, False)
+def test_stream_queues_are_declared_durable_and_refused_otherwise(vh: VirtualHost) -> None:
+    assert declare_queue(vh, "s", durable=True, arguments={"x-queue-type": "stream"}).is_stream
+    assert code_of(declare_queue, vh, "t", arguments={"x-queue-type": "stream"}) == (406, False)

@@ -1,0 +1,346 @@
+"""A stream queue (x-queue-type: stream): an append-only log that consumers read from any offset.
+
+Publishing appends; acks only move a consumer along (and, with offset tracking, save where it is): nothing
+is removed but by retention, which drops whole segments, oldest first. Each consumer has a cursor; a
+delivery carries its dense offset in the `x-stream-offset` header. Plain object like Queue: the log is
+behind StreamLog, time and timers come through the hooks.
+"""
+
+from __future__ import annotations
+
+import struct
+from array import array
+from typing import TYPE_CHECKING, Any
+
+from amqpd import errors
+from amqpd.broker.message import Message
+from amqpd.broker.queue import Entry, Queue, QueueHooks
+from amqpd.broker.stream_args import FIRST, LAST, NEXT, OffsetSpec, Retention
+from amqpd.broker.stream_log import MemoryLog, StoreLog, StreamLog, now_ms
+from amqpd.protocol.fastpath import shortstr
+from amqpd.protocol.properties import append_header_field
+
+if TYPE_CHECKING:
+    from amqpd.broker.consumer import Consumer
+
+READ_BATCH = 256  # records read from the log per step of a consumer's replay
+_OFFSET_FIELD = shortstr("x-stream-offset") + b"l"  # a signed 64-bit integer, as RabbitMQ sends it
+_ACTIVE = struct.Struct("<qqq")  # stream.active: the open segment's first offset, bytes, newest timestamp
+TRACKED_PREFIX = "offset:"  # queue values: a tracked consumer's next offset, by consumer tag
+
+
+class StreamEntry(Entry):
+    """A delivery from a stream: seq is its offset; the cursor it was read for takes its ack."""
+
+    __slots__ = ("cursor",)
+
+    def __init__(self, msg: Message, offset: int, cursor: Cursor) -> None:
+        super().__init__(msg, offset, None)
+        self.cursor = cursor
+
+
+class Cursor:
+    """One consumer's place in the stream."""
+
+    __slots__ = ("consumer", "next", "filter", "match_unfiltered", "tracking", "outstanding")
+
+    def __init__(self, consumer: Consumer, start: int, filter_values: frozenset[str] | None,
+                 match_unfiltered: bool, tracking: bool) -> None:
+        self.consumer = consumer
+        self.next = start
+        self.filter = filter_values
+        self.match_unfiltered = match_unfiltered
+        self.tracking = tracking
+        self.outstanding: dict[int, None] = {}  # delivered, not yet acked, in offset order
+
+    def wants(self, msg: Message) -> bool:
+        if self.filter is None:
+            return True
+        value = (msg.headers or {}).get("x-stream-filter-value") if msg.has_headers else None
+        if isinstance(value, bytes):
+            value = value.decode("utf-8", "replace")
+        if value is None:
+            return self.match_unfiltered
+        return value in self.filter
+
+    def resume_offset(self) -> int:
+        """Where this consumer would go on after a restart: no gap (the oldest unacked delivery), no repeat
+        (past everything acked or filtered out)."""
+        return next(iter(self.outstanding), self.next)
+
+
+class _StreamHooks(QueueHooks):
+    """The vhost's hooks, except that an ack moves a cursor instead of removing a message."""
+
+    def __init__(self, stream: StreamQueue, outer: QueueHooks) -> None:
+        self.stream = stream
+        self.outer = outer
+
+    def settled(self, queue: Queue, entry: Entry) -> None:
+        if isinstance(entry, StreamEntry):
+            self.stream.entry_acked(entry)
+
+    def dropped(self, queue: Queue, entry: Entry, reason: str) -> None:
+        self.settled(queue, entry)
+
+    def schedule(self, delay_s: float, callback: Any) -> Any:
+        return self.outer.schedule(delay_s, callback)
+
+    def unused(self, queue: Queue) -> None:
+        self.outer.unused(queue)
+
+
+class StreamQueue(Queue):
+    is_stream = True
+    always_stored = True  # every message is written, persistent or not, as RabbitMQ does
+    FLOW_HIGH = 1 << 62  # a stream's length is history, not a backlog: never a reason to pause publishers
+
+    def __init__(self, vhost: str, name: str, *, arguments: dict, hooks: QueueHooks | None = None,
+                 store: Any = None, store_id: int | None = None) -> None:
+        super().__init__(vhost, name, durable=True, arguments=arguments, hooks=hooks)
+        self.hooks = _StreamHooks(self, hooks or QueueHooks())
+        self.store = store if store_id is not None else None
+        self.store_id = store_id
+        self.retention = Retention.from_arguments(arguments)
+        self.limited = False
+        self.max_length_bytes = None  # retention, not a limit on publishing
+        self.cursors: dict[Consumer, Cursor] = {}
+        self.tracked: dict[str, int] = {}  # consumer tag -> next offset, for tracking consumers
+        self.log: StreamLog = (
+            StoreLog(self.store, store_id, 0, self._on_commit)
+            if self.store is not None and store_id is not None
+            else MemoryLog()
+        )
+        self.ready = _Length(self)  # type: ignore[assignment]
+        self._segments: list[list[int]] = [[0, 0, 0]]  # [first offset, bytes, newest timestamp ms]
+        self._dispatch_due = False
+
+    # -- recovery ------------------------------------------------------------------------------------------
+
+    def adopt(self, held: list[int], values: dict[str, bytes]) -> None:
+        """Recovery: the records the store kept for this stream, and what it saved with them."""
+        assert self.store is not None and self.store_id is not None
+        self.log.close()
+        self.log = StoreLog.recover(self.store, self.store_id, held, values, self._on_commit)
+        self._segments = _decode_segments(values, self.log.first, self.log.end)
+        for key, value in values.items():
+            if key.startswith(TRACKED_PREFIX):
+                self.tracked[key[len(TRACKED_PREFIX):]] = int(value)
+
+    # -- publishing ----------------------------------------------------------------------------------------
+
+    def push(self, msg: Message, redelivered: bool = False, enqueued_ms: int | None = None) -> None:
+        self.log.append(msg)
+        segment = self._segments[-1]
+        segment[1] += msg.size + len(msg.header)
+        segment[2] = msg.timestamp_ms or now_ms()
+        if segment[1] >= self.retention.segment_bytes:
+            self._roll()
+        elif self.store is not None:
+            self.store.set_queue_value(self.store_id, "stream.active", _ACTIVE.pack(*segment))
+        if self.store is None:
+            self.dispatch()  # in memory: readable at once
+
+    def _on_commit(self) -> None:
+        """The store made more records durable: consumers at the tail get them (once per loop turn)."""
+        if self._dispatch_due or not self.cursors:
+            return
+        self._dispatch_due = True
+        if self.hooks.schedule(0, self._dispatch_soon) is None:
+            self._dispatch_soon()
+
+    def _dispatch_soon(self) -> None:
+        self._dispatch_due = False
+        if not self.deleted:
+            self.dispatch()
+
+    def would_overflow(self) -> bool:
+        return False
+
+    # -- retention -----------------------------------------------------------------------------------------
+
+    def _roll(self) -> None:
+        self._segments.append([self.log.end, 0, 0])
+        self.apply_retention(now_ms())
+        self._save_segments()
+
+    def apply_retention(self, now: int) -> None:
+        """Drop whole sealed segments, oldest first, while the stream is over x-max-length-bytes or the
+        segment's newest message is older than x-max-age (checked when a segment fills, as RabbitMQ does)."""
+        keep = self.retention
+        segments = self._segments
+        dropped = False
+        while len(segments) > 1:
+            total = sum(s[1] for s in segments)
+            if keep.max_bytes is not None and total > keep.max_bytes:
+                pass
+            elif keep.max_age_ms is not None and segments[0][2] < now - keep.max_age_ms:
+                pass
+            else:
+                break
+            segments.pop(0)
+            dropped = True
+        if dropped:
+            self.log.drop_before(segments[0][0])
+            for cursor in self.cursors.values():
+                cursor.next = max(cursor.next, self.log.first)
+
+    def _save_segments(self) -> None:
+        if self.store is None:
+            return
+        sealed = array("q", [v for s in self._segments[:-1] for v in s])
+        self.store.set_queue_value(self.store_id, "stream.segments", sealed.tobytes())
+        self.store.set_queue_value(self.store_id, "stream.active", _ACTIVE.pack(*self._segments[-1]))
+
+    # -- consuming -----------------------------------------------------------------------------------------
+
+    def subscribe(self, consumer: Consumer, spec: OffsetSpec, filter_values: frozenset[str] | None,
+                  match_unfiltered: bool, tracking: bool) -> None:
+        start = self.tracked.get(consumer.tag) if tracking else None
+        if start is None:
+            start = self.start_offset(spec)
+        self.cursors[consumer] = Cursor(consumer, max(start, self.log.first), filter_values, match_unfiltered,
+                                        tracking)
+        self.add_consumer(consumer)
+
+    def start_offset(self, spec: OffsetSpec) -> int:
+        log = self.log
+        if spec.kind == FIRST:
+            return log.first
+        if spec.kind == LAST:
+            return max(log.committed - 1, log.first)
+        if spec.kind == NEXT:
+            return log.end
+        if spec.kind == "time":
+            return log.offset_at_time(spec.value)
+        return max(spec.value, log.first)  # an offset past the end: the consumer waits until it exists
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        cursor = self.cursors.pop(consumer, None)
+        if cursor is not None and cursor.tracking:
+            self._track(cursor)
+        super().remove_consumer(consumer)
+
+    def dispatch(self) -> None:
+        for cursor in list(self.cursors.values()):
+            self._feed(cursor)
+
+    def _feed(self, cursor: Cursor) -> None:
+        consumer = cursor.consumer
+        log = self.log
+        while consumer.can_accept() and cursor.next < log.committed:
+            room = consumer.prefetch - consumer.unacked if consumer.prefetch else READ_BATCH
+            batch = log.read(cursor.next, min(max(room, 1), READ_BATCH))
+            if not batch:
+                cursor.next = max(cursor.next, log.first)
+                return
+            for offset, msg in batch:
+                cursor.next = offset + 1
+                if not cursor.wants(msg):
+                    continue
+                cursor.outstanding[offset] = None
+                consumer.deliver(self, StreamEntry(_with_offset(msg, offset), offset, cursor))
+                if not consumer.can_accept():
+                    cursor.next = offset + 1
+                    return
+            if cursor.filter is not None and not cursor.outstanding and cursor.tracking:
+                self._track(cursor)  # skipping filtered messages moves a tracked consumer along too
+
+    def entry_acked(self, entry: StreamEntry) -> None:
+        cursor = entry.cursor
+        cursor.outstanding.pop(entry.seq, None)
+        if cursor.tracking:
+            self._track(cursor)
+
+    def _track(self, cursor: Cursor) -> None:
+        tag = cursor.consumer.tag
+        offset = cursor.resume_offset()
+        if self.tracked.get(tag) == offset:
+            return
+        self.tracked[tag] = offset
+        if self.store is not None:
+            self.store.set_queue_value(self.store_id, TRACKED_PREFIX + tag, str(offset).encode())
+
+    def requeue(self, entries: Any) -> None:
+        """A stream never redelivers: what a closed channel had unacked is read again only by a consumer
+        that asks for that offset (a tracking consumer resumes at its oldest unacked delivery)."""
+
+    def purge(self) -> list[Entry]:
+        return []  # queue.purge is refused before this; a deleted stream's records go with its store state
+
+    def get(self) -> Entry | None:
+        raise errors.not_implemented(f"basic.get not supported by stream queues {self._describe()}")
+
+    def _describe(self) -> str:
+        return f"queue '{self.name}' in vhost '{self.vhost}'"
+
+    def close(self) -> None:
+        super().close()
+        self.log.close()
+        self.cursors.clear()
+
+    # -- what management shows -----------------------------------------------------------------------------
+
+    def stream_stats(self) -> dict[str, Any]:
+        """Per-stream figures for the HTTP API: offsets, first timestamp, size, segments, and each tracked
+        or attached consumer's offset and lag (messages between its next offset and the end)."""
+        log = self.log
+        consumers: dict[str, dict[str, Any]] = {
+            tag: {"offset": offset, "lag": max(log.end - offset, 0), "tracked": True, "attached": False}
+            for tag, offset in self.tracked.items()
+        }
+        for cursor in self.cursors.values():
+            tag = cursor.consumer.tag
+            offset = cursor.resume_offset()
+            consumers[tag] = {"offset": offset, "lag": max(log.end - offset, 0), "tracked": cursor.tracking,
+                              "attached": True}
+        return {
+            "first_offset": log.first,
+            "last_offset": log.end - 1 if log.end > log.first else None,
+            "committed_offset": log.committed - 1 if log.committed > log.first else None,
+            "first_timestamp": log.first_timestamp(),
+            "messages": log.end - log.first,
+            "size_bytes": sum(s[1] for s in self._segments),
+            "segments": len(self._segments),
+            "consumers": consumers,
+        }
+
+
+class _Length:
+    """What callers of Queue.ready see of a stream: its length (declare-ok's message_count, the
+    if-empty check; RabbitMQ counts a stream's messages there), truthy while it holds any."""
+
+    __slots__ = ("stream",)
+
+    def __init__(self, stream: StreamQueue) -> None:
+        self.stream = stream
+
+    def __len__(self) -> int:
+        log = self.stream.log
+        return log.end - log.first
+
+    def __iter__(self) -> Any:
+        return iter(())  # nothing waits to be delivered the way a queue's messages do
+
+
+def _with_offset(msg: Message, offset: int) -> Message:
+    """The message as one consumer gets it: its headers carry its offset (the log's copy is shared)."""
+    header = append_header_field(msg.header, msg.size, _OFFSET_FIELD + struct.pack(">q", offset))
+    flags = struct.unpack_from(">H", header, 12)[0]
+    out = Message(msg.exchange, msg.routing_key, msg.route, header, msg.body or b"", flags)
+    out.store_offset = msg.store_offset
+    return out
+
+
+def _decode_segments(values: dict[str, bytes], first: int, end: int) -> list[list[int]]:
+    """The segment table saved with the stream, clipped to what the log holds; without one (or after a
+    crash made it disagree) the whole log is one open segment, counted from now on."""
+    raw = array("q")
+    raw.frombytes(values.get("stream.segments", b""))
+    segments = [list(raw[i:i + 3]) for i in range(0, len(raw) - 2, 3)]
+    if "stream.active" in values:
+        segments.append(list(_ACTIVE.unpack(values["stream.active"])))
+    segments = [s for s in segments if first <= s[0] <= end]
+    if not segments or segments[0][0] != first:
+        segments.insert(0, [first, 0, now_ms()])
+    return segments

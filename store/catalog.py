@@ -27,6 +27,8 @@ CREATE TABLE IF NOT EXISTS exchanges (
 CREATE TABLE IF NOT EXISTS queues (
     queue_id INTEGER PRIMARY KEY, vhost TEXT NOT NULL, name TEXT NOT NULL, auto_delete INTEGER NOT NULL,
     arguments TEXT NOT NULL, UNIQUE (vhost, name));
+CREATE TABLE IF NOT EXISTS delivery_counts (
+    queue_id INTEGER NOT NULL, "offset" INTEGER NOT NULL, count INTEGER NOT NULL, PRIMARY KEY (queue_id, "offset"));
 CREATE TABLE IF NOT EXISTS bindings (
     vhost TEXT NOT NULL, source TEXT NOT NULL, destination TEXT NOT NULL, destination_kind TEXT NOT NULL,
     routing_key TEXT NOT NULL, arguments TEXT NOT NULL,
@@ -82,6 +84,7 @@ class CatalogSnapshot:
     queues: list[tuple[int, str, str, bool, dict[str, Any]]] = field(default_factory=list)
     bindings: list[dict[str, Any]] = field(default_factory=list)
     queue_state: dict[int, tuple[bytes, bytes]] = field(default_factory=dict)
+    delivery_counts: dict[int, dict[int, int]] = field(default_factory=dict)  # queue_id -> offset -> count
     segments: dict[int, tuple[int, int, bool]] = field(default_factory=dict)
     checkpoint: Checkpoint | None = None
     next_queue_id: int = 1
@@ -100,6 +103,14 @@ def put_exchange_op(
 
 def delete_exchange_op(vhost: str, name: str) -> CatalogOp:
     return "DELETE FROM exchanges WHERE vhost = ? AND name = ?", (vhost, name)
+
+
+def put_delivery_count_op(queue_id: int, offset: int, count: int) -> CatalogOp:
+    return "INSERT OR REPLACE INTO delivery_counts VALUES (?, ?, ?)", (queue_id, offset, count)
+
+
+def delete_delivery_count_op(queue_id: int, offset: int) -> CatalogOp:
+    return 'DELETE FROM delivery_counts WHERE queue_id = ? AND "offset" = ?', (queue_id, offset)
 
 
 def put_queue_ops(
@@ -122,6 +133,7 @@ def put_queue_ops(
 def delete_queue_ops(queue_id: int) -> list[CatalogOp]:
     return [
         ("DELETE FROM queues WHERE queue_id = ?", (queue_id,)),
+        ("DELETE FROM delivery_counts WHERE queue_id = ?", (queue_id,)),
         ("DELETE FROM queue_state WHERE queue_id = ?", (queue_id,)),
         ("DELETE FROM queue_values WHERE queue_id = ?", (queue_id,)),
     ]
@@ -286,6 +298,8 @@ class Catalog:
     async def _load_state(self, snap: CatalogSnapshot) -> None:
         for qid, live, delivered in await self._rows("SELECT queue_id, live, delivered FROM queue_state"):
             snap.queue_state[qid] = (live, delivered)
+        for qid, offset, count in await self._rows('SELECT queue_id, "offset", count FROM delivery_counts'):
+            snap.delivery_counts.setdefault(qid, {})[offset] = count
         for base, end_offset, size, sealed in await self._rows("SELECT * FROM segments"):
             snap.segments[base] = (end_offset, size, bool(sealed))
         rows = await self._rows(

@@ -29,6 +29,7 @@ from store.catalog import (
     CheckpointData,
     binding_key,
     delete_binding_op,
+    delete_delivery_count_op,
     delete_exchange_op,
     delete_permission_op,
     delete_queue_ops,
@@ -36,6 +37,7 @@ from store.catalog import (
     delete_user_ops,
     delete_vhost_ops,
     put_binding_op,
+    put_delivery_count_op,
     put_exchange_op,
     put_permission_op,
     put_queue_ops,
@@ -100,6 +102,7 @@ class MessageStore:
         self._writer = Writer(self._layout, self._fsync)
         # Catalogue state needed synchronously.
         self._queues: dict[int, QueueState] = {}
+        self._counts: dict[tuple[int, int], int] = {}  # (queue_id, offset) -> delivery count, when not 0
         self._queue_ids: dict[tuple[str, str], int] = {}
         self._next_queue_id = 1
         # Segments: base offsets in order, their indexes, live references, and sizes once sealed.
@@ -267,6 +270,8 @@ class MessageStore:
         values = self._pending.queue_values
         for key in [key for key in values if key[0] == queue_id]:
             del values[key]  # set earlier in this batch: the queue's rows go with it
+        if self._counts:
+            self._counts = {key: n for key, n in self._counts.items() if key[0] != queue_id}
         self._catalog_op(delete_queue_ops(queue_id))
 
     def set_queue_value(self, queue_id: int, key: str, value: bytes | None) -> None:
@@ -394,6 +399,17 @@ class MessageStore:
         state.delivered.discard(offset)
         self._ack_entry(ack_log.ACKED, queue_id, offset)
         self._release(offset)
+        if self._counts and self._counts.pop((queue_id, offset), None) is not None:
+            self._catalog_op([delete_delivery_count_op(queue_id, offset)])
+
+    def set_delivery_count(self, queue_id: int, offset: int, count: int) -> None:
+        """How many times the queue's message went back unacked (a delivery limit counts these), durable
+        with the next commit; forgotten when the queue acks the message."""
+        state = self._queues.get(queue_id)
+        if state is None or offset not in state.live or self._counts.get((queue_id, offset)) == count:
+            return
+        self._counts[(queue_id, offset)] = count
+        self._catalog_op([put_delivery_count_op(queue_id, offset, count)])
 
     def purge(self, queue_id: int, offsets: list[int]) -> None:
         for offset in offsets:
@@ -792,8 +808,22 @@ class MessageStore:
                 entry.messages = [
                     RecoveredMessage(o, records[o], o in delivered) for o in state.live if o in records
                 ]
+            entry.delivery_counts = self._recovered_counts(qid, snap.delivery_counts.get(qid))
             queues.append(entry)
         return Recovered(snap.exchanges, queues, snap.bindings, result.stats, snap.access)
+
+    def _recovered_counts(self, queue_id: int, counts: dict[int, int] | None) -> dict[int, int]:
+        """The queue's delivery counts for the messages it still holds; rows of the others (acked in a
+        batch whose catalogue delete was lost) are deleted."""
+        if not counts:
+            return {}
+        live = self._queues[queue_id].live
+        stale = [offset for offset in counts if offset not in live]
+        if stale:
+            self._catalog_op([delete_delivery_count_op(queue_id, offset) for offset in stale])
+        kept = {offset: n for offset, n in counts.items() if offset in live}
+        self._counts.update(((queue_id, offset), n) for offset, n in kept.items())
+        return kept
 
 
 def _scan_for(fd: int, offset: int) -> bytes | None:

@@ -38,6 +38,8 @@ class QueueEntry:
     unloaded: list[int] = field(default_factory=list)
     unloaded_delivered: set[int] = field(default_factory=set)
     values: dict[str, bytes] = field(default_factory=dict)  # set_queue_value's keys, as last committed
+    # How often each held message went back to the queue unacked (MessageStore.set_delivery_count).
+    delivery_counts: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass

@@ -11,7 +11,7 @@ MAX_EXPIRY_TIMER = 4294967295  # ms: RabbitMQ's largest timer, the bound of ever
 # Arguments RabbitMQ compares when a queue is redeclared; others may differ freely.
 QUEUE_EQUIVALENCE_ARGS = (
     "x-expires", "x-message-ttl", "x-dead-letter-exchange", "x-dead-letter-routing-key", "x-max-length",
-    "x-max-length-bytes", "x-max-priority", "x-overflow", "x-queue-mode", "x-queue-type",
+    "x-max-length-bytes", "x-max-priority", "x-overflow", "x-queue-mode", "x-queue-type", "x-delivery-limit",
     "x-single-active-consumer", "x-max-age", "x-stream-max-segment-size-bytes",
 )
 EXCHANGE_EQUIVALENCE_ARGS = ("alternate-exchange",)

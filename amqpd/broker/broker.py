@@ -10,6 +10,7 @@ from typing import Any
 from amqpd import errors
 from amqpd.broker.access import AccessControl, User
 from amqpd.broker.backlog import Backlog
+from amqpd.broker.delayed_delivery import DelayedDelivery
 from amqpd.broker.exchanges import Exchange
 from amqpd.broker.message import Message
 from amqpd.broker.policy import QUEUE_KEYS, Policies, merge
@@ -106,6 +107,12 @@ class BrokerHooks(QueueHooks):
     def created(self, vhost: str, obj: Any) -> None:
         self.broker.apply_policy(vhost, obj)
 
+    def counted(self, queue: Queue, entry: Entry, count: int) -> None:
+        store = self.broker.store
+        offset = entry.msg.store_offset
+        if store is not None and queue.store_id is not None and offset is not None:
+            store.set_delivery_count(queue.store_id, offset, count)
+
     def unused(self, queue: Queue) -> None:
         vhost = self.broker.vhosts.get(queue.vhost)
         if vhost is not None:
@@ -132,6 +139,7 @@ class Broker:
         self.policies.changed = self.apply_policies
         self.closed_totals = ChannelTotals()  # message counts of channels that have closed (overview totals)
         self.started_at = time.time()
+        self.delayed = DelayedDelivery(self)
 
     def set_busy(self, busy: bool) -> None:
         """Sampled load: when the broker has time to spare again, every paused publisher goes on. A backlog

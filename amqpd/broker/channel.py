@@ -14,7 +14,9 @@ from pamqp import base, commands
 
 from amqpd import errors
 from amqpd.broker.consumer import Consumer
+from amqpd.broker.exchanges.delayed import delay_of
 from amqpd.broker.message import SCANNED_FLAGS, Message
+from amqpd.broker.message_ids import stamp_for
 from amqpd.broker.queue import Entry, Queue
 from amqpd.broker.stream import StreamQueue
 from amqpd.broker.stream_args import check_consumer_arguments, parse_filter, parse_offset_spec
@@ -199,6 +201,8 @@ class Channel:
             return None
         if body_size > consumer.channel.conn.frame_max - 8:
             return None
+        if queue.stamps_ids:  # each message gets its own id (message_ids.py)
+            return None
         return consumer, route
 
     def on_header(self, payload: bytes) -> None:
@@ -291,6 +295,10 @@ class Channel:
         True when the store took it and on_stored will fire after its fsync."""
         ex = self.vhost.exchanges.get(msg.exchange)
         queues = self.vhost.route(ex, msg) if ex is not None else []
+        if ex is not None and ex.delays and (queues or not mandatory) and msg.has_headers:
+            delay = delay_of(msg.headers)
+            if delay is not None:
+                return self._delay(ex, msg, delay, seq, on_stored)
         if not queues:
             if mandatory:
                 self._send_return(msg, errors.NO_ROUTE, "NO_ROUTE")
@@ -298,6 +306,7 @@ class Channel:
             return False
         if msg.may_carry_cc and msg.headers and "BCC" in msg.headers:
             self._strip_bcc(msg)
+        stamp_for(msg, queues)
         accepting = queues
         if queues[0].limited if len(queues) == 1 else any(q.limited for q in queues):
             accepting = self._refuse_overflowing(msg, queues)
@@ -312,6 +321,16 @@ class Channel:
         if len(accepting) < len(queues):
             self._confirm(seq, False)
         elif seq and not stored:
+            self._confirm(seq, True)
+        return stored
+
+    def _delay(
+        self, ex: Any, msg: Message, delay: int, seq: int, on_stored: Callable[[], None] | None
+    ) -> bool:
+        """x-delayed-message: the message waits; it is confirmed once stored (or at once when transient).
+        A mandatory one that nothing would route now was returned instead (exchanges/delayed.py says why)."""
+        stored = self.broker.delayed.delay(ex, msg, delay, self._durable_callback(seq, on_stored))
+        if seq and not stored:
             self._confirm(seq, True)
         return stored
 

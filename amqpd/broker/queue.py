@@ -11,7 +11,9 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from amqpd.broker.backlog import Backlog
+from amqpd.broker.delivery_count import counts_deliveries, delivery_limit
 from amqpd.broker.message import Message
+from amqpd.broker.message_ids import wants_ids
 from amqpd.broker.ready import FifoReady, PriorityReady
 from amqpd.protocol.properties import with_delivery_count
 
@@ -61,6 +63,8 @@ class QueueHooks:
 
     def created(self, vhost: str, obj: Any) -> None:
         """A queue or exchange was declared: the policies that match apply to it."""
+    def counted(self, queue: Queue, entry: Entry, count: int) -> None:
+        """A message goes back to a queue that counts deliveries: its new count should survive a restart."""
 
 
 class Queue:
@@ -107,14 +111,17 @@ class Queue:
         self.exclusive_consumer: Consumer | None = None
         self.throttled: set[Any] = set()  # publishing connections paused until the backlog drains
         self.single_active = self.arguments.get("x-single-active-consumer") is True
-        # Quorum queues (kept as classic ones) tell consumers how often a message came back: x-delivery-count.
-        self.counts_deliveries = self.arguments.get("x-queue-type") == "quorum"
+        # Quorum queues, and any queue with x-delivery-limit, count returns and send x-delivery-count.
+        self.counts_deliveries = counts_deliveries(self.arguments)
         self._prioritised = False
         self._rr_levels: dict[int, int] = {}
         self.expires_ms: int | None = self.arguments.get("x-expires")
         self._expiry_timer: Any = None
         self.effective: dict = self.arguments  # arguments in force: the declared ones combined with a policy
         self.policy: Any = None  # the policy that applies (broker/policy.py), if any
+        self.delivery_limit = delivery_limit(self.arguments)
+        self.recovered_counts: dict[int, int] = {}  # store offset -> delivery count, until read back
+        self.stamps_ids = wants_ids(self.arguments)  # x-amqpd-message-id (message_ids.py)
 
     is_stream = False  # a StreamQueue (broker/stream.py) answers True
     always_stored = False  # True: the store takes its messages persistent or not (streams)
@@ -186,6 +193,8 @@ class Queue:
         expires = None if self.message_ttl is None and msg.ttl_ms is None else self._expiry(msg, enqueued_ms)
         entry = Entry(msg, self._seq, expires)
         entry.redelivered = redelivered
+        if self.recovered_counts:
+            entry.returns = self.recovered_counts.pop(msg.store_offset, 0)  # type: ignore[arg-type]
         if self.consumers and not self.ready:
             consumer = self._next_consumer()
             if consumer is not None:
@@ -234,6 +243,8 @@ class Queue:
             ttl = self.message_ttl is not None or msg.ttl_ms is not None
             entry = Entry(msg, seq, self._expiry(msg, msg.timestamp_ms) if ttl else None)
             entry.redelivered = flag
+            if self.recovered_counts:
+                entry.returns = self.recovered_counts.pop(msg.store_offset, 0)  # type: ignore[arg-type]
             self.ready_bytes += msg.size
             entries.append(entry)
         return entries
@@ -356,6 +367,8 @@ class Queue:
     def requeue(self, entries: Iterable[Entry]) -> None:
         """Put messages back at their original positions, marked redelivered (as RabbitMQ does)."""
         back = sorted(entries, key=lambda e: e.seq)
+        if self.counts_deliveries:
+            back = self._within_limit(back)
         if not back:
             return
         for e in back:
@@ -366,6 +379,21 @@ class Queue:
         if self.limited:
             self._drop_head_over_limit()
         self.dispatch()
+
+    def _within_limit(self, back: list[Entry]) -> list[Entry]:
+        """This return counts one more delivery: a message it takes past the delivery limit leaves the queue
+        (dead-lettered with reason delivery_limit, or dropped), as rabbit_fifo's return_one does; the others'
+        new counts are kept durable."""
+        kept = []
+        limit = self.delivery_limit
+        for e in back:
+            if limit is not None and e.returns + 1 > limit:
+                e.returns += 1
+                self.hooks.dropped(self, e, "delivery_limit")
+            else:
+                self.hooks.counted(self, e, e.returns + 1)
+                kept.append(e)
+        return kept
 
     def purge(self) -> list[Entry]:
         ready = self.ready

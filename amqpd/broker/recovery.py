@@ -7,7 +7,7 @@ import struct
 from typing import Any
 
 from amqpd.broker.backlog import Backlog
-from amqpd.broker.exchanges import make_exchange
+from amqpd.broker.exchanges import DelayedExchange, make_exchange
 from amqpd.broker.message import Message
 from amqpd.broker.queue import Queue
 from amqpd.broker.stream_args import is_stream
@@ -15,6 +15,7 @@ from amqpd.protocol.fastpath import shortstr
 from amqpd.protocol.properties import shared_header
 
 log = logging.getLogger("amqpd.recovery")
+HOLDER_PREFIX = "amq.delayed-message/"  # delayed_delivery.holder_name: a delayed exchange's store holder
 _ROUTES: dict[tuple[str, str], bytes] = {}
 _ROUTES_MAX = 4096
 
@@ -39,11 +40,19 @@ def restore(broker: Any, recovered: Any, crashed: bool = False) -> None:
         if is_stream(entry.arguments):
             count += _restore_stream(broker, vhost, entry)
             continue
+        if entry.name.startswith(HOLDER_PREFIX):
+            count += _restore_delayed(broker, vhost, entry)
+            continue
         q = Queue(entry.vhost, entry.name, durable=True, auto_delete=entry.auto_delete, arguments=entry.arguments,
                   hooks=vhost.hooks)
         q.store_id = entry.queue_id
+        q.recovered_counts = dict(entry.delivery_counts)
         vhost.queues[entry.name] = q
         count += _restore_messages(broker, q, entry, crashed)
+    for vhost in broker.vhosts.values():  # a durable delayed exchange always has its holder from here on
+        for ex in vhost.exchanges.values():
+            if isinstance(ex, DelayedExchange) and ex.durable:
+                vhost.hold_delayed(ex)
     for b in recovered.bindings:
         vhost = broker.vhosts.get(b["vhost"])
         if vhost is None:
@@ -66,6 +75,18 @@ def _restore_stream(broker: Any, vhost: Any, entry: Any) -> int:
     q.adopt([*entry.unloaded, *(rm.offset for rm in entry.messages)], entry.values)
     vhost.queues[entry.name] = q
     return len(q.ready)
+
+
+def _restore_delayed(broker: Any, vhost: Any, entry: Any) -> int:
+    """A delayed exchange's waiting messages (delayed_delivery.py); a holder whose exchange is gone (deleted
+    in a batch that did not commit the holder's deletion) is deleted now."""
+    ex = vhost.exchanges.get(entry.name[len(HOLDER_PREFIX) :])
+    if not isinstance(ex, DelayedExchange) or not ex.durable:
+        broker.store.delete_queue(entry.queue_id)
+        return 0
+    offsets = [*entry.unloaded, *(rm.offset for rm in entry.messages)]
+    records = {rm.offset: rm.record for rm in entry.messages}
+    return int(broker.delayed.recover(ex, entry.queue_id, offsets, records))
 
 
 def _restore_messages(broker: Any, q: Queue, entry: Any, crashed: bool) -> int:

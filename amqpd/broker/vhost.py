@@ -17,7 +17,9 @@ from amqpd.broker.arguments import (
     check_queue_type,
     inequivalent,
 )
-from amqpd.broker.exchanges import EXCHANGE_TYPES, Exchange, make_exchange
+from amqpd.broker.delayed_delivery import holder_name
+from amqpd.broker.exchanges import EXCHANGE_TYPES, ROUTING_TYPES, DelayedExchange, Exchange, make_exchange
+from amqpd.broker.exchanges.delayed import check_delayed_type
 from amqpd.broker.message import Message
 from amqpd.broker.queue import Queue, QueueHooks
 from amqpd.broker.stream import StreamQueue
@@ -126,6 +128,8 @@ class VirtualHost:
             raise self._reserved("exchange", name)
         if checks is not None:
             checks.may_configure("exchange", name)
+        if type_name == DelayedExchange.type_name:  # the plugin validates before looking for an existing one
+            check_delayed_type(arguments, ROUTING_TYPES)
         existing = self.exchanges.get(name)
         if existing is not None:
             self._check_exchange_equivalent(existing, type_name, durable, auto_delete, internal, arguments)
@@ -140,7 +144,15 @@ class VirtualHost:
         self.hooks.created(self.name, ex)
         if durable and self.store is not None:
             self.store.put_exchange(self.name, name, type_name, auto_delete, internal, arguments)
+            if isinstance(ex, DelayedExchange):
+                self.hold_delayed(ex)
         return ex
+
+    def hold_delayed(self, ex: DelayedExchange) -> None:
+        """A durable delayed exchange keeps its persistent waiting messages in the store, held by a store
+        queue of its own (see delayed_delivery.py); recovery finds it again by name."""
+        if self.store is not None and ex.store_id is None:
+            ex.store_id = self.store.put_queue(self.name, holder_name(ex.name), False, {})
 
     def _reserved(self, kind: str, name: str) -> errors.ChannelError:
         if name == "":
@@ -173,6 +185,10 @@ class VirtualHost:
         self._unbind_everywhere(ex)
         if ex.durable and self.store is not None:
             self.store.delete_exchange(self.name, ex.name)
+        if isinstance(ex, DelayedExchange):
+            ex.drop_waiting()
+            if ex.store_id is not None and self.store is not None:
+                self.store.delete_queue(ex.store_id)
         self._route_cache.clear()
 
     def _unbind_everywhere(self, dest: Queue | Exchange) -> None:

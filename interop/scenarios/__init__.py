@@ -9,6 +9,8 @@ from interop.scenarios import (  # noqa: F401
     compat,
     confirms_tx,
     consuming,
+    delayed,
+    delivery_limits,
     errors,
     exchanges,
     handshake,

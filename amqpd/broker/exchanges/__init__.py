@@ -5,24 +5,31 @@ from __future__ import annotations
 from typing import Any
 
 from amqpd.broker.exchanges.base import Binding, Exchange
+from amqpd.broker.exchanges.delayed import DelayedExchange, check_delayed_type, delayed_class
 from amqpd.broker.exchanges.direct import DirectExchange
 from amqpd.broker.exchanges.fanout import FanoutExchange
 from amqpd.broker.exchanges.headers import HeadersExchange
 from amqpd.broker.exchanges.topic import TopicExchange
 
-EXCHANGE_TYPES: dict[str, type[Exchange]] = {
+ROUTING_TYPES: dict[str, type[Exchange]] = {
     cls.type_name: cls for cls in (DirectExchange, FanoutExchange, TopicExchange, HeadersExchange)
 }
+EXCHANGE_TYPES: dict[str, type[Exchange]] = {**ROUTING_TYPES, DelayedExchange.type_name: DelayedExchange}
 
 
 def make_exchange(type_name: str, name: str, **flags: Any) -> Exchange:
-    """A new exchange of the named type; KeyError for an unknown type (the caller answers 503)."""
+    """A new exchange of the named type; KeyError for an unknown type (the caller answers 503). A delayed
+    exchange routes as the type its x-delayed-type argument names."""
+    if type_name == DelayedExchange.type_name:
+        return delayed_class(check_delayed_type(flags.get("arguments") or {}, ROUTING_TYPES))(name, **flags)
     return EXCHANGE_TYPES[type_name](name, **flags)
 
 
 __all__ = [
     "EXCHANGE_TYPES",
+    "ROUTING_TYPES",
     "Binding",
+    "DelayedExchange",
     "DirectExchange",
     "Exchange",
     "FanoutExchange",

@@ -62,6 +62,7 @@ class Exchange:
 
     type_name: ClassVar[str] = ""
     needs_headers: ClassVar[bool] = False
+    delays: ClassVar[bool] = False  # x-delayed-message: a message may wait before it is routed
 
     def __init__(
         self,

@@ -1,0 +1,61 @@
+"""Time-ordered message ids for queues that ask for them (x-amqpd-message-id: true)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fakes import ClientChannel, new_broker
+from pamqp import commands, header
+
+from amqpd.broker import message_ids
+
+
+@pytest.fixture
+def client() -> ClientChannel:
+    c = ClientChannel(new_broker())
+    c.declare_queue("ids", arguments={"x-amqpd-message-id": True})
+    c.declare_queue("plain")
+    return c
+
+
+def props(client: ClientChannel, queue: str) -> Any:
+    frames = client.call(commands.Basic.Get(queue=queue, no_ack=True))
+    return next(f.properties for f in frames if isinstance(f, header.ContentHeader))
+
+
+def test_ids_sort_by_publish_time_as_numbers_and_as_strings(
+    client: ClientChannel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = [1_800_000_000.000]
+    monkeypatch.setattr(message_ids.time, "time", lambda: now[0])
+    for i in range(3):
+        client.publish("", "ids", b"%d" % i, headers={"app": i})
+        now[0] += 0.001 if i else 0  # two in the same millisecond, then the next one later
+    got = [props(client, "ids") for _ in range(3)]
+    ids = [p.headers["x-amqpd-message-id"] for p in got]
+    assert ids == sorted(ids) and len(set(ids)) == 3
+    assert ids[0] >> 16 == 1_800_000_000_000 and ids[1] == ids[0] + 1 and ids[2] >> 16 == 1_800_000_000_001
+    assert [p.message_id for p in got] == [f"{i:020d}" for i in ids]
+    assert [p.headers["app"] for p in got] == [0, 1, 2]
+
+
+def test_publisher_message_id_is_kept(client: ClientChannel) -> None:
+    client.publish("", "ids", b"m", message_id="mine")
+    p = props(client, "ids")
+    assert p.message_id == "mine" and isinstance(p.headers["x-amqpd-message-id"], int)
+
+
+def test_queues_that_did_not_ask_get_nothing(client: ClientChannel) -> None:
+    client.publish("", "plain", b"m")
+    p = props(client, "plain")
+    assert p.message_id is None and p.headers is None
+
+
+def test_every_queue_of_a_fan_out_sees_the_same_id(client: ClientChannel) -> None:
+    client.call(commands.Exchange.Declare(exchange="fan", exchange_type="fanout"))
+    for q in ("ids", "plain"):
+        client.call(commands.Queue.Bind(queue=q, exchange="fan"))
+    client.publish("fan", "", b"m")
+    a, b = props(client, "ids"), props(client, "plain")
+    assert a.message_id == b.message_id and a.headers == b.headers

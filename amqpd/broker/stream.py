@@ -25,6 +25,10 @@ if TYPE_CHECKING:
 
 READ_BATCH = 256  # records read from the log per step of a consumer's replay
 _OFFSET_FIELD = shortstr("x-stream-offset") + b"l"  # a signed 64-bit integer, as RabbitMQ sends it
+# Asked for with the consume argument x-stream-timestamp = true (amqpd's own; the PySpark reader uses it):
+# each delivery also carries the broker's append time, ms since the epoch, as a signed 64-bit integer.
+TIMESTAMP_ARG = "x-stream-timestamp"
+_TIMESTAMP_FIELD = shortstr(TIMESTAMP_ARG) + b"l"
 _ACTIVE = struct.Struct("<qqq")  # stream.active: the open segment's first offset, bytes, newest timestamp
 TRACKED_PREFIX = "offset:"  # queue values: a tracked consumer's next offset, by consumer tag
 
@@ -42,7 +46,7 @@ class StreamEntry(Entry):
 class Cursor:
     """One consumer's place in the stream."""
 
-    __slots__ = ("consumer", "next", "filter", "match_unfiltered", "tracking", "outstanding")
+    __slots__ = ("consumer", "next", "filter", "match_unfiltered", "tracking", "outstanding", "with_time")
 
     def __init__(self, consumer: Consumer, start: int, filter_values: frozenset[str] | None,
                  match_unfiltered: bool, tracking: bool) -> None:
@@ -52,6 +56,7 @@ class Cursor:
         self.match_unfiltered = match_unfiltered
         self.tracking = tracking
         self.outstanding: dict[int, None] = {}  # delivered, not yet acked, in offset order
+        self.with_time = consumer.arguments.get(TIMESTAMP_ARG) is True
 
     def wants(self, msg: Message) -> bool:
         if self.filter is None:
@@ -239,7 +244,7 @@ class StreamQueue(Queue):
                 if not cursor.wants(msg):
                     continue
                 cursor.outstanding[offset] = None
-                consumer.deliver(self, StreamEntry(_with_offset(msg, offset), offset, cursor))
+                consumer.deliver(self, StreamEntry(_with_offset(msg, offset, cursor.with_time), offset, cursor))
                 if not consumer.can_accept():
                     cursor.next = offset + 1
                     return
@@ -323,9 +328,12 @@ class _Length:
         return iter(())  # nothing waits to be delivered the way a queue's messages do
 
 
-def _with_offset(msg: Message, offset: int) -> Message:
+def _with_offset(msg: Message, offset: int, with_time: bool = False) -> Message:
     """The message as one consumer gets it: its headers carry its offset (the log's copy is shared)."""
-    header = append_header_field(msg.header, msg.size, _OFFSET_FIELD + struct.pack(">q", offset))
+    field = _OFFSET_FIELD + struct.pack(">q", offset)
+    if with_time:
+        field += _TIMESTAMP_FIELD + struct.pack(">q", msg.timestamp_ms)
+    header = append_header_field(msg.header, msg.size, field)
     flags = struct.unpack_from(">H", header, 12)[0]
     out = Message(msg.exchange, msg.routing_key, msg.route, header, msg.body or b"", flags)
     out.store_offset = msg.store_offset

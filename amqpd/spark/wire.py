@@ -210,9 +210,12 @@ def read_properties(buf: bytearray, pos: int, flags: int, with_headers: bool,
                 for name in OWN_HEADERS:
                     table.pop(name, None)
                 headers = table
-        else:  # not what the broker appends (an older amqpd?): decode the table
+        else:  # not laid out as the broker appends them: decode the table
             table = decode.field_table(bytes(buf[pos:end]))[1]
-            offset, stamp = int(table.pop("x-stream-offset", -1)), int(table.pop("x-stream-timestamp", 0))  # type: ignore[arg-type]
+            if "x-stream-timestamp" not in table:
+                raise BrokerError("the broker sent no x-stream-timestamp header: it predates the connector "
+                                  "(amqpd with GET /api/queues/{vhost}/{queue}/offset is needed)")
+            offset, stamp = int(table.pop("x-stream-offset", -1)), int(table.pop("x-stream-timestamp"))  # type: ignore[arg-type]
             headers = table if with_headers else None
         pos = end
     if flags & F_DELIVERY_MODE:

@@ -18,7 +18,7 @@ from amqpd.protocol.properties import append_header_field
 from amqpd.spark.options import ReadOptions
 from amqpd.spark.reader import _capped
 from amqpd.spark.rows import header_text
-from amqpd.spark.wire import Columns, Endpoint, encode_publish, read_properties
+from amqpd.spark.wire import BrokerError, Columns, Endpoint, encode_publish, read_properties
 
 short = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=20)
 maybe = st.none() | short
@@ -104,3 +104,11 @@ def test_the_per_trigger_cap_is_shared_among_streams_by_backlog() -> None:
     assert _capped({"a": 5, "b": 0}, {"a": 10, "b": 3}, 100) == {"a": 10, "b": 3}
     capped = _capped({"a": 0, "b": 0, "c": 0}, {"a": 1000, "b": 1, "c": 0}, 10)
     assert sum(capped.values()) <= 10 and capped["b"] == 1 and capped["c"] == 0
+
+
+def test_a_delivery_without_the_append_time_is_an_error_not_a_1970_timestamp() -> None:
+    props = commands.Basic.Properties(headers={"a": "b"})
+    raw = pamqp_frame.marshal(ContentHeader(0, 3, props), 1)[7:-1]
+    delivered = bytearray(append_header_field(raw, 3, _OFFSET_FIELD + struct.pack(">q", 5)))
+    with pytest.raises(BrokerError, match="no x-stream-timestamp"):
+        read_properties(delivered, 14, struct.unpack_from(">H", delivered, 12)[0], False, Columns())

@@ -2,6 +2,7 @@
 same rows from a local Parquet file and beside a plain pika consumer loop, in the same run on local[2].
 
     python -m bench.spark [--messages 1000000] [--size 100]
+    python -m bench.spark --latency 20000 [--seconds 30]   # streaming end-to-end latency at a fixed rate
 
 Starts its own amqpd (ephemeral ports, a temporary data directory), fills one stream with confirmed
 publishes, then times each reader over the whole stream (each forced to read every body). Prints rows/s
@@ -11,7 +12,9 @@ and the ratios. Needs the `spark` extra and Java 17.
 from __future__ import annotations
 
 import argparse
+import struct
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -55,12 +58,78 @@ def pika_loop(url: str, messages: int) -> float:
     return messages / elapsed
 
 
+def paced_publisher(url: str, stream: str, rate: int, seconds: float, size: int, stop: threading.Event) -> None:
+    """`rate` messages per second for `seconds`, in 10 ms ticks; each body starts with its publish time (ns)."""
+    publisher = Publisher(Endpoint.parse(url), window=20_000)
+    pad = b"x" * max(size - 8, 0)
+    started = time.monotonic()
+    sent = 0
+    while not stop.is_set() and time.monotonic() - started < seconds:
+        due = int((time.monotonic() - started) * rate)
+        for _ in range(due - sent):
+            publisher.publish(Outgoing(body=struct.pack(">q", time.time_ns()) + pad, routing_key=stream))
+        sent = max(sent, due)
+        publisher.flush()
+        time.sleep(0.01)
+    publisher.close()
+
+
+def latency(rate: int, seconds: float, size: int) -> None:
+    from pyspark.sql import SparkSession
+
+    from amqpd.spark import register
+
+    stream = "bench-latency"
+    warmup_s = 5.0
+    with BrokerProcess(management=True) as broker, tempfile.TemporaryDirectory(prefix="bench-spark-") as tmp:
+        conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+        conn.channel().queue_declare(stream, durable=True, arguments={"x-queue-type": "stream"})
+        conn.close()
+        spark = (SparkSession.builder.master("local[2]").appName("bench.spark latency")
+                 .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate())
+        spark.sparkContext.setLogLevel("ERROR")
+        register(spark)
+        seen: list[float] = []
+        t0 = time.time_ns()
+
+        def on_batch(df, batch_id):  # type: ignore[no-untyped-def]
+            stamps = [struct.unpack(">q", r.body[:8])[0] for r in df.select("body").collect()]
+            now = time.time_ns()
+            seen.extend((now - s) / 1e6 for s in stamps if s - t0 > warmup_s * 1e9)
+
+        query = (spark.readStream.format("amqpd").option("uri", broker.url)
+                 .option("managementUri", broker.mgmt_url).option("queue", stream).load()
+                 .writeStream.foreachBatch(on_batch).option("checkpointLocation", tmp).start())
+        stop = threading.Event()
+        pub = threading.Thread(target=paced_publisher, args=(broker.url, stream, rate, seconds, size, stop))
+        pub.start()
+        pub.join()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(seen) < int(rate * (seconds - warmup_s) * 0.99):
+            time.sleep(0.2)
+        query.stop()
+        spark.stop()
+    seen.sort()
+    if not seen:
+        print("no messages measured")
+        return
+    pct = {q: seen[min(int(len(seen) * q), len(seen) - 1)] for q in (0.5, 0.99)}
+    print(f"streaming end-to-end latency at {rate:,} msg/s × {size} B for {seconds:.0f} s (after {warmup_s:.0f} s "
+          f"warm-up), publish → row in foreachBatch on the driver, {len(seen):,} messages:")
+    print(f"  p50 {pct[0.5]:,.0f} ms   p99 {pct[0.99]:,.0f} ms")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=2, help="Spark reads per source (the best is kept)")
+    parser.add_argument("--latency", type=int, metavar="RATE", help="measure streaming latency at RATE msg/s")
+    parser.add_argument("--seconds", type=float, default=30.0, help="with --latency: how long to publish")
     args = parser.parse_args()
+    if args.latency:
+        latency(args.latency, args.seconds, args.size)
+        return
 
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F

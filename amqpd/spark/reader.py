@@ -129,12 +129,15 @@ class StreamingReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable() if ReadAllAvailable is not None else None
 
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
-        if start is None:  # pyspark < 4.2: our own last end, and our own cap
-            start = self._last if self._last is not None else self.initialOffset()
-            cap = self.opts.max_per_trigger
+        ends = self._ends()
+        if start is None and self._last is None:
+            # pyspark < 4.2 restarting from a checkpoint: the batch's start (in the checkpoint) is not given
+            # to us, so this first batch runs to the end uncapped rather than risk an end before its start.
+            start, cap = dict(ends), None
+        elif start is None:  # pyspark < 4.2: our own last end, and our own cap
+            start, cap = dict(self._last or {}), self.opts.max_per_trigger
         else:
             cap = limit.max_rows if ReadMaxRows is not None and isinstance(limit, ReadMaxRows) else None
-        ends = self._ends()
         start = {s: start.get(s, ends[s]) for s in self.opts.streams}  # a stream added to queue starts at its end
         end = {s: max(ends[s], start[s]) for s in self.opts.streams}
         if cap is not None:

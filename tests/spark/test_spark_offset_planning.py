@@ -44,6 +44,9 @@ def test_without_arguments_as_pyspark_before_4_2_calls_it_the_reader_applies_its
     r = _reader(broker, name, startingOffsets="earliest", maxRecordsPerTrigger="100")
     r.initialOffset()
     assert [r.latestOffset() for _ in range(4)] == [{name: 100}, {name: 200}, {name: 250}, {name: 250}]
+    restarted = _reader(broker, name, startingOffsets="earliest", maxRecordsPerTrigger="100")
+    # from a checkpoint (no initialOffset call): its start is unknown, so no end before it: the end, uncapped
+    assert restarted.latestOffset() == {name: 250}
 
 
 def test_trigger_available_now_stops_at_the_end_seen_when_it_started(

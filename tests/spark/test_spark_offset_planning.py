@@ -11,7 +11,7 @@ from broker_streams import declare_stream, publish
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from amqpd.spark.options import DataLossError, ReadOptions
-from amqpd.spark.reader import StreamingReader
+from amqpd.spark.reader import StreamingReader, read_range
 from amqpd.testing import BrokerProcess
 
 
@@ -74,3 +74,17 @@ def test_a_planned_batch_whose_offsets_retention_deleted_is_data_loss(
     lenient = _reader(broker, name, failOnDataLoss="false")
     parts = lenient.partitions({name: 0}, {name: 200})
     assert parts[0].start > 0 and parts[-1].end == 200
+
+
+def test_offsets_deleted_after_planning_are_data_loss_when_the_executor_reads(
+    broker: BrokerProcess, stream_name: Callable[[str], str]
+) -> None:
+    name = stream_name("late-loss")
+    declare_stream(broker, name, **{"x-stream-max-segment-size-bytes": 2000, "x-max-length-bytes": 4000})
+    publish(broker, name, [b"z" * 100 for _ in range(10)])
+    strict = _reader(broker, name, maxOffsetsPerPartition="1000").partitions({name: 0}, {name: 10})
+    lenient = _reader(broker, name, failOnDataLoss="false").partitions({name: 0}, {name: 10})
+    publish(broker, name, [b"z" * 100 for _ in range(200)])  # retention now drops offsets 0..9
+    with pytest.raises(DataLossError, match=f"stream '{name}': offsets 0\\.\\."):
+        list(read_range(strict[0]))  # type: ignore[arg-type]
+    assert list(read_range(lenient[0])) == []  # type: ignore[arg-type]  # what is left of 0..9: nothing

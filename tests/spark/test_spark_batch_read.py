@@ -14,6 +14,8 @@ from pyspark.sql import SparkSession
 
 from amqpd.testing import BrokerProcess
 
+pytestmark = pytest.mark.timeout(300)  # a Spark job on a busy 2-core machine can take a while
+
 
 def test_a_batch_read_returns_every_message_with_its_offset_and_properties(
     spark: SparkSession, broker: BrokerProcess, stream_name: Callable[[str], str]

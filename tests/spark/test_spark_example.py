@@ -15,6 +15,8 @@ from amqpd.spark.decode import body_unpickled
 from amqpd.testing import BrokerProcess
 from examples import spark_pipeline as pipeline
 
+pytestmark = pytest.mark.timeout(300)  # a Spark job on a busy 2-core machine can take a while
+
 
 def test_the_example_pipeline_counts_every_event_once_per_minute_and_rereads_by_time(
     spark: SparkSession, broker: BrokerProcess, tmp_path: Path

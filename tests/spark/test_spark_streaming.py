@@ -8,10 +8,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from broker_streams import declare_stream, publish, reader
 from pyspark.sql import SparkSession
 
 from amqpd.testing import BrokerProcess
+
+pytestmark = pytest.mark.timeout(300)  # a Spark job on a busy 2-core machine can take a while
 
 DEADLINE = 60.0
 

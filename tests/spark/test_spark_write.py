@@ -17,6 +17,8 @@ from pyspark.sql.types import StringType
 
 from amqpd.testing import BrokerProcess
 
+pytestmark = pytest.mark.timeout(300)  # a Spark job on a busy 2-core machine can take a while
+
 ROWS = 3000
 DEDUP = {"x-message-deduplication": True, "x-cache-size": 100_000}
 

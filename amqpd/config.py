@@ -9,7 +9,6 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-
 DEFAULT_HOSTS = ("127.0.0.1", "::1")
 
 

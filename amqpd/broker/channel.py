@@ -216,7 +216,8 @@ class Channel:
             self._publish_assembled(done)
 
     def _publish_assembled(self, m: Assembled) -> None:
-        self.publish(Message(m.exchange, m.routing_key, m.route, checked_header(m.header), m.body, m.flags), m.mandatory)
+        msg = Message(m.exchange, m.routing_key, m.route, checked_header(m.header), m.body, m.flags)
+        self.publish(msg, m.mandatory)
 
     # -- publishing -----------------------------------------------------------------------------------------
 
@@ -796,7 +797,8 @@ class Channel:
         msg = entry.msg
         self.conn.send(
             encode_get_ok(self.id, tag, entry.redelivered, msg.route, len(q.ready))
-            + content_frames(self.id, q.header_for(entry, fetched=True), self.broker.body_of(msg), self.conn.frame_max)
+            + content_frames(self.id, q.header_for(entry, fetched=True), self.broker.body_of(msg),
+                             self.conn.frame_max)
         )
 
     def basic_recover(self, m: commands.Basic.Recover) -> None:

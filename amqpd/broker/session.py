@@ -508,7 +508,7 @@ class Session:
         self.channels.pop(ch.id, None)
         self.closing_channels.add(ch.id)
         ch.shutdown()
-        self.send_method(ch.id, commands.Channel.Close(exc.code, exc.reply_text[:255], exc.class_id, exc.method_id))
+        self.send_method(ch.id, commands.Channel.Close(exc.code, exc.wire_text, exc.class_id, exc.method_id))
 
     # -- closing ------------------------------------------------------------------------------------------
 
@@ -523,7 +523,7 @@ class Session:
             return
         self._teardown()
         self.state = CLOSING
-        self.send_method(0, commands.Connection.Close(exc.code, exc.reply_text[:255], exc.class_id, exc.method_id))
+        self.send_method(0, commands.Connection.Close(exc.code, exc.wire_text, exc.class_id, exc.method_id))
 
     def close_forced(self, text: str = "broker forced connection closure with reason 'shutdown'") -> None:
         """Server shutdown: 320 CONNECTION_FORCED."""

@@ -86,6 +86,7 @@ class ConnectionLike(Protocol):
     def send(self, data: bytes) -> None: ...
     def confirms_pending(self, channel: Channel) -> None: ...
     def throttle(self, queue: Queue) -> None: ...
+    def unconfirmed_changed(self, delta: int) -> None: ...
 
 
 class Channel:
@@ -223,7 +224,10 @@ class Channel:
 
     def publish(self, msg: Message, mandatory: bool) -> None:
         ex = self.vhost.exchanges.get(msg.exchange)
-        if ex is None or ex.internal or msg.flags & FLAG_USER_ID or not self._may_publish_to(msg.exchange):
+        if (
+            ex is None or ex.internal or msg.flags & FLAG_USER_ID or msg.exchange not in self.may_publish_to
+            or self.access_generation != self.access.generation
+        ):
             self._check_publish(ex, msg)
         if msg.flags & FLAG_REPLY_TO:
             self._rewrite_reply_to(msg)
@@ -248,6 +252,7 @@ class Channel:
     def _check_publish(self, ex: Any, msg: Message) -> None:
         """The rare refusals, kept off the per-message path, in rabbit_channel's order: write permission,
         missing or internal exchange, topic permission, forged user_id."""
+        self._may_publish_to(msg.exchange)  # forgets what an older access model allowed
         try:
             user = self.conn.user
             self.access.check_resource(user, self.vhost.name, "exchange", msg.exchange, "write")
@@ -350,9 +355,12 @@ class Channel:
         if not seq:
             return on_stored
         self.pending_confirms[seq] = None
+        self.conn.unconfirmed_changed(1)
 
         def durable() -> None:
-            self.pending_confirms.pop(seq, None)
+            if seq in self.pending_confirms:
+                del self.pending_confirms[seq]
+                self.conn.unconfirmed_changed(-1)
             self.conn.confirms_pending(self)
             if on_stored is not None:
                 on_stored()
@@ -373,7 +381,9 @@ class Channel:
     def _confirm(self, seq: int, ok: bool) -> None:
         if not seq:
             return
-        self.pending_confirms.pop(seq, None)
+        if seq in self.pending_confirms:
+            del self.pending_confirms[seq]
+            self.conn.unconfirmed_changed(-1)
         if not ok:
             self.nacks.add(seq)
         self.conn.confirms_pending(self)

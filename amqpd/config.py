@@ -9,7 +9,6 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-
 DEFAULT_HOSTS = ("127.0.0.1", "::1")
 
 
@@ -69,6 +68,9 @@ class Settings:
     # Connections open at once: in total and per user (0: no limit). Beyond them connection.open gets 530.
     max_connections: int = 0
     max_connections_per_user: int = 0
+    # Publishes a connection may have awaiting their confirm (the fsync); beyond this, reading from it
+    # pauses until half are confirmed. 0: no limit.
+    max_unconfirmed_publishes: int = 100_000
     # A RabbitMQ definitions file (JSON) whose users, vhosts, permissions and limits are imported at every
     # boot, as RabbitMQ's load_definitions; "" : none.
     load_definitions: str = ""

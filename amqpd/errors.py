@@ -67,6 +67,14 @@ class AMQPError(Exception):
         """The text RabbitMQ puts in close frames: 'NAME - detail'."""
         return f"{REPLY_NAMES.get(self.code, 'ERROR')} - {self.text}"
 
+    @property
+    def wire_text(self) -> str:
+        """reply_text as a close frame can carry it: at most 255 bytes of UTF-8 (a name received with invalid
+        UTF-8 is kept as surrogates; here they become U+FFFD)."""
+        text = self.reply_text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        raw = text.encode()
+        return text if len(raw) <= 255 else raw[:255].decode("utf-8", "ignore")
+
     def with_method(self, class_id: int, method_id: int) -> AMQPError:
         """Fill in the offending method when the raiser did not know it."""
         if not self.class_id:

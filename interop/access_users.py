@@ -31,7 +31,9 @@ PROFILES: dict[str, tuple[str, str, str] | None] = {
     "none": None,
     "topic": FULL,
     "impersonator": FULL,
+    "limited": FULL,
 }
+USER_LIMITS = {"limited": {"max-connections": 1, "max-channels": 2}}
 # Vhosts with limits, where "full" and guest have every permission.
 VHOST_LIMITS = {"maxq": {"max-queues": 1}, "maxc": {"max-connections": 1}}
 
@@ -56,15 +58,22 @@ def user_url(url: str, profile: str, vhost_name: str | None = None, password: st
 
 def definitions() -> dict[str, Any]:
     users = [
-        {"name": user(p), "password_hash": hash_password(PASSWORD), "hashing_algorithm":
-         "rabbit_password_hashing_sha256", "tags": ["impersonator"] if p == "impersonator" else []}
+        {
+            "name": user(p),
+            "password_hash": hash_password(PASSWORD),
+            "hashing_algorithm": "rabbit_password_hashing_sha256",
+            "tags": ["impersonator"] if p == "impersonator" else [],
+            "limits": USER_LIMITS.get(p, {}),
+        }
         for p in PROFILES
     ]
-    users.append({"name": user("nopass"), "password_hash": "", "hashing_algorithm":
-                  "rabbit_password_hashing_sha256", "tags": []})
+    users.append(
+        {"name": user("nopass"), "password_hash": "", "hashing_algorithm": "rabbit_password_hashing_sha256", "tags": []}
+    )
     permissions = [
         {"user": user(p), "vhost": "/", "configure": perms[0], "write": perms[1], "read": perms[2]}
-        for p, perms in PROFILES.items() if perms is not None
+        for p, perms in PROFILES.items()
+        if perms is not None
     ]
     permissions.append({"user": user("nopass"), "vhost": "/", "configure": ".*", "write": ".*", "read": ".*"})
     for name in VHOST_LIMITS:
@@ -75,8 +84,13 @@ def definitions() -> dict[str, Any]:
         "vhosts": [{"name": vhost(name)} for name in VHOST_LIMITS],
         "permissions": permissions,
         "topic_permissions": [
-            {"user": user("topic"), "vhost": "/", "exchange": "amq.topic", "write": "^{username}\\.",
-             "read": "^public\\."},
+            {
+                "user": user("topic"),
+                "vhost": "/",
+                "exchange": "amq.topic",
+                "write": "^{username}\\.",
+                "read": "^public\\.",
+            },
         ],
         "parameters": [
             {"vhost": vhost(name), "component": "vhost-limits", "name": "limits", "value": limits}

@@ -39,7 +39,8 @@ CREATE TABLE IF NOT EXISTS segments (
 CREATE TABLE IF NOT EXISTS queue_state (
     queue_id INTEGER PRIMARY KEY, live BLOB NOT NULL, delivered BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS users (
-    name TEXT PRIMARY KEY, password_hash TEXT NOT NULL, hashing_algorithm TEXT NOT NULL, tags TEXT NOT NULL);
+    name TEXT PRIMARY KEY, password_hash TEXT NOT NULL, hashing_algorithm TEXT NOT NULL, tags TEXT NOT NULL,
+    limits TEXT NOT NULL DEFAULT '{}');
 CREATE TABLE IF NOT EXISTS vhosts (
     name TEXT PRIMARY KEY, description TEXT NOT NULL, tags TEXT NOT NULL, limits TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS permissions (
@@ -175,8 +176,11 @@ def delete_binding_op(key: tuple[Any, ...]) -> CatalogOp:
 ACCESS_SEEDED_OP: CatalogOp = ("INSERT OR REPLACE INTO meta VALUES ('access_seeded', 1)", ())
 
 
-def put_user_op(name: str, password_hash: str, hashing_algorithm: str, tags: str) -> CatalogOp:
-    return "INSERT OR REPLACE INTO users VALUES (?, ?, ?, ?)", (name, password_hash, hashing_algorithm, tags)
+def put_user_op(name: str, password_hash: str, hashing_algorithm: str, tags: str, limits: str = "{}") -> CatalogOp:
+    return (
+        "INSERT OR REPLACE INTO users VALUES (?, ?, ?, ?, ?)",
+        (name, password_hash, hashing_algorithm, tags, limits),
+    )
 
 
 def delete_user_ops(name: str) -> list[CatalogOp]:

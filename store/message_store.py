@@ -310,8 +310,8 @@ class MessageStore:
 
     # Users, vhosts and permissions: written with the next group commit, as the rest of the catalogue.
 
-    def put_user(self, name: str, password_hash: str, hashing_algorithm: str, tags: str) -> None:
-        self._catalog_op([put_user_op(name, password_hash, hashing_algorithm, tags)])
+    def put_user(self, name: str, password_hash: str, hashing_algorithm: str, tags: str, limits: str = "{}") -> None:
+        self._catalog_op([put_user_op(name, password_hash, hashing_algorithm, tags, limits)])
 
     def delete_user(self, name: str) -> None:
         """The user and every permission it held."""

@@ -48,7 +48,7 @@ class AccessRows:
     `seeded`: the defaults (guest, "/") were written once, on this data dir's first start."""
 
     seeded: bool = False
-    users: list[tuple[Any, ...]] = field(default_factory=list)  # name, password_hash, hashing_algorithm, tags
+    users: list[tuple[Any, ...]] = field(default_factory=list)  # name, password_hash, hashing_algorithm, tags, limits
     vhosts: list[tuple[Any, ...]] = field(default_factory=list)  # name, description, tags, limits
     permissions: list[tuple[Any, ...]] = field(default_factory=list)  # user, vhost, configure, write, read
     topic_permissions: list[tuple[Any, ...]] = field(default_factory=list)  # user, vhost, exchange, write, read

@@ -33,6 +33,7 @@ _DIGESTS = {SHA256: hashlib.sha256, SHA512: hashlib.sha512, MD5: hashlib.md5}
 KNOWN_TAGS = ("administrator", "monitoring", "policymaker", "management", "impersonator")
 FULL = ".*"
 VHOST_LIMITS = ("max-connections", "max-queues")
+USER_LIMITS = ("max-connections", "max-channels")
 
 
 def hash_password(password: str, algorithm: str = SHA256, salt: bytes | None = None) -> str:
@@ -59,6 +60,7 @@ class User:
     password_hash: str = ""  # "" : no password, the user can only log in with a certificate (EXTERNAL)
     hashing_algorithm: str = SHA256
     tags: tuple[str, ...] = ()
+    limits: dict[str, int] = field(default_factory=dict)  # max-connections, max-channels (negative: none)
 
 
 @dataclass
@@ -89,7 +91,8 @@ class TopicPermission:
 class AccessStore(Protocol):
     """Where the model is kept (store.MessageStore implements it)."""
 
-    def put_user(self, name: str, password_hash: str, hashing_algorithm: str, tags: str) -> None: ...
+    def put_user(self, name: str, password_hash: str, hashing_algorithm: str, tags: str, limits: str = "{}") -> None:
+        ...
     def delete_user(self, name: str) -> None: ...
     def put_vhost(self, name: str, description: str, tags: str, limits: str) -> None: ...
     def delete_vhost(self, name: str) -> None: ...
@@ -144,7 +147,8 @@ class AccessControl:
             raise AccessError(f"unknown hashing algorithm {hashing_algorithm!r}")
         if password_hash is None:
             password_hash = "" if password is None else hash_password(password, hashing_algorithm)
-        user = User(name, password_hash, hashing_algorithm, _tags(tags))
+        old = self.users.get(name)
+        user = User(name, password_hash, hashing_algorithm, _tags(tags), dict(old.limits) if old else {})
         self.users[name] = user
         self._save_user(user)
         return user
@@ -173,6 +177,17 @@ class AccessControl:
         user = self._user(name)
         user.tags = _tags(tags)
         self._save_user(user)
+
+    def set_user_limits(self, name: str, limits: dict[str, int]) -> None:
+        """Replace the user's limits: {"max-connections": n, "max-channels": n} over all its connections
+        (rabbitmqctl set_user_limits); a negative value means no limit."""
+        user = self._user(name)
+        user.limits = _limits(limits, USER_LIMITS, "user")
+        self._save_user(user)
+
+    def user_limit(self, name: str, key: str) -> int | None:
+        user = self.users.get(name)
+        return None if user is None else user.limits.get(key)
 
     def get_user(self, name: str) -> User | None:
         return self.users.get(name)
@@ -231,12 +246,7 @@ class AccessControl:
         """Replace the vhost's limits: {"max-connections": n, "max-queues": n}; a negative value means no
         limit, as in RabbitMQ; 0 refuses every new connection / queue."""
         vhost = self._vhost(name)
-        for key, value in limits.items():
-            if key not in VHOST_LIMITS:
-                raise AccessError(f"unknown vhost limit {key!r} (known: {', '.join(VHOST_LIMITS)})")
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise AccessError(f"vhost limit {key} must be an integer")
-        vhost.limits = {k: v for k, v in limits.items() if v >= 0}
+        vhost.limits = _limits(limits, VHOST_LIMITS, "vhost")
         self._save_vhost(vhost)
 
     def vhost_limit(self, name: str, key: str) -> int | None:
@@ -363,8 +373,9 @@ class AccessControl:
         self.users.clear()
         self.permissions.clear()
         self.topic_permissions.clear()
-        for name, password_hash, algorithm, tags in rows.users:
+        for name, password_hash, algorithm, tags, *limits in rows.users:
             self.add_user(name, None, json.loads(tags), password_hash=password_hash, hashing_algorithm=algorithm)
+            self.users[name].limits = dict(json.loads(limits[0])) if limits else {}
         for name, description, tags, limits in rows.vhosts:
             self.add_vhost(name, description, json.loads(tags))
             self.vhosts[name].limits = dict(json.loads(limits))
@@ -377,7 +388,10 @@ class AccessControl:
 
     def _save_user(self, user: User) -> None:
         if self.store is not None:
-            self.store.put_user(user.name, user.password_hash, user.hashing_algorithm, json.dumps(list(user.tags)))
+            self.store.put_user(
+                user.name, user.password_hash, user.hashing_algorithm, json.dumps(list(user.tags)),
+                json.dumps(user.limits),
+            )
         self._changed()
 
     def _save_vhost(self, vhost: Vhost) -> None:
@@ -411,6 +425,15 @@ class AccessControl:
                 self._regex.clear()
             self._regex[pattern] = compiled
         return compiled
+
+
+def _limits(limits: dict[str, int], known: tuple[str, ...], what: str) -> dict[str, int]:
+    for key, value in limits.items():
+        if key not in known:
+            raise AccessError(f"unknown {what} limit {key!r} (known: {', '.join(known)})")
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise AccessError(f"{what} limit {key} must be an integer")
+    return {k: v for k, v in limits.items() if v >= 0}
 
 
 def _tags(tags: Iterable[str]) -> tuple[str, ...]:

@@ -29,6 +29,8 @@ def import_access(access: AccessControl, doc: dict[str, Any]) -> None:
             password_hash=u.get("password_hash", ""),
             hashing_algorithm=u.get("hashing_algorithm", SHA256),
         )
+        if isinstance(u.get("limits"), dict):
+            access.set_user_limits(u["name"], u["limits"])
     for p in doc.get("permissions", []):
         access.set_permissions(
             _text(p, "user"), _text(p, "vhost"), p.get("configure", ""), p.get("write", ""), p.get("read", "")
@@ -52,7 +54,7 @@ def export_access(access: AccessControl) -> dict[str, Any]:
                 "password_hash": u.password_hash,
                 "hashing_algorithm": u.hashing_algorithm,
                 "tags": list(u.tags),
-                "limits": {},
+                "limits": dict(u.limits),
             }
             for u in access.list_users()
         ],

@@ -86,6 +86,7 @@ class ConnectionLike(Protocol):
     def send(self, data: bytes) -> None: ...
     def confirms_pending(self, channel: Channel) -> None: ...
     def throttle(self, queue: Queue) -> None: ...
+    def unconfirmed_changed(self, delta: int) -> None: ...
 
 
 class Channel:
@@ -216,13 +217,17 @@ class Channel:
             self._publish_assembled(done)
 
     def _publish_assembled(self, m: Assembled) -> None:
-        self.publish(Message(m.exchange, m.routing_key, m.route, checked_header(m.header), m.body, m.flags), m.mandatory)
+        msg = Message(m.exchange, m.routing_key, m.route, checked_header(m.header), m.body, m.flags)
+        self.publish(msg, m.mandatory)
 
     # -- publishing -----------------------------------------------------------------------------------------
 
     def publish(self, msg: Message, mandatory: bool) -> None:
         ex = self.vhost.exchanges.get(msg.exchange)
-        if ex is None or ex.internal or msg.flags & FLAG_USER_ID or not self._may_publish_to(msg.exchange):
+        if (
+            ex is None or ex.internal or msg.flags & FLAG_USER_ID or msg.exchange not in self.may_publish_to
+            or self.access_generation != self.access.generation
+        ):
             self._check_publish(ex, msg)
         if msg.flags & FLAG_REPLY_TO:
             self._rewrite_reply_to(msg)
@@ -247,6 +252,7 @@ class Channel:
     def _check_publish(self, ex: Any, msg: Message) -> None:
         """The rare refusals, kept off the per-message path, in rabbit_channel's order: write permission,
         missing or internal exchange, topic permission, forged user_id."""
+        self._may_publish_to(msg.exchange)  # forgets what an older access model allowed
         try:
             user = self.conn.user
             self.access.check_resource(user, self.vhost.name, "exchange", msg.exchange, "write")
@@ -349,9 +355,12 @@ class Channel:
         if not seq:
             return on_stored
         self.pending_confirms[seq] = None
+        self.conn.unconfirmed_changed(1)
 
         def durable() -> None:
-            self.pending_confirms.pop(seq, None)
+            if seq in self.pending_confirms:
+                del self.pending_confirms[seq]
+                self.conn.unconfirmed_changed(-1)
             self.conn.confirms_pending(self)
             if on_stored is not None:
                 on_stored()
@@ -372,7 +381,9 @@ class Channel:
     def _confirm(self, seq: int, ok: bool) -> None:
         if not seq:
             return
-        self.pending_confirms.pop(seq, None)
+        if seq in self.pending_confirms:
+            del self.pending_confirms[seq]
+            self.conn.unconfirmed_changed(-1)
         if not ok:
             self.nacks.add(seq)
         self.conn.confirms_pending(self)
@@ -796,7 +807,8 @@ class Channel:
         msg = entry.msg
         self.conn.send(
             encode_get_ok(self.id, tag, entry.redelivered, msg.route, len(q.ready))
-            + content_frames(self.id, q.header_for(entry, fetched=True), self.broker.body_of(msg), self.conn.frame_max)
+            + content_frames(self.id, q.header_for(entry, fetched=True), self.broker.body_of(msg),
+                             self.conn.frame_max)
         )
 
     def basic_recover(self, m: commands.Basic.Recover) -> None:

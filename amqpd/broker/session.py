@@ -105,6 +105,8 @@ class Session:
         self.cert_user: str | None = None
         self.local = ""  # our end of the socket, "host:port" (the connection's name in the management API)
         self.connected_at = time.time()
+        self.unconfirmed = 0  # publishes awaiting their fsync before a confirm, over all channels
+        self.held_for_confirms = False
 
     # -- output -------------------------------------------------------------------------------------------
 
@@ -406,10 +408,13 @@ class Session:
         if limit is not None and self.broker.connection_count(vhost) >= limit:
             raise errors.ConnectionError(errors.NOT_ALLOWED, f"{refused}: connection limit ({limit}) is reached",
                                          10, 40)
-        limit = self.settings.max_connections_per_user
-        if limit and sum(1 for c in self.broker.connections if c.user == self.user) >= limit:
+        limit = self.broker.access.user_limit(self.user, "max-connections")
+        if limit is None:
+            limit = self.settings.max_connections_per_user or None
+        if limit is not None and sum(1 for c in self.broker.connections if c.user == self.user) >= limit:
             raise errors.ConnectionError(
-                errors.NOT_ALLOWED, f"{refused}: user connection limit ({limit}) is reached", 10, 40
+                errors.NOT_ALLOWED, f"connection refused for user '{self.user}': user connection limit ({limit}) "
+                "is reached", 10, 40
             )
         limit = self.settings.max_connections
         if limit and len(self.broker.connections) >= limit:
@@ -484,9 +489,19 @@ class Session:
                 errors.NOT_ALLOWED, f"number of channels opened ({len(self.channels)}) has reached the "
                 f"negotiated channel_max ({self.channel_max})"
             )
+        self._check_user_channel_limit()
         assert self.vhost is not None
         self.channels[channel] = Channel(self, channel, self.vhost, self.broker)
         self.send_method(channel, commands.Channel.OpenOk())
+
+    def _check_user_channel_limit(self) -> None:
+        """The user's max-channels, over all its connections (rabbitmqctl set_user_limits)."""
+        limit = self.broker.access.user_limit(self.user, "max-channels")
+        if limit is not None and sum(len(c.channels) for c in self.broker.connections if c.user == self.user) >= limit:
+            raise errors.ConnectionError(
+                errors.NOT_ALLOWED, f"number of channels opened for user '{self.user}' has reached the maximum "
+                f"allowed user limit of ({limit})"  # RabbitMQ 3.10 names no method (0/0), as for channel_max
+            )
 
     def _content(self, ftype: int, channel: int, payload: bytes) -> None:
         ch = self.channels.get(channel)
@@ -508,7 +523,7 @@ class Session:
         self.channels.pop(ch.id, None)
         self.closing_channels.add(ch.id)
         ch.shutdown()
-        self.send_method(ch.id, commands.Channel.Close(exc.code, exc.reply_text[:255], exc.class_id, exc.method_id))
+        self.send_method(ch.id, commands.Channel.Close(exc.code, exc.wire_text, exc.class_id, exc.method_id))
 
     # -- closing ------------------------------------------------------------------------------------------
 
@@ -523,7 +538,7 @@ class Session:
             return
         self._teardown()
         self.state = CLOSING
-        self.send_method(0, commands.Connection.Close(exc.code, exc.reply_text[:255], exc.class_id, exc.method_id))
+        self.send_method(0, commands.Connection.Close(exc.code, exc.wire_text, exc.class_id, exc.method_id))
 
     def close_forced(self, text: str = "broker forced connection closure with reason 'shutdown'") -> None:
         """Server shutdown: 320 CONNECTION_FORCED."""
@@ -587,6 +602,21 @@ class Session:
             if caps.get("connection.blocked"):
                 self.send_method(0, commands.Connection.Unblocked())
             self.transport.release_reading("alarm")
+
+    def unconfirmed_changed(self, delta: int) -> None:
+        """A client may have max_unconfirmed_publishes confirms outstanding: beyond that reading from it
+        pauses (as RabbitMQ's credit flow would) until half of them are confirmed; a slow disk then costs
+        the publisher time, not the broker memory."""
+        self.unconfirmed += delta
+        limit = self.settings.max_unconfirmed_publishes
+        if not limit:
+            return
+        if not self.held_for_confirms and self.unconfirmed >= limit:
+            self.held_for_confirms = True
+            self.transport.hold_reading("unconfirmed")
+        elif self.held_for_confirms and self.unconfirmed <= limit // 2:
+            self.held_for_confirms = False
+            self.transport.release_reading("unconfirmed")
 
     def check_ack_timeouts(self, now: float) -> None:
         timeout_ms = self.settings.consumer_timeout

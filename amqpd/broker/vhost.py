@@ -169,8 +169,10 @@ class VirtualHost:
         check_equivalent_args("exchange", ex.name, self.name, EXCHANGE_EQUIVALENCE_ARGS, arguments, ex.arguments)
 
     def delete_exchange(self, name: str, if_unused: bool) -> None:
-        if name == "" or name.startswith("amq."):
+        if name == "":
             raise self._reserved("exchange", name)
+        if name.startswith("amq."):
+            raise errors.access_refused(f"deletion of system exchange '{name}' in vhost '{self.name}' not allowed")
         ex = self.exchanges.get(name)
         if ex is None:
             return  # RabbitMQ 3.10: deleting a missing exchange is OK

@@ -6,7 +6,7 @@ import functools
 import struct
 import typing
 
-from pamqp import base, commands
+from pamqp import base, commands, common
 from pamqp import decode as pdecode
 from pamqp import encode as pencode
 
@@ -126,7 +126,7 @@ def marshal_arguments(method: base.Frame) -> bytes:
     return b"".join(out)
 
 
-def _lenient_timestamp(value: bytes) -> tuple[int, object]:
+def _lenient_timestamp(value: bytes) -> tuple[int, common.FieldValue]:
     """pamqp turns a table's timestamp into a datetime and raises past year 9999; RabbitMQ takes any 64-bit
     value, so such a one is kept as its integer (routing on the table's other entries must still work)."""
     try:

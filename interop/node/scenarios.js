@@ -192,6 +192,29 @@ const SCENARIOS = {
     });
   },
 
+  async updateSecret(url, n) {
+    // amqplib's own suite: a token refresh with any secret, then the connection carries on.
+    return withConn(url, async (conn) => {
+      await conn.updateSecret(Buffer.from('new secret'), 'no reason');
+      const ch = await conn.createChannel();
+      const ok = await ch.assertQueue(n.q);
+      return { updated: true, declared: ok.queue === n.q };
+    });
+  },
+
+  async ipv6Loopback(url, n) {
+    // Node resolves localhost to ::1 first on many systems: the broker must be there too.
+    const u = new URL(url);
+    u.hostname = '[::1]';
+    return withConn(u.toString(), async (conn) => {
+      const ch = await conn.createChannel();
+      await ch.assertQueue(n.q);
+      ch.sendToQueue(n.q, Buffer.from('over ::1'));
+      const m = await new Promise((resolve) => ch.consume(n.q, resolve, { noAck: true }));
+      return { body: m.content.toString() };
+    });
+  },
+
   async largeBody(url, n) {
     return withConn(url, async (conn) => {
       const ch = await conn.createChannel();

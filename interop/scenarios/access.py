@@ -245,3 +245,59 @@ def vhost_max_connections_refuses_the_next_connection_530(url: str) -> Any:
         return {"second": connect_obs(vurl)}
     finally:
         pt.close_quietly(first)
+
+
+# -- which check comes first -------------------------------------------------------------------------------
+
+ORDER: dict[str, tuple[str, Callable[[Any, Scope], Any], Callable[[Any, Scope], Any]]] = {
+    # The reserved prefix is refused before the configure permission is looked at (queues)...
+    "queue_declare_amq_prefix": ("no-configure", lambda ch, s: ch.queue_declare("amq." + s.name("q")), nothing),
+    # ...but for a new exchange only after it (RabbitMQ checks the name once it knows the exchange is new).
+    "exchange_declare_amq_prefix": (
+        "no-configure",
+        lambda ch, s: ch.exchange_declare("amq." + s.name("x"), "direct"),
+        nothing,
+    ),
+    "exchange_delete_amq_direct": ("no-configure", lambda ch, s: ch.exchange_delete("amq.direct"), nothing),
+    "exchange_declare_unknown_type": (
+        "no-configure",
+        lambda ch, s: ch.exchange_declare(s.exchange("x"), "no-such-type"),
+        nothing,
+    ),
+    "queue_bind_default_exchange_without_write": (
+        "no-write",
+        lambda ch, s: ch.queue_bind(s.queue("q"), "", "k"),
+        declare_q,
+    ),
+    "queue_bind_default_exchange": ("full", lambda ch, s: ch.queue_bind(s.queue("q"), "", "k"), declare_q),
+    "queue_bind_missing_queue": ("full", lambda ch, s: ch.queue_bind(s.queue("q"), "amq.direct", "k"), nothing),
+    "basic_consume_missing_queue_without_read": ("no-read", consume, nothing),
+    "queue_delete_missing_without_configure": ("no-configure", lambda ch, s: ch.queue_delete(s.queue("q")), nothing),
+}
+
+for _name, (_profile, _op, _setup) in ORDER.items():
+    add("access", f"order_{_name}", lambda url, p=_profile, op=_op, setup=_setup: as_user(url, p, op, setup))
+
+
+# -- user limits (rabbitmqctl set_user_limits; definitions users[].limits) -----------------------------------
+
+
+@scenario("access")
+def user_max_connections_refuses_the_next_connection_530(url: str) -> Any:
+    uurl = au.user_url(url, "limited")
+    first = pt.connect(uurl)
+    try:
+        return {"second": connect_obs(uurl)}
+    finally:
+        pt.close_quietly(first)
+
+
+@scenario("access")
+def user_max_channels_closes_the_connection_530(url: str) -> Any:
+    conn = pt.connect(au.user_url(url, "limited"))
+    try:
+        conn.channel()
+        conn.channel()
+        return close_with_text(conn.channel)
+    finally:
+        pt.close_quietly(conn)

@@ -76,5 +76,7 @@ for _name, _q, _x in [
     ("cancelNotification", ("q",), ()),
     ("exchangeToExchange", ("q",), ("x", "x2")),
     ("largeBody", ("q",), ()),
+    ("updateSecret", ("q",), ()),
+    ("ipv6Loopback", ("q",), ()),
 ]:
     add("client-node", _name, _node_case(_name, _q, _x), timeout=25)

@@ -157,8 +157,10 @@ def test_a_timestamp_past_year_9999_with_user_id_reaches_the_consumer(ch: Blocki
 def test_crossed_channel_closes_leave_the_connection_working(raw: RawConnection, name: Name) -> None:
     raw.open_channel(2)
     # The client closes channel 1 right after a publish the broker refuses: the two closes cross.
-    raw.send(raw_publish(1, name("missing").encode(), b"k", b"x") + encode_method(1, commands.Channel.Close(
-        200, "bye", 0, 0)))
+    raw.send(
+        raw_publish(1, name("missing").encode(), b"k", b"x")
+        + encode_method(1, commands.Channel.Close(200, "bye", 0, 0))
+    )
     seen = [raw.expect(commands.Channel.Close, 1), raw.expect(commands.Channel.CloseOk, 1)]
     assert seen[0].reply_code == 404
     raw.send_frame(commands.Channel.CloseOk(), 1)  # the answer to the broker's close, late
@@ -282,8 +284,11 @@ def test_quorum_queue_deliveries_count_returns_in_x_delivery_count(ch: BlockingC
 
 def test_declaring_the_reply_to_pseudo_queue_reports_one_consumer(raw: RawConnection) -> None:
     for passive in (True, False):
-        raw.send(encode_method(1, build(commands.Queue.Declare, 0, "amq.rabbitmq.reply-to", passive, False, False,
-                                         False, False, {})))
+        raw.send(
+            encode_method(
+                1, build(commands.Queue.Declare, 0, "amq.rabbitmq.reply-to", passive, False, False, False, False, {})
+            )
+        )
         ok = raw.expect(commands.Queue.DeclareOk, 1)
         assert (ok.queue, ok.message_count, ok.consumer_count) == ("amq.rabbitmq.reply-to", 0, 1)
 

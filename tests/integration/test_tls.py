@@ -73,12 +73,13 @@ def tls_broker(certs: Certs, directory: Path, **extra: Any) -> BrokerProcess:
         "tls_ca_file": str(certs.ca_file),
         "tls_verify_peer": True,
         "tls_fail_if_no_peer_cert": False,
-        "load_definitions": str(definitions(directory)),
         **extra,
     }
     config = directory / "amqpd.toml"
     config.write_text("[amqpd]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in settings.items()))
-    return BrokerProcess(extra_args=["--config", str(config), "--in-memory"])
+    # The environment outranks the config file (interop's session sets AMQPD_LOAD_DEFINITIONS too).
+    env = {"AMQPD_LOAD_DEFINITIONS": str(definitions(directory))}
+    return BrokerProcess(extra_args=["--config", str(config), "--in-memory"], env=env)
 
 
 @pytest.fixture(scope="module")
@@ -238,3 +239,22 @@ def test_sighup_reloads_the_certificate_without_a_restart(certs: Certs, tmp_path
         assert round_trip(kept, b"still here") == b"still here"  # open connections carry on
         kept.close()
         assert any("TLS certificate reloaded" in line for line in b.stderr_lines)
+
+
+def test_plain_amqp_and_garbage_on_the_tls_port_cost_nothing_but_those_sockets(certs: Certs, tmp_path: Path) -> None:
+    with tls_broker(certs, tmp_path) as b:
+        for junk in (b"AMQP\x00\x00\x09\x01", b"\x16\x03\x01\x00\x05hello", b"GET / HTTP/1.1\r\n\r\n"):
+            with socket.create_connection(("127.0.0.1", b.tls_port), timeout=10) as raw:
+                raw.sendall(junk)
+                raw.settimeout(10)
+                try:
+                    while raw.recv(4096):
+                        pass
+                except (ConnectionResetError, TimeoutError):
+                    pass
+        with pytest.raises((pex.AMQPConnectionError, ssl.SSLError)):
+            pika.BlockingConnection(pika_params(b, certs.client_context(certs.rogue)))
+        conn = pika.BlockingConnection(pika_params(b, certs.client_context()))
+        assert round_trip(conn) == b"over tls"
+        conn.close()
+        assert not [line for line in b.stderr_lines if "Traceback" in line or " ERROR " in line]

@@ -27,6 +27,7 @@ async def test_users_vhosts_and_permissions_come_back_after_a_restart(tmp_path: 
     acl = broker.access
     acl.add_user("alice", "s3cret", ["monitoring"])
     acl.add_user("certonly", None)
+    acl.set_user_limits("alice", {"max-connections": 5, "max-channels": -1})
     acl.add_vhost("tenant", "a tenant")
     acl.set_vhost_limits("tenant", {"max-queues": 3})
     acl.set_permissions("alice", "tenant", "^a\\.", "", ".*")
@@ -38,6 +39,7 @@ async def test_users_vhosts_and_permissions_come_back_after_a_restart(tmp_path: 
     assert broker.authenticate("alice", "s3cret") and not broker.authenticate("alice", "x")
     assert acl.get_user("alice").tags == ("monitoring",)  # type: ignore[union-attr]
     assert acl.get_user("certonly").password_hash == ""  # type: ignore[union-attr]
+    assert acl.user_limit("alice", "max-connections") == 5 and acl.user_limit("alice", "max-channels") is None
     assert "tenant" in broker.vhosts and acl.vhosts["tenant"].description == "a tenant"
     assert acl.vhost_limit("tenant", "max-queues") == 3
     assert acl.allowed("alice", "tenant", "a.q", "configure") and not acl.allowed("alice", "tenant", "b", "configure")

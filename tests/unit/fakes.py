@@ -85,6 +85,9 @@ class FakeConnection:
     def unthrottle(self, queue: Any) -> None:
         self.paused_by.discard(queue.name)
 
+    def unconfirmed_changed(self, delta: int) -> None:
+        pass
+
     def confirms_pending(self, channel: Channel) -> None:
         if channel not in self.confirm_channels:
             self.confirm_channels.append(channel)
@@ -183,6 +186,7 @@ class FakeTransport:
     def __init__(self) -> None:
         self.closed = False
         self.flush_requests = 0
+        self.holds: set[object] = set()  # why reading is paused
         self.writable = True
 
     def request_flush(self) -> None:
@@ -190,6 +194,12 @@ class FakeTransport:
 
     def close(self) -> None:
         self.closed = True
+
+    def hold_reading(self, reason: object) -> None:
+        self.holds.add(reason)
+
+    def release_reading(self, reason: object) -> None:
+        self.holds.discard(reason)
 
     def can_write(self) -> bool:
         return self.writable

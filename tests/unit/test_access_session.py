@@ -7,11 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from fakes import FakeTransport, decode_frames, new_broker
+from fakes import FakeTransport, decode_frames, new_broker, publish_frames
 from pamqp import commands, frame
 
 from amqpd.broker.broker import Broker
 from amqpd.broker.session import Session
+from amqpd.config import Settings
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 CLOSE_ON_FAILURE = {"authentication_failure_close": True}
@@ -180,7 +181,7 @@ def test_node_and_per_user_connection_limits() -> None:
     Client(broker).connect()
     assert closed_with(Client(broker).connect()) == (
         530,
-        "NOT_ALLOWED - access to vhost '/' refused for user 'guest': user connection limit (1) is reached",
+        "NOT_ALLOWED - connection refused for user 'guest': user connection limit (1) is reached",
         10,
         40,
     )
@@ -193,3 +194,70 @@ def test_node_and_per_user_connection_limits() -> None:
         10,
         40,
     )
+
+
+def test_user_limits_on_connections_and_channels_over_all_its_connections(broker: Broker) -> None:
+    broker.access.add_vhost("other")
+    broker.access.set_permissions("alice", "other")
+    broker.access.set_user_limits("alice", {"max-connections": 2, "max-channels": 2})
+    first, second = Client(broker), Client(broker)
+    first.connect("alice", "pw", "tenant")
+    second.connect("alice", "pw", "other")
+    assert closed_with(Client(broker).connect("alice", "pw", "tenant")) == (
+        530,
+        "NOT_ALLOWED - connection refused for user 'alice': user connection limit (2) is reached",
+        10,
+        40,
+    )
+    assert isinstance(first.method(1, commands.Channel.Open())[0], commands.Channel.OpenOk)
+    assert isinstance(second.method(1, commands.Channel.Open())[0], commands.Channel.OpenOk)
+    assert closed_with(first.method(2, commands.Channel.Open())) == (
+        530,
+        "NOT_ALLOWED - number of channels opened for user 'alice' has reached the maximum allowed user limit of (2)",
+        0,
+        0,
+    )
+    assert isinstance(Client(broker).connect()[0], commands.Connection.OpenOk)  # other users are not limited
+
+
+class UnsyncedStore:
+    """A store whose fsync the test runs by hand: confirms wait until then."""
+
+    def __init__(self) -> None:
+        self.on_durable: list[Any] = []
+
+    def put_queue(self, *args: Any) -> int:
+        return 1
+
+    def append(self, record: Any, queue_ids: list[int], on_durable: Any = None) -> int:
+        self.on_durable.append(on_durable)
+        return len(self.on_durable) - 1
+
+    def ack(self, *args: Any) -> None:
+        pass
+
+    def fsync(self, count: int) -> None:
+        done, self.on_durable = self.on_durable[:count], self.on_durable[count:]
+        for callback in done:
+            callback()
+
+
+def test_reading_pauses_at_max_unconfirmed_publishes_until_half_are_confirmed() -> None:
+    store = UnsyncedStore()
+    broker = Broker(Settings(max_unconfirmed_publishes=4), store=store)
+    client = Client(broker)
+    client.connect()
+    client.method(1, commands.Channel.Open())
+    client.method(1, commands.Queue.Declare(queue="q", durable=True))
+    client.method(1, commands.Confirm.Select())
+    for _ in range(3):
+        client.session.feed(publish_frames(1, "", "q", b"x", delivery_mode=2))
+    assert client.transport.holds == set()
+    client.session.feed(publish_frames(1, "", "q", b"x", delivery_mode=2))
+    assert client.transport.holds == {"unconfirmed"}
+    store.fsync(1)
+    assert client.transport.holds == {"unconfirmed"}  # 3 outstanding: not yet half
+    store.fsync(1)
+    assert client.transport.holds == set()
+    acks = [f for _, f in decode_frames(client.session.take_output()) if isinstance(f, commands.Basic.Ack)]
+    assert acks[-1].delivery_tag == 2

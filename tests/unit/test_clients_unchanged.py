@@ -13,10 +13,12 @@ import pytest
 from fakes import decode_frames
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pamqp import commands, frame
+from pamqp import commands
 from test_session import PROTOCOL_HEADER, Client, close_of
 
+from amqpd.errors import AMQPError
 from amqpd.protocol.methods import build, encode_method
+from amqpd.protocol.properties import check_property_list
 
 RawFrame = tuple[int, int, bytes]
 
@@ -133,7 +135,9 @@ def test_unbinding_another_connections_exclusive_queue_is_405_only_when_bound() 
     (ok,) = other.method(1, commands.Queue.Unbind(queue="mine", exchange="amq.direct", routing_key="other"))
     assert isinstance(ok, commands.Queue.UnbindOk)
     assert close_of(other.method(1, commands.Queue.Unbind(queue="mine", exchange="amq.direct", routing_key="k"))) == (
-        405, 50, 50
+        405,
+        50,
+        50,
     )
 
 
@@ -155,8 +159,9 @@ def test_any_channel_id_opens_while_fewer_than_channel_max_are_open() -> None:
 
 def test_crossed_closes_leave_the_connection_and_its_other_channels_working(client: Client) -> None:
     client.open_channel(2)
-    out = client.send(method_frame(1, build(commands.Queue.Declare, 0, "missing", True, False, False, False, False,
-                                            {})))
+    out = client.send(
+        method_frame(1, build(commands.Queue.Declare, 0, "missing", True, False, False, False, False, {}))
+    )
     assert close_of([obj for _, obj in out]) == (404, 50, 10)
     # The client closed channel 1 itself before reading our close: the two closes cross.
     (ok,) = client.method(1, commands.Channel.Close(200, "bye", 0, 0))
@@ -178,9 +183,19 @@ def test_after_crossed_closes_the_channel_can_be_reopened_before_the_late_close_
 # -- 4. properties pass through untouched --------------------------------------------------------------------
 
 FLAGS = {
-    "content_type": 1 << 15, "content_encoding": 1 << 14, "headers": 1 << 13, "delivery_mode": 1 << 12,
-    "priority": 1 << 11, "correlation_id": 1 << 10, "reply_to": 1 << 9, "expiration": 1 << 8,
-    "message_id": 1 << 7, "timestamp": 1 << 6, "type": 1 << 5, "user_id": 1 << 4, "app_id": 1 << 3,
+    "content_type": 1 << 15,
+    "content_encoding": 1 << 14,
+    "headers": 1 << 13,
+    "delivery_mode": 1 << 12,
+    "priority": 1 << 11,
+    "correlation_id": 1 << 10,
+    "reply_to": 1 << 9,
+    "expiration": 1 << 8,
+    "message_id": 1 << 7,
+    "timestamp": 1 << 6,
+    "type": 1 << 5,
+    "user_id": 1 << 4,
+    "app_id": 1 << 3,
     "cluster_id": 1 << 2,
 }
 
@@ -193,9 +208,14 @@ table_value = st.one_of(
     st.booleans().map(lambda b: b"t" + bytes((b,))),
     st.floats(allow_nan=False).map(lambda f: b"d" + struct.pack(">d", f)),
 )
-raw_table = st.dictionaries(table_key, table_value, max_size=5).map(
-    lambda d: (lambda inner: struct.pack(">I", len(inner)) + inner)(b"".join(shortstr(k.encode()) + v for k, v in d.items()))
-)
+
+
+def _table(entries: dict[str, bytes]) -> bytes:
+    inner = b"".join(shortstr(k.encode()) + v for k, v in entries.items())
+    return struct.pack(">I", len(inner)) + inner
+
+
+raw_table = st.dictionaries(table_key, table_value, max_size=5).map(_table)
 property_values: dict[str, st.SearchStrategy[bytes]] = {
     "content_type": short_bytes.map(shortstr),
     "content_encoding": short_bytes.map(shortstr),
@@ -232,20 +252,20 @@ def consuming_client() -> Client:
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(props=encoded_properties(), body=st.binary(max_size=64), split=st.booleans())
-def test_any_property_values_reach_the_consumer_byte_identical(props: bytes, body: bytes, split: bool) -> None:
+@given(props=encoded_properties(), body=st.binary(max_size=64), path=st.sampled_from(["whole", "split", "run"]))
+def test_any_property_values_reach_the_consumer_byte_identical(props: bytes, body: bytes, path: str) -> None:
     c = consuming_client()
     data = raw_publish(1, b"", b"q", body, props)
-    if split:  # frame by frame (the assembler) rather than the whole-publish path
+    copies = 3 if path == "run" else 1  # identical publishes in one read: the run path (FrameReader's PUBLISH_RUN)
+    if path == "split":  # frame by frame (the assembler) rather than the whole-publish path
         out = []
         for i in range(len(data)):
             out += raw_send(c, data[i : i + 1])
     else:
-        out = raw_send(c, data)
-    types = [t for t, _, _ in out]
-    assert types[:2] == [1, 2], out
-    assert out[1][2] == struct.pack(">HHQ", 60, 0, len(body)) + props
-    assert b"".join(p for t, _, p in out[2:] if t == 3) == body
+        out = raw_send(c, data * copies)
+    headers = [p for t, _, p in out if t == 2]
+    assert headers == [struct.pack(">HHQ", 60, 0, len(body)) + props] * copies, out
+    assert b"".join(p for t, _, p in out if t == 3) == body * copies
 
 
 def test_a_timestamp_past_year_9999_with_user_id_is_delivered(client: Client) -> None:
@@ -259,10 +279,13 @@ def test_a_timestamp_past_year_9999_with_user_id_is_delivered(client: Client) ->
 def test_a_forged_user_id_is_still_refused_with_406(client: Client) -> None:
     props = struct.pack(">H", FLAGS["timestamp"] | FLAGS["user_id"]) + b"\xff" * 8 + shortstr(b"admin")
     out = raw_send(client, raw_publish(1, b"", b"q", b"t", props))
-    (close,) = [obj for _, obj in decode_frames(b"".join(struct.pack(">BHI", t, ch, len(p)) + p + b"\xce"
-                                                         for t, ch, p in out))]
+    (close,) = [
+        obj for _, obj in decode_frames(b"".join(struct.pack(">BHI", t, ch, len(p)) + p + b"\xce" for t, ch, p in out))
+    ]
     assert (close.reply_code, close.class_id, close.method_id) == (406, 60, 40)
-    assert close.reply_text == "PRECONDITION_FAILED - user_id property set to 'admin' but authenticated user was 'guest'"
+    assert close.reply_text == (
+        "PRECONDITION_FAILED - user_id property set to 'admin' but authenticated user was 'guest'"
+    )
 
 
 # -- 8. smaller differences found with raw frames ------------------------------------------------------------
@@ -303,7 +326,7 @@ def test_a_malformed_property_list_closes_the_connection_with_541(client: Client
     client.method(1, commands.Queue.Declare(queue="q"))
     data = raw_publish(1, b"", b"q", b"x", props)
     frames = []
-    for part in ([data[:20], data[20:]] if split else [data]):
+    for part in [data[:20], data[20:]] if split else [data]:
         frames += [obj for _, obj in client.send(part)]
     assert close_of(frames) == (541, 0, 0)
     assert client.broker.vhosts["/"].queues["q"].message_count == 0
@@ -329,8 +352,9 @@ def test_repeated_publishes_with_a_bad_delivery_mode_are_refused_too(client: Cli
 
 def test_passive_and_active_declare_of_the_reply_to_pseudo_queue_report_one_consumer(client: Client) -> None:
     for passive in (True, False):
-        (ok,) = client.method(1, build(commands.Queue.Declare, 0, "amq.rabbitmq.reply-to", passive, False, False,
-                                       False, False, {}))
+        (ok,) = client.method(
+            1, build(commands.Queue.Declare, 0, "amq.rabbitmq.reply-to", passive, False, False, False, False, {})
+        )
         assert (ok.queue, ok.message_count, ok.consumer_count) == ("amq.rabbitmq.reply-to", 0, 1)
 
 
@@ -401,6 +425,36 @@ def test_per_consumer_and_per_channel_prefetch_apply_together(client: Client) ->
         raw_send(client, b"".join(raw_publish(1, b"", q.encode(), b"m") for _ in range(5)))
     per_consumer = []
     for q in ("a", "b", "c"):
-        per_consumer.append(len(_deliveries(raw_send(client, method_frame(1, commands.Basic.Consume(
-            queue=q, consumer_tag=q)))))) 
+        per_consumer.append(
+            len(_deliveries(raw_send(client, method_frame(1, commands.Basic.Consume(queue=q, consumer_tag=q)))))
+        )
     assert per_consumer == [2, 2, 0]
+
+
+@settings(max_examples=300, deadline=None)
+@given(props=encoded_properties(), cut=st.integers(1, 40), extra=st.binary(min_size=1, max_size=4))
+def test_the_property_list_check_takes_every_well_formed_list_and_no_cut_or_padded_one(
+    props: bytes, cut: int, extra: bytes
+) -> None:
+    header = struct.pack(">HHQ", 60, 0, 1) + props
+    check_property_list(header)
+    for bad in (header[: max(14, len(header) - cut)], header + extra):
+        if bad == header:
+            continue
+        with pytest.raises(AMQPError) as refused:
+            check_property_list(bad)
+        assert (refused.value.code, refused.value.class_id, refused.value.method_id) == (541, 0, 0)
+
+
+def test_a_publish_to_an_exchange_named_in_invalid_utf8_is_404_not_an_internal_error(client: Client) -> None:
+    frames = [obj for _, obj in client.send(raw_publish(1, b"\xff\xfe", b"k", b"x"))]
+    assert close_of(frames) == (404, 60, 40)
+    assert frames[0].reply_text == "NOT_FOUND - no exchange '\ufffd\ufffd' in vhost '/'"
+
+
+def test_a_close_reason_longer_than_255_bytes_is_cut_on_a_character_boundary(client: Client) -> None:
+    name = "é" * 127  # 254 bytes: the reply text around it is longer than a short string holds
+    declare = build(commands.Queue.Declare, 0, name, True, False, False, False, False, {})
+    frames = [obj for _, obj in client.send(method_frame(1, declare))]
+    assert close_of(frames) == (404, 50, 10)
+    assert len(frames[0].reply_text.encode()) <= 255

@@ -200,7 +200,7 @@ def test_reserved_names_are_refused_before_permissions() -> None:
     _, ch = user_channel("^$", "^$", "^$")
     with pytest.raises(errors.ChannelError) as exc:
         ch.call(C.Exchange.Delete(exchange="amq.direct"))
-    assert exc.value.text == "exchange name 'amq.direct' contains reserved prefix 'amq.*'"
+    assert exc.value.text == "deletion of system exchange 'amq.direct' in vhost '/' not allowed"
 
 
 def test_a_revoked_permission_applies_to_the_next_publish_on_an_open_channel() -> None:

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The project's test command: installs amqpd with its test and dev extras, makes sure the reference
+# The project's test command: installs amqpd with its test, dev and spark extras, makes sure the reference
 # RabbitMQ is running (the interop suite needs it), and runs the whole suite (tests/ and interop/).
 # Extra arguments go to pytest, e.g. `bash scripts/test.sh tests/unit -q`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PIP_ROOT_USER_ACTION=ignore python -m pip install --quiet --disable-pip-version-check -e '.[test,dev]'
+PIP_ROOT_USER_ACTION=ignore python -m pip install --quiet --disable-pip-version-check -e '.[test,dev,spark]'
 bash scripts/ensure-rabbitmq.sh
 
 set +e

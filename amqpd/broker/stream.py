@@ -30,6 +30,10 @@ if TYPE_CHECKING:
 READ_BATCH = 256  # records read from the log per step of a consumer's replay
 FEED_BATCHES = 64  # reads per consumer per dispatch before yielding to the loop
 _OFFSET_FIELD = shortstr("x-stream-offset") + b"l"  # a signed 64-bit integer, as RabbitMQ sends it
+# Asked for with the consume argument x-stream-timestamp = true (amqpd's own; the PySpark reader uses it):
+# each delivery also carries the broker's append time, ms since the epoch, as a signed 64-bit integer.
+TIMESTAMP_ARG = "x-stream-timestamp"
+_TIMESTAMP_FIELD = shortstr(TIMESTAMP_ARG) + b"l"
 _ACTIVE = struct.Struct("<qqq")  # stream.active: the open segment's first offset, bytes, newest timestamp
 TRACKED_PREFIX = "offset:"  # queue values: a tracked consumer's next offset, by consumer tag
 
@@ -50,7 +54,7 @@ class StreamEntry(Entry):
 class Cursor:
     """One consumer's place in the stream."""
 
-    __slots__ = ("consumer", "next", "filter", "match_unfiltered", "tracking", "outstanding")
+    __slots__ = ("consumer", "next", "filter", "match_unfiltered", "tracking", "outstanding", "with_time")
 
     def __init__(self, consumer: Consumer, start: int, filter_values: frozenset[str] | None,
                  match_unfiltered: bool, tracking: bool) -> None:
@@ -60,6 +64,7 @@ class Cursor:
         self.match_unfiltered = match_unfiltered
         self.tracking = tracking
         self.outstanding: dict[int, None] = {}  # delivered, not yet acked, in offset order
+        self.with_time = consumer.arguments.get(TIMESTAMP_ARG) is True
 
     def wants(self, record: MessageRecord) -> bool:
         if self.filter is None:
@@ -267,7 +272,7 @@ class StreamQueue(Queue):
             for offset, record in batch:
                 if cursor.wants(record):
                     cursor.outstanding[offset] = None
-                    entries.append(StreamEntry(StreamDelivery(record, offset), offset, cursor))
+                    entries.append(StreamEntry(StreamDelivery(record, offset, cursor.with_time), offset, cursor))
             if entries:
                 consumer.channel.deliver_many(consumer, self, entries)
             if cursor.filter is not None and not cursor.outstanding and cursor.tracking:
@@ -368,11 +373,12 @@ class StreamDelivery(Message):
     holders = 0  # type: ignore[assignment]
     bcc = ()  # type: ignore[assignment]
 
-    def __init__(self, record: MessageRecord, offset: int) -> None:  # noqa: D107 - no super(): see above
+    def __init__(self, record: MessageRecord, offset: int, with_time: bool = False) -> None:  # noqa: D107
         self.exchange = record.exchange
         self.routing_key = record.routing_key
         self.route = route_of(record.exchange, record.routing_key)
-        self.header = header = with_offset_header(record.properties, offset)
+        stamp = record.timestamp_ms if with_time else None
+        self.header = header = with_offset_header(record.properties, offset, stamp)
         self.body = record.body
         self.size = len(record.body)
         self.flags = _FLAGS.unpack_from(header, 12)[0]
@@ -384,9 +390,10 @@ _SPLIT_CACHE_MAX = 4096
 _splits: dict[bytes, tuple[bytes, bytes, bytes]] = {}
 
 
-def with_offset_header(header: bytes, offset: int) -> bytes:
-    """The content header with x-stream-offset appended to its headers table. A stream's records mostly
-    repeat a few property sets: each is split once (before the table, the table's fields, after it)."""
+def with_offset_header(header: bytes, offset: int, timestamp_ms: int | None = None) -> bytes:
+    """The content header with x-stream-offset (and, when asked for, x-stream-timestamp) appended to its
+    headers table. A stream's records mostly repeat a few property sets: each is split once (before the
+    table, the table's fields, after it)."""
     split = _splits.get(header)
     if split is None:
         if len(_splits) >= _SPLIT_CACHE_MAX:
@@ -399,8 +406,10 @@ def with_offset_header(header: bytes, offset: int) -> bytes:
             marked[:table_at], marked[table_at + 4 : table_at + 4 + size], marked[table_at + 4 + size :]
         )
     before, table, after = split
-    return b"".join((before, struct.pack(">I", len(table) + 25), table, _OFFSET_FIELD,
-                     struct.pack(">q", offset), after))
+    fields = _OFFSET_FIELD + struct.pack(">q", offset)
+    if timestamp_ms is not None:
+        fields += _TIMESTAMP_FIELD + struct.pack(">q", timestamp_ms)
+    return b"".join((before, struct.pack(">I", len(table) + len(fields)), table, fields, after))
 
 
 def _table_position(header: bytes) -> int:

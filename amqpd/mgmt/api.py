@@ -22,6 +22,7 @@ from amqpd import errors
 from amqpd.broker.access import AccessError, User
 from amqpd.broker.channel import Channel
 from amqpd.broker.policy import PolicyError
+from amqpd.broker.stream import StreamQueue
 from amqpd.mgmt import authz, definitions, listing, objects, operations
 from amqpd.mgmt.access_endpoints import ACCESS_ROUTES, AccessEndpoints, NotFound
 from amqpd.mgmt.stats import Rates
@@ -332,6 +333,21 @@ class ManagementAPI(AccessEndpoints):
         if q is None:
             raise not_found()
         return objects.queue_info(q, self.rates, details=True)
+
+    async def stream_offset(self, request: Request, vhost: str, queue: str) -> Any:
+        """Time -> offset for a stream: the first offset appended at or after ?timestamp= (ms since the epoch),
+        through the stream's time index; the stream's end offset when nothing is that recent."""
+        v = self._vhost(vhost)
+        q = v.queues.get(queue)
+        if q is None:
+            raise not_found()
+        self._check(request, v.name, "queue", queue, "read")
+        if not isinstance(q, StreamQueue):
+            raise bad_request(f"queue '{queue}' in vhost '{v.name}' is not a stream")
+        raw = request.query_params.get("timestamp", "")
+        if not raw.lstrip("-").isdigit():
+            raise bad_request("timestamp: an integer number of milliseconds since the epoch is required")
+        return {"timestamp": int(raw), "offset": q.log.offset_at_time(int(raw))}
 
     async def put_queue(self, request: Request, vhost: str, queue: str) -> Any:
         v = self._vhost(vhost)
@@ -652,6 +668,7 @@ ROUTES: list[tuple[str, ...]] = [  # method, path, handler[, the tag level it ne
     ("GET", "api/queues", "queues"),
     ("GET", "api/queues/{vhost}", "queues"),
     ("GET", "api/queues/{vhost}/{queue}", "queue"),
+    ("GET", "api/queues/{vhost}/{queue}/offset", "stream_offset"),
     ("PUT", "api/queues/{vhost}/{queue}", "put_queue"),
     ("DELETE", "api/queues/{vhost}/{queue}", "delete_queue"),
     ("DELETE", "api/queues/{vhost}/{queue}/contents", "purge"),

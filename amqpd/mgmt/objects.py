@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from amqpd import __version__
 from amqpd.broker.exchanges import EXCHANGE_TYPES, DelayedExchange, Exchange
 from amqpd.broker.queue import Queue
+from amqpd.broker.stream import StreamQueue
 from amqpd.mgmt.stats import Rates, channel_counts, message_stats, queue_counts
 
 if TYPE_CHECKING:
@@ -61,7 +62,8 @@ def timestamp(seconds: float) -> str:
 
 
 def queue_type(q: Queue) -> str:
-    return "quorum" if q.arguments.get("x-queue-type") == "quorum" else "classic"
+    kind = q.arguments.get("x-queue-type")
+    return kind if kind in ("quorum", "stream") else "classic"
 
 
 def queue_info(q: Queue, rates: Rates, details: bool = False) -> dict[str, Any]:
@@ -99,6 +101,8 @@ def queue_info(q: Queue, rates: Rates, details: bool = False) -> dict[str, Any]:
     }
     if sample is not None and sample.idle_since is not None and not q.consumers:
         info["idle_since"] = timestamp(sample.idle_since)
+    if isinstance(q, StreamQueue):
+        info["stream"] = q.stream_stats()  # offsets, first timestamp, size, segments, consumers' offsets
     if details:
         info["consumer_details"] = [consumer_info(c) for c in q.consumers]
         info["incoming"] = []

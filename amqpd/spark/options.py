@@ -1,0 +1,152 @@
+"""The connector's options, on the model of Spark's Kafka source, checked once on the driver with messages
+that name the option."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from amqpd.spark.positions import Bounds, Positions
+from amqpd.spark.wire import Endpoint
+
+EARLIEST, LATEST = "earliest", "latest"
+KAFKA_EARLIEST, KAFKA_LATEST = -2, -1  # what Kafka's JSON offsets use for earliest and latest
+DEFAULT_PARTITION_OFFSETS = 100_000
+
+
+class DataLossError(RuntimeError):
+    """Offsets that were asked for are gone (retention deleted them) and failOnDataLoss is true."""
+
+
+def _bool(options: dict[str, str], name: str, default: bool) -> bool:
+    raw = options.get(name)
+    if raw is None:
+        return default
+    value = str(raw).strip().lower()
+    if value not in ("true", "false"):
+        raise ValueError(f"option {name}: 'true' or 'false', got {raw!r}")
+    return value == "true"
+
+
+def _int(options: dict[str, str], name: str, minimum: int) -> int | None:
+    raw = options.get(name)
+    if raw is None:
+        return None
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise ValueError(f"option {name}: an integer, got {raw!r}") from None
+    if value < minimum:
+        raise ValueError(f"option {name}: at least {minimum}, got {value}")
+    return value
+
+
+def _spec(options: dict[str, str], name: str, default: str) -> str | dict[str, int]:
+    raw = str(options.get(name, default)).strip()
+    if raw.lower() in (EARLIEST, LATEST):
+        return raw.lower()
+    try:
+        parsed = json.loads(raw)
+    except json.JSONDecodeError:
+        parsed = None
+    if not isinstance(parsed, dict) or not all(isinstance(v, int) and v >= -2 for v in parsed.values()):
+        raise ValueError(f"option {name}: 'earliest', 'latest' or JSON like {{\"stream\": 42}} "
+                         f"(-2 earliest, -1 latest), got {raw!r}")
+    return parsed
+
+
+@dataclass
+class ReadOptions:
+    uri: str
+    endpoint: Endpoint
+    management_uri: str
+    streams: list[str]
+    starting: str | dict[str, int]
+    ending: str | dict[str, int]
+    starting_timestamp: int | None
+    fail_on_data_loss: bool
+    include_headers: bool
+    max_per_trigger: int | None
+    min_partitions: int
+    partition_offsets: int
+
+    @classmethod
+    def parse(cls, options: dict[str, Any], streaming: bool) -> ReadOptions:
+        options = {k: v for k, v in options.items()}
+        lower = {k.lower(): v for k, v in options.items()}  # Spark passes options case-insensitively
+
+        def get(name: str) -> dict[str, str]:
+            return {name: lower[name.lower()]} if name.lower() in lower else {}
+
+        merged: dict[str, str] = {}
+        for name in ("uri", "queue", "managementUri", "startingOffsets", "endingOffsets", "startingTimestamp",
+                     "failOnDataLoss", "includeHeaders", "maxOffsetsPerTrigger", "maxRecordsPerTrigger",
+                     "minPartitions", "maxOffsetsPerPartition"):
+            merged.update(get(name))
+        if "uri" not in merged:
+            raise ValueError("option uri is required: amqp://user:password@host:port/vhost")
+        endpoint = Endpoint.parse(merged["uri"])
+        streams = [s.strip() for s in merged.get("queue", "").split(",") if s.strip()]
+        if not streams:
+            raise ValueError("option queue is required: one stream or several, comma-separated")
+        starting = _spec(merged, "startingOffsets", LATEST if streaming else EARLIEST)
+        ending = _spec(merged, "endingOffsets", LATEST)
+        if streaming and "endingOffsets" in merged:
+            raise ValueError("option endingOffsets is for batch reads only (a stream has no end)")
+        if not streaming and starting == LATEST:
+            raise ValueError("option startingOffsets: 'latest' is not allowed for a batch read (it would read "
+                             "nothing); use 'earliest', JSON offsets or startingTimestamp")
+        if not streaming and ending == EARLIEST:
+            raise ValueError("option endingOffsets: 'earliest' is not allowed for a batch read")
+        for spec, name in ((starting, "startingOffsets"), (ending, "endingOffsets")):
+            if isinstance(spec, dict):
+                unknown = set(spec) - set(streams)
+                missing = set(streams) - set(spec)
+                if unknown or missing:
+                    raise ValueError(f"option {name}: the JSON must name exactly the streams in queue "
+                                     f"({', '.join(streams)}); unknown {sorted(unknown)}, missing {sorted(missing)}")
+            if name == "endingOffsets" and isinstance(spec, dict) and KAFKA_EARLIEST in spec.values():
+                raise ValueError("option endingOffsets: -2 (earliest) is not allowed for a batch read")
+        per_trigger = _int(merged, "maxOffsetsPerTrigger", 1)
+        if per_trigger is None:
+            per_trigger = _int(merged, "maxRecordsPerTrigger", 1)
+        management = merged.get("managementUri") or f"http://{endpoint.host}:15672"
+        return cls(
+            uri=merged["uri"], endpoint=endpoint, management_uri=management, streams=streams,
+            starting=starting, ending=ending, starting_timestamp=_int(merged, "startingTimestamp", 0),
+            fail_on_data_loss=_bool(merged, "failOnDataLoss", True),
+            include_headers=_bool(merged, "includeHeaders", False),
+            max_per_trigger=per_trigger, min_partitions=_int(merged, "minPartitions", 1) or 1,
+            partition_offsets=_int(merged, "maxOffsetsPerPartition", 1) or DEFAULT_PARTITION_OFFSETS,
+        )
+
+    def positions(self) -> Positions:
+        return Positions(self.management_uri, self.endpoint)
+
+    def start_offset(self, positions: Positions, stream: str, bounds: Bounds) -> int:
+        """Where reading starts in one stream, checked against what retention kept."""
+        if self.starting_timestamp is not None:
+            return positions.offset_at(stream, self.starting_timestamp)
+        spec = self.starting
+        if isinstance(spec, dict):
+            value = spec[stream]
+            return bounds.first if value == KAFKA_EARLIEST else bounds.end if value == KAFKA_LATEST else value
+        return bounds.first if spec == EARLIEST else bounds.end
+
+    def end_offset(self, stream: str, bounds: Bounds) -> int:
+        spec = self.ending
+        if isinstance(spec, dict) and spec[stream] != KAFKA_LATEST:
+            return min(spec[stream], bounds.end)  # what does not exist yet is not waited for
+        return bounds.end
+
+    def check_loss(self, stream: str, start: int, first: int) -> int:
+        """The start offset to use when retention already deleted below `first`."""
+        if start >= first:
+            return start
+        if self.fail_on_data_loss:
+            raise DataLossError(
+                f"amqpd stream '{stream}': offsets {start}..{first - 1} were deleted by retention before they "
+                f"were read (the stream now starts at {first}). Set failOnDataLoss=false to go on from {first}."
+            )
+        return first

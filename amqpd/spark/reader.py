@@ -1,0 +1,183 @@
+"""Reading streams: the batch reader, the micro-batch reader, and the partition read they share.
+
+Offsets are planned on the driver from the broker's positions; a partition is one stream's range
+[start, end), and an executor reads exactly that range over AMQP (wire.StreamReader), so a replayed
+micro-batch reads the same rows. Offsets in Spark's checkpoint are each stream's next offset (end-exclusive).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+
+from amqpd.spark.options import DataLossError, ReadOptions
+from amqpd.spark.rows import record_batch
+from amqpd.spark.wire import Endpoint, StreamReader
+
+try:  # pyspark >= 4.2: admission control and Trigger.AvailableNow
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
+except ImportError:  # pyspark 4.0 / 4.1
+    ReadAllAvailable = ReadMaxRows = None  # type: ignore[assignment,misc]
+
+    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
+        """Absent before pyspark 4.2."""
+
+
+class OffsetRange(InputPartition):
+    """One stream's offsets [start, end) to read, and how."""
+
+    def __init__(self, endpoint: Endpoint, stream: str, start: int, end: int, include_headers: bool,
+                 fail_on_data_loss: bool) -> None:
+        super().__init__((stream, start, end))
+        self.endpoint = endpoint
+        self.stream = stream
+        self.start = start
+        self.end = end
+        self.include_headers = include_headers
+        self.fail_on_data_loss = fail_on_data_loss
+
+
+def split(opts: ReadOptions, ranges: dict[str, tuple[int, int]]) -> list[OffsetRange]:
+    """Each stream's range in pieces of at most maxOffsetsPerPartition offsets, and more pieces while there
+    are fewer than minPartitions, so local[N] reads in parallel."""
+    total = sum(max(e - s, 0) for s, e in ranges.values())
+    size = opts.partition_offsets
+    if opts.min_partitions > 1 and total:
+        size = min(size, max(-(-total // opts.min_partitions), 1))
+    parts: list[OffsetRange] = []
+    for stream, (start, end) in ranges.items():
+        for lo in range(start, end, size):
+            parts.append(OffsetRange(opts.endpoint, stream, lo, min(lo + size, end), opts.include_headers,
+                                     opts.fail_on_data_loss))
+    return parts
+
+
+def read_range(part: OffsetRange) -> Iterator[pa.RecordBatch]:
+    """The range's rows as record batches, in offset order. A range whose start retention deleted after it
+    was planned is data loss: an error with failOnDataLoss, otherwise what is left of it."""
+    reader = StreamReader(part.endpoint, part.stream, part.start, part.end, with_headers=part.include_headers)
+    checked = False
+    for cols in reader.batches():
+        if not checked:
+            checked = True
+            first = cols.offset[0]
+            if first > part.start and part.fail_on_data_loss:
+                raise DataLossError(
+                    f"amqpd stream '{part.stream}': offsets {part.start}..{first - 1} were deleted by retention "
+                    f"before they were read. Set failOnDataLoss=false to skip what is gone."
+                )
+        keep = len(cols.offset)
+        while keep and cols.offset[keep - 1] >= part.end:  # only after a loss: the stream went past the range
+            keep -= 1
+        if keep:
+            yield record_batch(part.stream, cols, part.include_headers, slice(0, keep))
+        if keep < len(cols.offset):
+            return
+
+
+class BatchReader(DataSourceReader):
+    def __init__(self, opts: ReadOptions) -> None:
+        self.opts = opts
+
+    def partitions(self) -> Sequence[InputPartition]:
+        opts = self.opts
+        positions = opts.positions()
+        ranges = {}
+        for stream in opts.streams:
+            bounds = positions.bounds(stream)
+            start = opts.check_loss(stream, opts.start_offset(positions, stream, bounds), bounds.first)
+            ranges[stream] = (start, opts.end_offset(stream, bounds))
+        return split(opts, ranges)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, OffsetRange)
+        return read_range(partition)
+
+
+class StreamingReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches over one or several streams. maxOffsetsPerTrigger caps each batch (shared among the
+    streams in proportion to what each has waiting); Trigger.AvailableNow stops at the ends seen when it
+    starts, in bounded batches."""
+
+    def __init__(self, opts: ReadOptions) -> None:
+        self.opts = opts
+        self.positions = opts.positions()
+        self._last: dict[str, int] | None = None  # for pyspark < 4.2, whose latestOffset() has no start
+        self._target: dict[str, int] | None = None  # Trigger.AvailableNow's end
+
+    def initialOffset(self) -> dict:
+        opts = self.opts
+        start = {}
+        for stream in opts.streams:
+            bounds = self.positions.bounds(stream)
+            start[stream] = opts.start_offset(self.positions, stream, bounds)
+        self._last = start
+        return start
+
+    def _ends(self) -> dict[str, int]:
+        return self._target or {s: self.positions.bounds(s).end for s in self.opts.streams}
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = {s: self.positions.bounds(s).end for s in self.opts.streams}
+
+    def getDefaultReadLimit(self) -> Any:
+        if ReadMaxRows is not None and self.opts.max_per_trigger is not None:
+            return ReadMaxRows(self.opts.max_per_trigger)
+        return ReadAllAvailable() if ReadAllAvailable is not None else None
+
+    def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
+        ends = self._ends()
+        if start is None and self._last is None:
+            # pyspark < 4.2 restarting from a checkpoint: the batch's start (in the checkpoint) is not given
+            # to us, so this first batch runs to the end uncapped rather than risk an end before its start.
+            start, cap = dict(ends), None
+        elif start is None:  # pyspark < 4.2: our own last end, and our own cap
+            start, cap = dict(self._last or {}), self.opts.max_per_trigger
+        else:
+            cap = limit.max_rows if ReadMaxRows is not None and isinstance(limit, ReadMaxRows) else None
+        start = {s: start.get(s, ends[s]) for s in self.opts.streams}  # a stream added to queue starts at its end
+        end = {s: max(ends[s], start[s]) for s in self.opts.streams}
+        if cap is not None:
+            end = _capped(start, end, cap)
+        self._last = end
+        return end
+
+    def reportLatestOffset(self) -> dict | None:
+        return {s: self.positions.bounds(s).end for s in self.opts.streams}
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        opts = self.opts
+        ranges = {}
+        for stream in opts.streams:
+            lo, hi = int(start.get(stream, end[stream])), int(end[stream])
+            first = self.positions.bounds(stream).first
+            if lo < first:
+                lo = min(opts.check_loss(stream, lo, first), hi)
+            ranges[stream] = (lo, hi)
+        return split(opts, ranges)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, OffsetRange)
+        return read_range(partition)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to do: the broker keeps every offset until retention, and Spark's checkpoint holds ours."""
+
+
+def _capped(start: dict[str, int], end: dict[str, int], cap: int) -> dict[str, int]:
+    """At most `cap` offsets in all, shared in proportion to each stream's backlog (at least one each while
+    the cap allows, so no stream starves)."""
+    waiting = {s: end[s] - start[s] for s in start}
+    total = sum(waiting.values())
+    if total <= cap:
+        return end
+    out = {}
+    left = cap
+    for s in sorted(waiting, key=lambda k: waiting[k]):
+        share = min(waiting[s], max(cap * waiting[s] // total, 1 if waiting[s] and left else 0), left)
+        out[s] = start[s] + share
+        left -= share
+    return out

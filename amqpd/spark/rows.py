@@ -1,0 +1,77 @@
+"""Rows as Spark sees them: the schema and Arrow record batches built column by column.
+
+Headers (with includeHeaders=true) become map<string,string>: string values as they are, byte arrays as
+base64, every other AMQP value type (numbers, booleans, timestamps, decimals, tables, arrays) as JSON text."""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import decimal
+import json
+from typing import Any
+
+import pyarrow as pa
+
+from amqpd.spark.wire import Columns
+
+BASE_COLUMNS = (
+    "offset long, timestamp timestamp, stream string, exchange string, routing_key string, message_id string, "
+    "correlation_id string, content_type string"
+)
+
+
+def schema_ddl(include_headers: bool) -> str:
+    return BASE_COLUMNS + (", headers map<string,string>" if include_headers else "") + ", body binary"
+
+
+def arrow_schema(include_headers: bool) -> pa.Schema:
+    fields = [
+        ("offset", pa.int64()), ("timestamp", pa.timestamp("us", tz="UTC")), ("stream", pa.string()),
+        ("exchange", pa.string()), ("routing_key", pa.string()), ("message_id", pa.string()),
+        ("correlation_id", pa.string()), ("content_type", pa.string()),
+    ]
+    if include_headers:
+        fields.append(("headers", pa.map_(pa.string(), pa.string())))
+    fields.append(("body", pa.binary()))
+    return pa.schema(fields)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray)):
+        return base64.b64encode(value).decode()
+    if isinstance(value, (datetime.datetime, datetime.date)):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    raise TypeError(f"no JSON form for {type(value).__name__}")
+
+
+def header_text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (bytes, bytearray)):
+        return base64.b64encode(value).decode()
+    return json.dumps(value, default=_json_default, separators=(",", ":"))
+
+
+def record_batch(stream: str, cols: Columns, include_headers: bool, keep: slice = slice(None)) -> pa.RecordBatch:
+    """The columns as one record batch (rows `keep` of them)."""
+    n = len(cols.offset[keep])
+    arrays = [
+        pa.array(cols.offset[keep], pa.int64()),
+        pa.array([t * 1000 for t in cols.timestamp[keep]], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+        pa.array([stream] * n, pa.string()),
+        pa.array(cols.exchange[keep], pa.string()),
+        pa.array(cols.routing_key[keep], pa.string()),
+        pa.array(cols.message_id[keep], pa.string()),
+        pa.array(cols.correlation_id[keep], pa.string()),
+        pa.array(cols.content_type[keep], pa.string()),
+    ]
+    if include_headers:
+        maps = [None if h is None else [(k, header_text(v)) for k, v in h.items()] for h in cols.headers[keep]]
+        arrays.append(pa.array(maps, pa.map_(pa.string(), pa.string())))
+    arrays.append(pa.array(cols.body[keep], pa.binary()))
+    return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(include_headers))

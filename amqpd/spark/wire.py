@@ -1,0 +1,428 @@
+"""AMQP 0-9-1 for the connector's executors: a blocking socket link, a bulk stream reader and a confirming
+publisher, without a general-purpose client per message.
+
+The handshake and every method we do not expect on the hot path go through pamqp; basic.deliver, the
+content header and body frames, basic.ack/nack and basic.return are scanned with struct, the way
+bench/codec.py's FrameScanner does. The reader consumes one stream from an offset with a large prefetch,
+acks with `multiple` once per half window, and asks the broker (x-stream-timestamp) for each message's append
+time; the offset and the append time are the last two fields of the headers table, read from its tail.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from pamqp import commands, decode, encode
+from pamqp import frame as pamqp_frame
+from pamqp.header import ProtocolHeader
+
+FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT = 1, 2, 3, 8
+BASIC_DELIVER = (60 << 16) | 60
+BASIC_ACK = (60 << 16) | 80
+BASIC_NACK = (60 << 16) | 120
+BASIC_RETURN = (60 << 16) | 50
+PREFETCH = 20_000  # a stream consumer's window (basic.qos prefetch_count is 16 bits)
+RECV_BYTES = 1 << 20
+IDLE_TIMEOUT_S = 60.0  # a read that sees nothing for this long is an error, never a silent hang
+
+_FRAME_HEADER = struct.Struct(">BHI")
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_U64 = struct.Struct(">Q")
+_I64 = struct.Struct(">q")
+_CONTENT_HEADER = struct.Struct(">HHQH")
+_ACK = struct.Struct(">HHQB")
+_OFFSET_TAIL = b"\x0fx-stream-offsetl"  # then 8 bytes; the broker appends it to the headers table
+_TIME_TAIL = b"\x12x-stream-timestampl"  # then 8 bytes; appended after the offset when asked for
+_TAIL = len(_OFFSET_TAIL) + 8 + len(_TIME_TAIL) + 8
+OWN_HEADERS = ("x-stream-offset", "x-stream-timestamp")
+
+# basic properties flag bits, in the order their fields follow
+F_CONTENT_TYPE, F_CONTENT_ENCODING, F_HEADERS, F_DELIVERY_MODE = 0x8000, 0x4000, 0x2000, 0x1000
+F_PRIORITY, F_CORRELATION_ID, F_REPLY_TO, F_EXPIRATION = 0x0800, 0x0400, 0x0200, 0x0100
+F_MESSAGE_ID, F_TIMESTAMP, F_TYPE, F_USER_ID, F_APP_ID, F_CLUSTER_ID = 0x80, 0x40, 0x20, 0x10, 0x08, 0x04
+
+
+class BrokerError(RuntimeError):
+    """The broker closed the channel or connection (its reply text is the message), or the link broke."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    host: str
+    port: int
+    user: str
+    password: str
+    vhost: str
+
+    @classmethod
+    def parse(cls, uri: str) -> Endpoint:
+        """amqp://user:pass@host:port/vhost, as RabbitMQ's URI spec reads it (an empty path is vhost "/")."""
+        u = urllib.parse.urlsplit(uri)
+        if u.scheme != "amqp":
+            raise ValueError(f"uri: only amqp:// URIs are supported, got {uri!r}")
+        path = u.path[1:] if u.path.startswith("/") else u.path
+        vhost = urllib.parse.unquote(path) if u.path else "/"
+        return cls(u.hostname or "127.0.0.1", u.port or 5672, urllib.parse.unquote(u.username or "guest"),
+                   urllib.parse.unquote(u.password or "guest"), vhost)
+
+
+def _frame(kind: int, channel: int, payload: bytes) -> bytes:
+    return _FRAME_HEADER.pack(kind, channel, len(payload)) + payload + b"\xce"
+
+
+def _shortstr(value: str) -> bytes:
+    raw = value.encode()
+    if len(raw) > 255:
+        raise ValueError(f"short string over 255 bytes: {value[:40]!r}…")
+    return bytes([len(raw)]) + raw
+
+
+class Link:
+    """One connection with one channel (1), blocking. `buf[pos:]` holds what was received and not yet used."""
+
+    def __init__(self, endpoint: Endpoint, timeout: float = IDLE_TIMEOUT_S) -> None:
+        self.sock = socket.create_connection((endpoint.host, endpoint.port), timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = bytearray()
+        self.pos = 0
+        self.frame_max = 131072
+        self._handshake(endpoint)
+
+    def _handshake(self, ep: Endpoint) -> None:
+        self.sock.sendall(pamqp_frame.marshal(ProtocolHeader(), 0))
+        self.expect(commands.Connection.Start)
+        response = f"\0{ep.user}\0{ep.password}"
+        self.send_method(commands.Connection.StartOk(
+            client_properties={"product": "amqpd.spark", "capabilities": {"publisher_confirms": True}},
+            mechanism="PLAIN", response=response, locale="en_US"), 0)
+        tune = self.expect(commands.Connection.Tune)
+        self.frame_max = tune.frame_max or self.frame_max
+        self.send_method(commands.Connection.TuneOk(channel_max=1, frame_max=self.frame_max, heartbeat=0), 0)
+        self.send_method(commands.Connection.Open(virtual_host=ep.vhost), 0)
+        self.expect(commands.Connection.OpenOk)
+        self.send_method(commands.Channel.Open(), 1)
+        self.expect(commands.Channel.OpenOk)
+
+    def send_method(self, method: Any, channel: int = 1) -> None:
+        self.sock.sendall(pamqp_frame.marshal(method, channel))
+
+    def fill(self) -> None:
+        """Read more bytes (dropping what was used)."""
+        if self.pos:
+            del self.buf[:self.pos]
+            self.pos = 0
+        try:
+            data = self.sock.recv(RECV_BYTES)
+        except TimeoutError as exc:
+            raise BrokerError(f"no data from the broker for {self.sock.gettimeout()} s") from exc
+        if not data:
+            raise BrokerError("the broker closed the connection")
+        self.buf += data
+
+    def next_frame(self) -> tuple[int, int, int]:
+        """(type, payload start, payload end) of the next whole frame in buf, reading as needed."""
+        while True:
+            if len(self.buf) - self.pos >= 7:
+                kind, _, size = _FRAME_HEADER.unpack_from(self.buf, self.pos)
+                end = self.pos + 7 + size
+                if len(self.buf) > end:
+                    start, self.pos = self.pos + 7, end + 1
+                    return kind, start, end
+            self.fill()
+
+    def expect(self, kind: type) -> Any:
+        """The next method, which must be `kind` (heartbeats skipped); a close is raised as BrokerError."""
+        while True:
+            ftype, start, end = self.next_frame()
+            if ftype == FRAME_HEARTBEAT:
+                continue
+            raw = bytes(self.buf[start - 7:end + 1])
+            _, _, method = pamqp_frame.unmarshal(raw)
+            if isinstance(method, kind):
+                return method
+            raise_unexpected(self, method)
+
+    def close(self) -> None:
+        try:
+            self.send_method(commands.Connection.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0), 0)
+        except OSError:
+            pass
+        self.sock.close()
+
+
+def raise_unexpected(link: Link, method: Any) -> None:
+    if isinstance(method, (commands.Channel.Close, commands.Connection.Close)):
+        link.sock.close()
+        raise BrokerError(f"{method.reply_code} {method.reply_text}")
+    raise BrokerError(f"unexpected {method.name} from the broker")
+
+
+# -- reading a stream -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Columns:
+    """The rows read so far, column by column (stream is the partition's)."""
+
+    offset: list[int] = field(default_factory=list)
+    timestamp: list[int] = field(default_factory=list)
+    exchange: list[str] = field(default_factory=list)
+    routing_key: list[str] = field(default_factory=list)
+    message_id: list[str | None] = field(default_factory=list)
+    correlation_id: list[str | None] = field(default_factory=list)
+    content_type: list[str | None] = field(default_factory=list)
+    headers: list[dict[str, Any] | None] = field(default_factory=list)
+    body: list[bytes] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.offset)
+
+
+def _shortstr_at(buf: bytearray, pos: int) -> tuple[str, int]:
+    n = buf[pos]
+    return buf[pos + 1:pos + 1 + n].decode("utf-8", "replace"), pos + 1 + n
+
+
+def read_properties(buf: bytearray, pos: int, flags: int, with_headers: bool,
+                    out: Columns) -> None:
+    """Append one message's properties (its header frame from `pos`, after the flags) to the columns."""
+    content_type = correlation_id = message_id = None
+    headers: dict[str, Any] | None = None
+    offset = stamp = -1
+    if flags & F_CONTENT_TYPE:
+        content_type, pos = _shortstr_at(buf, pos)
+    if flags & F_CONTENT_ENCODING:
+        pos += 1 + buf[pos]
+    if flags & F_HEADERS:
+        size = _U32.unpack_from(buf, pos)[0]
+        end = pos + 4 + size
+        if size >= _TAIL and buf[end - _TAIL:end - _TAIL + len(_OFFSET_TAIL)] == _OFFSET_TAIL:
+            offset = _I64.unpack_from(buf, end - _TAIL + len(_OFFSET_TAIL))[0]
+            stamp = _I64.unpack_from(buf, end - 8)[0]
+            if with_headers:
+                table = decode.field_table(bytes(buf[pos:end]))[1]
+                for name in OWN_HEADERS:
+                    table.pop(name, None)
+                headers = table
+        else:  # not laid out as the broker appends them: decode the table
+            table = decode.field_table(bytes(buf[pos:end]))[1]
+            if "x-stream-timestamp" not in table:
+                raise BrokerError("the broker sent no x-stream-timestamp header: it predates the connector "
+                                  "(amqpd with GET /api/queues/{vhost}/{queue}/offset is needed)")
+            offset, stamp = int(table.pop("x-stream-offset", -1)), int(table.pop("x-stream-timestamp"))  # type: ignore[arg-type]
+            headers = table if with_headers else None
+        pos = end
+    if flags & F_DELIVERY_MODE:
+        pos += 1
+    if flags & F_PRIORITY:
+        pos += 1
+    if flags & F_CORRELATION_ID:
+        correlation_id, pos = _shortstr_at(buf, pos)
+    if flags & F_REPLY_TO:
+        pos += 1 + buf[pos]
+    if flags & F_EXPIRATION:
+        pos += 1 + buf[pos]
+    if flags & F_MESSAGE_ID:
+        message_id, pos = _shortstr_at(buf, pos)
+    if offset < 0:
+        raise BrokerError("a delivery without x-stream-offset: is the queue a stream?")
+    out.offset.append(offset)
+    out.timestamp.append(stamp)
+    out.content_type.append(content_type)
+    out.correlation_id.append(correlation_id)
+    out.message_id.append(message_id)
+    out.headers.append(headers if with_headers else None)
+
+
+class StreamReader:
+    """Reads one stream's offsets [start, end) in order, in batches of about `batch_rows`."""
+
+    def __init__(self, endpoint: Endpoint, stream: str, start: int, end: int, *, with_headers: bool,
+                 batch_rows: int = 32_768, prefetch: int = PREFETCH) -> None:
+        self.endpoint = endpoint
+        self.stream = stream
+        self.start = start
+        self.end = end
+        self.with_headers = with_headers
+        self.batch_rows = batch_rows
+        self.prefetch = prefetch
+
+    def batches(self) -> Iterator[Columns]:
+        if self.start >= self.end:
+            return
+        link = Link(self.endpoint)
+        try:
+            link.send_method(commands.Basic.Qos(prefetch_count=self.prefetch))
+            link.expect(commands.Basic.QosOk)
+            link.send_method(commands.Basic.Consume(
+                queue=self.stream, consumer_tag="amqpd.spark",
+                arguments={"x-stream-offset": self.start, "x-stream-timestamp": True}))
+            link.expect(commands.Basic.ConsumeOk)
+            yield from self._scan(link)
+        finally:
+            link.close()
+
+    def _scan(self, link: Link) -> Iterator[Columns]:
+        last = self.end - 1
+        ack_every = max(self.prefetch // 2, 1)
+        unacked = 0
+        tag = 0
+        out = Columns()
+        buf = link.buf
+        body_size = 0
+        parts: list[bytes] = []
+        exchange = routing_key = ""
+        while True:
+            kind, start, end = link.next_frame()
+            buf = link.buf
+            if kind == FRAME_METHOD:
+                if _U32.unpack_from(buf, start)[0] != BASIC_DELIVER:
+                    _, _, method = pamqp_frame.unmarshal(bytes(buf[start - 7:end + 1]))
+                    raise_unexpected(link, method)
+                pos = start + 4
+                pos += 1 + buf[pos]  # consumer tag
+                tag = _U64.unpack_from(buf, pos)[0]
+                exchange, pos = _shortstr_at(buf, pos + 9)
+                routing_key, pos = _shortstr_at(buf, pos)
+            elif kind == FRAME_HEADER:
+                _, _, body_size, flags = _CONTENT_HEADER.unpack_from(buf, start)
+                read_properties(buf, start + 14, flags, self.with_headers, out)
+                out.exchange.append(exchange)
+                out.routing_key.append(routing_key)
+                parts = []
+                if body_size == 0:
+                    out.body.append(b"")
+            elif kind == FRAME_BODY:
+                parts.append(bytes(buf[start:end]))
+                if sum(map(len, parts)) < body_size:
+                    continue
+                out.body.append(parts[0] if len(parts) == 1 else b"".join(parts))
+            else:
+                continue
+            if len(out.body) != len(out.offset) or kind == FRAME_METHOD:
+                continue
+            unacked += 1
+            offset = out.offset[-1]
+            done = offset >= last
+            if unacked >= ack_every or done:
+                link.sock.sendall(_frame(FRAME_METHOD, 1, _ACK.pack(60, 80, tag, 1)))
+                unacked = 0
+            if done:
+                yield out
+                return
+            if len(out) >= self.batch_rows:
+                yield out
+                out = Columns()
+
+
+# -- publishing ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Outgoing:
+    """One message to publish."""
+
+    body: bytes
+    exchange: str = ""
+    routing_key: str = ""
+    message_id: str | None = None
+    correlation_id: str | None = None
+    content_type: str | None = None
+    headers: dict[str, Any] | None = None
+
+
+def encode_publish(msg: Outgoing, frame_max: int) -> bytes:
+    """basic.publish (mandatory), its content header (persistent) and body frames."""
+    method = b"\x00\x3c\x00\x28\x00\x00" + _shortstr(msg.exchange) + _shortstr(msg.routing_key) + b"\x01"
+    flags = F_DELIVERY_MODE
+    props = b""
+    if msg.content_type is not None:
+        flags |= F_CONTENT_TYPE
+        props += _shortstr(msg.content_type)
+    if msg.headers:
+        flags |= F_HEADERS
+        props += encode.field_table(msg.headers)
+    props += b"\x02"
+    if msg.correlation_id is not None:
+        flags |= F_CORRELATION_ID
+        props += _shortstr(msg.correlation_id)
+    if msg.message_id is not None:
+        flags |= F_MESSAGE_ID
+        props += _shortstr(msg.message_id)
+    header = _CONTENT_HEADER.pack(60, 0, len(msg.body), flags) + props
+    out = _frame(FRAME_METHOD, 1, method) + _frame(FRAME_HEADER, 1, header)
+    room = frame_max - 8
+    body = msg.body
+    for i in range(0, len(body), room):
+        out += _frame(FRAME_BODY, 1, body[i:i + room])
+    return out
+
+
+class Publisher:
+    """Publishes with confirms; `flush()` returns once every message sent so far is confirmed, and raises if
+    the broker nacked one or returned one as unroutable."""
+
+    def __init__(self, endpoint: Endpoint, window: int = 2_000) -> None:
+        self.link = Link(endpoint)
+        self.link.send_method(commands.Confirm.Select())
+        self.link.expect(commands.Confirm.SelectOk)
+        self.window = window
+        self.sent = 0
+        self.confirmed = 0
+        self.nacked = 0
+        self.returned: list[str] = []
+        self._pending = bytearray()
+
+    def publish(self, msg: Outgoing) -> None:
+        self._pending += encode_publish(msg, self.link.frame_max)
+        self.sent += 1
+        if len(self._pending) >= 1 << 16:
+            self._send()
+        while self.sent - self.confirmed > self.window:
+            self._read_confirms()
+
+    def _send(self) -> None:
+        if self._pending:
+            self.link.sock.sendall(self._pending)
+            self._pending = bytearray()
+
+    def flush(self) -> int:
+        self._send()
+        while self.confirmed < self.sent:
+            self._read_confirms()
+        if self.returned:
+            raise BrokerError(f"{len(self.returned)} message(s) were unroutable: {self.returned[0]}")
+        if self.nacked:
+            raise BrokerError(f"the broker refused (nacked) {self.nacked} message(s)")
+        return self.sent
+
+    def _read_confirms(self) -> None:
+        self._send()
+        link = self.link
+        kind, start, end = link.next_frame()
+        if kind != FRAME_METHOD:
+            return  # a returned message's content frames
+        buf = link.buf
+        method_id = _U32.unpack_from(buf, start)[0]
+        if method_id in (BASIC_ACK, BASIC_NACK):
+            tag, multiple = struct.unpack_from(">QB", buf, start + 4)
+            count = tag - self.confirmed if multiple & 1 else 1
+            self.confirmed += count
+            if method_id == BASIC_NACK:
+                self.nacked += count
+            return
+        _, _, method = pamqp_frame.unmarshal(bytes(buf[start - 7:end + 1]))
+        if isinstance(method, commands.Basic.Return):
+            self.returned.append(f"{method.reply_code} {method.reply_text} (exchange '{method.exchange}', "
+                                 f"routing key '{method.routing_key}')")
+            return
+        raise_unexpected(link, method)
+
+    def close(self) -> None:
+        self.link.close()

@@ -1,0 +1,188 @@
+"""`python -m bench.spark`: Spark batch-reading an amqpd stream through amqpd.spark, beside Spark reading the
+same rows from a local Parquet file and beside a plain pika consumer loop, in the same run on local[2].
+
+    python -m bench.spark [--messages 1000000] [--size 100]
+    python -m bench.spark --latency 20000 [--seconds 30]   # streaming end-to-end latency at a fixed rate
+
+Starts its own amqpd (ephemeral ports, a temporary data directory), fills one stream with confirmed
+publishes, then times each reader over the whole stream (each forced to read every body). Prints rows/s
+and the ratios. Needs the `spark` extra and Java 17.
+"""
+
+from __future__ import annotations
+
+import argparse
+import struct
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pika
+
+from amqpd.spark.wire import BrokerError, Endpoint, Outgoing, Publisher, StreamReader
+from amqpd.testing import BrokerProcess
+
+STREAM = "bench-spark"
+
+
+def fill(url: str, messages: int, size: int) -> float:
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    conn.channel().queue_declare(STREAM, durable=True, arguments={"x-queue-type": "stream"})
+    conn.close()
+    publisher = Publisher(Endpoint.parse(url), window=5_000)
+    body = b"x" * size
+    started = time.perf_counter()
+    for _ in range(messages):
+        publisher.publish(Outgoing(body=body, routing_key=STREAM))
+    publisher.flush()
+    publisher.close()
+    return messages / (time.perf_counter() - started)
+
+
+def pika_loop(url: str, messages: int) -> float:
+    """The plain way: pika's BlockingConnection, prefetch 1,000, an ack (multiple) every 500."""
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    ch = conn.channel()
+    ch.basic_qos(prefetch_count=1000)
+    seen = 0
+    started = time.perf_counter()
+    for method, _props, _body in ch.consume(STREAM, arguments={"x-stream-offset": "first"}):
+        seen += 1
+        if seen % 500 == 0 or seen == messages:
+            ch.basic_ack(method.delivery_tag, multiple=True)
+        if seen == messages:
+            break
+    elapsed = time.perf_counter() - started
+    conn.close()
+    return messages / elapsed
+
+
+def paced_publisher(url: str, stream: str, rate: int, seconds: float, size: int, stop: threading.Event) -> None:
+    """`rate` messages per second for `seconds`, in 10 ms ticks; each body starts with its publish time (ns)."""
+    publisher = Publisher(Endpoint.parse(url), window=20_000)
+    pad = b"x" * max(size - 8, 0)
+    started = time.monotonic()
+    sent = 0
+    while not stop.is_set() and time.monotonic() - started < seconds:
+        due = int((time.monotonic() - started) * rate)
+        for _ in range(due - sent):
+            publisher.publish(Outgoing(body=struct.pack(">q", time.time_ns()) + pad, routing_key=stream))
+        sent = max(sent, due)
+        publisher.flush()
+        time.sleep(0.01)
+    publisher.close()
+
+
+def latency(rate: int, seconds: float, size: int) -> None:
+    """End to end as a pipeline sees it: publish into `bench-latency` → Spark reads it (default trigger) →
+    writes the bodies to `bench-latency-out` → a consumer there gets them; each body carries its publish time."""
+    from pyspark.sql import SparkSession
+
+    from amqpd.spark import register
+
+    stream, out = "bench-latency", "bench-latency-out"
+    warmup_s = 5.0
+    with BrokerProcess(management=True) as broker, tempfile.TemporaryDirectory(prefix="bench-spark-") as tmp:
+        conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+        for name in (stream, out):
+            conn.channel().queue_declare(name, durable=True, arguments={"x-queue-type": "stream"})
+        conn.close()
+        spark = (SparkSession.builder.master("local[2]").appName("bench.spark latency")
+                 .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate())
+        spark.sparkContext.setLogLevel("ERROR")
+        register(spark)
+        query = (spark.readStream.format("amqpd").option("uri", broker.url)
+                 .option("managementUri", broker.mgmt_url).option("queue", stream).load().select("body")
+                 .writeStream.format("amqpd").option("uri", broker.url).option("routing_key", out)
+                 .option("checkpointLocation", tmp).start())
+        seen: list[float] = []
+        t0 = time.time_ns()
+
+        def consume() -> None:
+            reader = StreamReader(Endpoint.parse(broker.url), out, 0, 1 << 62, with_headers=False, batch_rows=100)
+            try:
+                for cols in reader.batches():
+                    now = time.time_ns()
+                    stamps = [struct.unpack_from(">q", body)[0] for body in cols.body]
+                    seen.extend((now - s) / 1e6 for s in stamps if s - t0 > warmup_s * 1e9)
+            except (BrokerError, OSError):
+                return  # the broker stopped at the end of the run
+
+        threading.Thread(target=consume, daemon=True).start()
+        stop = threading.Event()
+        pub = threading.Thread(target=paced_publisher, args=(broker.url, stream, rate, seconds, size, stop))
+        pub.start()
+        pub.join()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(seen) < int(rate * (seconds - warmup_s) * 0.99):
+            time.sleep(0.2)
+        query.stop()
+        spark.stop()
+    seen.sort()
+    if not seen:
+        print("no messages measured")
+        return
+    pct = {q: seen[min(int(len(seen) * q), len(seen) - 1)] for q in (0.5, 0.99)}
+    print(f"streaming end-to-end latency at {rate:,} msg/s × {size} B for {seconds:.0f} s (after {warmup_s:.0f} s "
+          f"warm-up): publish → Spark reads → Spark writes to another stream → consumer, {len(seen):,} messages:")
+    print(f"  p50 {pct[0.5]:,.0f} ms   p99 {pct[0.99]:,.0f} ms")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--size", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=2, help="Spark reads per source (the best is kept)")
+    parser.add_argument("--latency", type=int, metavar="RATE", help="measure streaming latency at RATE msg/s")
+    parser.add_argument("--seconds", type=float, default=30.0, help="with --latency: how long to publish")
+    args = parser.parse_args()
+    if args.latency:
+        latency(args.latency, args.seconds, args.size)
+        return
+
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    from amqpd.spark import register
+
+    with BrokerProcess(management=True) as broker, tempfile.TemporaryDirectory(prefix="bench-spark-") as tmp:
+        print(f"filling {STREAM} with {args.messages:,} messages of {args.size} B …", flush=True)
+        print(f"  confirmed publish: {fill(broker.url, args.messages, args.size):,.0f} msg/s", flush=True)
+        spark = (SparkSession.builder.master("local[2]").appName("bench.spark")
+                 .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+                 .config("spark.driver.memory", "2g").getOrCreate())
+        spark.sparkContext.setLogLevel("ERROR")
+        register(spark)
+
+        def amqpd_df():  # type: ignore[no-untyped-def]
+            return (spark.read.format("amqpd").option("uri", broker.url).option("managementUri", broker.mgmt_url)
+                    .option("queue", STREAM).load())
+
+        def timed(make) -> float:  # type: ignore[no-untyped-def]
+            best = 0.0
+            for _ in range(args.rounds):
+                started = time.perf_counter()
+                row = make().agg(F.count("*").alias("n"), F.sum(F.length("body")).alias("bytes")).collect()[0]
+                rate = row.n / (time.perf_counter() - started)
+                assert row.n == args.messages, f"read {row.n} rows, expected {args.messages}"
+                best = max(best, rate)
+            return best
+
+        amqpd_rate = timed(amqpd_df)
+        parquet = str(Path(tmp) / "rows.parquet")
+        amqpd_df().write.parquet(parquet)
+        parquet_rate = timed(lambda: spark.read.parquet(parquet))
+        spark.stop()
+        pika_rate = pika_loop(broker.url, args.messages)
+
+    print(f"\nbatch read of {args.messages:,} × {args.size} B on local[2] (best of {args.rounds}):")
+    print(f"  {'reader':<28}{'rows/s':>12}{'vs amqpd.spark':>16}")
+    for name, rate in (("amqpd.spark (format amqpd)", amqpd_rate), ("Spark on local Parquet", parquet_rate),
+                       ("pika consumer loop", pika_rate)):
+        print(f"  {name:<28}{rate:>12,.0f}{rate / amqpd_rate:>16.2f}")
+    print(f"  amqpd.spark / pika loop: {amqpd_rate / pika_rate:.1f}×")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""How the micro-batch reader plans offsets on the driver, called as Spark calls it (no Spark session):
+admission control through ReadLimit (pyspark >= 4.2) and through its own cap when pyspark < 4.2 calls
+latestOffset() without arguments, Trigger.AvailableNow's fixed end, and data loss between batches."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from broker_streams import declare_stream, publish
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+from amqpd.spark.options import DataLossError, ReadOptions
+from amqpd.spark.reader import StreamingReader, read_range
+from amqpd.testing import BrokerProcess
+
+
+def _reader(broker: BrokerProcess, queue: str, **options: str) -> StreamingReader:
+    opts = {"uri": broker.url, "managementUri": broker.mgmt_url, "queue": queue, **options}
+    return StreamingReader(ReadOptions.parse(opts, streaming=True))
+
+
+def test_read_limits_cap_each_batch_and_read_all_available_does_not(
+    broker: BrokerProcess, stream_name: Callable[[str], str]
+) -> None:
+    name = stream_name("limits")
+    declare_stream(broker, name)
+    publish(broker, name, [b"m"] * 250)
+    r = _reader(broker, name, startingOffsets="earliest", maxOffsetsPerTrigger="100")
+    start = r.initialOffset()
+    assert start == {name: 0}
+    assert r.getDefaultReadLimit() == ReadMaxRows(100)
+    assert r.latestOffset(start, ReadMaxRows(100)) == {name: 100}
+    assert r.latestOffset({name: 200}, ReadMaxRows(100)) == {name: 250}
+    assert r.latestOffset(start, ReadAllAvailable()) == {name: 250}
+
+
+def test_without_arguments_as_pyspark_before_4_2_calls_it_the_reader_applies_its_own_cap(
+    broker: BrokerProcess, stream_name: Callable[[str], str]
+) -> None:
+    name = stream_name("old-api")
+    declare_stream(broker, name)
+    publish(broker, name, [b"m"] * 250)
+    r = _reader(broker, name, startingOffsets="earliest", maxRecordsPerTrigger="100")
+    r.initialOffset()
+    assert [r.latestOffset() for _ in range(4)] == [{name: 100}, {name: 200}, {name: 250}, {name: 250}]
+    restarted = _reader(broker, name, startingOffsets="earliest", maxRecordsPerTrigger="100")
+    # from a checkpoint (no initialOffset call): its start is unknown, so no end before it: the end, uncapped
+    assert restarted.latestOffset() == {name: 250}
+
+
+def test_trigger_available_now_stops_at_the_end_seen_when_it_started(
+    broker: BrokerProcess, stream_name: Callable[[str], str]
+) -> None:
+    name = stream_name("available-now")
+    declare_stream(broker, name)
+    publish(broker, name, [b"m"] * 30)
+    r = _reader(broker, name, startingOffsets="earliest")
+    start = r.initialOffset()
+    r.prepareForTriggerAvailableNow()
+    publish(broker, name, [b"late"] * 10)
+    assert r.latestOffset(start, ReadAllAvailable()) == {name: 30}
+
+
+def test_a_planned_batch_whose_offsets_retention_deleted_is_data_loss(
+    broker: BrokerProcess, stream_name: Callable[[str], str]
+) -> None:
+    name = stream_name("stream-loss")
+    declare_stream(broker, name, **{"x-stream-max-segment-size-bytes": 2000, "x-max-length-bytes": 4000})
+    publish(broker, name, [b"z" * 100 for _ in range(200)])
+    strict = _reader(broker, name)
+    with pytest.raises(DataLossError, match=f"stream '{name}': offsets 0\\.\\."):
+        strict.partitions({name: 0}, {name: 200})
+    lenient = _reader(broker, name, failOnDataLoss="false")
+    parts = lenient.partitions({name: 0}, {name: 200})
+    assert parts[0].start > 0 and parts[-1].end == 200
+
+
+def test_offsets_deleted_after_planning_are_data_loss_when_the_executor_reads(
+    broker: BrokerProcess, stream_name: Callable[[str], str]
+) -> None:
+    name = stream_name("late-loss")
+    declare_stream(broker, name, **{"x-stream-max-segment-size-bytes": 2000, "x-max-length-bytes": 4000})
+    publish(broker, name, [b"z" * 100 for _ in range(10)])
+    strict = _reader(broker, name, maxOffsetsPerPartition="1000").partitions({name: 0}, {name: 10})
+    lenient = _reader(broker, name, failOnDataLoss="false").partitions({name: 0}, {name: 10})
+    publish(broker, name, [b"z" * 100 for _ in range(200)])  # retention now drops offsets 0..9
+    with pytest.raises(DataLossError, match=f"stream '{name}': offsets 0\\.\\."):
+        list(read_range(strict[0]))  # type: ignore[arg-type]
+    assert list(read_range(lenient[0])) == []  # type: ignore[arg-type]  # what is left of 0..9: nothing

@@ -5,29 +5,40 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
 from urllib.parse import urlparse
 
 import pytest
 
+from amqpd.testing import BrokerProcess
 from interop import access_users, scope
 from interop.runner import Outcome
 
 OUTCOMES: list[Outcome] = []
+_definitions = ""  # the access scenarios' users and vhosts, as a definitions file
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """The access scenarios' users and vhosts, on both brokers: amqpd imports them at boot (the session's
-    amqpd starts after collection), RabbitMQ now."""
-    path = access_users.write_definitions()
-    os.environ["AMQPD_LOAD_DEFINITIONS"] = path
-    access_users.install_on_reference(path)
+    """The access scenarios' users and vhosts, on both brokers: the interop amqpd imports them at boot,
+    RabbitMQ now."""
+    global _definitions
+    _definitions = access_users.write_definitions()
+    access_users.install_on_reference(_definitions)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     access_users.remove_from_reference()
-    path = os.environ.pop("AMQPD_LOAD_DEFINITIONS", "")
-    if path and os.path.exists(path):
-        os.unlink(path)
+    if _definitions and os.path.exists(_definitions):
+        os.unlink(_definitions)
+
+
+@pytest.fixture(scope="session")
+def amqpd_broker() -> Iterator[BrokerProcess]:
+    """The interop suite's own amqpd (default addresses, as a user's would be), with the access scenarios'
+    users imported at boot. Its own: the brokers of tests/ must not see those users and vhosts (a test
+    listing vhosts would find them)."""
+    with BrokerProcess(hosts=(), env={"AMQPD_LOAD_DEFINITIONS": _definitions}) as broker:
+        yield broker
 
 
 def target_is_reference() -> bool:

@@ -77,7 +77,7 @@ def tls_broker(certs: Certs, directory: Path, **extra: Any) -> BrokerProcess:
     }
     config = directory / "amqpd.toml"
     config.write_text("[amqpd]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in settings.items()))
-    # The environment outranks the config file (interop's session sets AMQPD_LOAD_DEFINITIONS too).
+    # The environment outranks the config file.
     env = {"AMQPD_LOAD_DEFINITIONS": str(definitions(directory))}
     return BrokerProcess(extra_args=["--config", str(config), "--in-memory"], env=env)
 

@@ -21,6 +21,9 @@ from pamqp import commands, decode, encode
 from pamqp import frame as pamqp_frame
 from pamqp.header import ProtocolHeader
 
+from amqpd.protocol.fastpath import shortstr as _shortstr
+from amqpd.protocol.frames import frame as _frame
+
 FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT = 1, 2, 3, 8
 BASIC_DELIVER = (60 << 16) | 60
 BASIC_ACK = (60 << 16) | 80
@@ -70,17 +73,6 @@ class Endpoint:
         vhost = urllib.parse.unquote(path) if u.path else "/"
         return cls(u.hostname or "127.0.0.1", u.port or 5672, urllib.parse.unquote(u.username or "guest"),
                    urllib.parse.unquote(u.password or "guest"), vhost)
-
-
-def _frame(kind: int, channel: int, payload: bytes) -> bytes:
-    return _FRAME_HEADER.pack(kind, channel, len(payload)) + payload + b"\xce"
-
-
-def _shortstr(value: str) -> bytes:
-    raw = value.encode()
-    if len(raw) > 255:
-        raise ValueError(f"short string over 255 bytes: {value[:40]!r}…")
-    return bytes([len(raw)]) + raw
 
 
 class Link:

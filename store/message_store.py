@@ -510,6 +510,30 @@ class MessageStore:
             i = j
         return found
 
+    def prefetch(self, offsets: list[int]) -> None:
+        """Have the kernel read the file stretches holding these ascending offsets into the page cache
+        (posix_fadvise WILLNEED), so that read_many finds them there. Blocking at most for the requests, no
+        decoding: meant for a worker thread, where it does not compete with the loop for the GIL."""
+        bases = list(self._bases)
+        i = 0
+        while i < len(offsets):
+            s = bisect_right(bases, offsets[i]) - 1
+            end = bases[s + 1] if s + 1 < len(bases) else None
+            j = i
+            while j < len(offsets) and (end is None or offsets[j] < end):
+                j += 1
+            if s >= 0:
+                index = self._indexes.get(bases[s])
+                first = index.floor(offsets[i]) if index is not None else None
+                start = first[1] if first is not None else FILE_HEADER_SIZE
+                try:
+                    fd = self._read_fd(bases[s])
+                    stop = index.after(offsets[j - 1]) if index is not None else None
+                    os.posix_fadvise(fd, start, (stop or os.fstat(fd).st_size) - start, os.POSIX_FADV_WILLNEED)
+                except OSError:
+                    pass  # only a hint: the read will find out
+            i = j
+
     def _read_run(self, base: int, offsets: list[int]) -> list[MessageRecord | None]:
         if offsets[-1] in self._unwritten or (self._volatile and not self._volatile.keys().isdisjoint(offsets)):
             # the newest are not in the file yet (they are a suffix), or some never made it to disk

@@ -57,6 +57,11 @@ class SegmentIndex:
             return None
         return self.base + self.rel_offsets[i], self.positions[i]
 
+    def after(self, offset: int) -> int | None:
+        """File position of the first entry past `offset` (a record at `offset` ends before it), or None."""
+        i = bisect_right(self.rel_offsets, offset - self.base)
+        return self.positions[i] if i < len(self.positions) else None
+
     def before_time(self, timestamp_ms: int) -> tuple[int, int] | None:
         """(offset, position) of the last entry whose records are all older than `timestamp_ms`: a record
         with timestamp >= timestamp_ms can only be at or after it. None: start at the segment's beginning."""

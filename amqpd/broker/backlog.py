@@ -11,10 +11,10 @@ a connection. Here only a window at the head is held as entries. Behind it:
   entries that must stay in memory (transient messages, messages the store does not hold for this queue).
 
 When the window runs dry the next batch is read back from the store. With a `read_ahead` hook, the batch
-after the window is taken off the deques once the window is half gone, and its records are read in a worker
-thread while the window is delivered; the refill then only builds the entries, on the loop, from records
-already in memory (it reads synchronously only if the worker has not finished). Queue uses this exactly
-like FifoReady.
+after the window is taken off the deques once the window is half gone and handed to the hook while the
+window is delivered: the broker's hook has the kernel read its file stretches into the page cache (a hook
+may also hand the records back, and the refill then builds the entries from them); the refill reads
+whatever it was not given. Queue uses this exactly like FifoReady.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 Plain object: delivery goes to the consumer's channel (Consumer.deliver, or the channel directly when a
 push goes straight out), the wall clock comes from the hooks (QueueHooks.now_ms), durability and
 dead-lettering go through the hooks. No sockets here; but a durable queue's backlog is read back through
-QueueHooks.load, which reads the store synchronously (see backlog.py).
+QueueHooks.read_ahead (a worker thread) and QueueHooks.load, which reads synchronously when the worker
+has not finished (see backlog.py).
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ from amqpd import config
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="amqpd", description="A lightweight AMQP 0-9-1 broker.")
     p.add_argument(
-        "--host", action="append",
+        "--host",
+        action="append",
         help="address to listen on; repeat for several, all on one port (default: 127.0.0.1 and ::1; "
         "0.0.0.0 for every IPv4 interface, :: for every IPv6 one)",
     )
@@ -34,11 +35,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="keep log segments no queue needs while the log is under this size: 10GiB, 500MB, or bytes",
     )
     p.add_argument(
-        "--management-port", type=_checked(_port), metavar="PORT",
+        "--management-port",
+        type=_checked(_port),
+        metavar="PORT",
         help="management HTTP API port (default 15672; 0 picks a free port; off: no management API)",
     )
     p.add_argument(
-        "--prometheus-port", type=_checked(_port), metavar="PORT",
+        "--prometheus-port",
+        type=_checked(_port),
+        metavar="PORT",
         help="Prometheus /metrics port (default 15692; 0 picks a free port; off: no metrics listener)",
     )
     p.add_argument("--management-host", help="address the management and metrics listeners use (default 127.0.0.1)")

@@ -120,6 +120,8 @@ def parse_hosts(value: str | list[str]) -> list[str]:
     if not hosts:
         raise ValueError("no address to listen on")
     return hosts
+
+
 DURATION_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 SIZE_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
 SIZE_UNITS |= {"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}

@@ -1,7 +1,7 @@
 """Run amqpd from a test suite: a subprocess on an ephemeral port, stopped when the block ends.
 
-    with BrokerProcess() as broker:
-        pika.BlockingConnection(pika.URLParameters(broker.url))
+with BrokerProcess() as broker:
+    pika.BlockingConnection(pika.URLParameters(broker.url))
 """
 
 from __future__ import annotations
@@ -27,7 +27,10 @@ class BrokerProcess:
     Prometheus listener run on ephemeral ports (`mgmt_url`, `metrics_url`); otherwise they are off."""
 
     def __init__(
-        self, data_dir: str | None = None, extra_args: list[str] | None = None, env: dict[str, str] | None = None,
+        self,
+        data_dir: str | None = None,
+        extra_args: list[str] | None = None,
+        env: dict[str, str] | None = None,
         hosts: tuple[str, ...] = ("127.0.0.1",),
         management: bool = False,
     ) -> None:
@@ -66,14 +69,25 @@ class BrokerProcess:
         return f"amqp://guest:guest@{self.host}:{self.port}/%2F"
 
     def start(self, timeout: float = 30.0) -> BrokerProcess:
-        cmd = [sys.executable, "-m", "amqpd", *(f"--host={h}" for h in self.hosts), "--port", "0",
-               "--data-dir", self.data_dir]
+        cmd = [
+            sys.executable,
+            "-m",
+            "amqpd",
+            *(f"--host={h}" for h in self.hosts),
+            "--port",
+            "0",
+            "--data-dir",
+            self.data_dir,
+        ]
         port = "0" if self.management else "off"  # never the default ports: tests run beside a RabbitMQ
         cmd += ["--management-port", port, "--prometheus-port", port]
         env = dict(os.environ, **(self.env or {}))
         env.setdefault("PYTHONUNBUFFERED", "1")
         self.proc = subprocess.Popen(
-            cmd + self.extra_args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+            cmd + self.extra_args,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
             cwd=str(Path(__file__).resolve().parent.parent),
         )
         threading.Thread(target=self._pump_stderr, daemon=True).start()

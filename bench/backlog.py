@@ -25,7 +25,12 @@ def run_backlog(target: Target, opts: Options, queue: str, depth: Callable[[], i
     shares = [n // PUBLISHERS + (1 if i < n % PUBLISHERS else 0) for i in range(PUBLISHERS)]
     pubs: list[Spec] = [
         PublisherSpec(
-            target.url, "", (queue,), persistent=True, confirm_window=CONFIRM_WINDOW, limit=share,
+            target.url,
+            "",
+            (queue,),
+            persistent=True,
+            confirm_window=CONFIRM_WINDOW,
+            limit=share,
             app_properties=opts.app_properties,
         )
         for share in shares
@@ -70,8 +75,15 @@ def run_stream(target: Target, opts: Options, stream: str) -> Metrics:
     cpu = fill.broker_cpu
     for count in STREAM_CONSUMERS:
         readers: list[Spec] = [
-            ConsumerSpec(target.url, stream, no_ack=False, prefetch=DRAIN_PREFETCH, ack_every=DRAIN_ACK_EVERY,
-                         limit=n, stream_offset="first")
+            ConsumerSpec(
+                target.url,
+                stream,
+                no_ack=False,
+                prefetch=DRAIN_PREFETCH,
+                ack_every=DRAIN_ACK_EVERY,
+                limit=n,
+                stream_offset="first",
+            )
             for _ in range(count)
         ]
         replay, replay_peak = _phase(target, opts, readers)

@@ -27,7 +27,9 @@ RESULTS = Path(__file__).resolve().parent / "results"
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     p.add_argument(
-        "scenarios", nargs="*", metavar="SCENARIO",
+        "scenarios",
+        nargs="*",
+        metavar="SCENARIO",
         help="S1…S6 (each message with its own properties), S1EQ…S6EQ (equal properties), SAT "
         "(default: S1…S6, S1EQ, S2EQ, S3EQ, S6EQ)",
     )

@@ -113,8 +113,14 @@ class _AppTemplate:
     """One message to one routing key with its variable fields left blank, and where each blank is."""
 
     def __init__(
-        self, channel: int, exchange: str, routing_key: str, body_size: int, frame_max: int,
-        delivery_mode: int | None, tag: str,
+        self,
+        channel: int,
+        exchange: str,
+        routing_key: str,
+        body_size: int,
+        frame_max: int,
+        delivery_mode: int | None,
+        tag: str,
     ) -> None:
         blank = b"0" * SEQ_DIGITS
         flags = _CONTENT_TYPE_FLAG | _HEADERS_FLAG | _CORRELATION_ID_FLAG | _MESSAGE_ID_FLAG | _TIMESTAMP_FLAG
@@ -156,8 +162,14 @@ class AppPublish:
     formatted number and four slice writes per message, far below the broker's cost."""
 
     def __init__(
-        self, channel: int, exchange: str, routing_keys: tuple[str, ...], body_size: int,
-        frame_max: int = 131072, delivery_mode: int | None = None, tag: str = "0",
+        self,
+        channel: int,
+        exchange: str,
+        routing_keys: tuple[str, ...],
+        body_size: int,
+        frame_max: int = 131072,
+        delivery_mode: int | None = None,
+        tag: str = "0",
     ) -> None:
         self.templates = [
             _AppTemplate(channel, exchange, k, body_size, frame_max, delivery_mode, tag) for k in routing_keys

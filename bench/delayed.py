@@ -125,8 +125,9 @@ def run(messages: int, max_delay_ms: int, persistent: bool = True, seed: int = 1
         arrivals = out.get(timeout=max_delay_ms / 1000 + 150)
         stop.set()
         consumer.join(10)
-    return _report(messages, max_delay_ms, persistent, delays, (sent_at, confirmed_at), arrivals, rate,
-                   rss_before, peak[0])
+    return _report(
+        messages, max_delay_ms, persistent, delays, (sent_at, confirmed_at), arrivals, rate, rss_before, peak[0]
+    )
 
 
 def _percentiles(values: list[float]) -> tuple[float, float, float]:
@@ -136,8 +137,15 @@ def _percentiles(values: list[float]) -> tuple[float, float, float]:
 
 
 def _report(
-    messages: int, max_delay_ms: int, persistent: bool, delays: list[int], times: tuple[list[float], list[float]],
-    arrivals: list[tuple[int, float]], rate: float, rss_before: int, rss_peak: int,
+    messages: int,
+    max_delay_ms: int,
+    persistent: bool,
+    delays: list[int],
+    times: tuple[list[float], list[float]],
+    arrivals: list[tuple[int, float]],
+    rate: float,
+    rss_before: int,
+    rss_peak: int,
 ) -> dict[str, Any]:
     """Lateness is bracketed: the broker fixed each due time between the message's send and its confirm,
     so the true lateness lies between `late_ms` from the confirm (a lower bound) and from the send (upper)."""
@@ -153,12 +161,18 @@ def _report(
     done = max(confirmed_at)
     quiet = [late for late, d in zip(late_lower, due_low, strict=True) if d / 1000 > done + 0.5]
     return {
-        "messages": messages, "max_delay_ms": max_delay_ms, "persistent": persistent,
-        "delivered": len(arrivals), "publish_msg_s": round(rate),
-        "late_ms_p50_p99_max_from_send": upper, "late_ms_p50_p99_max_from_confirm": lower,
+        "messages": messages,
+        "max_delay_ms": max_delay_ms,
+        "persistent": persistent,
+        "delivered": len(arrivals),
+        "publish_msg_s": round(rate),
+        "late_ms_p50_p99_max_from_send": upper,
+        "late_ms_p50_p99_max_from_confirm": lower,
         "late_ms_p50_p99_max_after_publishing": _percentiles(quiet) if quiet else None,
-        "early": sum(1 for x in late_upper if x < -2), "surely_out_of_order": out_of_order,
-        "rss_before_mb": round(rss_before / 2**20, 1), "rss_peak_mb": round(rss_peak / 2**20, 1),
+        "early": sum(1 for x in late_upper if x < -2),
+        "surely_out_of_order": out_of_order,
+        "rss_before_mb": round(rss_before / 2**20, 1),
+        "rss_peak_mb": round(rss_peak / 2**20, 1),
         "rss_per_waiting_message_bytes": round((rss_peak - rss_before) / messages) if messages else None,
     }
 

@@ -50,9 +50,12 @@ def open_session(broker: Broker) -> Session:
     s = Session(broker, NullTransport(), "micro")
     s.feed(PROTOCOL_HEADER)
     props: dict[str, Any] = {"product": "micro", "capabilities": {}}
-    for method in (commands.Connection.StartOk(props, "PLAIN", "\0guest\0guest", "en_US"),
-                   commands.Connection.TuneOk(2047, 131072, 0), commands.Connection.Open("/"),
-                   commands.Channel.Open()):
+    for method in (
+        commands.Connection.StartOk(props, "PLAIN", "\0guest\0guest", "en_US"),
+        commands.Connection.TuneOk(2047, 131072, 0),
+        commands.Connection.Open("/"),
+        commands.Channel.Open(),
+    ):
         s.feed(frame.marshal(method, 0 if not isinstance(method, commands.Channel.Open) else 1))
     s.take_output()
     return s
@@ -121,8 +124,10 @@ def main() -> None:
     results = [anyio.run(_measure, *measure, False) for _ in range(args.rounds)]
     mid = len(results) // 2
     total, loop = sorted(r[0] for r in results), sorted(r[1] for r in results)
-    print(f"{args.scenario}: {total[mid]:.2f} µs/msg, loop thread {loop[mid]:.2f} (medians of {args.rounds}; "
-          f"min {total[0]:.2f}, {loop[0]:.2f})")
+    print(
+        f"{args.scenario}: {total[mid]:.2f} µs/msg, loop thread {loop[mid]:.2f} (medians of {args.rounds}; "
+        f"min {total[0]:.2f}, {loop[0]:.2f})"
+    )
     if args.profile:
         anyio.run(_measure, *measure, True)
 

@@ -149,8 +149,9 @@ def rabbitmq_round(messages: int) -> dict[str, float]:
 
 def drain_after_restart(target: Target, messages: int) -> float:
     """Consume the recovered backlog (manual acks, as S4 drains): msg/s. Every message must come back."""
-    spec = ConsumerSpec(target.url, QUEUE, no_ack=False, prefetch=DRAIN_PREFETCH, ack_every=DRAIN_ACK_EVERY,
-                        limit=messages)
+    spec = ConsumerSpec(
+        target.url, QUEUE, no_ack=False, prefetch=DRAIN_PREFETCH, ack_every=DRAIN_ACK_EVERY, limit=messages
+    )
     window, _ = _phase(target, Options(), [spec])
     if window.consumed != messages:
         raise RuntimeError(f"drained {window.consumed} of {messages} recovered messages")
@@ -203,7 +204,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--out", default="bench/results")
     p.add_argument(
-        "--rabbitmq", action="store_true",
+        "--rabbitmq",
+        action="store_true",
         help="also stop, kill -9 and restart the reference RabbitMQ on 127.0.0.1:5672 (only one you started)",
     )
     args = p.parse_args(argv)

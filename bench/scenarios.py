@@ -145,9 +145,7 @@ def s1(target: Target, opts: Options) -> Metrics:
 def s2(target: Target, opts: Options) -> Metrics:
     """Confirms (100 outstanding), persistent, durable queue, manual ack every 10, prefetch 200."""
     q = unique("s2")
-    pub = PublisherSpec(
-        target.url, "", (q,), persistent=True, confirm_window=100, app_properties=opts.app_properties
-    )
+    pub = PublisherSpec(target.url, "", (q,), persistent=True, confirm_window=100, app_properties=opts.app_properties)
     con = ConsumerSpec(target.url, q, no_ack=False, prefetch=200, ack_every=10)
     with declared(target, Topology([q], durable=True)):
         w, lat = steady(target, opts, [pub, con])
@@ -216,9 +214,7 @@ def sat(target: Target, opts: Options) -> Metrics:
     out: Metrics = {}
     for n in (1, 2):
         q = unique(f"sat{n}")
-        specs: list[Spec] = [
-            PublisherSpec(target.url, "", (q,), app_properties=opts.app_properties) for _ in range(n)
-        ]
+        specs: list[Spec] = [PublisherSpec(target.url, "", (q,), app_properties=opts.app_properties) for _ in range(n)]
         with declared(target, Topology([q])):
             w, _ = steady(target, opts, [*specs, ConsumerSpec(target.url, q)])
         out[f"{n} pub: published msg/s"] = w.published / w.seconds

@@ -88,14 +88,28 @@ def latency(rate: int, seconds: float, size: int) -> None:
         for name in (stream, out):
             conn.channel().queue_declare(name, durable=True, arguments={"x-queue-type": "stream"})
         conn.close()
-        spark = (SparkSession.builder.master("local[2]").appName("bench.spark latency")
-                 .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate())
+        spark = (
+            SparkSession.builder.master("local[2]")
+            .appName("bench.spark latency")
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.shuffle.partitions", "2")
+            .getOrCreate()
+        )
         spark.sparkContext.setLogLevel("ERROR")
         register(spark)
-        query = (spark.readStream.format("amqpd").option("uri", broker.url)
-                 .option("managementUri", broker.mgmt_url).option("queue", stream).load().select("body")
-                 .writeStream.format("amqpd").option("uri", broker.url).option("routing_key", out)
-                 .option("checkpointLocation", tmp).start())
+        query = (
+            spark.readStream.format("amqpd")
+            .option("uri", broker.url)
+            .option("managementUri", broker.mgmt_url)
+            .option("queue", stream)
+            .load()
+            .select("body")
+            .writeStream.format("amqpd")
+            .option("uri", broker.url)
+            .option("routing_key", out)
+            .option("checkpointLocation", tmp)
+            .start()
+        )
         seen: list[float] = []
         t0 = time.time_ns()
 
@@ -124,8 +138,10 @@ def latency(rate: int, seconds: float, size: int) -> None:
         print("no messages measured")
         return
     pct = {q: seen[min(int(len(seen) * q), len(seen) - 1)] for q in (0.5, 0.99)}
-    print(f"streaming end-to-end latency at {rate:,} msg/s × {size} B for {seconds:.0f} s (after {warmup_s:.0f} s "
-          f"warm-up): publish → Spark reads → Spark writes to another stream → consumer, {len(seen):,} messages:")
+    print(
+        f"streaming end-to-end latency at {rate:,} msg/s × {size} B for {seconds:.0f} s (after {warmup_s:.0f} s "
+        f"warm-up): publish → Spark reads → Spark writes to another stream → consumer, {len(seen):,} messages:"
+    )
     print(f"  p50 {pct[0.5]:,.0f} ms   p99 {pct[0.99]:,.0f} ms")
 
 
@@ -149,15 +165,25 @@ def main() -> None:
     with BrokerProcess(management=True) as broker, tempfile.TemporaryDirectory(prefix="bench-spark-") as tmp:
         print(f"filling {STREAM} with {args.messages:,} messages of {args.size} B …", flush=True)
         print(f"  confirmed publish: {fill(broker.url, args.messages, args.size):,.0f} msg/s", flush=True)
-        spark = (SparkSession.builder.master("local[2]").appName("bench.spark")
-                 .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-                 .config("spark.driver.memory", "2g").getOrCreate())
+        spark = (
+            SparkSession.builder.master("local[2]")
+            .appName("bench.spark")
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.shuffle.partitions", "2")
+            .config("spark.driver.memory", "2g")
+            .getOrCreate()
+        )
         spark.sparkContext.setLogLevel("ERROR")
         register(spark)
 
         def amqpd_df():  # type: ignore[no-untyped-def]
-            return (spark.read.format("amqpd").option("uri", broker.url).option("managementUri", broker.mgmt_url)
-                    .option("queue", STREAM).load())
+            return (
+                spark.read.format("amqpd")
+                .option("uri", broker.url)
+                .option("managementUri", broker.mgmt_url)
+                .option("queue", STREAM)
+                .load()
+            )
 
         def timed(make) -> float:  # type: ignore[no-untyped-def]
             best = 0.0
@@ -178,8 +204,11 @@ def main() -> None:
 
     print(f"\nbatch read of {args.messages:,} × {args.size} B on local[2] (best of {args.rounds}):")
     print(f"  {'reader':<28}{'rows/s':>12}{'vs amqpd.spark':>16}")
-    for name, rate in (("amqpd.spark (format amqpd)", amqpd_rate), ("Spark on local Parquet", parquet_rate),
-                       ("pika consumer loop", pika_rate)):
+    for name, rate in (
+        ("amqpd.spark (format amqpd)", amqpd_rate),
+        ("Spark on local Parquet", parquet_rate),
+        ("pika consumer loop", pika_rate),
+    ):
         print(f"  {name:<28}{rate:>12,.0f}{rate / amqpd_rate:>16.2f}")
     print(f"  amqpd.spark / pika loop: {amqpd_rate / pika_rate:.1f}×")
 

@@ -134,8 +134,13 @@ class Publisher:
         self.frames = [self._message(k) for k in spec.routing_keys]
         self.app = (
             AppPublish(
-                1, spec.exchange, spec.routing_keys, spec.body_size, self.conn.frame_max,
-                2 if spec.persistent else None, f"{os.getpid():x}",
+                1,
+                spec.exchange,
+                spec.routing_keys,
+                spec.body_size,
+                self.conn.frame_max,
+                2 if spec.persistent else None,
+                f"{os.getpid():x}",
             )
             if spec.app_properties
             else None

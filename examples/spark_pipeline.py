@@ -30,16 +30,20 @@ from amqpd.spark import register
 from amqpd.spark.decode import body_json
 
 EVENTS, PER_MINUTE = "events", "events_per_minute"
-EVENT_SCHEMA = StructType([StructField("user", StringType()), StructField("action", StringType()),
-                           StructField("event_ms", LongType())])
+EVENT_SCHEMA = StructType(
+    [StructField("user", StringType()), StructField("action", StringType()), StructField("event_ms", LongType())]
+)
 
 
 def declare_streams(uri: str) -> None:
     conn = pika.BlockingConnection(pika.URLParameters(uri))
     ch = conn.channel()
     ch.queue_declare(EVENTS, durable=True, arguments={"x-queue-type": "stream"})
-    ch.queue_declare(PER_MINUTE, durable=True, arguments={
-        "x-queue-type": "stream", "x-message-deduplication": True, "x-cache-size": 100_000})
+    ch.queue_declare(
+        PER_MINUTE,
+        durable=True,
+        arguments={"x-queue-type": "stream", "x-message-deduplication": True, "x-cache-size": 100_000},
+    )
     conn.close()
 
 
@@ -49,22 +53,33 @@ def publish_events(uri: str, count: int, minutes: int, seed: int = 7) -> int:
     rng = random.Random(seed)
     now = int(datetime.datetime.now(datetime.UTC).timestamp() * 1000) // 60_000 * 60_000
     start = now - minutes * 60_000
-    events = [{"user": f"u{rng.randrange(50)}", "action": rng.choice(["view", "click", "buy"]),
-               "event_ms": start + rng.randrange(minutes * 60_000)} for _ in range(count)]
+    events = [
+        {
+            "user": f"u{rng.randrange(50)}",
+            "action": rng.choice(["view", "click", "buy"]),
+            "event_ms": start + rng.randrange(minutes * 60_000),
+        }
+        for _ in range(count)
+    ]
     events.sort(key=lambda e: e["event_ms"])
     events.append({"user": "clock", "action": "tick", "event_ms": now + 2 * 60_000})
     conn = pika.BlockingConnection(pika.URLParameters(uri))
     ch = conn.channel()
     ch.confirm_delivery()
     for event in events:
-        ch.basic_publish("", EVENTS, json.dumps(event).encode(),
-                         pika.BasicProperties(content_type="application/json", delivery_mode=2))
+        ch.basic_publish(
+            "",
+            EVENTS,
+            json.dumps(event).encode(),
+            pika.BasicProperties(content_type="application/json", delivery_mode=2),
+        )
     conn.close()
     return len(events)
 
 
-def source(spark: SparkSession, uri: str, management_uri: str, queue: str, streaming: bool,
-           **options: Any) -> DataFrame:
+def source(
+    spark: SparkSession, uri: str, management_uri: str, queue: str, streaming: bool, **options: Any
+) -> DataFrame:
     reader = spark.readStream if streaming else spark.read
     r = reader.format("amqpd").option("uri", uri).option("managementUri", management_uri).option("queue", queue)
     for key, value in options.items():
@@ -75,21 +90,33 @@ def source(spark: SparkSession, uri: str, management_uri: str, queue: str, strea
 def per_minute(events: DataFrame) -> DataFrame:
     """Actions per minute of event time; a minute is written once the watermark (1 minute) has passed it."""
     parsed = body_json(events, EVENT_SCHEMA).withColumn("event_time", F.timestamp_millis("event_ms"))
-    counts = (parsed.withWatermark("event_time", "1 minute")
-              .groupBy(F.window("event_time", "1 minute"), "action").count())
+    counts = (
+        parsed.withWatermark("event_time", "1 minute").groupBy(F.window("event_time", "1 minute"), "action").count()
+    )
     return counts.select(
-        F.date_format("window.start", "yyyy-MM-dd'T'HH:mm").alias("minute"), "action", "count",
+        F.date_format("window.start", "yyyy-MM-dd'T'HH:mm").alias("minute"),
+        "action",
+        "count",
     ).select("minute", "action", "count", F.to_json(F.struct("minute", "action", "count")).alias("body"))
 
 
 def run_aggregation(spark: SparkSession, uri: str, management_uri: str, checkpoint: str) -> None:
     """Everything available now, in micro-batches of at most 5,000 events; run it again later (same
     checkpoint) and it goes on from where it stopped."""
-    events = source(spark, uri, management_uri, EVENTS, streaming=True, startingOffsets="earliest",
-                    maxOffsetsPerTrigger=5_000)
-    query = (per_minute(events).writeStream.format("amqpd").outputMode("append")
-             .option("uri", uri).option("routing_key", PER_MINUTE).option("messageIdColumns", "minute,action")
-             .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+    events = source(
+        spark, uri, management_uri, EVENTS, streaming=True, startingOffsets="earliest", maxOffsetsPerTrigger=5_000
+    )
+    query = (
+        per_minute(events)
+        .writeStream.format("amqpd")
+        .outputMode("append")
+        .option("uri", uri)
+        .option("routing_key", PER_MINUTE)
+        .option("messageIdColumns", "minute,action")
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
     query.awaitTermination()
 
 
@@ -107,8 +134,13 @@ def main() -> None:
     parser.add_argument("--management-uri", help="its HTTP API (default: http://<host>:15672)")
     parser.add_argument("--events", type=int, default=20_000)
     args = parser.parse_args()
-    spark = (SparkSession.builder.master("local[2]").appName("amqpd-pipeline")
-             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("amqpd-pipeline")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     broker = None
@@ -125,8 +157,10 @@ def main() -> None:
         print(f"published {publish_events(uri, args.events, minutes=10)} events to '{EVENTS}'")
         with tempfile.TemporaryDirectory(prefix="amqpd-pipeline-") as checkpoint:
             run_aggregation(spark, uri, management_uri, checkpoint)
-        results = body_json(source(spark, uri, management_uri, PER_MINUTE, streaming=False),
-                            StructType.fromDDL("minute string, action string, count long"))
+        results = body_json(
+            source(spark, uri, management_uri, PER_MINUTE, streaming=False),
+            StructType.fromDDL("minute string, action string, count long"),
+        )
         print(f"'{PER_MINUTE}' holds {results.count()} per-minute counts; the first ones:")
         results.orderBy("minute", "action").show(6, truncate=False)
         print("re-read since yesterday 00:00 UTC, by action:")

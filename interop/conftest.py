@@ -74,7 +74,8 @@ def _leftovers_on_reference() -> list[str] | None:
         except (OSError, subprocess.TimeoutExpired):
             return None
         found += [
-            f"{what[5:-1]} {line.split()[0]}" for line in out.stdout.splitlines()
+            f"{what[5:-1]} {line.split()[0]}"
+            for line in out.stdout.splitlines()
             if scope.TOKEN_RE.search(line) and access_users.TOKEN not in line  # this session's go at unconfigure
         ]
     return found

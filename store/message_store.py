@@ -891,7 +891,11 @@ class MessageStore:
         log.error(
             "STORE %s FAILED: %s. %d records were not stored and their publishers get nacks; the next record "
             "starts a new segment (%d more failed batches since the last report; totals %s)",
-            stage.upper(), exc, failed, self._failures_unlogged, self.fault_stats,
+            stage.upper(),
+            exc,
+            failed,
+            self._failures_unlogged,
+            self.fault_stats,
         )
         self._failures_logged_at, self._failures_unlogged = now, 0
 
@@ -1037,9 +1041,7 @@ class MessageStore:
             else:  # lazy: what recovery did not read comes first (it is older than the tail it read)
                 entry.unloaded = [o for o in state.live if o not in records]
                 entry.unloaded_delivered = {o for o in delivered if o not in records}
-                entry.messages = [
-                    RecoveredMessage(o, records[o], o in delivered) for o in state.live if o in records
-                ]
+                entry.messages = [RecoveredMessage(o, records[o], o in delivered) for o in state.live if o in records]
             entry.delivery_counts = self._recovered_counts(qid, snap.delivery_counts.get(qid))
             queues.append(entry)
         return Recovered(snap.exchanges, queues, snap.bindings, result.stats, snap.access, snap.policies)

@@ -49,13 +49,26 @@ def encode_record(message_id: int, record: MessageRecord, queue_ids: list[int]) 
     count = len(queue_ids)
     if expires is None:
         head = _head_struct(count, False).pack(
-            message_id, record.timestamp_ms, 0, len(exchange), len(routing_key), count, len(record.properties),
+            message_id,
+            record.timestamp_ms,
+            0,
+            len(exchange),
+            len(routing_key),
+            count,
+            len(record.properties),
             *queue_ids,
         )
     else:
         head = _head_struct(count, True).pack(
-            message_id, record.timestamp_ms, FLAG_EXPIRES, len(exchange), len(routing_key), count,
-            len(record.properties), expires, *queue_ids,
+            message_id,
+            record.timestamp_ms,
+            FLAG_EXPIRES,
+            len(exchange),
+            len(routing_key),
+            count,
+            len(record.properties),
+            expires,
+            *queue_ids,
         )
     return b"".join((head, exchange, routing_key, record.properties, record.body))
 

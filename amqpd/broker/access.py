@@ -91,8 +91,9 @@ class TopicPermission:
 class AccessStore(Protocol):
     """Where the model is kept (store.MessageStore implements it)."""
 
-    def put_user(self, name: str, password_hash: str, hashing_algorithm: str, tags: str, limits: str = "{}") -> None:
-        ...
+    def put_user(
+        self, name: str, password_hash: str, hashing_algorithm: str, tags: str, limits: str = "{}"
+    ) -> None: ...
     def delete_user(self, name: str) -> None: ...
     def put_vhost(self, name: str, description: str, tags: str, limits: str) -> None: ...
     def delete_vhost(self, name: str) -> None: ...
@@ -389,7 +390,10 @@ class AccessControl:
     def _save_user(self, user: User) -> None:
         if self.store is not None:
             self.store.put_user(
-                user.name, user.password_hash, user.hashing_algorithm, json.dumps(list(user.tags)),
+                user.name,
+                user.password_hash,
+                user.hashing_algorithm,
+                json.dumps(list(user.tags)),
                 json.dumps(user.limits),
             )
         self._changed()

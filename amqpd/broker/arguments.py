@@ -10,9 +10,20 @@ MAX_EXPIRY_TIMER = 4294967295  # ms: RabbitMQ's largest timer, the bound of ever
 
 # Arguments RabbitMQ compares when a queue is redeclared; others may differ freely.
 QUEUE_EQUIVALENCE_ARGS = (
-    "x-expires", "x-message-ttl", "x-dead-letter-exchange", "x-dead-letter-routing-key", "x-max-length",
-    "x-max-length-bytes", "x-max-priority", "x-overflow", "x-queue-mode", "x-queue-type", "x-delivery-limit",
-    "x-single-active-consumer", "x-max-age", "x-stream-max-segment-size-bytes",
+    "x-expires",
+    "x-message-ttl",
+    "x-dead-letter-exchange",
+    "x-dead-letter-routing-key",
+    "x-max-length",
+    "x-max-length-bytes",
+    "x-max-priority",
+    "x-overflow",
+    "x-queue-mode",
+    "x-queue-type",
+    "x-delivery-limit",
+    "x-single-active-consumer",
+    "x-max-age",
+    "x-stream-max-segment-size-bytes",
 )
 EXCHANGE_EQUIVALENCE_ARGS = ("alternate-exchange",)
 
@@ -58,8 +69,13 @@ _ONE_OF = {
 
 
 def check_queue_arguments(args: dict, queue: str, vhost: str) -> None:
-    for name, minimum in (("x-expires", 1), ("x-message-ttl", 0), ("x-max-length", 0),
-                          ("x-max-length-bytes", 0), ("x-max-priority", 0)):
+    for name, minimum in (
+        ("x-expires", 1),
+        ("x-message-ttl", 0),
+        ("x-max-length", 0),
+        ("x-max-length-bytes", 0),
+        ("x-max-priority", 0),
+    ):
         if name in args:
             _check_int(name, args[name], queue, vhost, minimum)
     for name in ("x-expires", "x-message-ttl"):

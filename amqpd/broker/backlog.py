@@ -49,6 +49,8 @@ class _Batch:
 
     def take(self, records: list[Any]) -> None:
         self.records = dict(zip(self.offsets, records, strict=True))
+
+
 SEQ_SHIFT = 48  # offsets stay below 2**48 (a store writing a million records a second takes 9 years)
 OFFSET_MASK = (1 << SEQ_SHIFT) - 1
 

@@ -122,8 +122,11 @@ class BrokerHooks(QueueHooks):
         if unreadable:
             # Damaged on disk since the last checkpoint (recovery does not re-read checkpointed records):
             # the message is lost either way; forget it so it does not come back at every restart.
-            log.error("%s: %d recovered messages could not be read back from the store and were dropped",
-                      queue, len(unreadable))
+            log.error(
+                "%s: %d recovered messages could not be read back from the store and were dropped",
+                queue,
+                len(unreadable),
+            )
             if queue.store_id is not None:
                 store.purge(queue.store_id, unreadable)
         return found

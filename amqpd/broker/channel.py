@@ -58,14 +58,19 @@ _RUN_REFUSED_FLAGS = FLAG_HEADERS | FLAG_EXPIRATION | FLAG_REPLY_TO | FLAG_USER_
 _REPLY_TO_RAW = REPLY_TO.encode()
 
 
-
 class PreparedRun:
     """A run's shared method and header, parsed once: message() is what on_whole_publish builds per body."""
 
     __slots__ = ("exchange", "routing_key", "route", "header", "flags", "mandatory", "scan")
 
     def __init__(
-        self, exchange: str, routing_key: str, route: bytes, header: bytes, flags: int, mandatory: bool,
+        self,
+        exchange: str,
+        routing_key: str,
+        route: bytes,
+        header: bytes,
+        flags: int,
+        mandatory: bool,
         scan: PropertyScan | None,
     ) -> None:
         self.exchange, self.routing_key, self.route, self.header = exchange, routing_key, route, header
@@ -193,8 +198,12 @@ class Channel:
         if len(queues) != 1:
             return None
         queue = queues[0]
-        if queue.ready or queue.limited or queue.message_ttl is not None or queue.counts_deliveries or (
-            persistent and queue.store_id is not None
+        if (
+            queue.ready
+            or queue.limited
+            or queue.message_ttl is not None
+            or queue.counts_deliveries
+            or (persistent and queue.store_id is not None)
         ):
             return None
         consumer = queue.sole_consumer()
@@ -225,7 +234,10 @@ class Channel:
     def publish(self, msg: Message, mandatory: bool) -> None:
         ex = self.vhost.exchanges.get(msg.exchange)
         if (
-            ex is None or ex.internal or msg.flags & FLAG_USER_ID or msg.exchange not in self.may_publish_to
+            ex is None
+            or ex.internal
+            or msg.flags & FLAG_USER_ID
+            or msg.exchange not in self.may_publish_to
             or self.access_generation != self.access.generation
         ):
             self._check_publish(ex, msg)
@@ -294,9 +306,7 @@ class Channel:
                 f"'{self.conn.user}'"
             )
 
-    def _deliver_published(
-        self, msg: Message, mandatory: bool, seq: int, on_stored: Callable[[], None] | None
-    ) -> bool:
+    def _deliver_published(self, msg: Message, mandatory: bool, seq: int, on_stored: Callable[[], None] | None) -> bool:
         """Route and enqueue one message; returns and confirms as RabbitMQ sends them.
         True when the store took it and on_stored will fire after its fsync."""
         ex = self.vhost.exchanges.get(msg.exchange)
@@ -333,9 +343,7 @@ class Channel:
             self._confirm(seq, True)
         return stored
 
-    def _delay(
-        self, ex: Any, msg: Message, delay: int, seq: int, on_stored: Callable[[], None] | None
-    ) -> bool:
+    def _delay(self, ex: Any, msg: Message, delay: int, seq: int, on_stored: Callable[[], None] | None) -> bool:
         """x-delayed-message: the message waits; it is confirmed once stored (or at once when transient).
         A mandatory one that nothing would route now was returned instead (exchanges/delayed.py says why)."""
         stored = self.broker.delayed.delay(ex, msg, delay, self._durable_callback(seq, on_stored))
@@ -453,9 +461,16 @@ class Channel:
             queue.unacked += 1
         header = msg.header if not queue.counts_deliveries else queue.header_for(entry)
         self.conn.send(
-            encode_delivery(self.id, consumer.ctag, tag, entry.redelivered, msg.route, header,
-                            msg.body if msg.body is not None else self.broker.body_of(msg),
-                            self.conn.frame_max)
+            encode_delivery(
+                self.id,
+                consumer.ctag,
+                tag,
+                entry.redelivered,
+                msg.route,
+                header,
+                msg.body if msg.body is not None else self.broker.body_of(msg),
+                self.conn.frame_max,
+            )
         )
 
     def deliver_many(self, consumer: Consumer, queue: Queue, entries: list[Entry]) -> None:
@@ -470,8 +485,9 @@ class Channel:
             unacked[tag] = (queue, entry, consumer, clock)
             msg = entry.msg
             body = msg.body if msg.body is not None else self.broker.body_of(msg)
-            parts.append(encode_delivery(channel_id, ctag, tag, entry.redelivered, msg.route, msg.header, body,
-                                         frame_max))
+            parts.append(
+                encode_delivery(channel_id, ctag, tag, entry.redelivered, msg.route, msg.header, body, frame_max)
+            )
         self.last_tag = tag
         consumer.unacked += len(entries)
         self.unacked_count += len(entries)
@@ -578,9 +594,7 @@ class Channel:
     def handle(self, method: base.Frame) -> None:
         handler = _HANDLERS.get(type(method))
         if handler is None:
-            raise errors.ConnectionError(
-                errors.COMMAND_INVALID, f"unexpected method {method.name}", *_ids(method)
-            )
+            raise errors.ConnectionError(errors.COMMAND_INVALID, f"unexpected method {method.name}", *_ids(method))
         try:
             handler(self, method)
         except errors.AMQPError as exc:
@@ -622,8 +636,14 @@ class Channel:
 
     def exchange_declare(self, m: commands.Exchange.Declare) -> None:
         self.vhost.declare_exchange(
-            m.exchange, m.exchange_type, passive=m.passive, durable=m.durable, auto_delete=m.auto_delete,
-            internal=m.internal, arguments=m.arguments or {}, checks=self,
+            m.exchange,
+            m.exchange_type,
+            passive=m.passive,
+            durable=m.durable,
+            auto_delete=m.auto_delete,
+            internal=m.internal,
+            arguments=m.arguments or {},
+            checks=self,
         )
         if not m.nowait:
             self.reply(commands.Exchange.DeclareOk())
@@ -663,8 +683,14 @@ class Channel:
             return
         self._check_queue_name_length(m.queue)
         q = self.vhost.declare_queue(
-            m.queue, passive=m.passive, durable=m.durable, exclusive=m.exclusive, auto_delete=m.auto_delete,
-            arguments=m.arguments or {}, owner=self.conn, checks=self,
+            m.queue,
+            passive=m.passive,
+            durable=m.durable,
+            exclusive=m.exclusive,
+            auto_delete=m.auto_delete,
+            arguments=m.arguments or {},
+            owner=self.conn,
+            checks=self,
         )
         self.last_queue = q.name
         if not m.nowait:
@@ -754,8 +780,16 @@ class Channel:
         priority = args.get("x-priority", 0)
         if not isinstance(priority, int) or isinstance(priority, bool):
             raise errors.precondition_failed(f"invalid x-priority argument: {priority!r}")
-        consumer = Consumer(tag, self, q, no_ack=m.no_ack, exclusive=m.exclusive, prefetch=self.prefetch_count,
-                            priority=priority, arguments=args)
+        consumer = Consumer(
+            tag,
+            self,
+            q,
+            no_ack=m.no_ack,
+            exclusive=m.exclusive,
+            prefetch=self.prefetch_count,
+            priority=priority,
+            arguments=args,
+        )
         if isinstance(q, StreamQueue):
             self._consume_stream(q, consumer, m.nowait)
             return
@@ -851,8 +885,7 @@ class Channel:
         msg = entry.msg
         self.conn.send(
             encode_get_ok(self.id, tag, entry.redelivered, msg.route, len(q.ready))
-            + content_frames(self.id, q.header_for(entry, fetched=True), self.broker.body_of(msg),
-                             self.conn.frame_max)
+            + content_frames(self.id, q.header_for(entry, fetched=True), self.broker.body_of(msg), self.conn.frame_max)
         )
 
     def basic_recover(self, m: commands.Basic.Recover) -> None:

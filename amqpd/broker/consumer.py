@@ -12,11 +12,31 @@ if TYPE_CHECKING:
 
 
 class Consumer:
-    __slots__ = ("tag", "ctag", "channel", "queue", "no_ack", "exclusive", "prefetch", "unacked", "priority",
-                 "arguments")
+    __slots__ = (
+        "tag",
+        "ctag",
+        "channel",
+        "queue",
+        "no_ack",
+        "exclusive",
+        "prefetch",
+        "unacked",
+        "priority",
+        "arguments",
+    )
 
-    def __init__(self, tag: str, channel: Channel, queue: Queue, *, no_ack: bool, exclusive: bool,
-                 prefetch: int, priority: int = 0, arguments: dict | None = None) -> None:
+    def __init__(
+        self,
+        tag: str,
+        channel: Channel,
+        queue: Queue,
+        *,
+        no_ack: bool,
+        exclusive: bool,
+        prefetch: int,
+        priority: int = 0,
+        arguments: dict | None = None,
+    ) -> None:
         self.tag = tag
         self.ctag = shortstr(tag)  # encoded once: every basic.deliver carries it
         self.channel = channel

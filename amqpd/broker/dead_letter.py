@@ -45,7 +45,11 @@ def _dead_message(broker: Broker, msg: Message, queue: Queue, reason: str, dlx: 
         deaths.insert(0, previous)
     else:
         death: dict[str, Any] = {
-            "count": 1, "reason": reason, "queue": queue.name, "time": _now(broker), "exchange": msg.exchange,
+            "count": 1,
+            "reason": reason,
+            "queue": queue.name,
+            "time": _now(broker),
+            "exchange": msg.exchange,
             "routing-keys": [_table_string(msg.routing_key), *_cc(headers)],  # BCC keys stay secret, as in RabbitMQ
         }
         expiration = msg.raw_property(FLAG_EXPIRATION)  # only this one: pamqp refuses some valid properties

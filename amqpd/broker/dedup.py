@@ -58,8 +58,9 @@ class Deduplicator:
     def from_arguments(cls, args: dict) -> Deduplicator | None:
         if args.get("x-message-deduplication") is not True:
             return None
-        return cls(args.get("x-deduplication-header"), args.get("x-cache-size") or DEFAULT_CACHE_SIZE,
-                   args.get("x-cache-ttl"))
+        return cls(
+            args.get("x-deduplication-header"), args.get("x-cache-size") or DEFAULT_CACHE_SIZE, args.get("x-cache-ttl")
+        )
 
     def attach(self, store: Any, store_id: int | None, values: dict[str, bytes] | None = None) -> None:
         """Keep the window in the store with the queue; `values` are what it saved before a restart."""
@@ -68,7 +69,7 @@ class Deduplicator:
         for key, value in (values or {}).items():
             if key.startswith(PREFIX):
                 seen, until = _ENTRY.unpack(value)
-                entries.append((seen, key[len(PREFIX):], until))
+                entries.append((seen, key[len(PREFIX) :], until))
         for _seen, message_id, until in sorted(entries):
             self._seen[message_id] = until
 

@@ -17,14 +17,35 @@ class Message:
     forwarded verbatim to consumers; `route` is the encoded exchange + routing key shortstrs."""
 
     __slots__ = (
-        "exchange", "routing_key", "route", "header", "body", "flags", "persistent", "priority",
-        "ttl_ms", "timestamp_ms", "store_offset", "_headers", "size", "pageable", "bcc", "on_settled", "holders",
+        "exchange",
+        "routing_key",
+        "route",
+        "header",
+        "body",
+        "flags",
+        "persistent",
+        "priority",
+        "ttl_ms",
+        "timestamp_ms",
+        "store_offset",
+        "_headers",
+        "size",
+        "pageable",
+        "bcc",
+        "on_settled",
+        "holders",
         "may_carry_cc",
         "for_streams",
     )
 
     def __init__(
-        self, exchange: str, routing_key: str, route: bytes, header: bytes, body: bytes, flags: int,
+        self,
+        exchange: str,
+        routing_key: str,
+        route: bytes,
+        header: bytes,
+        body: bytes,
+        flags: int,
         scan: PropertyScan | None = None,
     ) -> None:
         """scan: the header's PropertyScan when the caller has one already (messages of a run share it)."""
@@ -97,7 +118,7 @@ def parse_expiration(value: str) -> int:
     then digits), from 0 up to its largest timer."""
     digits = value[1:] if value[:1] in "+-" else value
     if not digits.isdigit() or not digits.isascii():
-        raise _invalid(value, f"{{invalid_format,<<\"{value}\">>}}")
+        raise _invalid(value, f'{{invalid_format,<<"{value}">>}}')
     ms = int(value)
     if ms < 0:
         raise _invalid(value, f"{{value_negative,{ms}}}")

@@ -36,12 +36,27 @@ EXCHANGE_KEYS: dict[str, tuple[str, str]] = {
 }
 # Keys RabbitMQ 3.10 knows that amqpd accepts (definitions carry them) but has nothing to apply them to:
 # mirroring, federation, streams, quorum-queue tuning.
-INERT_KEYS = frozenset({
-    "ha-mode", "ha-params", "ha-sync-mode", "ha-sync-batch-size", "ha-promote-on-shutdown",
-    "ha-promote-on-failure", "queue-master-locator", "federation-upstream", "federation-upstream-set",
-    "max-age", "stream-max-segment-size-bytes", "initial-cluster-size", "max-in-memory-length",
-    "max-in-memory-bytes", "dead-letter-strategy", "queue-version", "message-ttl-for-streams",
-})
+INERT_KEYS = frozenset(
+    {
+        "ha-mode",
+        "ha-params",
+        "ha-sync-mode",
+        "ha-sync-batch-size",
+        "ha-promote-on-shutdown",
+        "ha-promote-on-failure",
+        "queue-master-locator",
+        "federation-upstream",
+        "federation-upstream-set",
+        "max-age",
+        "stream-max-segment-size-bytes",
+        "initial-cluster-size",
+        "max-in-memory-length",
+        "max-in-memory-bytes",
+        "dead-letter-strategy",
+        "queue-version",
+        "message-ttl-for-streams",
+    }
+)
 APPLY_TO = ("all", "queues", "exchanges")
 
 
@@ -84,8 +99,14 @@ class Policy:
         return self.apply_to in ("all", kind + "s") and self.regex.search(name) is not None
 
     def as_json(self) -> dict[str, Any]:
-        return {"vhost": self.vhost, "name": self.name, "pattern": self.pattern, "apply-to": self.apply_to,
-                "definition": dict(self.definition), "priority": self.priority}
+        return {
+            "vhost": self.vhost,
+            "name": self.name,
+            "pattern": self.pattern,
+            "apply-to": self.apply_to,
+            "definition": dict(self.definition),
+            "priority": self.priority,
+        }
 
 
 def check(pattern: Any, definition: Any, priority: Any, apply_to: Any) -> None:
@@ -144,8 +165,9 @@ class Policies:
         self.changed: Callable[[str], None] = lambda vhost: None
         self.store = store
 
-    def put(self, vhost: str, name: str, pattern: Any, definition: Any, priority: Any = 0,
-            apply_to: Any = "all") -> bool:
+    def put(
+        self, vhost: str, name: str, pattern: Any, definition: Any, priority: Any = 0, apply_to: Any = "all"
+    ) -> bool:
         """Create or replace; True when it existed."""
         check(pattern, definition, priority, apply_to)
         held = self.by_vhost.setdefault(vhost, {})
@@ -190,5 +212,10 @@ class Policies:
         for document in documents:
             row = json.loads(document)
             self.by_vhost.setdefault(row["vhost"], {})[row["name"]] = Policy(
-                row["vhost"], row["name"], row["pattern"], row["definition"], row.get("priority", 0),
-                row.get("apply-to", "all"))
+                row["vhost"],
+                row["name"],
+                row["pattern"],
+                row["definition"],
+                row.get("priority", 0),
+                row.get("apply-to", "all"),
+            )

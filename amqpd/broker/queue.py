@@ -76,6 +76,7 @@ class QueueHooks:
 
     def counted(self, queue: Queue, entry: Entry, count: int) -> None:
         """A message goes back to a queue that counts deliveries: its new count should survive a restart."""
+
     def now_ms(self) -> int:
         """The wall clock in ms (TTL), injected so that tests can move it."""
         return wall_clock_ms()
@@ -102,9 +103,7 @@ class Queue:
         self.hooks = hooks or QueueHooks()
         self.now_ms = self.hooks.now_ms
         max_priority = (arguments or {}).get("x-max-priority")
-        self.ready: FifoReady | PriorityReady | Backlog = (
-            PriorityReady(max_priority) if max_priority else FifoReady()
-        )
+        self.ready: FifoReady | PriorityReady | Backlog = PriorityReady(max_priority) if max_priority else FifoReady()
         self.consumers: list[Consumer] = []
         self.unacked = 0
         self.deleted = False
@@ -234,8 +233,13 @@ class Queue:
         """Whether a stored message can wait as its offset alone. Not with a TTL: read back, its expiry
         would count from the record's publish time, which a dead-lettered message keeps from its first life."""
         # A transient message stored only for a stream it also reached: that record is the stream's.
-        return (not redelivered and not msg.for_streams and msg.ttl_ms is None and self.message_ttl is None
-                and self.holds_offsets)
+        return (
+            not redelivered
+            and not msg.for_streams
+            and msg.ttl_ms is None
+            and self.message_ttl is None
+            and self.holds_offsets
+        )
 
     @property
     def holds_offsets(self) -> bool:

@@ -29,7 +29,11 @@ def restore(broker: Any, recovered: Any, crashed: bool = False) -> None:
         vhost = broker.vhosts.get(x["vhost"])
         if vhost is not None and x["name"] not in vhost.exchanges:
             vhost.exchanges[x["name"]] = make_exchange(
-                x["type"], x["name"], durable=True, auto_delete=x["auto_delete"], internal=x["internal"],
+                x["type"],
+                x["name"],
+                durable=True,
+                auto_delete=x["auto_delete"],
+                internal=x["internal"],
                 arguments=x["arguments"],
             )
     count = 0
@@ -43,8 +47,14 @@ def restore(broker: Any, recovered: Any, crashed: bool = False) -> None:
         if entry.name.startswith(HOLDER_PREFIX):
             count += _restore_delayed(broker, vhost, entry)
             continue
-        q = Queue(entry.vhost, entry.name, durable=True, auto_delete=entry.auto_delete, arguments=entry.arguments,
-                  hooks=vhost.hooks)
+        q = Queue(
+            entry.vhost,
+            entry.name,
+            durable=True,
+            auto_delete=entry.auto_delete,
+            arguments=entry.arguments,
+            hooks=vhost.hooks,
+        )
         q.store_id = entry.queue_id
         if q.dedup is not None:
             q.dedup.attach(broker.store, entry.queue_id, entry.values)
@@ -67,16 +77,28 @@ def restore(broker: Any, recovered: Any, crashed: bool = False) -> None:
     broker.policies.load(getattr(recovered, "policies", []))
     for name in list(broker.vhosts):
         broker.apply_policies(name)
-    log.info("recovered %d exchanges, %d queues, %d bindings, %d messages after a %s; %s",
-             len(recovered.exchanges), len(recovered.queues), len(recovered.bindings), count,
-             "crash" if crashed else "clean stop", recovered.stats)
+    log.info(
+        "recovered %d exchanges, %d queues, %d bindings, %d messages after a %s; %s",
+        len(recovered.exchanges),
+        len(recovered.queues),
+        len(recovered.bindings),
+        count,
+        "crash" if crashed else "clean stop",
+        recovered.stats,
+    )
 
 
 def _restore_stream(broker: Any, vhost: Any, entry: Any) -> int:
     from amqpd.broker.stream import StreamQueue  # stream.py reads records back through this module
 
-    q = StreamQueue(entry.vhost, entry.name, arguments=entry.arguments, hooks=vhost.hooks, store=broker.store,
-                    store_id=entry.queue_id)
+    q = StreamQueue(
+        entry.vhost,
+        entry.name,
+        arguments=entry.arguments,
+        hooks=vhost.hooks,
+        store=broker.store,
+        store_id=entry.queue_id,
+    )
     q.adopt([*entry.unloaded, *(rm.offset for rm in entry.messages)], entry.values)
     if q.dedup is not None:
         q.dedup.attach(broker.store, entry.queue_id, entry.values)

@@ -43,8 +43,14 @@ log = logging.getLogger("amqpd.session")
 _u32 = struct.Struct(">I")
 
 CAPABILITIES = (
-    "publisher_confirms", "exchange_exchange_bindings", "basic.nack", "consumer_cancel_notify",
-    "connection.blocked", "consumer_priorities", "authentication_failure_close", "per_consumer_qos",
+    "publisher_confirms",
+    "exchange_exchange_bindings",
+    "basic.nack",
+    "consumer_cancel_notify",
+    "connection.blocked",
+    "consumer_priorities",
+    "authentication_failure_close",
+    "per_consumer_qos",
     "direct_reply_to",
 )
 
@@ -360,24 +366,28 @@ class Session:
             table = decode_table(_u32.pack(len(raw)) + raw)
             login, password = table.get("LOGIN", ""), table.get("PASSWORD", "")
             return _text(login), _text(password)
-        raise errors.ConnectionError(
-            errors.COMMAND_INVALID, f"unknown authentication mechanism '{mechanism}'", 10, 11
-        )
+        raise errors.ConnectionError(errors.COMMAND_INVALID, f"unknown authentication mechanism '{mechanism}'", 10, 11)
 
     def _tune_ok(self, m: commands.Connection.TuneOk) -> None:
         s = self.settings
         # 0 means "no limit", which is above ours: RabbitMQ refuses it too (validate_negotiated_integer_value).
         if m.frame_max and m.frame_max < FRAME_MIN_SIZE:
             raise errors.ConnectionError(
-                errors.NOT_ALLOWED, f"negotiated frame_max = {m.frame_max} is lower than the minimum allowed "
-                f"value ({FRAME_MIN_SIZE})", 10, 31
+                errors.NOT_ALLOWED,
+                f"negotiated frame_max = {m.frame_max} is lower than the minimum allowed value ({FRAME_MIN_SIZE})",
+                10,
+                31,
             )
-        for name, value, limit in (("frame_max", m.frame_max, s.frame_max), ("channel_max", m.channel_max,
-                                                                             s.channel_max)):
+        for name, value, limit in (
+            ("frame_max", m.frame_max, s.frame_max),
+            ("channel_max", m.channel_max, s.channel_max),
+        ):
             if limit and (value == 0 or value > limit):
                 raise errors.ConnectionError(
-                    errors.NOT_ALLOWED, f"negotiated {name} = {value} is higher than the maximum allowed value "
-                    f"({limit})", 10, 31
+                    errors.NOT_ALLOWED,
+                    f"negotiated {name} = {value} is higher than the maximum allowed value ({limit})",
+                    10,
+                    31,
                 )
         self.frame_max = m.frame_max or s.frame_max
         self.reader.frame_max = self.frame_max
@@ -406,15 +416,18 @@ class Session:
         refused = f"access to vhost '{vhost}' refused for user '{self.user}'"
         limit = self.broker.access.vhost_limit(vhost, "max-connections")
         if limit is not None and self.broker.connection_count(vhost) >= limit:
-            raise errors.ConnectionError(errors.NOT_ALLOWED, f"{refused}: connection limit ({limit}) is reached",
-                                         10, 40)
+            raise errors.ConnectionError(
+                errors.NOT_ALLOWED, f"{refused}: connection limit ({limit}) is reached", 10, 40
+            )
         limit = self.broker.access.user_limit(self.user, "max-connections")
         if limit is None:
             limit = self.settings.max_connections_per_user or None
         if limit is not None and sum(1 for c in self.broker.connections if c.user == self.user) >= limit:
             raise errors.ConnectionError(
-                errors.NOT_ALLOWED, f"connection refused for user '{self.user}': user connection limit ({limit}) "
-                "is reached", 10, 40
+                errors.NOT_ALLOWED,
+                f"connection refused for user '{self.user}': user connection limit ({limit}) is reached",
+                10,
+                40,
             )
         limit = self.settings.max_connections
         if limit and len(self.broker.connections) >= limit:
@@ -486,8 +499,9 @@ class Session:
         # channel 65535 on purpose; a client that negotiated 3 may open channel 4 while it has fewer than 3).
         if len(self.channels) >= self.channel_max:
             raise errors.ConnectionError(
-                errors.NOT_ALLOWED, f"number of channels opened ({len(self.channels)}) has reached the "
-                f"negotiated channel_max ({self.channel_max})"
+                errors.NOT_ALLOWED,
+                f"number of channels opened ({len(self.channels)}) has reached the "
+                f"negotiated channel_max ({self.channel_max})",
             )
         self._check_user_channel_limit()
         assert self.vhost is not None
@@ -499,8 +513,9 @@ class Session:
         limit = self.broker.access.user_limit(self.user, "max-channels")
         if limit is not None and sum(len(c.channels) for c in self.broker.connections if c.user == self.user) >= limit:
             raise errors.ConnectionError(
-                errors.NOT_ALLOWED, f"number of channels opened for user '{self.user}' has reached the maximum "
-                f"allowed user limit of ({limit})"  # RabbitMQ 3.10 names no method (0/0), as for channel_max
+                errors.NOT_ALLOWED,
+                f"number of channels opened for user '{self.user}' has reached the maximum "
+                f"allowed user limit of ({limit})",  # RabbitMQ 3.10 names no method (0/0), as for channel_max
             )
 
     def _content(self, ftype: int, channel: int, payload: bytes) -> None:
@@ -631,10 +646,13 @@ class Session:
         if not timeout_ms:
             return
         for ch in [ch for ch in self.channels.values() if ch.overdue_ack(now, timeout_ms / 1000)]:
-            self._close_channel(ch, errors.precondition_failed(
-                f"delivery acknowledgement on channel {ch.id} timed out. Timeout value used: {timeout_ms} ms. "
-                "This timeout value can be configured, see consumers doc guide to learn more"
-            ))
+            self._close_channel(
+                ch,
+                errors.precondition_failed(
+                    f"delivery acknowledgement on channel {ch.id} timed out. Timeout value used: {timeout_ms} ms. "
+                    "This timeout value can be configured, see consumers doc guide to learn more"
+                ),
+            )
 
     def throttle(self, queue: Any) -> None:
         """A queue we publish to has a backlog its consumers are not keeping up with: stop reading

@@ -56,8 +56,14 @@ class Cursor:
 
     __slots__ = ("consumer", "next", "filter", "match_unfiltered", "tracking", "outstanding", "with_time")
 
-    def __init__(self, consumer: Consumer, start: int, filter_values: frozenset[str] | None,
-                 match_unfiltered: bool, tracking: bool) -> None:
+    def __init__(
+        self,
+        consumer: Consumer,
+        start: int,
+        filter_values: frozenset[str] | None,
+        match_unfiltered: bool,
+        tracking: bool,
+    ) -> None:
         self.consumer = consumer
         self.next = start
         self.filter = filter_values
@@ -106,8 +112,16 @@ class StreamQueue(Queue):
     always_stored = True  # every message is written, persistent or not, as RabbitMQ does
     FLOW_HIGH = 1 << 62  # a stream's length is history, not a backlog: never a reason to pause publishers
 
-    def __init__(self, vhost: str, name: str, *, arguments: dict, hooks: QueueHooks | None = None,
-                 store: Any = None, store_id: int | None = None) -> None:
+    def __init__(
+        self,
+        vhost: str,
+        name: str,
+        *,
+        arguments: dict,
+        hooks: QueueHooks | None = None,
+        store: Any = None,
+        store_id: int | None = None,
+    ) -> None:
         super().__init__(vhost, name, durable=True, arguments=arguments, hooks=hooks)
         self.hooks = _StreamHooks(self, hooks or QueueHooks())
         self.store = store if store_id is not None else None
@@ -137,7 +151,7 @@ class StreamQueue(Queue):
         self._segments = _decode_segments(values, self.log.first, self.log.end)
         for key, value in values.items():
             if key.startswith(TRACKED_PREFIX):
-                self.tracked[key[len(TRACKED_PREFIX):]] = int(value)
+                self.tracked[key[len(TRACKED_PREFIX) :]] = int(value)
 
     # -- publishing ----------------------------------------------------------------------------------------
 
@@ -216,13 +230,18 @@ class StreamQueue(Queue):
 
     # -- consuming -----------------------------------------------------------------------------------------
 
-    def subscribe(self, consumer: Consumer, spec: OffsetSpec, filter_values: frozenset[str] | None,
-                  match_unfiltered: bool, tracking: bool) -> None:
+    def subscribe(
+        self,
+        consumer: Consumer,
+        spec: OffsetSpec,
+        filter_values: frozenset[str] | None,
+        match_unfiltered: bool,
+        tracking: bool,
+    ) -> None:
         start = self.tracked.get(consumer.tag) if tracking else None
         if start is None:
             start = self.start_offset(spec)
-        self.cursors[consumer] = Cursor(consumer, max(start, self.log.first), filter_values, match_unfiltered,
-                                        tracking)
+        self.cursors[consumer] = Cursor(consumer, max(start, self.log.first), filter_values, match_unfiltered, tracking)
         self.add_consumer(consumer)
 
     def start_offset(self, spec: OffsetSpec) -> int:
@@ -329,8 +348,12 @@ class StreamQueue(Queue):
         for cursor in self.cursors.values():
             tag = cursor.consumer.tag
             offset = cursor.resume_offset()
-            consumers[tag] = {"offset": offset, "lag": max(log.end - offset, 0), "tracked": cursor.tracking,
-                              "attached": True}
+            consumers[tag] = {
+                "offset": offset,
+                "lag": max(log.end - offset, 0),
+                "tracked": cursor.tracking,
+                "attached": True,
+            }
         return {
             "first_offset": log.first,
             "last_offset": log.end - 1 if log.end > log.first else None,
@@ -403,7 +426,9 @@ def with_offset_header(header: bytes, offset: int, timestamp_ms: int | None = No
         table_at = _table_position(marked)
         (size,) = struct.unpack_from(">I", marked, table_at)
         split = _splits[header] = (
-            marked[:table_at], marked[table_at + 4 : table_at + 4 + size], marked[table_at + 4 + size :]
+            marked[:table_at],
+            marked[table_at + 4 : table_at + 4 + size],
+            marked[table_at + 4 + size :],
         )
     before, table, after = split
     fields = _OFFSET_FIELD + struct.pack(">q", offset)
@@ -440,7 +465,7 @@ def _decode_segments(values: dict[str, bytes], first: int, end: int) -> list[lis
     crash made it disagree) the whole log is one open segment, counted from now on."""
     raw = array("q")
     raw.frombytes(values.get("stream.segments", b""))
-    segments = [list(raw[i:i + 3]) for i in range(0, len(raw) - 2, 3)]
+    segments = [list(raw[i : i + 3]) for i in range(0, len(raw) - 2, 3)]
     if "stream.active" in values:
         segments.append(list(_ACTIVE.unpack(values["stream.active"])))
     segments = [s for s in segments if first <= s[0] <= end]

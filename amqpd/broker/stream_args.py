@@ -22,9 +22,20 @@ DEFAULT_MAX_SEGMENT_SIZE = 500_000_000  # RabbitMQ's default x-stream-max-segmen
 
 # Queue arguments a stream refuses (RabbitMQ 3.10's list of what other queue types understand).
 REFUSED_QUEUE_ARGS = (
-    "x-expires", "x-message-ttl", "x-dead-letter-exchange", "x-dead-letter-routing-key", "x-max-length",
-    "x-max-priority", "x-overflow", "x-queue-mode", "x-single-active-consumer", "x-delivery-limit",
-    "x-quorum-initial-group-size", "x-dead-letter-strategy", "x-queue-master-locator", "x-queue-version",
+    "x-expires",
+    "x-message-ttl",
+    "x-dead-letter-exchange",
+    "x-dead-letter-routing-key",
+    "x-max-length",
+    "x-max-priority",
+    "x-overflow",
+    "x-queue-mode",
+    "x-single-active-consumer",
+    "x-delivery-limit",
+    "x-quorum-initial-group-size",
+    "x-dead-letter-strategy",
+    "x-queue-master-locator",
+    "x-queue-version",
 )
 REFUSED_CONSUMER_ARGS = ("x-priority", "x-cancel-on-ha-failover")
 EQUIVALENCE_ARGS = ("x-max-age", "x-stream-max-segment-size-bytes")
@@ -76,8 +87,9 @@ def check_stream_declaration(
     size = args.get("x-stream-max-segment-size-bytes")
     if size is not None:
         if not isinstance(size, int) or isinstance(size, bool):
-            raise _invalid("x-stream-max-segment-size-bytes", queue, vhost,
-                           f'"expected integer, got {amqp_type_name(size)}"')
+            raise _invalid(
+                "x-stream-max-segment-size-bytes", queue, vhost, f'"expected integer, got {amqp_type_name(size)}"'
+            )
         if size < 0:
             raise _invalid("x-stream-max-segment-size-bytes", queue, vhost, f"{{value_negative,{size}}}")
     for name in REFUSED_QUEUE_ARGS:
@@ -158,6 +170,5 @@ def parse_filter(args: dict, queue: str, vhost: str) -> tuple[frozenset[str] | N
         names.append(v)
     unfiltered = args.get("x-stream-match-unfiltered", False)
     if not isinstance(unfiltered, bool):
-        raise _invalid("x-stream-match-unfiltered", queue, vhost,
-                       f"{{unacceptable_type,{amqp_type_name(unfiltered)}}}")
+        raise _invalid("x-stream-match-unfiltered", queue, vhost, f"{{unacceptable_type,{amqp_type_name(unfiltered)}}}")
     return frozenset(names), unfiltered

@@ -174,7 +174,7 @@ class StoreLog:
         if stale:
             store.purge(queue_id, stale)
         log = cls(store, queue_id, first, on_commit)
-        for offset in held[len(stale):]:
+        for offset in held[len(stale) :]:
             log._runs.append(offset)
         return log
 

@@ -114,8 +114,16 @@ class VirtualHost:
     # -- exchanges ----------------------------------------------------------------------------------------
 
     def declare_exchange(
-        self, name: str, type_name: str, *, passive: bool, durable: bool, auto_delete: bool, internal: bool,
-        arguments: dict, checks: DeclareChecks | None = None,
+        self,
+        name: str,
+        type_name: str,
+        *,
+        passive: bool,
+        durable: bool,
+        auto_delete: bool,
+        internal: bool,
+        arguments: dict,
+        checks: DeclareChecks | None = None,
     ) -> Exchange:
         # The order of the checks is RabbitMQ's: type, default exchange, configure permission, then (only for a
         # new one) the name and the permissions its alternate exchange needs.
@@ -139,8 +147,9 @@ class VirtualHost:
             raise self._reserved("exchange", name)
         if checks is not None:
             checks.may_create("exchange", name, arguments)
-        ex = make_exchange(type_name, name, durable=durable, auto_delete=auto_delete, internal=internal,
-                           arguments=arguments)
+        ex = make_exchange(
+            type_name, name, durable=durable, auto_delete=auto_delete, internal=internal, arguments=arguments
+        )
         self.exchanges[name] = ex
         self.hooks.created(self.name, ex)
         if durable and self.store is not None:
@@ -163,8 +172,12 @@ class VirtualHost:
     def _check_exchange_equivalent(
         self, ex: Exchange, type_name: str, durable: bool, auto_delete: bool, internal: bool, arguments: dict
     ) -> None:
-        for arg, new, old in (("type", type_name, ex.type_name), ("durable", durable, ex.durable),
-                              ("auto_delete", auto_delete, ex.auto_delete), ("internal", internal, ex.internal)):
+        for arg, new, old in (
+            ("type", type_name, ex.type_name),
+            ("durable", durable, ex.durable),
+            ("auto_delete", auto_delete, ex.auto_delete),
+            ("internal", internal, ex.internal),
+        ):
             if new != old:
                 raise inequivalent("exchange", ex.name, self.name, arg, new, old)
         check_equivalent_args("exchange", ex.name, self.name, EXCHANGE_EQUIVALENCE_ARGS, arguments, ex.arguments)
@@ -211,8 +224,16 @@ class VirtualHost:
     # -- queues -------------------------------------------------------------------------------------------
 
     def declare_queue(
-        self, name: str, *, passive: bool, durable: bool, exclusive: bool, auto_delete: bool, arguments: dict,
-        owner: object, checks: DeclareChecks | None = None,
+        self,
+        name: str,
+        *,
+        passive: bool,
+        durable: bool,
+        exclusive: bool,
+        auto_delete: bool,
+        arguments: dict,
+        owner: object,
+        checks: DeclareChecks | None = None,
     ) -> Queue:
         if passive:
             return self.queue(name, owner)
@@ -237,8 +258,15 @@ class VirtualHost:
             checks.may_create("queue", name, arguments)  # the vhost's queue limit, the dead-letter exchange
         if is_stream(arguments):
             return self._declare_stream(name, arguments)
-        q = Queue(self.name, name, durable=durable, exclusive_owner=owner if exclusive else None,
-                  auto_delete=auto_delete, arguments=arguments, hooks=self.hooks)
+        q = Queue(
+            self.name,
+            name,
+            durable=durable,
+            exclusive_owner=owner if exclusive else None,
+            auto_delete=auto_delete,
+            arguments=arguments,
+            hooks=self.hooks,
+        )
         self.queues[name] = q
         self.hooks.created(self.name, q)
         q.touch()

@@ -18,8 +18,13 @@ class NotFound(Exception):
 
 
 def user_info(u: User) -> dict[str, Any]:
-    return {"name": u.name, "password_hash": u.password_hash, "hashing_algorithm": u.hashing_algorithm,
-            "tags": list(u.tags), "limits": {}}
+    return {
+        "name": u.name,
+        "password_hash": u.password_hash,
+        "hashing_algorithm": u.hashing_algorithm,
+        "tags": list(u.tags),
+        "limits": {},
+    }
 
 
 def permission_info(user: str, vhost: str, p: Permission) -> dict[str, Any]:
@@ -80,8 +85,13 @@ class AccessEndpoints:
         if "password" in body:
             self.access.add_user(user, str(body["password"]), tags)
         elif "password_hash" in body:
-            self.access.add_user(user, None, tags, password_hash=str(body["password_hash"]),
-                                 hashing_algorithm=str(body.get("hashing_algorithm", SHA256)))
+            self.access.add_user(
+                user,
+                None,
+                tags,
+                password_hash=str(body["password_hash"]),
+                hashing_algorithm=str(body.get("hashing_algorithm", SHA256)),
+            )
         elif existing is not None:
             self.access.set_user_tags(user, tags)
         else:
@@ -145,8 +155,9 @@ class AccessEndpoints:
         self._pair_exists(vhost, user)
         body = await self._json(request)
         existed = self.access.get_permissions(user, vhost) is not None
-        self.access.set_permissions(user, vhost, str(body.get("configure", "")), str(body.get("write", "")),
-                                    str(body.get("read", "")))
+        self.access.set_permissions(
+            user, vhost, str(body.get("configure", "")), str(body.get("write", "")), str(body.get("read", ""))
+        )
         return self._created(existed)
 
     async def delete_permission(self, request: Request, vhost: str, user: str) -> Any:
@@ -162,8 +173,11 @@ class AccessEndpoints:
 
     async def topic_permission(self, request: Request, vhost: str, user: str) -> Any:
         self._pair_exists(vhost, user)
-        items = [topic_permission_info(u, v, t) for u, v, t in self.access.list_topic_permissions()
-                 if (u, v) == (user, vhost)]
+        items = [
+            topic_permission_info(u, v, t)
+            for u, v, t in self.access.list_topic_permissions()
+            if (u, v) == (user, vhost)
+        ]
         if not items:
             raise NotFound()
         return items
@@ -175,8 +189,9 @@ class AccessEndpoints:
         if not isinstance(exchange, str):
             raise ValueError("exchange missing")
         held = self.access.topic_permissions.get((user, vhost), {})
-        self.access.set_topic_permissions(user, vhost, exchange, str(body.get("write", FULL)),
-                                          str(body.get("read", FULL)))
+        self.access.set_topic_permissions(
+            user, vhost, exchange, str(body.get("write", FULL)), str(body.get("read", FULL))
+        )
         return self._created(exchange in held)
 
     async def delete_topic_permission(self, request: Request, vhost: str, user: str) -> Any:

@@ -41,14 +41,25 @@ class CtlError(Exception):
 
 
 class API:
-    def __init__(self, url: str, username: str, password: str, timeout: float,
-                 tls: ssl.SSLContext | None = None) -> None:
-        self.client = httpx.Client(base_url=url.rstrip("/"), auth=(username, password), timeout=timeout,
-                                   verify=tls if tls is not None else True)
+    def __init__(
+        self, url: str, username: str, password: str, timeout: float, tls: ssl.SSLContext | None = None
+    ) -> None:
+        self.client = httpx.Client(
+            base_url=url.rstrip("/"),
+            auth=(username, password),
+            timeout=timeout,
+            verify=tls if tls is not None else True,
+        )
         self.url = url
 
-    def call(self, method: str, path: str, body: Any = None, params: dict[str, str] | None = None,
-             headers: dict[str, str] | None = None) -> Any:
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        params: dict[str, str] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Any:
         try:
             r = self.client.request(method, path, json=body, params=params, headers=headers)
         except httpx.HTTPError as exc:
@@ -84,10 +95,17 @@ def q(name: str) -> str:
 
 # rabbitmqctl's column names that differ from the API's field names.
 ALIASES = {
-    "source_name": "source", "source_kind": "source_kind", "destination_name": "destination",
-    "destination_kind": "destination_type", "queue_name": "queue.name", "channel_pid": "channel_details.name",
-    "pid": "name", "user": "user", "publish_rate": "message_stats.publish_details.rate",
-    "deliver_rate": "message_stats.deliver_get_details.rate", "ack_rate": "message_stats.ack_details.rate",
+    "source_name": "source",
+    "source_kind": "source_kind",
+    "destination_name": "destination",
+    "destination_kind": "destination_type",
+    "queue_name": "queue.name",
+    "channel_pid": "channel_details.name",
+    "pid": "name",
+    "user": "user",
+    "publish_rate": "message_stats.publish_details.rate",
+    "deliver_rate": "message_stats.deliver_get_details.rate",
+    "ack_rate": "message_stats.ack_details.rate",
     "apply-to": "apply-to",
 }
 
@@ -136,24 +154,49 @@ def render(rows: list[dict[str, Any]], columns: list[str], formatter: str) -> st
 LISTS: dict[str, tuple[str, bool, list[str], str]] = {
     "list_queues": ("queues", True, ["name", "messages"], "Listing queues for vhost {vhost} ..."),
     "list_exchanges": ("exchanges", True, ["name", "type"], "Listing exchanges for vhost {vhost} ..."),
-    "list_bindings": ("bindings", True, ["source_name", "source_kind", "destination_name", "destination_kind",
-                                         "routing_key", "arguments"], "Listing bindings for vhost {vhost}..."),
-    "list_connections": ("connections", False, ["user", "peer_host", "peer_port", "state"],
-                         "Listing connections ..."),
-    "list_channels": ("channels", False, ["name", "user", "consumer_count", "messages_unacknowledged"],
-                      "Listing channels ..."),
-    "list_consumers": ("consumers", True, ["queue_name", "channel_pid", "consumer_tag", "ack_required",
-                                           "prefetch_count", "active", "arguments"],
-                       "Listing consumers in vhost {vhost} ..."),
+    "list_bindings": (
+        "bindings",
+        True,
+        ["source_name", "source_kind", "destination_name", "destination_kind", "routing_key", "arguments"],
+        "Listing bindings for vhost {vhost}...",
+    ),
+    "list_connections": ("connections", False, ["user", "peer_host", "peer_port", "state"], "Listing connections ..."),
+    "list_channels": (
+        "channels",
+        False,
+        ["name", "user", "consumer_count", "messages_unacknowledged"],
+        "Listing channels ...",
+    ),
+    "list_consumers": (
+        "consumers",
+        True,
+        ["queue_name", "channel_pid", "consumer_tag", "ack_required", "prefetch_count", "active", "arguments"],
+        "Listing consumers in vhost {vhost} ...",
+    ),
     "list_users": ("users", False, ["user", "tags"], "Listing users ..."),
     "list_vhosts": ("vhosts", False, ["name"], "Listing vhosts ..."),
-    "list_permissions": ("permissions", True, ["user", "configure", "write", "read"],
-                         "Listing permissions for vhost \"{vhost}\" ..."),
-    "list_policies": ("policies", True, ["vhost", "name", "pattern", "apply-to", "definition", "priority"],
-                      "Listing policies for vhost \"{vhost}\" ..."),
+    "list_permissions": (
+        "permissions",
+        True,
+        ["user", "configure", "write", "read"],
+        'Listing permissions for vhost "{vhost}" ...',
+    ),
+    "list_policies": (
+        "policies",
+        True,
+        ["vhost", "name", "pattern", "apply-to", "definition", "priority"],
+        'Listing policies for vhost "{vhost}" ...',
+    ),
 }
-WATCH_COLUMNS = ["name", "messages_ready", "messages_unacknowledged", "consumers", "publish_rate", "deliver_rate",
-                 "ack_rate"]
+WATCH_COLUMNS = [
+    "name",
+    "messages_ready",
+    "messages_unacknowledged",
+    "consumers",
+    "publish_rate",
+    "deliver_rate",
+    "ack_rate",
+]
 
 
 def list_rows(api: API, args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -198,14 +241,23 @@ def status(api: API, args: argparse.Namespace) -> None:
         print(json.dumps(o, indent=1))
         return
     totals = o.get("object_totals", {})
-    lines = [f"Status of node {o.get('node')} ...", f"Product: {o.get('product_name')} {o.get('product_version')}",
-             f"RabbitMQ API version: {o.get('rabbitmq_version')}", "", "Listeners", ""]
-    lines += [f"Interface: {x['ip_address']}, port: {x['port']}, protocol: {x['protocol']}"
-              for x in o.get("listeners", [])]
+    lines = [
+        f"Status of node {o.get('node')} ...",
+        f"Product: {o.get('product_name')} {o.get('product_version')}",
+        f"RabbitMQ API version: {o.get('rabbitmq_version')}",
+        "",
+        "Listeners",
+        "",
+    ]
+    lines += [
+        f"Interface: {x['ip_address']}, port: {x['port']}, protocol: {x['protocol']}" for x in o.get("listeners", [])
+    ]
     lines += ["", "Totals", ""] + [f"{k}: {v}" for k, v in totals.items()]
     qt = o.get("queue_totals", {})
-    lines += [f"messages: {qt.get('messages', 0)} (ready {qt.get('messages_ready', 0)}, "
-              f"unacknowledged {qt.get('messages_unacknowledged', 0)})"]
+    lines += [
+        f"messages: {qt.get('messages', 0)} (ready {qt.get('messages_ready', 0)}, "
+        f"unacknowledged {qt.get('messages_unacknowledged', 0)})"
+    ]
     print("\n".join(lines))
 
 
@@ -221,10 +273,13 @@ def await_startup(api: API, args: argparse.Namespace) -> None:
         time.sleep(0.2)
 
 
-def simple(method: str, path: Callable[[argparse.Namespace], str],
-           body: Callable[[argparse.Namespace], Any] | None = None,
-           params: Callable[[argparse.Namespace], dict[str, str]] | None = None,
-           done: str = "") -> Callable[[API, argparse.Namespace], None]:
+def simple(
+    method: str,
+    path: Callable[[argparse.Namespace], str],
+    body: Callable[[argparse.Namespace], Any] | None = None,
+    params: Callable[[argparse.Namespace], dict[str, str]] | None = None,
+    done: str = "",
+) -> Callable[[API, argparse.Namespace], None]:
     """A command that is one API request."""
 
     def run(api: API, args: argparse.Namespace) -> None:
@@ -246,8 +301,7 @@ def set_policy_body(args: argparse.Namespace) -> dict[str, Any]:
         definition = json.loads(args.definition)
     except ValueError:
         raise CtlError(f"the policy definition is not JSON: {args.definition}", EX_USAGE) from None
-    return {"pattern": args.pattern, "definition": definition, "priority": args.priority,
-            "apply-to": args.apply_to}
+    return {"pattern": args.pattern, "definition": definition, "priority": args.priority, "apply-to": args.apply_to}
 
 
 def export_definitions(api: API, args: argparse.Namespace) -> None:
@@ -259,7 +313,7 @@ def export_definitions(api: API, args: argparse.Namespace) -> None:
         with open(args.file, "w") as f:
             f.write(text + "\n")
         if not args.quiet:
-            print(f"Exported definitions for the broker to \"{args.file}\"", file=sys.stderr)
+            print(f'Exported definitions for the broker to "{args.file}"', file=sys.stderr)
 
 
 def import_definitions(api: API, args: argparse.Namespace) -> None:
@@ -270,12 +324,15 @@ def import_definitions(api: API, args: argparse.Namespace) -> None:
         raise CtlError(f"{args.file} is not JSON: {exc}", EX_DATAERR) from None
     api.call("POST", "/api/definitions", doc)
     if not args.quiet:
-        print(f"Imported definitions from \"{args.file}\"", file=sys.stderr)
+        print(f'Imported definitions from "{args.file}"', file=sys.stderr)
 
 
 def peek_queue(api: API, args: argparse.Namespace) -> None:
-    msgs = api.call("POST", f"/api/queues/{q(args.vhost)}/{q(args.queue)}/peek",
-                    {"count": args.n, "from": args.start, "encoding": "auto"})
+    msgs = api.call(
+        "POST",
+        f"/api/queues/{q(args.vhost)}/{q(args.queue)}/peek",
+        {"count": args.n, "from": args.start, "encoding": "auto"},
+    )
     columns = args.columns or ["routing_key", "redelivered", "payload_bytes", "payload", "properties"]
     print(render(msgs, columns, args.formatter))
 
@@ -295,28 +352,59 @@ def replay_dead_letters(api: API, args: argparse.Namespace) -> None:
 COMMANDS: dict[str, Callable[[API, argparse.Namespace], None]] = {
     "status": status,
     "await_startup": await_startup,
-    "purge_queue": simple("DELETE", lambda a: f"/api/queues/{q(a.vhost)}/{q(a.queue)}/contents",
-                          done="Purging queue '{queue}' in vhost '{vhost}' ..."),
-    "delete_queue": simple("DELETE", lambda a: f"/api/queues/{q(a.vhost)}/{q(a.queue)}", params=delete_queue_params,
-                           done="Deleting queue '{queue}' on vhost '{vhost}' ..."),
-    "close_connection": simple("DELETE", lambda a: f"/api/connections/{q(a.connection)}",
-                               done="Closing connection {connection}, reason: {reason}..."),
-    "add_user": simple("PUT", lambda a: f"/api/users/{q(a.username)}", lambda a: {"password": a.password, "tags": ""},
-                       done="Adding user \"{username}\" ..."),
-    "delete_user": simple("DELETE", lambda a: f"/api/users/{q(a.username)}", done="Deleting user \"{username}\" ..."),
-    "set_user_tags": simple("PUT", lambda a: f"/api/users/{q(a.username)}", lambda a: {"tags": ",".join(a.tags)},
-                            done="Setting tags for user \"{username}\" ..."),
-    "add_vhost": simple("PUT", lambda a: f"/api/vhosts/{q(a.name)}", lambda a: {}, done="Adding vhost \"{name}\" ..."),
-    "delete_vhost": simple("DELETE", lambda a: f"/api/vhosts/{q(a.name)}", done="Deleting vhost \"{name}\" ..."),
-    "set_permissions": simple("PUT", lambda a: f"/api/permissions/{q(a.vhost)}/{q(a.username)}",
-                              lambda a: {"configure": a.conf, "write": a.write, "read": a.read},
-                              done="Setting permissions for user \"{username}\" in vhost \"{vhost}\" ..."),
-    "clear_permissions": simple("DELETE", lambda a: f"/api/permissions/{q(a.vhost)}/{q(a.username)}",
-                                done="Clearing permissions for user \"{username}\" in vhost \"{vhost}\" ..."),
-    "set_policy": simple("PUT", lambda a: f"/api/policies/{q(a.vhost)}/{q(a.name)}", set_policy_body,
-                         done="Setting policy \"{name}\" for pattern \"{pattern}\" to \"{definition}\" ..."),
-    "clear_policy": simple("DELETE", lambda a: f"/api/policies/{q(a.vhost)}/{q(a.name)}",
-                           done="Clearing policy \"{name}\" on vhost \"{vhost}\" ..."),
+    "purge_queue": simple(
+        "DELETE",
+        lambda a: f"/api/queues/{q(a.vhost)}/{q(a.queue)}/contents",
+        done="Purging queue '{queue}' in vhost '{vhost}' ...",
+    ),
+    "delete_queue": simple(
+        "DELETE",
+        lambda a: f"/api/queues/{q(a.vhost)}/{q(a.queue)}",
+        params=delete_queue_params,
+        done="Deleting queue '{queue}' on vhost '{vhost}' ...",
+    ),
+    "close_connection": simple(
+        "DELETE",
+        lambda a: f"/api/connections/{q(a.connection)}",
+        done="Closing connection {connection}, reason: {reason}...",
+    ),
+    "add_user": simple(
+        "PUT",
+        lambda a: f"/api/users/{q(a.username)}",
+        lambda a: {"password": a.password, "tags": ""},
+        done='Adding user "{username}" ...',
+    ),
+    "delete_user": simple("DELETE", lambda a: f"/api/users/{q(a.username)}", done='Deleting user "{username}" ...'),
+    "set_user_tags": simple(
+        "PUT",
+        lambda a: f"/api/users/{q(a.username)}",
+        lambda a: {"tags": ",".join(a.tags)},
+        done='Setting tags for user "{username}" ...',
+    ),
+    "add_vhost": simple("PUT", lambda a: f"/api/vhosts/{q(a.name)}", lambda a: {}, done='Adding vhost "{name}" ...'),
+    "delete_vhost": simple("DELETE", lambda a: f"/api/vhosts/{q(a.name)}", done='Deleting vhost "{name}" ...'),
+    "set_permissions": simple(
+        "PUT",
+        lambda a: f"/api/permissions/{q(a.vhost)}/{q(a.username)}",
+        lambda a: {"configure": a.conf, "write": a.write, "read": a.read},
+        done='Setting permissions for user "{username}" in vhost "{vhost}" ...',
+    ),
+    "clear_permissions": simple(
+        "DELETE",
+        lambda a: f"/api/permissions/{q(a.vhost)}/{q(a.username)}",
+        done='Clearing permissions for user "{username}" in vhost "{vhost}" ...',
+    ),
+    "set_policy": simple(
+        "PUT",
+        lambda a: f"/api/policies/{q(a.vhost)}/{q(a.name)}",
+        set_policy_body,
+        done='Setting policy "{name}" for pattern "{pattern}" to "{definition}" ...',
+    ),
+    "clear_policy": simple(
+        "DELETE",
+        lambda a: f"/api/policies/{q(a.vhost)}/{q(a.name)}",
+        done='Clearing policy "{name}" on vhost "{vhost}" ...',
+    ),
     "export_definitions": export_definitions,
     "import_definitions": import_definitions,
     "peek_queue": peek_queue,
@@ -329,7 +417,7 @@ def change_password(api: API, args: argparse.Namespace) -> None:
     user = api.call("GET", f"/api/users/{q(args.username)}")
     api.call("PUT", f"/api/users/{q(args.username)}", {"password": args.password, "tags": ",".join(user["tags"])})
     if not args.quiet:
-        print(f"Changing password for user \"{args.username}\" ...", file=sys.stderr)
+        print(f'Changing password for user "{args.username}" ...', file=sys.stderr)
 
 
 COMMANDS["change_password"] = change_password
@@ -345,18 +433,39 @@ def global_options(p: argparse.ArgumentParser, defaults: bool) -> None:
     def default(value: Any) -> Any:
         return value if defaults else argparse.SUPPRESS
 
-    p.add_argument("--url", default=default(env.get("AMQPCTL_URL", "http://127.0.0.1:15672")),
-                   help="management API URL (AMQPCTL_URL)")
+    p.add_argument(
+        "--url",
+        default=default(env.get("AMQPCTL_URL", "http://127.0.0.1:15672")),
+        help="management API URL (AMQPCTL_URL)",
+    )
     p.add_argument("-u", "--username", dest="login", default=default(env.get("AMQPCTL_USERNAME", "guest")))
     p.add_argument("--password", dest="login_password", default=default(env.get("AMQPCTL_PASSWORD", "guest")))
     p.add_argument("-p", "--vhost", default=default(env.get("AMQPCTL_VHOST", "/")))
     # HTTPS (an https:// URL), with rabbitmqadmin's option names.
-    p.add_argument("--ssl-ca-cert-file", "--cacert", dest="ca_file", metavar="FILE",
-                   default=default(env.get("AMQPCTL_SSL_CA_CERT_FILE")), help="CA to check the broker's certificate")
-    p.add_argument("--ssl-cert-file", "--cert", dest="cert_file", metavar="FILE",
-                   default=default(env.get("AMQPCTL_SSL_CERT_FILE")), help="client certificate (PEM)")
-    p.add_argument("--ssl-key-file", "--key", dest="key_file", metavar="FILE",
-                   default=default(env.get("AMQPCTL_SSL_KEY_FILE")), help="its key, if not in the certificate file")
+    p.add_argument(
+        "--ssl-ca-cert-file",
+        "--cacert",
+        dest="ca_file",
+        metavar="FILE",
+        default=default(env.get("AMQPCTL_SSL_CA_CERT_FILE")),
+        help="CA to check the broker's certificate",
+    )
+    p.add_argument(
+        "--ssl-cert-file",
+        "--cert",
+        dest="cert_file",
+        metavar="FILE",
+        default=default(env.get("AMQPCTL_SSL_CERT_FILE")),
+        help="client certificate (PEM)",
+    )
+    p.add_argument(
+        "--ssl-key-file",
+        "--key",
+        dest="key_file",
+        metavar="FILE",
+        default=default(env.get("AMQPCTL_SSL_KEY_FILE")),
+        help="its key, if not in the certificate file",
+    )
     p.add_argument("--formatter", choices=("table", "json", "csv"), default=default("table"))
     p.add_argument("-q", "--quiet", action="store_true", default=default(False), help="no informational messages")
     p.add_argument("-t", "--timeout", type=float, default=default(30.0), help="seconds (await_startup, requests)")
@@ -376,8 +485,14 @@ def parser() -> argparse.ArgumentParser:
         s = command(name)
         s.add_argument("columns", nargs="*")
         s.add_argument("--filter", metavar="REGEX", help="only rows whose name matches")
-        s.add_argument("--watch", type=float, nargs="?", const=2.0, metavar="SECONDS",
-                       help="refresh every SECONDS (default 2) with live rates")
+        s.add_argument(
+            "--watch",
+            type=float,
+            nargs="?",
+            const=2.0,
+            metavar="SECONDS",
+            help="refresh every SECONDS (default 2) with live rates",
+        )
         s.add_argument("--watch-count", type=int, help=argparse.SUPPRESS)  # bounded watching, for tests
     command("status")
     command("await_startup")
@@ -439,8 +554,13 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         return EX_USAGE if exc.code else EX_OK
     try:
-        api = API(args.url, args.login, args.login_password, args.timeout,
-                  tls_context(args.ca_file, args.cert_file, args.key_file))
+        api = API(
+            args.url,
+            args.login,
+            args.login_password,
+            args.timeout,
+            tls_context(args.ca_file, args.cert_file, args.key_file),
+        )
         if args.command in LISTS:
             run_list(api, args)
         else:

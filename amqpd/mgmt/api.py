@@ -277,8 +277,12 @@ class ManagementAPI(AccessEndpoints):
         self._check_name(exchange)
         self._check(request, v.name, "exchange", exchange, "configure")
         v.declare_exchange(
-            exchange, str(body.get("type", "")), passive=False, durable=_bool(body, "durable", True),
-            auto_delete=_bool(body, "auto_delete", False), internal=_bool(body, "internal", False),
+            exchange,
+            str(body.get("type", "")),
+            passive=False,
+            durable=_bool(body, "durable", True),
+            auto_delete=_bool(body, "auto_delete", False),
+            internal=_bool(body, "internal", False),
             arguments=_arguments(body),
         )
         return NoContent(204 if existed else 201)
@@ -358,8 +362,13 @@ class ManagementAPI(AccessEndpoints):
         if not existed:
             self.broker.check_queue_limit(v, queue)
         v.declare_queue(
-            queue, passive=False, durable=_bool(body, "durable", True), exclusive=False,
-            auto_delete=_bool(body, "auto_delete", False), arguments=_arguments(body), owner=None,
+            queue,
+            passive=False,
+            durable=_bool(body, "durable", True),
+            exclusive=False,
+            auto_delete=_bool(body, "auto_delete", False),
+            arguments=_arguments(body),
+            owner=None,
         )
         return NoContent(204 if existed else 201)
 
@@ -394,8 +403,10 @@ class ManagementAPI(AccessEndpoints):
         except ValueError as exc:
             raise bad_request(str(exc)) from None
         limit = int(truncate) if isinstance(truncate, int) and not isinstance(truncate, bool) else None
-        return [operations.message_json(self.broker, f.entry, f.message_count, encoding, limit, f.redelivered)
-                for f in fetched]
+        return [
+            operations.message_json(self.broker, f.entry, f.message_count, encoding, limit, f.redelivered)
+            for f in fetched
+        ]
 
     async def peek(self, request: Request, vhost: str, queue: str) -> Any:
         """Beyond RabbitMQ: ready messages from position `from`, left untouched."""
@@ -454,8 +465,11 @@ class ManagementAPI(AccessEndpoints):
         v.exchange(_exchange_name(source))
         operations.destination(v, kind, dest)
         dtype = "queue" if kind == "q" else "exchange"
-        found = [b for b in objects.bindings(v) if b["source"] == _exchange_name(source)
-                 and b["destination"] == dest and b["destination_type"] == dtype]
+        found = [
+            b
+            for b in objects.bindings(v)
+            if b["source"] == _exchange_name(source) and b["destination"] == dest and b["destination_type"] == dtype
+        ]
         return v, found
 
     async def pair_bindings(self, request: Request, vhost: str, source: str, kind: str, dest: str) -> Any:
@@ -580,8 +594,14 @@ class ManagementAPI(AccessEndpoints):
     async def put_policy(self, request: Request, vhost: str, name: str) -> Any:
         self._vhost(vhost)
         body = await self._json(request)
-        existed = self.broker.policies.put(vhost, name, body.get("pattern"), body.get("definition"),
-                                           body.get("priority", 0), body.get("apply-to", "all"))
+        existed = self.broker.policies.put(
+            vhost,
+            name,
+            body.get("pattern"),
+            body.get("definition"),
+            body.get("priority", 0),
+            body.get("apply-to", "all"),
+        )
         return self._created(existed)
 
     async def delete_policy(self, request: Request, vhost: str, name: str) -> Any:
@@ -595,8 +615,9 @@ class ManagementAPI(AccessEndpoints):
     async def aliveness(self, request: Request, vhost: str) -> Any:
         """RabbitMQ declares aliveness-test, publishes to it and gets the message back."""
         v = self._vhost(vhost)
-        v.declare_queue("aliveness-test", passive=False, durable=False, exclusive=False, auto_delete=False,
-                        arguments={}, owner=None)
+        v.declare_queue(
+            "aliveness-test", passive=False, durable=False, exclusive=False, auto_delete=False, arguments={}, owner=None
+        )
         await operations.publish(self.broker, self._channel(v), "", "aliveness-test", {}, b"test_message")
         fetched = operations.get(v, "aliveness-test", 1, "ack_requeue_false")
         if not fetched:
@@ -606,8 +627,10 @@ class ManagementAPI(AccessEndpoints):
     async def health_alarms(self, request: Request) -> Any:
         if self.broker.alarms:
             alarms = [{"resource": name, "node": objects.NODE} for name in sorted(self.broker.alarms)]
-            return JSONResponse({"status": "failed", "reason": "resource alarm(s) in effect in the cluster",
-                                 "alarms": alarms}, status_code=503)
+            return JSONResponse(
+                {"status": "failed", "reason": "resource alarm(s) in effect in the cluster", "alarms": alarms},
+                status_code=503,
+            )
         return {"status": "ok"}
 
     async def health_vhosts(self, request: Request) -> Any:
@@ -616,8 +639,15 @@ class ManagementAPI(AccessEndpoints):
     async def health_port(self, request: Request, port: str) -> Any:
         ports = sorted(int(entry["port"]) for entry in self.listeners)
         if not port.isdigit() or int(port) not in ports:
-            return JSONResponse({"status": "failed", "reason": "No active listener", "missing": port if not
-                                 port.isdigit() else int(port), "ports": ports}, status_code=503)
+            return JSONResponse(
+                {
+                    "status": "failed",
+                    "reason": "No active listener",
+                    "missing": port if not port.isdigit() else int(port),
+                    "ports": ports,
+                },
+                status_code=503,
+            )
         return {"status": "ok", "port": int(port)}
 
 

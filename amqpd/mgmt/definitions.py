@@ -31,8 +31,7 @@ from amqpd.mgmt.objects import API_VERSION, jsonable
 if TYPE_CHECKING:
     from amqpd.broker.broker import Broker
 
-HASHING_ALGORITHMS = ("rabbit_password_hashing_sha256", "rabbit_password_hashing_sha512",
-                      "rabbit_password_hashing_md5")
+HASHING_ALGORITHMS = ("rabbit_password_hashing_sha256", "rabbit_password_hashing_sha512", "rabbit_password_hashing_md5")
 
 
 class DefinitionsError(ValueError):
@@ -46,8 +45,12 @@ def export(broker: Broker, vhost: str | None = None) -> dict[str, Any]:
     """The whole broker's definitions, or (vhost given) one vhost's, without users, vhosts and permissions and
     without `vhost` fields, as RabbitMQ's per-vhost export."""
     vhosts = [vhost] if vhost is not None else sorted(broker.vhosts)
-    doc: dict[str, Any] = {"rabbit_version": API_VERSION, "rabbitmq_version": API_VERSION,
-                           "product_name": "amqpd", "product_version": __version__}
+    doc: dict[str, Any] = {
+        "rabbit_version": API_VERSION,
+        "rabbitmq_version": API_VERSION,
+        "product_name": "amqpd",
+        "product_version": __version__,
+    }
     if vhost is None:
         doc |= export_access(broker.access)
         doc["global_parameters"] = []
@@ -57,12 +60,30 @@ def export(broker: Broker, vhost: str | None = None) -> dict[str, Any]:
     doc["queues"], doc["exchanges"], doc["bindings"] = [], [], []
     for name in vhosts:
         v = broker.vhosts[name]
-        doc["queues"] += [{"name": q.name, "vhost": name, "durable": q.durable, "auto_delete": q.auto_delete,
-                           "arguments": jsonable(q.arguments)}
-                          for q in v.queues.values() if q.exclusive_owner is None]
-        doc["exchanges"] += [{"name": x.name, "vhost": name, "type": x.type_name, "durable": x.durable,
-                              "auto_delete": x.auto_delete, "internal": x.internal, "arguments": jsonable(x.arguments)}
-                             for x in v.exchanges.values() if x.name and not x.name.startswith("amq.")]
+        doc["queues"] += [
+            {
+                "name": q.name,
+                "vhost": name,
+                "durable": q.durable,
+                "auto_delete": q.auto_delete,
+                "arguments": jsonable(q.arguments),
+            }
+            for q in v.queues.values()
+            if q.exclusive_owner is None
+        ]
+        doc["exchanges"] += [
+            {
+                "name": x.name,
+                "vhost": name,
+                "type": x.type_name,
+                "durable": x.durable,
+                "auto_delete": x.auto_delete,
+                "internal": x.internal,
+                "arguments": jsonable(x.arguments),
+            }
+            for x in v.exchanges.values()
+            if x.name and not x.name.startswith("amq.")
+        ]
         for x in v.exchanges.values():
             if not x.name:
                 continue
@@ -70,8 +91,16 @@ def export(broker: Broker, vhost: str | None = None) -> dict[str, Any]:
                 if isinstance(dest, Queue) and dest.exclusive_owner is not None:
                     continue
                 kind = "queue" if isinstance(dest, Queue) else "exchange"
-                doc["bindings"].append({"source": x.name, "vhost": name, "destination": getattr(dest, "name", ""),
-                                        "destination_type": kind, "routing_key": key, "arguments": jsonable(args)})
+                doc["bindings"].append(
+                    {
+                        "source": x.name,
+                        "vhost": name,
+                        "destination": getattr(dest, "name", ""),
+                        "destination_type": kind,
+                        "routing_key": key,
+                        "arguments": jsonable(args),
+                    }
+                )
     if vhost is not None:
         for section in ("policies", "queues", "exchanges", "bindings"):
             for item in doc[section]:
@@ -81,8 +110,18 @@ def export(broker: Broker, vhost: str | None = None) -> dict[str, Any]:
 
 # -- import -----------------------------------------------------------------------------------------------------
 
-SECTIONS = ("users", "vhosts", "permissions", "topic_permissions", "parameters", "global_parameters", "policies",
-            "queues", "exchanges", "bindings")
+SECTIONS = (
+    "users",
+    "vhosts",
+    "permissions",
+    "topic_permissions",
+    "parameters",
+    "global_parameters",
+    "policies",
+    "queues",
+    "exchanges",
+    "bindings",
+)
 
 
 class Plan:
@@ -188,20 +227,27 @@ def check_policy(plan: Plan, p: dict[str, Any]) -> None:
 
 def check_exchange(plan: Plan, x: dict[str, Any]) -> None:
     name, vhost, type_name = _text(x, "name"), plan.vhost_of(x), _text(x, "type")
-    durable, auto_delete, internal = _flag(x, "durable", True), _flag(x, "auto_delete", False), _flag(
-        x, "internal", False)
+    durable, auto_delete, internal = (
+        _flag(x, "durable", True),
+        _flag(x, "auto_delete", False),
+        _flag(x, "internal", False),
+    )
     args = _args(x)
     if type_name not in EXCHANGE_TYPES:
         raise DefinitionsError(f"unknown exchange type '{type_name}'")
     existing = plan.broker.vhosts[vhost].exchanges.get(name) if vhost in plan.broker.vhosts else None
     if existing is not None:
-        for arg, new, old in (("type", type_name, existing.type_name), ("durable", durable, existing.durable),
-                              ("auto_delete", auto_delete, existing.auto_delete),
-                              ("internal", internal, existing.internal)):
+        for arg, new, old in (
+            ("type", type_name, existing.type_name),
+            ("durable", durable, existing.durable),
+            ("auto_delete", auto_delete, existing.auto_delete),
+            ("internal", internal, existing.internal),
+        ):
             if new != old:
                 raise DefinitionsError(f"inequivalent arg '{arg}': received '{new}' but current is '{old}'")
-        _amqp(lambda: check_equivalent_args("exchange", name, vhost, EXCHANGE_EQUIVALENCE_ARGS, args,
-                                            existing.arguments))
+        _amqp(
+            lambda: check_equivalent_args("exchange", name, vhost, EXCHANGE_EQUIVALENCE_ARGS, args, existing.arguments)
+        )
     elif name.startswith("amq."):
         raise DefinitionsError("exchange name contains reserved prefix 'amq.*'")
     plan.exchanges[(vhost, name)] = type_name
@@ -276,8 +322,18 @@ def validate(broker: Broker, doc: Any, vhost: str | None = None) -> None:
         raise DefinitionsError(f"vhost '{vhost}' does not exist")
     plan = Plan(broker, doc, vhost)
     # Exchanges before bindings and queues before bindings, whatever the document's order.
-    for section in ("users", "vhosts", "permissions", "topic_permissions", "parameters", "global_parameters",
-                    "policies", "exchanges", "queues", "bindings"):
+    for section in (
+        "users",
+        "vhosts",
+        "permissions",
+        "topic_permissions",
+        "parameters",
+        "global_parameters",
+        "policies",
+        "exchanges",
+        "queues",
+        "bindings",
+    ):
         items = doc.get(section, [])
         if not isinstance(items, list):
             raise DefinitionsError(f"'{section}' is not a list")
@@ -295,21 +351,41 @@ def validate(broker: Broker, doc: Any, vhost: str | None = None) -> None:
 def apply(broker: Broker, doc: dict[str, Any], vhost: str | None = None) -> None:
     """Import a document that validate() accepted."""
     try:
-        import_access(broker.access, {k: doc.get(k, []) for k in ("users", "vhosts", "permissions",
-                                                                   "topic_permissions", "parameters")})
+        import_access(
+            broker.access,
+            {k: doc.get(k, []) for k in ("users", "vhosts", "permissions", "topic_permissions", "parameters")},
+        )
     except AccessError as exc:  # validate() checks what import_access refuses; this is a bug if it happens
         raise DefinitionsError(str(exc)) from None
     for p in doc.get("policies", []):
-        broker.policies.put(vhost or p["vhost"], p["name"], p["pattern"], p["definition"], p.get("priority", 0),
-                            p.get("apply-to", "all"))
+        broker.policies.put(
+            vhost or p["vhost"],
+            p["name"],
+            p["pattern"],
+            p["definition"],
+            p.get("priority", 0),
+            p.get("apply-to", "all"),
+        )
     for x in doc.get("exchanges", []):
         broker.vhosts[vhost or x["vhost"]].declare_exchange(
-            x["name"], x["type"], passive=False, durable=_flag(x, "durable", True),
-            auto_delete=_flag(x, "auto_delete", False), internal=_flag(x, "internal", False), arguments=_args(x))
+            x["name"],
+            x["type"],
+            passive=False,
+            durable=_flag(x, "durable", True),
+            auto_delete=_flag(x, "auto_delete", False),
+            internal=_flag(x, "internal", False),
+            arguments=_args(x),
+        )
     for q in doc.get("queues", []):
         broker.vhosts[vhost or q["vhost"]].declare_queue(
-            q["name"], passive=False, durable=_flag(q, "durable", True), exclusive=False,
-            auto_delete=_flag(q, "auto_delete", False), arguments=_args(q), owner=None)
+            q["name"],
+            passive=False,
+            durable=_flag(q, "durable", True),
+            exclusive=False,
+            auto_delete=_flag(q, "auto_delete", False),
+            arguments=_args(q),
+            owner=None,
+        )
     for b in doc.get("bindings", []):
         v = broker.vhosts[vhost or b["vhost"]]
         dest = v.queues[b["destination"]] if b["destination_type"] == "queue" else v.exchanges[b["destination"]]

@@ -95,13 +95,15 @@ def _int(query: Mapping[str, str], key: str, default: int) -> int:
 def page(items: list[dict[str, Any]], query: Mapping[str, str], columns: list[str]) -> dict[str, Any]:
     number, size = _int(query, "page", 1), _int(query, "page_size", 100)
     if number < 1 or size < 1 or size > MAX_PAGE_SIZE:
-        raise BadQuery("invalid_pagination_parameters",
-                       f"Invalid pagination parameters: page number {number}, page size {size}")
+        raise BadQuery(
+            "invalid_pagination_parameters", f"Invalid pagination parameters: page number {number}, page size {size}"
+        )
     filtered = name_filter(items, query.get("name", ""), query.get("use_regex", "false").lower() == "true")
     page_count = max(1, math.ceil(len(filtered) / size))
     if number > page_count:
-        raise BadQuery("page_out_of_range",
-                       f"Page out of range, page: {number} page size: {size}, len: {len(filtered)}")
+        raise BadQuery(
+            "page_out_of_range", f"Page out of range, page: {number} page size: {size}, len: {len(filtered)}"
+        )
     chunk = filtered[(number - 1) * size : number * size]
     return {
         "filtered_count": len(filtered),

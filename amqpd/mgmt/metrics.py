@@ -24,19 +24,23 @@ if TYPE_CHECKING:
 
 QUEUE_GAUGES = (
     ("rabbitmq_queue_messages_ready", "Messages ready to be delivered to consumers", lambda q: len(q.ready)),
-    ("rabbitmq_queue_messages_unacked", "Messages delivered to consumers but not yet acknowledged",
-     lambda q: q.unacked),
+    (
+        "rabbitmq_queue_messages_unacked",
+        "Messages delivered to consumers but not yet acknowledged",
+        lambda q: q.unacked,
+    ),
     ("rabbitmq_queue_messages", "Sum of ready and unacknowledged messages", lambda q: len(q.ready) + q.unacked),
     ("rabbitmq_queue_consumers", "Consumers on a queue", lambda q: len(q.consumers)),
     ("rabbitmq_queue_messages_ready_bytes", "Size in bytes of ready messages", lambda q: q.ready_bytes),
 )
-QUEUE_COUNTERS = (
-    ("rabbitmq_queue_messages_published_total", "Messages published to queues", lambda q: q.published),
-)
+QUEUE_COUNTERS = (("rabbitmq_queue_messages_published_total", "Messages published to queues", lambda q: q.published),)
 CHANNEL_COUNTERS = (
     ("rabbitmq_channel_messages_published_total", "Messages published into an exchange on a channel", "publish"),
-    ("rabbitmq_channel_messages_delivered_total", "Messages delivered to consumers or fetched with basic.get",
-     "deliver_get"),
+    (
+        "rabbitmq_channel_messages_delivered_total",
+        "Messages delivered to consumers or fetched with basic.get",
+        "deliver_get",
+    ),
     ("rabbitmq_channel_messages_acked_total", "Messages acknowledged by consumers", "ack"),
     ("rabbitmq_channel_messages_confirmed_total", "Messages confirmed to publishers", "confirm"),
 )
@@ -63,9 +67,15 @@ class BrokerCollector:
         yield from self._queues(queues)
         yield from self._delayed()
         totals = objects.totals(broker)
-        channel_totals = {key: totals[key] - getattr(broker.closed_totals, attr) for key, attr in
-                          (("publish", "published"), ("deliver_get", "delivered"), ("ack", "acked"),
-                           ("confirm", "confirmed"))}
+        channel_totals = {
+            key: totals[key] - getattr(broker.closed_totals, attr)
+            for key, attr in (
+                ("publish", "published"),
+                ("deliver_get", "delivered"),
+                ("ack", "acked"),
+                ("confirm", "confirmed"),
+            )
+        }
         for name, doc, key in CHANNEL_COUNTERS:
             yield _counter(name, doc, channel_totals[key])
         for name, doc, key in GLOBAL_COUNTERS:
@@ -74,18 +84,30 @@ class BrokerCollector:
             yield family
 
     def _info(self) -> Iterator[Metric]:
-        identity = GaugeMetricFamily("rabbitmq_identity_info", "RabbitMQ node & cluster identity info",
-                                     labels=["rabbitmq_node", "rabbitmq_cluster", "rabbitmq_cluster_permanent_id"])
+        identity = GaugeMetricFamily(
+            "rabbitmq_identity_info",
+            "RabbitMQ node & cluster identity info",
+            labels=["rabbitmq_node", "rabbitmq_cluster", "rabbitmq_cluster_permanent_id"],
+        )
         identity.add_metric([objects.NODE, objects.NODE, objects.NODE], 1)
         yield identity
-        build = GaugeMetricFamily("rabbitmq_build_info", "RabbitMQ & Erlang/OTP version info",
-                                  labels=["rabbitmq_version", "prometheus_plugin_version", "product_version"])
+        build = GaugeMetricFamily(
+            "rabbitmq_build_info",
+            "RabbitMQ & Erlang/OTP version info",
+            labels=["rabbitmq_version", "prometheus_plugin_version", "product_version"],
+        )
         build.add_metric([objects.API_VERSION, objects.API_VERSION, __version__], 1)
         yield build
-        yield _gauge("rabbitmq_alarms_memory_used_watermark",
-                     "is 1 if VM memory watermark alarm is in effect", int("memory" in self.broker.alarms))
-        yield _gauge("rabbitmq_alarms_free_disk_space_watermark",
-                     "is 1 if free disk space watermark alarm is in effect", int("disk" in self.broker.alarms))
+        yield _gauge(
+            "rabbitmq_alarms_memory_used_watermark",
+            "is 1 if VM memory watermark alarm is in effect",
+            int("memory" in self.broker.alarms),
+        )
+        yield _gauge(
+            "rabbitmq_alarms_free_disk_space_watermark",
+            "is 1 if free disk space watermark alarm is in effect",
+            int("disk" in self.broker.alarms),
+        )
 
     def _totals(self, queues: list[Any]) -> Iterator[Metric]:
         sessions = self.broker.connections
@@ -103,12 +125,15 @@ class BrokerCollector:
     def _delayed(self) -> Iterator[Metric]:
         """amqpd's own (rabbitmq_prometheus has no delayed-message metrics): messages waiting in
         x-delayed-message exchanges, and when the earliest is due (a Unix timestamp; absent when none wait)."""
-        delayed = [(v.name, ex) for v in self.broker.vhosts.values() for ex in v.exchanges.values()
-                   if isinstance(ex, DelayedExchange)]
+        delayed = [
+            (v.name, ex)
+            for v in self.broker.vhosts.values()
+            for ex in v.exchanges.values()
+            if isinstance(ex, DelayedExchange)
+        ]
         labels = ["vhost", "exchange"] if self.per_object else []
         count = GaugeMetricFamily(DELAYED_COUNT, "Messages waiting in delayed-message exchanges", labels=labels)
-        due = GaugeMetricFamily(DELAYED_DUE, "When the next delayed message is due, in Unix seconds",
-                                labels=labels)
+        due = GaugeMetricFamily(DELAYED_DUE, "When the next delayed message is due, in Unix seconds", labels=labels)
         if self.per_object:
             for vhost, ex in delayed:
                 count.add_metric([vhost, ex.name], ex.waiting_count())

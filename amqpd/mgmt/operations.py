@@ -96,8 +96,19 @@ def payload_bytes(payload: Any, encoding: str) -> bytes:
 
 
 PROPERTY_NAMES = (
-    "content_type", "content_encoding", "headers", "delivery_mode", "priority", "correlation_id", "reply_to",
-    "expiration", "message_id", "timestamp", "type", "user_id", "app_id",
+    "content_type",
+    "content_encoding",
+    "headers",
+    "delivery_mode",
+    "priority",
+    "correlation_id",
+    "reply_to",
+    "expiration",
+    "message_id",
+    "timestamp",
+    "type",
+    "user_id",
+    "app_id",
 )
 
 
@@ -148,8 +159,14 @@ class Fetched:
     redelivered: bool  # as it was when taken (requeueing it flags it for next time)
 
 
-def message_json(broker: Broker, entry: Entry, message_count: int, encoding: str, truncate: int | None,
-                 redelivered: bool | None = None) -> dict[str, Any]:
+def message_json(
+    broker: Broker,
+    entry: Entry,
+    message_count: int,
+    encoding: str,
+    truncate: int | None,
+    redelivered: bool | None = None,
+) -> dict[str, Any]:
     """A message as /api/queues/{v}/{q}/get answers: payload as text when it is UTF-8 (encoding auto), else
     base64; properties with RabbitMQ's names."""
     msg = entry.msg
@@ -307,11 +324,14 @@ async def _republish(
             error = errors.precondition_failed("message has no x-death header naming where it came from")
             return await _settled(waits, i, error)
         ex = vhost.exchanges.get(dest[0])
-        copy = Message(dest[0], dest[1], shortstr(dest[0]) + shortstr(dest[1]), old.header,
-                       broker.body_of(old), old.flags)
+        copy = Message(
+            dest[0], dest[1], shortstr(dest[0]) + shortstr(dest[1]), old.header, broker.body_of(old), old.flags
+        )
         if ex is None or not vhost.route(ex, copy):
-            error = errors.precondition_failed(f"no queue to take messages published to exchange '{dest[0]}' "
-                                               f"with routing key '{dest[1]}' in vhost '{vhost.name}'")
+            error = errors.precondition_failed(
+                f"no queue to take messages published to exchange '{dest[0]}' "
+                f"with routing key '{dest[1]}' in vhost '{vhost.name}'"
+            )
             return await _settled(waits, i, error)
         done: asyncio.Future[None] = loop.create_future()
         channel.published += 1

@@ -38,8 +38,12 @@ class Management:
             ("http", s.mgmt_port, self._api, None),
             ("https", s.mgmt_tls_port if tls_enabled(s, "mgmt_tls") else None, self._api, "mgmt_tls"),
             ("http/prometheus", s.prometheus_port, self._metrics, None),
-            ("https/prometheus", s.prometheus_tls_port if tls_enabled(s, "prometheus_tls") else None,
-             self._metrics, "prometheus_tls"),
+            (
+                "https/prometheus",
+                s.prometheus_tls_port if tls_enabled(s, "prometheus_tls") else None,
+                self._metrics,
+                "prometheus_tls",
+            ),
         ):
             if port is None:
                 continue
@@ -50,8 +54,13 @@ class Management:
                 log.error("%s listener not started: %s", protocol, exc)
                 continue
             except OSError as exc:
-                log.error("%s listener not started: cannot listen on %s:%s: %s", protocol, s.mgmt_host, port,
-                          exc.strerror or exc)
+                log.error(
+                    "%s listener not started: cannot listen on %s:%s: %s",
+                    protocol,
+                    s.mgmt_host,
+                    port,
+                    exc.strerror or exc,
+                )
                 continue
             listener = HTTPListener(make_app(), sock, ctx)
             self.listeners.append((protocol, listener))

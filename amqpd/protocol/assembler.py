@@ -69,7 +69,9 @@ class ContentAssembler:
             self._method = None  # refused before the body arrives; its frames are dropped with the channel
             raise errors.ChannelError(
                 errors.PRECONDITION_FAILED,
-                f"message size {body_size} is larger than configured max size {self.max_size}", 60, 40,
+                f"message size {body_size} is larger than configured max size {self.max_size}",
+                60,
+                40,
             )
         self._header, self._flags, self._remaining, self._parts = payload, flags, body_size, []
         return self._finish() if body_size == 0 else None

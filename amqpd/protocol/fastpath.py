@@ -49,8 +49,11 @@ def parse_publish_route(payload: bytes) -> tuple[str, str, bytes, int]:
         known = _ROUTES.get(route)
         if known is None:
             # Names are bytes to RabbitMQ: invalid UTF-8 is kept (as surrogates), never refused.
-            known = (payload[7:o].decode("utf-8", "surrogateescape"),
-                     payload[o + 1 : rend].decode("utf-8", "surrogateescape"), route)
+            known = (
+                payload[7:o].decode("utf-8", "surrogateescape"),
+                payload[o + 1 : rend].decode("utf-8", "surrogateescape"),
+                route,
+            )
             if len(_ROUTES) >= _ROUTES_MAX:
                 _ROUTES.clear()
             _ROUTES[route] = known
@@ -74,16 +77,20 @@ def parse_content_header(payload: bytes) -> tuple[int, int, int]:
     return class_id, body_size, flags
 
 
-def encode_deliver(
-    channel: int, ctag: bytes, delivery_tag: int, redelivered: bool, route: bytes
-) -> bytes:
+def encode_deliver(channel: int, ctag: bytes, delivery_tag: int, redelivered: bool, route: bytes) -> bytes:
     """basic.deliver method frame. ctag is an encoded shortstr; route the encoded exchange + routing key."""
     payload = b"".join((_DELIVER_PREFIX, ctag, _tag_bits.pack(delivery_tag, redelivered), route))
     return _frame_head.pack(1, channel, len(payload)) + payload + b"\xce"
 
 
 def encode_delivery(
-    channel: int, ctag: bytes, delivery_tag: int, redelivered: bool, route: bytes, header: bytes, body: bytes,
+    channel: int,
+    ctag: bytes,
+    delivery_tag: int,
+    redelivered: bool,
+    route: bytes,
+    header: bytes,
+    body: bytes,
     frame_max: int,
 ) -> bytes:
     """basic.deliver with its header and body frames, in one join: the whole per-delivery encoding."""
@@ -95,8 +102,15 @@ def encode_delivery(
         )
     pack = _frame_head.pack
     parts = [
-        pack(1, channel, 13 + len(ctag) + len(route)), _DELIVER_PREFIX, ctag, _tag_bits.pack(delivery_tag, redelivered),
-        route, b"\xce", pack(2, channel, len(header)), header, b"\xce",
+        pack(1, channel, 13 + len(ctag) + len(route)),
+        _DELIVER_PREFIX,
+        ctag,
+        _tag_bits.pack(delivery_tag, redelivered),
+        route,
+        b"\xce",
+        pack(2, channel, len(header)),
+        header,
+        b"\xce",
     ]
     if body:
         parts += (pack(3, channel, len(body)), body, b"\xce")
@@ -111,8 +125,9 @@ def encode_deliveries(
     pack = _frame_head.pack
     head = pack(1, channel, 13 + len(ctag) + len(route)) + _DELIVER_PREFIX + ctag
     # redelivered=0, the route, then the header frame and the body frame's own header: the same for all
-    mid = b"".join((b"\x00", route, b"\xce", pack(2, channel, len(header)), header, b"\xce",
-                    pack(3, channel, len(bodies[0]))))
+    mid = b"".join(
+        (b"\x00", route, b"\xce", pack(2, channel, len(header)), header, b"\xce", pack(3, channel, len(bodies[0])))
+    )
     tag = _u64.pack
     parts: list[bytes] = []
     for t, body in enumerate(bodies, first_tag):

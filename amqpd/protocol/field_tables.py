@@ -17,8 +17,21 @@ _u32 = struct.Struct(">I")
 
 # Field value sizes by type tag (RabbitMQ's and pamqp's table types); None: a u32 length, then that many bytes.
 _FIXED = {
-    ord("t"): 1, ord("b"): 1, ord("B"): 1, ord("s"): 2, ord("u"): 2, ord("I"): 4, ord("i"): 4, ord("f"): 4,
-    ord("l"): 8, ord("L"): 8, ord("d"): 8, ord("T"): 8, ord("D"): 5, ord("V"): 0, 0: 0,
+    ord("t"): 1,
+    ord("b"): 1,
+    ord("B"): 1,
+    ord("s"): 2,
+    ord("u"): 2,
+    ord("I"): 4,
+    ord("i"): 4,
+    ord("f"): 4,
+    ord("l"): 8,
+    ord("L"): 8,
+    ord("d"): 8,
+    ord("T"): 8,
+    ord("D"): 5,
+    ord("V"): 0,
+    0: 0,
 }
 _SIZED = (ord("S"), ord("x"))
 _TABLE, _ARRAY = ord("F"), ord("A")

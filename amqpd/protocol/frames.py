@@ -169,7 +169,9 @@ def method_frame(channel: int, payload: bytes) -> bytes:
 def content_frames(channel: int, header_payload: bytes, body: bytes, frame_max: int) -> bytes:
     """The header frame and the body split into frames no larger than frame_max."""
     parts: list[bytes | memoryview] = [
-        _pack_header(FRAME_HEADER, channel, len(header_payload)), header_payload, FRAME_END_BYTE
+        _pack_header(FRAME_HEADER, channel, len(header_payload)),
+        header_payload,
+        FRAME_END_BYTE,
     ]
     chunk = frame_max - 8
     if len(body) <= chunk:

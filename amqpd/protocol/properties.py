@@ -100,8 +100,22 @@ def check_property_list(header: bytes) -> None:
 _KINDS_BY_FLAGS: dict[int, tuple[int, ...]] = {}
 # Field value sizes by type tag: >= 0 fixed, -2 a u32 length then that many bytes, -3 nested, -1 unknown.
 _VALUE_SIZE = [-1] * 256
-for _tag, _size in {"t": 1, "b": 1, "B": 1, "s": 2, "u": 2, "I": 4, "i": 4, "f": 4, "l": 8, "L": 8, "d": 8,
-                    "T": 8, "D": 5, "V": 0}.items():
+for _tag, _size in {
+    "t": 1,
+    "b": 1,
+    "B": 1,
+    "s": 2,
+    "u": 2,
+    "I": 4,
+    "i": 4,
+    "f": 4,
+    "l": 8,
+    "L": 8,
+    "d": 8,
+    "T": 8,
+    "D": 5,
+    "V": 0,
+}.items():
     _VALUE_SIZE[ord(_tag)] = _size
 _VALUE_SIZE[ord("S")] = _VALUE_SIZE[ord("x")] = -2
 _VALUE_SIZE[ord("F")] = _VALUE_SIZE[ord("A")] = -3

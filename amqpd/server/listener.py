@@ -124,8 +124,12 @@ async def _start_tls_listener(
     try:
         ctx = server_context(settings)
         servers = await _listen(
-            loop, lambda: AMQPServerProtocol(broker, registry), settings.host, settings.tls_port,
-            ssl=ctx, ssl_handshake_timeout=settings.handshake_timeout,
+            loop,
+            lambda: AMQPServerProtocol(broker, registry),
+            settings.host,
+            settings.tls_port,
+            ssl=ctx,
+            ssl_handshake_timeout=settings.handshake_timeout,
         )
     except (TLSConfigError, OSError) as exc:
         log.error("cannot listen for TLS on %s:%s: %s", settings.host, settings.tls_port, exc)
@@ -237,8 +241,10 @@ async def _open_store(settings: Settings) -> tuple[Any, Any]:
     from store import MessageStore
 
     if settings.fsync == "none":
-        log.warning("fsync=none: confirms do not wait for the disk; a power loss can lose confirmed messages "
-                    "(for tests and benchmarks only)")
+        log.warning(
+            "fsync=none: confirms do not wait for the disk; a power loss can lose confirmed messages "
+            "(for tests and benchmarks only)"
+        )
     store = MessageStore(
         settings.data_dir,
         segment_size=settings.segment_size,

@@ -31,8 +31,10 @@ def body_json(df: DataFrame, schema: StructType | str, column: str = "body") -> 
 def body_unpickled(return_type: DataType, *, allow_pickle: bool = False, column: str = "body") -> Column:
     """The body unpickled by a Python UDF. Refused unless allow_pickle=True: see the module's warning."""
     if not allow_pickle:
-        raise ValueError("body_unpickled runs code chosen by whoever published the message; pass "
-                         "allow_pickle=True only for streams that only trusted producers can write to")
+        raise ValueError(
+            "body_unpickled runs code chosen by whoever published the message; pass "
+            "allow_pickle=True only for streams that only trusted producers can write to"
+        )
 
     def load(raw: bytes | None) -> Any:
         return None if raw is None else pickle.loads(raw)  # noqa: S301 - asked for explicitly, see above

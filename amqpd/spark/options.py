@@ -51,8 +51,9 @@ def _spec(options: dict[str, str], name: str, default: str) -> str | dict[str, i
     except json.JSONDecodeError:
         parsed = None
     if not isinstance(parsed, dict) or not all(isinstance(v, int) and v >= -2 for v in parsed.values()):
-        raise ValueError(f"option {name}: 'earliest', 'latest' or JSON like {{\"stream\": 42}} "
-                         f"(-2 earliest, -1 latest), got {raw!r}")
+        raise ValueError(
+            f"option {name}: 'earliest', 'latest' or JSON like {{\"stream\": 42}} (-2 earliest, -1 latest), got {raw!r}"
+        )
     return parsed
 
 
@@ -80,9 +81,20 @@ class ReadOptions:
             return {name: lower[name.lower()]} if name.lower() in lower else {}
 
         merged: dict[str, str] = {}
-        for name in ("uri", "queue", "managementUri", "startingOffsets", "endingOffsets", "startingTimestamp",
-                     "failOnDataLoss", "includeHeaders", "maxOffsetsPerTrigger", "maxRecordsPerTrigger",
-                     "minPartitions", "maxOffsetsPerPartition"):
+        for name in (
+            "uri",
+            "queue",
+            "managementUri",
+            "startingOffsets",
+            "endingOffsets",
+            "startingTimestamp",
+            "failOnDataLoss",
+            "includeHeaders",
+            "maxOffsetsPerTrigger",
+            "maxRecordsPerTrigger",
+            "minPartitions",
+            "maxOffsetsPerPartition",
+        ):
             merged.update(get(name))
         if "uri" not in merged:
             raise ValueError("option uri is required: amqp://user:password@host:port/vhost")
@@ -95,8 +107,10 @@ class ReadOptions:
         if streaming and "endingOffsets" in merged:
             raise ValueError("option endingOffsets is for batch reads only (a stream has no end)")
         if not streaming and starting == LATEST:
-            raise ValueError("option startingOffsets: 'latest' is not allowed for a batch read (it would read "
-                             "nothing); use 'earliest', JSON offsets or startingTimestamp")
+            raise ValueError(
+                "option startingOffsets: 'latest' is not allowed for a batch read (it would read "
+                "nothing); use 'earliest', JSON offsets or startingTimestamp"
+            )
         if not streaming and ending == EARLIEST:
             raise ValueError("option endingOffsets: 'earliest' is not allowed for a batch read")
         for spec, name in ((starting, "startingOffsets"), (ending, "endingOffsets")):
@@ -104,8 +118,10 @@ class ReadOptions:
                 unknown = set(spec) - set(streams)
                 missing = set(streams) - set(spec)
                 if unknown or missing:
-                    raise ValueError(f"option {name}: the JSON must name exactly the streams in queue "
-                                     f"({', '.join(streams)}); unknown {sorted(unknown)}, missing {sorted(missing)}")
+                    raise ValueError(
+                        f"option {name}: the JSON must name exactly the streams in queue "
+                        f"({', '.join(streams)}); unknown {sorted(unknown)}, missing {sorted(missing)}"
+                    )
             if name == "endingOffsets" and isinstance(spec, dict) and KAFKA_EARLIEST in spec.values():
                 raise ValueError("option endingOffsets: -2 (earliest) is not allowed for a batch read")
         per_trigger = _int(merged, "maxOffsetsPerTrigger", 1)
@@ -113,11 +129,17 @@ class ReadOptions:
             per_trigger = _int(merged, "maxRecordsPerTrigger", 1)
         management = merged.get("managementUri") or f"http://{endpoint.host}:15672"
         return cls(
-            uri=merged["uri"], endpoint=endpoint, management_uri=management, streams=streams,
-            starting=starting, ending=ending, starting_timestamp=_int(merged, "startingTimestamp", 0),
+            uri=merged["uri"],
+            endpoint=endpoint,
+            management_uri=management,
+            streams=streams,
+            starting=starting,
+            ending=ending,
+            starting_timestamp=_int(merged, "startingTimestamp", 0),
             fail_on_data_loss=_bool(merged, "failOnDataLoss", True),
             include_headers=_bool(merged, "includeHeaders", False),
-            max_per_trigger=per_trigger, min_partitions=_int(merged, "minPartitions", 1) or 1,
+            max_per_trigger=per_trigger,
+            min_partitions=_int(merged, "minPartitions", 1) or 1,
             partition_offsets=_int(merged, "maxOffsetsPerPartition", 1) or DEFAULT_PARTITION_OFFSETS,
         )
 

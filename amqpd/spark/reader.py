@@ -29,8 +29,9 @@ except ImportError:  # pyspark 4.0 / 4.1
 class OffsetRange(InputPartition):
     """One stream's offsets [start, end) to read, and how."""
 
-    def __init__(self, endpoint: Endpoint, stream: str, start: int, end: int, include_headers: bool,
-                 fail_on_data_loss: bool) -> None:
+    def __init__(
+        self, endpoint: Endpoint, stream: str, start: int, end: int, include_headers: bool, fail_on_data_loss: bool
+    ) -> None:
         super().__init__((stream, start, end))
         self.endpoint = endpoint
         self.stream = stream
@@ -50,8 +51,11 @@ def split(opts: ReadOptions, ranges: dict[str, tuple[int, int]]) -> list[OffsetR
     parts: list[OffsetRange] = []
     for stream, (start, end) in ranges.items():
         for lo in range(start, end, size):
-            parts.append(OffsetRange(opts.endpoint, stream, lo, min(lo + size, end), opts.include_headers,
-                                     opts.fail_on_data_loss))
+            parts.append(
+                OffsetRange(
+                    opts.endpoint, stream, lo, min(lo + size, end), opts.include_headers, opts.fail_on_data_loss
+                )
+            )
     return parts
 
 

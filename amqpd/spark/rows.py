@@ -27,9 +27,14 @@ def schema_ddl(include_headers: bool) -> str:
 
 def arrow_schema(include_headers: bool) -> pa.Schema:
     fields = [
-        ("offset", pa.int64()), ("timestamp", pa.timestamp("us", tz="UTC")), ("stream", pa.string()),
-        ("exchange", pa.string()), ("routing_key", pa.string()), ("message_id", pa.string()),
-        ("correlation_id", pa.string()), ("content_type", pa.string()),
+        ("offset", pa.int64()),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+        ("stream", pa.string()),
+        ("exchange", pa.string()),
+        ("routing_key", pa.string()),
+        ("message_id", pa.string()),
+        ("correlation_id", pa.string()),
+        ("content_type", pa.string()),
     ]
     if include_headers:
         fields.append(("headers", pa.map_(pa.string(), pa.string())))

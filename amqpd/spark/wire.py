@@ -71,8 +71,13 @@ class Endpoint:
             raise ValueError(f"uri: only amqp:// URIs are supported, got {uri!r}")
         path = u.path[1:] if u.path.startswith("/") else u.path
         vhost = urllib.parse.unquote(path) if u.path else "/"
-        return cls(u.hostname or "127.0.0.1", u.port or 5672, urllib.parse.unquote(u.username or "guest"),
-                   urllib.parse.unquote(u.password or "guest"), vhost)
+        return cls(
+            u.hostname or "127.0.0.1",
+            u.port or 5672,
+            urllib.parse.unquote(u.username or "guest"),
+            urllib.parse.unquote(u.password or "guest"),
+            vhost,
+        )
 
 
 class Link:
@@ -90,9 +95,15 @@ class Link:
         self.sock.sendall(pamqp_frame.marshal(ProtocolHeader(), 0))
         self.expect(commands.Connection.Start)
         response = f"\0{ep.user}\0{ep.password}"
-        self.send_method(commands.Connection.StartOk(
-            client_properties={"product": "amqpd.spark", "capabilities": {"publisher_confirms": True}},
-            mechanism="PLAIN", response=response, locale="en_US"), 0)
+        self.send_method(
+            commands.Connection.StartOk(
+                client_properties={"product": "amqpd.spark", "capabilities": {"publisher_confirms": True}},
+                mechanism="PLAIN",
+                response=response,
+                locale="en_US",
+            ),
+            0,
+        )
         tune = self.expect(commands.Connection.Tune)
         self.frame_max = tune.frame_max or self.frame_max
         self.send_method(commands.Connection.TuneOk(channel_max=1, frame_max=self.frame_max, heartbeat=0), 0)
@@ -107,7 +118,7 @@ class Link:
     def fill(self) -> None:
         """Read more bytes (dropping what was used)."""
         if self.pos:
-            del self.buf[:self.pos]
+            del self.buf[: self.pos]
             self.pos = 0
         try:
             data = self.sock.recv(RECV_BYTES)
@@ -134,7 +145,7 @@ class Link:
             ftype, start, end = self.next_frame()
             if ftype == FRAME_HEARTBEAT:
                 continue
-            raw = bytes(self.buf[start - 7:end + 1])
+            raw = bytes(self.buf[start - 7 : end + 1])
             _, _, method = pamqp_frame.unmarshal(raw)
             if isinstance(method, kind):
                 return method
@@ -178,11 +189,10 @@ class Columns:
 
 def _shortstr_at(buf: bytearray, pos: int) -> tuple[str, int]:
     n = buf[pos]
-    return buf[pos + 1:pos + 1 + n].decode("utf-8", "replace"), pos + 1 + n
+    return buf[pos + 1 : pos + 1 + n].decode("utf-8", "replace"), pos + 1 + n
 
 
-def read_properties(buf: bytearray, pos: int, flags: int, with_headers: bool,
-                    out: Columns) -> None:
+def read_properties(buf: bytearray, pos: int, flags: int, with_headers: bool, out: Columns) -> None:
     """Append one message's properties (its header frame from `pos`, after the flags) to the columns."""
     content_type = correlation_id = message_id = None
     headers: dict[str, Any] | None = None
@@ -194,7 +204,7 @@ def read_properties(buf: bytearray, pos: int, flags: int, with_headers: bool,
     if flags & F_HEADERS:
         size = _U32.unpack_from(buf, pos)[0]
         end = pos + 4 + size
-        if size >= _TAIL and buf[end - _TAIL:end - _TAIL + len(_OFFSET_TAIL)] == _OFFSET_TAIL:
+        if size >= _TAIL and buf[end - _TAIL : end - _TAIL + len(_OFFSET_TAIL)] == _OFFSET_TAIL:
             offset = _I64.unpack_from(buf, end - _TAIL + len(_OFFSET_TAIL))[0]
             stamp = _I64.unpack_from(buf, end - 8)[0]
             if with_headers:
@@ -205,8 +215,10 @@ def read_properties(buf: bytearray, pos: int, flags: int, with_headers: bool,
         else:  # not laid out as the broker appends them: decode the table
             table = decode.field_table(bytes(buf[pos:end]))[1]
             if "x-stream-timestamp" not in table:
-                raise BrokerError("the broker sent no x-stream-timestamp header: it predates the connector "
-                                  "(amqpd with GET /api/queues/{vhost}/{queue}/offset is needed)")
+                raise BrokerError(
+                    "the broker sent no x-stream-timestamp header: it predates the connector "
+                    "(amqpd with GET /api/queues/{vhost}/{queue}/offset is needed)"
+                )
             offset, stamp = int(table.pop("x-stream-offset", -1)), int(table.pop("x-stream-timestamp"))  # type: ignore[arg-type]
             headers = table if with_headers else None
         pos = end
@@ -235,8 +247,17 @@ def read_properties(buf: bytearray, pos: int, flags: int, with_headers: bool,
 class StreamReader:
     """Reads one stream's offsets [start, end) in order, in batches of about `batch_rows`."""
 
-    def __init__(self, endpoint: Endpoint, stream: str, start: int, end: int, *, with_headers: bool,
-                 batch_rows: int = 32_768, prefetch: int = PREFETCH) -> None:
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        stream: str,
+        start: int,
+        end: int,
+        *,
+        with_headers: bool,
+        batch_rows: int = 32_768,
+        prefetch: int = PREFETCH,
+    ) -> None:
         self.endpoint = endpoint
         self.stream = stream
         self.start = start
@@ -252,9 +273,13 @@ class StreamReader:
         try:
             link.send_method(commands.Basic.Qos(prefetch_count=self.prefetch))
             link.expect(commands.Basic.QosOk)
-            link.send_method(commands.Basic.Consume(
-                queue=self.stream, consumer_tag="amqpd.spark",
-                arguments={"x-stream-offset": self.start, "x-stream-timestamp": True}))
+            link.send_method(
+                commands.Basic.Consume(
+                    queue=self.stream,
+                    consumer_tag="amqpd.spark",
+                    arguments={"x-stream-offset": self.start, "x-stream-timestamp": True},
+                )
+            )
             link.expect(commands.Basic.ConsumeOk)
             yield from self._scan(link)
         finally:
@@ -275,7 +300,7 @@ class StreamReader:
             buf = link.buf
             if kind == FRAME_METHOD:
                 if _U32.unpack_from(buf, start)[0] != BASIC_DELIVER:
-                    _, _, method = pamqp_frame.unmarshal(bytes(buf[start - 7:end + 1]))
+                    _, _, method = pamqp_frame.unmarshal(bytes(buf[start - 7 : end + 1]))
                     raise_unexpected(link, method)
                 pos = start + 4
                 pos += 1 + buf[pos]  # consumer tag
@@ -352,7 +377,7 @@ def encode_publish(msg: Outgoing, frame_max: int) -> bytes:
     room = frame_max - 8
     body = msg.body
     for i in range(0, len(body), room):
-        out += _frame(FRAME_BODY, 1, body[i:i + room])
+        out += _frame(FRAME_BODY, 1, body[i : i + room])
     return out
 
 
@@ -409,10 +434,12 @@ class Publisher:
             if method_id == BASIC_NACK:
                 self.nacked += count
             return
-        _, _, method = pamqp_frame.unmarshal(bytes(buf[start - 7:end + 1]))
+        _, _, method = pamqp_frame.unmarshal(bytes(buf[start - 7 : end + 1]))
         if isinstance(method, commands.Basic.Return):
-            self.returned.append(f"{method.reply_code} {method.reply_text} (exchange '{method.exchange}', "
-                                 f"routing key '{method.routing_key}')")
+            self.returned.append(
+                f"{method.reply_code} {method.reply_text} (exchange '{method.exchange}', "
+                f"routing key '{method.routing_key}')"
+            )
             return
         raise_unexpected(link, method)
 

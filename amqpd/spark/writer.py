@@ -52,8 +52,9 @@ class Published(WriterCommitMessage):
 
 def _derived_id(row: dict[str, Any], columns: list[str]) -> str:
     values = [row[c] for c in columns]
-    text = json.dumps(values, default=lambda v: v.hex() if isinstance(v, (bytes, bytearray)) else str(v),
-                      separators=(",", ":"))
+    text = json.dumps(
+        values, default=lambda v: v.hex() if isinstance(v, (bytes, bytearray)) else str(v), separators=(",", ":")
+    )
     return hashlib.sha256(text.encode()).hexdigest()[:40]
 
 

@@ -26,9 +26,7 @@ def _plugin_behaviour(want: Any) -> Callable[[Any, Any], str | None]:
 
 
 def _declare(ch: Any, name: str, kind: str = "direct") -> dict[str, Any] | None:
-    close = pt.expect_close(
-        lambda: ch.exchange_declare(name, "x-delayed-message", arguments={"x-delayed-type": kind})
-    )
+    close = pt.expect_close(lambda: ch.exchange_declare(name, "x-delayed-message", arguments={"x-delayed-type": kind}))
     return close if "code" in close else None
 
 
@@ -45,8 +43,10 @@ def delayed_messages_arrive_in_due_order(url: str) -> Any:
             headers = {"x-delay": delay} if delay is not None else {}
             ch.basic_publish(x, "k", body, pika.BasicProperties(headers=headers))
         got = pt.consume_n(ch, q, 3, timeout=5, auto_ack=True)
-        return {"order": [b.decode() for _m, _p, b in got],
-                "x-delay": [(p.headers or {}).get("x-delay") for _m, p, _b in got]}
+        return {
+            "order": [b.decode() for _m, _p, b in got],
+            "x-delay": [(p.headers or {}).get("x-delay") for _m, p, _b in got],
+        }
 
 
 @scenario("delayed", compare=_plugin_behaviour({"code": 406, "closed": "channel"}))

@@ -60,8 +60,11 @@ def quorum_nack_past_limit_dead_letters(url: str) -> Any:
         ch.basic_publish("", q, b"poison", pika.BasicProperties(headers={"app": "v"}, delivery_mode=2))
         seen = _get_nack_loop(ch, q, 4)
         _wait_for(ch, dlq, 1)
-        return {"seen": seen, "dead": _without_time(pt.get_all(ch, dlq, with_props=True)),
-                "left": ch.queue_declare(q, passive=True).method.message_count}
+        return {
+            "seen": seen,
+            "dead": _without_time(pt.get_all(ch, dlq, with_props=True)),
+            "left": ch.queue_declare(q, passive=True).method.message_count,
+        }
 
 
 @scenario("delivery_limits")

@@ -33,8 +33,9 @@ def _publish(ch: Any, name: str, count: int, start: int = 0, **headers: Any) -> 
         ch.basic_publish("", name, b"m%d" % i, props)
 
 
-def _read(ch: Any, name: str, count: int, offset: Any = None, quiet: float = 0.3, ack: bool = True,
-          **arguments: Any) -> list[Any]:
+def _read(
+    ch: Any, name: str, count: int, offset: Any = None, quiet: float = 0.3, ack: bool = True, **arguments: Any
+) -> list[Any]:
     """(x-stream-offset, body) of what a consumer from `offset` gets (waiting `quiet` s for extra ones)."""
     if offset is not None:
         arguments["x-stream-offset"] = offset
@@ -88,8 +89,9 @@ for _name, _flags, _args in _DECLARES:
 def _redeclare(second: dict[str, Any], durable: bool = True) -> Any:
     def run(url: str) -> Any:
         with pika_session(url) as (s, conn, ch):
-            name = _stream(s, ch, **{"x-max-age": "1D", "x-max-length-bytes": 1000,
-                                     "x-stream-max-segment-size-bytes": 500})
+            name = _stream(
+                s, ch, **{"x-max-age": "1D", "x-max-length-bytes": 1000, "x-stream-max-segment-size-bytes": 500}
+            )
             return pt.expect_close(lambda: ch.queue_declare(name, durable=durable, arguments=second))
 
     return run
@@ -205,9 +207,17 @@ def _offset_case(offset: Any, expect: int) -> Any:
 _OLD = datetime.datetime(2020, 1, 1, tzinfo=datetime.UTC)
 _FUTURE = datetime.datetime(2099, 1, 1, tzinfo=datetime.UTC)
 for _name, _offset, _expect in [
-    ("first", "first", 5), ("last", "last", 1), ("next", "next", 0), ("default_is_next", None, 0),
-    ("numeric", 2, 3), ("zero", 0, 5), ("negative_reads_from_first", -1, 5), ("timestamp_old", _OLD, 5),
-    ("timestamp_future", _FUTURE, 0), ("interval_1h", "1h", 5), ("interval_30m", "30m", 5),
+    ("first", "first", 5),
+    ("last", "last", 1),
+    ("next", "next", 0),
+    ("default_is_next", None, 0),
+    ("numeric", 2, 3),
+    ("zero", 0, 5),
+    ("negative_reads_from_first", -1, 5),
+    ("timestamp_old", _OLD, 5),
+    ("timestamp_future", _FUTURE, 0),
+    ("interval_1h", "1h", 5),
+    ("interval_30m", "30m", 5),
 ]:
     add("streams", f"offset_{_name}", _offset_case(_offset, _expect))
 
@@ -217,8 +227,9 @@ def _bad_offset(offset: Any) -> Any:
         with pika_session(url) as (s, conn, ch):
             name = _stream(s, ch)
             ch.basic_qos(prefetch_count=10)
-            return pt.expect_close(lambda: pt.consume_n(ch, name, 1, timeout=0.5,
-                                                         arguments={"x-stream-offset": offset}))
+            return pt.expect_close(
+                lambda: pt.consume_n(ch, name, 1, timeout=0.5, arguments={"x-stream-offset": offset})
+            )
 
     return run
 
@@ -248,8 +259,11 @@ def offset_past_the_end_waits_for_it(url: str) -> Any:
         _publish(ch, name, 5)
         ch.basic_qos(prefetch_count=10)
         got: list[Any] = []
-        ch.basic_consume(name, lambda c, m, p, b: got.append([p.headers["x-stream-offset"], b.decode()]),
-                         arguments={"x-stream-offset": 7})
+        ch.basic_consume(
+            name,
+            lambda c, m, p, b: got.append([p.headers["x-stream-offset"], b.decode()]),
+            arguments={"x-stream-offset": 7},
+        )
         pt.pump(conn, 0.3)
         before = list(got)
         other = conn.channel()
@@ -399,5 +413,5 @@ def table_and_array_headers(url: str) -> Any:
         ch.confirm_delivery()
         ch.basic_publish("", name, b"m", pika.BasicProperties(headers={"t": {"a": 1}, "arr": [1, "x"], "i": 0}))
         ch.basic_qos(prefetch_count=10)
-        (_, p, _), = pt.consume_n(ch, name, 1, arguments={"x-stream-offset": "first"})
+        ((_, p, _),) = pt.consume_n(ch, name, 1, arguments={"x-stream-offset": "first"})
         return {k: pt.jsonable(v) for k, v in p.headers.items()}

@@ -44,5 +44,3 @@ def eventually(check: Callable[[], Any], timeout: float = 20.0) -> Any:
         if result or time.monotonic() > deadline:
             return result
         time.sleep(0.2)
-
-

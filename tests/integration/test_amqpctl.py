@@ -45,8 +45,9 @@ def ctl(broker: BrokerProcess) -> Ctl:
         import os
 
         environment = dict(os.environ, AMQPCTL_URL=broker.mgmt_url, **(env or {}))
-        return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=60,
-                              cwd=ROOT, env=environment)
+        return subprocess.run(
+            [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=60, cwd=ROOT, env=environment
+        )
 
     return run
 
@@ -60,8 +61,9 @@ def channel(broker: BrokerProcess) -> Iterator[pika.adapters.blocking_connection
     conn.close()
 
 
-def test_list_queues_with_rabbitmqctl_columns_in_each_format(ctl: Ctl, channel: pika.adapters.blocking_connection.
-                                                             BlockingChannel) -> None:
+def test_list_queues_with_rabbitmqctl_columns_in_each_format(
+    ctl: Ctl, channel: pika.adapters.blocking_connection.BlockingChannel
+) -> None:
     channel.queue_declare("ctl-orders")
     for _ in range(3):
         channel.basic_publish("", "ctl-orders", b"x")
@@ -86,18 +88,32 @@ def test_filter_and_watch(ctl: Ctl, channel: pika.adapters.blocking_connection.B
     assert watched.stdout.count("publish_rate") == 2  # the watch view shows live rates, refreshed
 
 
-def test_other_lists_use_rabbitmqctl_default_columns(ctl: Ctl, channel: pika.adapters.blocking_connection.
-                                                     BlockingChannel) -> None:
+def test_other_lists_use_rabbitmqctl_default_columns(
+    ctl: Ctl, channel: pika.adapters.blocking_connection.BlockingChannel
+) -> None:
     channel.queue_declare("ctl-bound")
     channel.queue_bind("ctl-bound", "amq.topic", "a.*")
     channel.basic_consume("ctl-bound", lambda *a: None, consumer_tag="ctl-tag")
     expected = {
         "list_exchanges": ["name", "type"],
-        "list_bindings": ["source_name", "source_kind", "destination_name", "destination_kind", "routing_key",
-                          "arguments"],
+        "list_bindings": [
+            "source_name",
+            "source_kind",
+            "destination_name",
+            "destination_kind",
+            "routing_key",
+            "arguments",
+        ],
         "list_connections": ["user", "peer_host", "peer_port", "state"],
-        "list_consumers": ["queue_name", "channel_pid", "consumer_tag", "ack_required", "prefetch_count", "active",
-                           "arguments"],
+        "list_consumers": [
+            "queue_name",
+            "channel_pid",
+            "consumer_tag",
+            "ack_required",
+            "prefetch_count",
+            "active",
+            "arguments",
+        ],
         "list_users": ["user", "tags"],
         "list_vhosts": ["name"],
         "list_permissions": ["user", "configure", "write", "read"],
@@ -107,8 +123,14 @@ def test_other_lists_use_rabbitmqctl_default_columns(ctl: Ctl, channel: pika.ada
         assert done.returncode == 0, (command, done.stderr)
         assert next(csv.reader(io.StringIO(done.stdout))) == columns, command
     bindings = list(csv.DictReader(io.StringIO(ctl("list_bindings", "--formatter", "csv").stdout)))
-    assert {"source_name": "amq.topic", "source_kind": "exchange", "destination_name": "ctl-bound",
-            "destination_kind": "queue", "routing_key": "a.*", "arguments": "{}"} in bindings
+    assert {
+        "source_name": "amq.topic",
+        "source_kind": "exchange",
+        "destination_name": "ctl-bound",
+        "destination_kind": "queue",
+        "routing_key": "a.*",
+        "arguments": "{}",
+    } in bindings
     consumers = json.loads(ctl("list_consumers", "--formatter", "json").stdout)
     assert any(c["consumer_tag"] == "ctl-tag" and c["queue_name"] == "ctl-bound" for c in consumers)
 
@@ -119,7 +141,8 @@ def test_purge_delete_and_exit_codes(ctl: Ctl, channel: pika.adapters.blocking_c
     refused = ctl("delete_queue", "ctl-purge", "--if-empty")
     assert refused.returncode == 65
     assert refused.stderr.strip().splitlines() == [
-        "Error: queue 'ctl-purge' in vhost '/' not empty (400 DELETE /api/queues/%2F/ctl-purge)"]
+        "Error: queue 'ctl-purge' in vhost '/' not empty (400 DELETE /api/queues/%2F/ctl-purge)"
+    ]
     assert ctl("purge_queue", "ctl-purge").returncode == 0
     assert channel.queue_declare("ctl-purge", passive=True).method.message_count == 0
     assert ctl("delete_queue", "ctl-purge", "--if-empty").returncode == 0
@@ -137,18 +160,29 @@ def test_users_vhosts_permissions_and_policies(ctl: Ctl, broker: BrokerProcess) 
     users = json.loads(ctl("list_users", "--formatter", "json").stdout)
     assert {"user": "ctl-alice", "tags": "monitoring,policymaker"} in users
     perms = json.loads(ctl("-p", "ctl-v", "list_permissions", "--formatter", "json").stdout)
-    assert perms == [{"user": "ctl-alice", "configure": ".*", "write": ".*", "read": ".*"},
-                     {"user": "guest", "configure": ".*", "write": ".*", "read": ".*"}]  # add_vhost's user too
+    assert perms == [
+        {"user": "ctl-alice", "configure": ".*", "write": ".*", "read": ".*"},
+        {"user": "guest", "configure": ".*", "write": ".*", "read": ".*"},
+    ]  # add_vhost's user too
     assert ctl("change_password", "ctl-alice", "newer").returncode == 0
     params = pika.URLParameters(broker.url.replace("%2F", "ctl-v"))
     params.credentials = pika.PlainCredentials("ctl-alice", "newer")
     pika.BlockingConnection(params).close()
-    policy = ctl("-p", "ctl-v", "set_policy", "lim", "^q", '{"max-length": 3}', "--apply-to", "queues",
-                 "--priority", "2")
+    policy = ctl(
+        "-p", "ctl-v", "set_policy", "lim", "^q", '{"max-length": 3}', "--apply-to", "queues", "--priority", "2"
+    )
     assert policy.returncode == 0, policy.stderr
     listed = json.loads(ctl("-p", "ctl-v", "list_policies", "--formatter", "json").stdout)
-    assert listed == [{"vhost": "ctl-v", "name": "lim", "pattern": "^q", "apply-to": "queues",
-                       "definition": {"max-length": 3}, "priority": 2}]
+    assert listed == [
+        {
+            "vhost": "ctl-v",
+            "name": "lim",
+            "pattern": "^q",
+            "apply-to": "queues",
+            "definition": {"max-length": 3},
+            "priority": 2,
+        }
+    ]
     assert ctl("-p", "ctl-v", "clear_policy", "lim").returncode == 0
     assert ctl("-p", "ctl-v", "clear_permissions", "ctl-alice").returncode == 0
     assert ctl("delete_vhost", "ctl-v").returncode == 0
@@ -156,8 +190,9 @@ def test_users_vhosts_permissions_and_policies(ctl: Ctl, broker: BrokerProcess) 
     assert "ctl-v" not in ctl("list_vhosts").stdout
 
 
-def test_export_and_import_definitions(ctl: Ctl, tmp_path: Path,
-                                       channel: pika.adapters.blocking_connection.BlockingChannel) -> None:
+def test_export_and_import_definitions(
+    ctl: Ctl, tmp_path: Path, channel: pika.adapters.blocking_connection.BlockingChannel
+) -> None:
     channel.queue_declare("ctl-exported", durable=True)
     path = tmp_path / "defs.json"
     assert ctl("export_definitions", str(path)).returncode == 0
@@ -184,8 +219,9 @@ def test_close_connection_and_status(ctl: Ctl, broker: BrokerProcess) -> None:
     assert ctl("await_startup").returncode == 0
 
 
-def test_peek_shows_messages_and_leaves_them(ctl: Ctl, channel: pika.adapters.blocking_connection.
-                                            BlockingChannel) -> None:
+def test_peek_shows_messages_and_leaves_them(
+    ctl: Ctl, channel: pika.adapters.blocking_connection.BlockingChannel
+) -> None:
     channel.queue_declare("ctl-peek")
     for i in range(4):
         channel.basic_publish("", "ctl-peek", b"m%d" % i)
@@ -195,8 +231,9 @@ def test_peek_shows_messages_and_leaves_them(ctl: Ctl, channel: pika.adapters.bl
     assert [(b[2], b[0].redelivered) for b in bodies] == [(b"m%d" % i, False) for i in range(4)]
 
 
-def test_move_messages_keeps_order_and_properties(ctl: Ctl, channel: pika.adapters.blocking_connection.
-                                                  BlockingChannel) -> None:
+def test_move_messages_keeps_order_and_properties(
+    ctl: Ctl, channel: pika.adapters.blocking_connection.BlockingChannel
+) -> None:
     channel.queue_declare("ctl-src", durable=True)
     channel.queue_declare("ctl-dst", durable=True)
     for i in range(5):
@@ -206,14 +243,18 @@ def test_move_messages_keeps_order_and_properties(ctl: Ctl, channel: pika.adapte
     assert channel.queue_declare("ctl-src", durable=True, passive=True).method.message_count == 2
     moved = [channel.basic_get("ctl-dst", auto_ack=True) for _ in range(3)]
     assert [(m[2], m[1].message_id, m[1].delivery_mode) for m in moved] == [
-        (b"m0", "0", 2), (b"m1", "1", 2), (b"m2", "2", 2)]
+        (b"m0", "0", 2),
+        (b"m1", "1", 2),
+        (b"m2", "2", 2),
+    ]
     missing = ctl("move_messages", "ctl-src", "ctl-nowhere")
     assert missing.returncode == 65
     assert channel.queue_declare("ctl-src", durable=True, passive=True).method.message_count == 2  # none lost
 
 
-def test_replay_dead_letters_republishes_where_each_came_from(ctl: Ctl, channel: pika.adapters.blocking_connection.
-                                                              BlockingChannel) -> None:
+def test_replay_dead_letters_republishes_where_each_came_from(
+    ctl: Ctl, channel: pika.adapters.blocking_connection.BlockingChannel
+) -> None:
     channel.queue_declare("ctl-dlq")
     channel.queue_declare("ctl-work", arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "ctl-dlq"})
     channel.exchange_declare("ctl-in", "direct")
@@ -228,5 +269,4 @@ def test_replay_dead_letters_republishes_where_each_came_from(ctl: Ctl, channel:
     assert done.returncode == 0 and "Replayed 3 messages" in done.stdout
     assert channel.queue_declare("ctl-dlq", passive=True).method.message_count == 0
     back = [channel.basic_get("ctl-work", auto_ack=True) for _ in range(3)]
-    assert [(m[0].exchange, m[0].routing_key, m[2]) for m in back] == [("ctl-in", "job", b"j%d" % i)
-                                                                       for i in range(3)]
+    assert [(m[0].exchange, m[0].routing_key, m[2]) for m in back] == [("ctl-in", "job", b"j%d" % i) for i in range(3)]

@@ -47,8 +47,9 @@ def _topology(ch: Any, durable: bool = True) -> None:
 
 
 def _publish(ch: Any, body: bytes, delay: int, persistent: bool = True) -> None:
-    ch.basic_publish("dx", "k", body, pika.BasicProperties(headers={"x-delay": delay},
-                                                           delivery_mode=2 if persistent else 1))
+    ch.basic_publish(
+        "dx", "k", body, pika.BasicProperties(headers={"x-delay": delay}, delivery_mode=2 if persistent else 1)
+    )
 
 
 def _collect(ch: Any, n: int, limit: float = 20.0) -> list[tuple[bytes, float, dict[str, Any]]]:
@@ -115,9 +116,7 @@ def test_confirmed_delayed_messages_survive_restart_and_are_delivered_once(
         broker.close()
 
 
-def test_a_deleted_delayed_exchange_leaves_nothing_waiting_after_restart(
-    broker: BrokerProcess, data_dir: str
-) -> None:
+def test_a_deleted_delayed_exchange_leaves_nothing_waiting_after_restart(broker: BrokerProcess, data_dir: str) -> None:
     ch = _channel(broker)
     _topology(ch)
     _publish(ch, b"m", 500)
@@ -160,8 +159,9 @@ def test_kombu_producer_with_x_delay(broker: BrokerProcess) -> None:
         queue = kombu.Queue("kq", ex, routing_key="task", durable=True)
         queue(conn.default_channel).declare()
         sent = time.time()
-        conn.Producer().publish({"n": 1}, exchange=ex, routing_key="task", headers={"x-delay": 400},
-                                declare=[queue], serializer="json")
+        conn.Producer().publish(
+            {"n": 1}, exchange=ex, routing_key="task", headers={"x-delay": 400}, declare=[queue], serializer="json"
+        )
         got: list[tuple[Any, float, Any]] = []
         with conn.Consumer(queue, callbacks=[lambda body, m: (got.append((body, time.time(), m.headers)), m.ack())]):
             deadline = time.monotonic() + 10

@@ -30,7 +30,7 @@ def broker() -> Iterator[BrokerProcess]:
 
 @pytest.fixture(scope="module")
 def waiting(broker: BrokerProcess) -> dict[str, Any]:
-    """"later" (x-delayed-type direct) holds two messages due in one and two hours; "idle" holds none."""
+    """ "later" (x-delayed-type direct) holds two messages due in one and two hours; "idle" holds none."""
     conn = pika.BlockingConnection(pika.URLParameters(broker.url))
     ch = conn.channel()
     ch.confirm_delivery()
@@ -70,8 +70,12 @@ def test_exchange_listings_sort_and_select_the_new_fields(broker: BrokerProcess,
 
 
 def amqpctl(broker: BrokerProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "amqpd.mgmt.amqpctl", "--url", broker.mgmt_url, *args],
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "amqpd.mgmt.amqpctl", "--url", broker.mgmt_url, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_amqpctl_lists_delayed_counts_and_due_times(broker: BrokerProcess, waiting: dict[str, Any]) -> None:
@@ -90,8 +94,11 @@ def test_amqpctl_lists_delayed_counts_and_due_times(broker: BrokerProcess, waiti
 def test_prometheus_gauges_count_waiting_messages(broker: BrokerProcess, waiting: dict[str, Any]) -> None:
     def samples(path: str) -> dict[str, float]:
         text = httpx.get(broker.metrics_url + path, timeout=10).text
-        return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
-                for line in text.splitlines() if line.startswith("amqpd_exchange_messages_delayed")}
+        return {
+            line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("amqpd_exchange_messages_delayed")
+        }
 
     aggregated = samples("/metrics")
     assert aggregated["amqpd_exchange_messages_delayed"] == 2

@@ -35,8 +35,7 @@ def _channel(broker: BrokerProcess) -> Any:
 
 def _declare(ch: Any, queue_type: str, limit: int = 3) -> None:
     ch.queue_declare("dlq", durable=True)
-    args: dict[str, Any] = {"x-delivery-limit": limit, "x-dead-letter-exchange": "",
-                            "x-dead-letter-routing-key": "dlq"}
+    args: dict[str, Any] = {"x-delivery-limit": limit, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq"}
     if queue_type == "quorum":
         args["x-queue-type"] = "quorum"
     ch.queue_declare("work", durable=True, arguments=args)
@@ -110,9 +109,16 @@ def test_aio_pika_consumer_requeue_loop(broker: BrokerProcess) -> None:
         async with conn:
             ch = await conn.channel()
             await ch.declare_queue("dlq", durable=True)
-            q = await ch.declare_queue("work", durable=True, arguments={
-                "x-queue-type": "quorum", "x-delivery-limit": 2, "x-dead-letter-exchange": "",
-                "x-dead-letter-routing-key": "dlq"})
+            q = await ch.declare_queue(
+                "work",
+                durable=True,
+                arguments={
+                    "x-queue-type": "quorum",
+                    "x-delivery-limit": 2,
+                    "x-dead-letter-exchange": "",
+                    "x-dead-letter-routing-key": "dlq",
+                },
+            )
             await ch.default_exchange.publish(aio_pika.Message(b"poison"), routing_key="work")
             counts: list[Any] = []
             async with q.iterator() as it:

@@ -44,15 +44,24 @@ def test_a_user_created_over_http_can_log_in_over_amqp_and_is_deleted(
     api: httpx.Client, target: Target, made: dict[str, list[str]]
 ) -> None:
     name = new_user(api, made, "administrator,monitoring", password="s3cret")
-    assert api.put(f"/api/users/{name}", json={"password": "s3cret", "tags": "administrator,monitoring"}
-                   ).status_code == 204
+    assert (
+        api.put(f"/api/users/{name}", json={"password": "s3cret", "tags": "administrator,monitoring"}).status_code
+        == 204
+    )
     info = api.get(f"/api/users/{name}").json()
     assert info["name"] == name and sorted(info["tags"]) == ["administrator", "monitoring"]
     assert info["hashing_algorithm"] == "rabbit_password_hashing_sha256" and info["password_hash"]
-    assert api.put(f"/api/permissions/%2F/{name}", json={"configure": ".*", "write": ".*", "read": ".*"}
-                   ).status_code == 201
+    assert (
+        api.put(f"/api/permissions/%2F/{name}", json={"configure": ".*", "write": ".*", "read": ".*"}).status_code
+        == 201
+    )
     assert api.get(f"/api/permissions/%2F/{name}").json() == {
-        "user": name, "vhost": "/", "configure": ".*", "write": ".*", "read": ".*"}
+        "user": name,
+        "vhost": "/",
+        "configure": ".*",
+        "write": ".*",
+        "read": ".*",
+    }
     params = pika.URLParameters(target.amqp)
     params.credentials = pika.PlainCredentials(name, "s3cret")
     pika.BlockingConnection(params).close()
@@ -67,8 +76,11 @@ def test_a_password_hash_moves_a_user_between_brokers(api: httpx.Client, made: d
     # "test12" hashed by RabbitMQ (rabbit_password_hashing_sha256), as in its docs' definitions examples
     name = f"mgmt-user-{uuid.uuid4().hex[:8]}"
     made["users"].append(name)
-    body = {"password_hash": "kI3GCqW5JLMJa4iX1lo7X4D6XbYqlLgxIs30+P6tENUV2POR", "tags": "management",
-            "hashing_algorithm": "rabbit_password_hashing_sha256"}
+    body = {
+        "password_hash": "kI3GCqW5JLMJa4iX1lo7X4D6XbYqlLgxIs30+P6tENUV2POR",
+        "tags": "management",
+        "hashing_algorithm": "rabbit_password_hashing_sha256",
+    }
     assert api.put(f"/api/users/{name}", json=body).status_code == 201
     assert api.get(f"/api/users/{name}").json()["password_hash"] == body["password_hash"]
     with as_user(api, name, "test12") as client:
@@ -122,7 +134,12 @@ def test_vhosts_are_created_listed_and_deleted(api: httpx.Client, made: dict[str
     assert api.get(f"/api/vhosts/{vhost}").json()["name"] == vhost
     # whoever creates a vhost over HTTP gets full permissions on it
     assert api.get(f"/api/permissions/{vhost}/guest").json() == {
-        "user": "guest", "vhost": vhost, "configure": ".*", "write": ".*", "read": ".*"}
+        "user": "guest",
+        "vhost": vhost,
+        "configure": ".*",
+        "write": ".*",
+        "read": ".*",
+    }
     assert api.put(f"/api/queues/{vhost}/q", json={"durable": False}).status_code == 201
     assert [q["name"] for q in api.get(f"/api/queues/{vhost}").json()] == ["q"]
     assert {p["user"] for p in api.get(f"/api/vhosts/{vhost}/permissions").json()} >= {"guest"}
@@ -136,7 +153,8 @@ def test_topic_permissions_are_set_listed_and_cleared(api: httpx.Client, made: d
     body = {"exchange": "amq.topic", "write": "^a\\.", "read": ".*"}
     assert api.put(f"/api/topic-permissions/%2F/{name}", json=body).status_code == 201
     assert api.get(f"/api/topic-permissions/%2F/{name}").json() == [
-        {"user": name, "vhost": "/", "exchange": "amq.topic", "write": "^a\\.", "read": ".*"}]
+        {"user": name, "vhost": "/", "exchange": "amq.topic", "write": "^a\\.", "read": ".*"}
+    ]
     assert any(t["user"] == name for t in api.get("/api/topic-permissions").json())
     assert api.delete(f"/api/topic-permissions/%2F/{name}").status_code == 204
     assert api.get(f"/api/topic-permissions/%2F/{name}").status_code == 404

@@ -57,8 +57,17 @@ def test_requests_without_valid_credentials_get_401_with_rabbitmqs_body(api: htt
 
 def test_overview_whoami_and_nodes_carry_the_fields_tools_read(api: httpx.Client) -> None:
     overview = api.get("/api/overview").json()
-    for key in ("management_version", "rabbitmq_version", "cluster_name", "node", "object_totals", "queue_totals",
-                "message_stats", "listeners", "exchange_types"):
+    for key in (
+        "management_version",
+        "rabbitmq_version",
+        "cluster_name",
+        "node",
+        "object_totals",
+        "queue_totals",
+        "message_stats",
+        "listeners",
+        "exchange_types",
+    ):
         assert key in overview, key
     assert {"connections", "channels", "exchanges", "queues", "consumers"} <= set(overview["object_totals"])
     assert any(listener["protocol"] == "amqp" for listener in overview["listeners"])
@@ -78,8 +87,12 @@ def test_vhosts_and_the_default_exchanges_are_listed(api: httpx.Client) -> None:
 
 
 def test_a_missing_object_is_404_with_rabbitmqs_body(api: httpx.Client) -> None:
-    for path in ("/api/queues/%2F/no-such-queue-here", "/api/exchanges/%2F/no-such-x", "/api/vhosts/no-such-vhost",
-                 "/api/queues/no-such-vhost"):
+    for path in (
+        "/api/queues/%2F/no-such-queue-here",
+        "/api/exchanges/%2F/no-such-x",
+        "/api/vhosts/no-such-vhost",
+        "/api/queues/no-such-vhost",
+    ):
         r = api.get(path)
         assert r.status_code == 404, path
         assert r.json() == {"error": "Object Not Found", "reason": "Not Found"}
@@ -113,7 +126,7 @@ def test_redeclaring_a_queue_differently_is_400_with_the_amqp_reason(api: httpx.
     assert r.json() == {
         "error": "bad_request",
         "reason": f"inequivalent arg 'durable' for queue '{qname}' in vhost '/': received 'true' but current is "
-                  "'false'",
+        "'false'",
     }
 
 
@@ -123,21 +136,29 @@ def test_queue_listing_supports_columns_sort_and_pages(api: httpx.Client) -> Non
     try:
         for n in names:
             api.put(queue_path(n), json={"durable": False})
-        listed = api.get("/api/queues/%2F", params={"columns": "name,messages", "sort": "name",
-                                                      "sort_reverse": "true"}).json()
+        listed = api.get(
+            "/api/queues/%2F", params={"columns": "name,messages", "sort": "name", "sort_reverse": "true"}
+        ).json()
         mine = [q for q in listed if q["name"].startswith(prefix)]
         assert [q["name"] for q in mine] == sorted(names, reverse=True)
         assert all(set(q) <= {"name", "messages"} and "name" in q for q in listed)
         page = api.get("/api/queues/%2F", params={"page": 2, "page_size": 1, "name": prefix, "sort": "name"}).json()
         assert {k: page[k] for k in ("filtered_count", "item_count", "page", "page_count", "page_size")} == {
-            "filtered_count": 3, "item_count": 1, "page": 2, "page_count": 3, "page_size": 1}
+            "filtered_count": 3,
+            "item_count": 1,
+            "page": 2,
+            "page_count": 3,
+            "page_size": 1,
+        }
         assert page["items"][0]["name"] == sorted(names)[1]
         regex = api.get("/api/queues/%2F", params={"page": 1, "name": f"^{prefix}-[02]$", "use_regex": "true"}).json()
         assert sorted(q["name"] for q in regex["items"]) == [names[0], names[2]]
         bad = api.get("/api/queues", params={"page": 1, "page_size": 600})
         assert bad.status_code == 400
-        assert bad.json() == {"error": "invalid_pagination_parameters",
-                              "reason": "Invalid pagination parameters: page number 1, page size 600"}
+        assert bad.json() == {
+            "error": "invalid_pagination_parameters",
+            "reason": "Invalid pagination parameters: page number 1, page size 600",
+        }
         out = api.get("/api/queues/%2F", params={"page": 9, "page_size": 1, "name": prefix})
         assert out.status_code == 400 and out.json()["error"] == "page_out_of_range"
     finally:
@@ -176,8 +197,12 @@ def test_purge_empties_the_queue(api: httpx.Client, amqp: pika.BlockingConnectio
 
 def test_publish_routes_and_get_returns_messages_with_rabbitmqs_ack_modes(api: httpx.Client, qname: str) -> None:
     api.put(queue_path(qname), json={"durable": True})
-    body = {"routing_key": qname, "payload": "hello", "payload_encoding": "string",
-            "properties": {"content_type": "text/plain", "headers": {"a": 1}, "delivery_mode": 2}}
+    body = {
+        "routing_key": qname,
+        "payload": "hello",
+        "payload_encoding": "string",
+        "properties": {"content_type": "text/plain", "headers": {"a": 1}, "delivery_mode": 2},
+    }
     assert api.post("/api/exchanges/%2F/amq.default/publish", json=body).json() == {"routed": True}
     raw = {"routing_key": qname, "payload": "AP8=", "payload_encoding": "base64", "properties": {}}
     assert api.post("/api/exchanges/%2F/amq.default/publish", json=raw).json() == {"routed": True}
@@ -187,15 +212,24 @@ def test_publish_routes_and_get_returns_messages_with_rabbitmqs_ack_modes(api: h
     got = api.post(queue_path(qname) + "/get", json={"count": 5, "ackmode": "ack_requeue_true", "encoding": "auto"})
     assert got.status_code == 200
     first, second = got.json()
-    assert first == {"payload_bytes": 5, "redelivered": False, "exchange": "", "routing_key": qname,
-                     "message_count": 1, "payload": "hello", "payload_encoding": "string",
-                     "properties": {"content_type": "text/plain", "headers": {"a": 1}, "delivery_mode": 2}}
+    assert first == {
+        "payload_bytes": 5,
+        "redelivered": False,
+        "exchange": "",
+        "routing_key": qname,
+        "message_count": 1,
+        "payload": "hello",
+        "payload_encoding": "string",
+        "properties": {"content_type": "text/plain", "headers": {"a": 1}, "delivery_mode": 2},
+    }
     assert (second["payload"], second["payload_encoding"], second["message_count"]) == ("AP8=", "base64", 0)
-    again = api.post(queue_path(qname) + "/get", json={"count": 1, "ackmode": "ack_requeue_false",
-                                                       "encoding": "auto"}).json()
+    again = api.post(
+        queue_path(qname) + "/get", json={"count": 1, "ackmode": "ack_requeue_false", "encoding": "auto"}
+    ).json()
     assert (again[0]["payload"], again[0]["redelivered"]) == ("hello", True)
-    rest = api.post(queue_path(qname) + "/get", json={"count": 5, "ackmode": "ack_requeue_false",
-                                                      "encoding": "base64"}).json()
+    rest = api.post(
+        queue_path(qname) + "/get", json={"count": 5, "ackmode": "ack_requeue_false", "encoding": "base64"}
+    ).json()
     assert [(m["payload"], m["payload_encoding"]) for m in rest] == [("AP8=", "base64")]
     empty = api.post(queue_path(qname) + "/get", json={"count": 5, "ackmode": "ack_requeue_false", "encoding": "auto"})
     assert empty.json() == []
@@ -237,8 +271,9 @@ def test_bindings_are_created_with_a_location_and_deleted_by_it(api: httpx.Clien
     assert r.status_code == 201
     assert r.headers["location"] == f"{qname}/a%2Bkey%257E1"  # the properties key, URL-quoted once more
     listed = api.get(pair).json()
-    assert [(b["source"], b["destination"], b["destination_type"], b["routing_key"], b["properties_key"])
-            for b in listed] == [("amq.direct", qname, "queue", "a key~1", "a+key%7E1")]
+    assert [
+        (b["source"], b["destination"], b["destination_type"], b["routing_key"], b["properties_key"]) for b in listed
+    ] == [("amq.direct", qname, "queue", "a key~1", "a+key%7E1")]
     assert api.get(f"{pair}/a+key%257E1").status_code == 200
     in_queue = api.get(queue_path(qname) + "/bindings").json()
     assert {(b["source"], b["routing_key"]) for b in in_queue} == {("", qname), ("amq.direct", "a key~1")}
@@ -296,8 +331,9 @@ def test_connections_channels_and_consumers_are_listed_and_a_connection_can_be_c
             conn.close()
 
 
-def test_message_rates_show_publishing_and_delivery(api: httpx.Client, amqp: pika.BlockingConnection,
-                                                   qname: str) -> None:
+def test_message_rates_show_publishing_and_delivery(
+    api: httpx.Client, amqp: pika.BlockingConnection, qname: str
+) -> None:
     ch = amqp.channel()
     ch.queue_declare(qname)
 
@@ -369,21 +405,33 @@ def test_prometheus_metrics_use_rabbitmq_prometheus_names(amqp: pika.BlockingCon
 
 
 @pytest.mark.amqpd_only
-@pytest.mark.parametrize(("method", "path", "body"), [
-    ("PUT", "/api/queues/%2F/" + "n" * 256, {}),
-    ("PUT", "/api/queues/%2F/mgmt-bad", [1, 2]),
-    ("PUT", "/api/queues/%2F/mgmt-bad", {"arguments": [1]}),
-    ("POST", "/api/exchanges/%2F/amq.default/publish",
-     {"routing_key": "k", "payload": "x", "payload_encoding": "string", "properties": {"timestamp": "noon"}}),
-    ("POST", "/api/exchanges/%2F/amq.default/publish",
-     {"routing_key": "k", "payload": "x", "payload_encoding": "string", "properties": {"priority": "high"}}),
-    ("POST", "/api/exchanges/%2F/amq.default/publish",
-     {"routing_key": "k", "payload": 5, "payload_encoding": "string", "properties": {}}),
-    ("POST", "/api/queues/%2F/aliveness-test/get", {"count": "all", "ackmode": "ack_requeue_true"}),
-    ("POST", "/api/definitions", {"queues": "all"}),
-    ("PUT", "/api/policies/%2F/mgmt-bad", {"pattern": 5, "definition": {}}),
-    ("PUT", "/api/permissions/%2F/guest", {"configure": "(", "write": "", "read": ""}),
-])
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("PUT", "/api/queues/%2F/" + "n" * 256, {}),
+        ("PUT", "/api/queues/%2F/mgmt-bad", [1, 2]),
+        ("PUT", "/api/queues/%2F/mgmt-bad", {"arguments": [1]}),
+        (
+            "POST",
+            "/api/exchanges/%2F/amq.default/publish",
+            {"routing_key": "k", "payload": "x", "payload_encoding": "string", "properties": {"timestamp": "noon"}},
+        ),
+        (
+            "POST",
+            "/api/exchanges/%2F/amq.default/publish",
+            {"routing_key": "k", "payload": "x", "payload_encoding": "string", "properties": {"priority": "high"}},
+        ),
+        (
+            "POST",
+            "/api/exchanges/%2F/amq.default/publish",
+            {"routing_key": "k", "payload": 5, "payload_encoding": "string", "properties": {}},
+        ),
+        ("POST", "/api/queues/%2F/aliveness-test/get", {"count": "all", "ackmode": "ack_requeue_true"}),
+        ("POST", "/api/definitions", {"queues": "all"}),
+        ("PUT", "/api/policies/%2F/mgmt-bad", {"pattern": 5, "definition": {}}),
+        ("PUT", "/api/permissions/%2F/guest", {"configure": "(", "write": "", "read": ""}),
+    ],
+)
 def test_bad_input_is_a_400_and_the_broker_carries_on(api: httpx.Client, method: str, path: str, body: Any) -> None:
     api.put("/api/queues/%2F/aliveness-test", json={"durable": False})
     r = api.request(method, path, json=body)
@@ -397,8 +445,12 @@ def test_bad_input_is_a_400_and_the_broker_carries_on(api: httpx.Client, method:
 def test_a_request_body_over_the_limit_is_refused_with_413() -> None:
     with BrokerProcess(management=True, env={"AMQPD_MGMT_MAX_BODY": "1000"}) as broker:
         big = b'{"arguments": {"x": "' + b"a" * 2000 + b'"}}'
-        r = httpx.put(broker.mgmt_url + "/api/queues/%2F/big", content=big, auth=("guest", "guest"),
-                      headers={"content-type": "application/json"})
+        r = httpx.put(
+            broker.mgmt_url + "/api/queues/%2F/big",
+            content=big,
+            auth=("guest", "guest"),
+            headers={"content-type": "application/json"},
+        )
         assert r.status_code == 413
         assert httpx.get(broker.mgmt_url + "/api/queues/%2F/big", auth=("guest", "guest")).status_code == 404
 
@@ -414,5 +466,6 @@ def test_a_taken_management_port_is_logged_and_amqp_still_served() -> None:
         with BrokerProcess(extra_args=["--management-port", str(port), "--prometheus-port", "0"]) as broker:
             pika.BlockingConnection(pika.URLParameters(broker.url)).close()
             assert "management" not in broker.http_ports and "prometheus" in broker.http_ports
-            assert any(f"http listener not started: cannot listen on 127.0.0.1:{port}" in line
-                       for line in broker.stderr_lines)
+            assert any(
+                f"http listener not started: cannot listen on 127.0.0.1:{port}" in line for line in broker.stderr_lines
+            )

@@ -33,13 +33,16 @@ def rabbit() -> Iterator[httpx.Client]:
         try:
             client.get("/api/overview").raise_for_status()
         except httpx.HTTPError as exc:
-            pytest.fail(f"the reference RabbitMQ's management API at {REFERENCE_MGMT} is not reachable ({exc}): "
-                        "rabbitmq-plugins enable rabbitmq_management")
+            pytest.fail(
+                f"the reference RabbitMQ's management API at {REFERENCE_MGMT} is not reachable ({exc}): "
+                "rabbitmq-plugins enable rabbitmq_management"
+            )
         yield client
 
 
 def only(doc: dict[str, Any], vhost: str, user: str) -> dict[str, Any]:
     """The parts of a whole-broker document that concern one vhost and one user, in a comparable form."""
+
     def mine(item: dict[str, Any]) -> bool:
         return item.get("vhost") == vhost or item.get("name") in (vhost, user) and "vhost" not in item
 
@@ -56,6 +59,7 @@ def only(doc: dict[str, Any], vhost: str, user: str) -> dict[str, Any]:
 
 def populate(api: httpx.Client, vhost: str, user: str) -> None:
     """One of everything, over the API (the same calls on both brokers)."""
+
     def ok(r: httpx.Response) -> None:
         assert r.status_code in (201, 204), (r.request.method, r.request.url, r.status_code, r.text)
 
@@ -63,8 +67,12 @@ def populate(api: httpx.Client, vhost: str, user: str) -> None:
     ok(api.put(f"/api/users/{user}", json={"password": "pw-" + user, "tags": "management"}))
     ok(api.put(f"/api/permissions/{vhost}/{user}", json={"configure": "^q", "write": ".*", "read": ".*"}))
     ok(api.put(f"/api/topic-permissions/{vhost}/{user}", json={"exchange": "amq.topic", "write": "^a", "read": ".*"}))
-    ok(api.put(f"/api/policies/{vhost}/limit", json={"pattern": "^q", "definition": {"max-length": 100},
-                                                    "priority": 2, "apply-to": "queues"}))
+    ok(
+        api.put(
+            f"/api/policies/{vhost}/limit",
+            json={"pattern": "^q", "definition": {"max-length": 100}, "priority": 2, "apply-to": "queues"},
+        )
+    )
     ok(api.put(f"/api/exchanges/{vhost}/events", json={"type": "topic", "durable": True}))
     ok(api.put(f"/api/exchanges/{vhost}/fan", json={"type": "fanout", "durable": True}))
     ok(api.put(f"/api/queues/{vhost}/q1", json={"durable": True, "arguments": {"x-message-ttl": 60000}}))
@@ -110,18 +118,43 @@ def test_a_bad_entry_changes_nothing_and_is_named(amqpd: tuple[BrokerProcess, ht
     doc = {
         "vhosts": [{"name": vhost}],
         "queues": [{"name": "good", "vhost": vhost, "durable": True, "auto_delete": False, "arguments": {}}],
-        "exchanges": [{"name": "x", "vhost": vhost, "type": "direct", "durable": True, "auto_delete": False,
-                       "internal": False, "arguments": {}}],
-        "bindings": [{"source": "x", "vhost": vhost, "destination": "good", "destination_type": "queue",
-                      "routing_key": "k", "arguments": {}},
-                     {"source": "x", "vhost": vhost, "destination": "missing", "destination_type": "queue",
-                      "routing_key": "k", "arguments": {}}],
+        "exchanges": [
+            {
+                "name": "x",
+                "vhost": vhost,
+                "type": "direct",
+                "durable": True,
+                "auto_delete": False,
+                "internal": False,
+                "arguments": {},
+            }
+        ],
+        "bindings": [
+            {
+                "source": "x",
+                "vhost": vhost,
+                "destination": "good",
+                "destination_type": "queue",
+                "routing_key": "k",
+                "arguments": {},
+            },
+            {
+                "source": "x",
+                "vhost": vhost,
+                "destination": "missing",
+                "destination_type": "queue",
+                "routing_key": "k",
+                "arguments": {},
+            },
+        ],
     }
     before = api.get("/api/definitions").json()
     r = api.post("/api/definitions", json=doc)
     assert r.status_code == 400
-    assert r.json() == {"error": "bad_request",
-                        "reason": f"bindings[1] 'missing' in vhost '{vhost}': no queue 'missing' in vhost '{vhost}'"}
+    assert r.json() == {
+        "error": "bad_request",
+        "reason": f"bindings[1] 'missing' in vhost '{vhost}': no queue 'missing' in vhost '{vhost}'",
+    }
     assert api.get("/api/definitions").json() == before
     assert api.get(f"/api/vhosts/{vhost}").status_code == 404
 
@@ -152,9 +185,11 @@ def test_a_vhost_export_imports_into_another_vhost(amqpd: tuple[BrokerProcess, h
 
 def test_definitions_given_at_start_are_loaded(tmp_path: Any) -> None:
     path = tmp_path / "defs.json"
-    path.write_text('{"queues": [{"name": "from-file", "vhost": "/", "durable": true, "auto_delete": false, '
-                    '"arguments": {}}], "policies": [{"vhost": "/", "name": "p", "pattern": "^from", '
-                    '"definition": {"max-length": 1}, "priority": 0, "apply-to": "queues"}]}')
+    path.write_text(
+        '{"queues": [{"name": "from-file", "vhost": "/", "durable": true, "auto_delete": false, '
+        '"arguments": {}}], "policies": [{"vhost": "/", "name": "p", "pattern": "^from", '
+        '"definition": {"max-length": 1}, "priority": 0, "apply-to": "queues"}]}'
+    )
     with BrokerProcess(management=True, extra_args=["--definitions", str(path)]) as broker:
         q = httpx.get(broker.mgmt_url + "/api/queues/%2F/from-file", auth=("guest", "guest")).json()
     assert (q["name"], q["policy"], q["effective_policy_definition"]) == ("from-file", "p", {"max-length": 1})

@@ -51,8 +51,13 @@ def test_a_policy_is_stored_listed_and_deleted(api: httpx.Client, prefix: str) -
     assert api.put(f"/api/policies/%2F/{prefix}", json=body).status_code == 201
     assert api.put(f"/api/policies/%2F/{prefix}", json=body).status_code == 204
     assert api.get(f"/api/policies/%2F/{prefix}").json() == {
-        "vhost": "/", "name": prefix, "pattern": f"^{prefix}", "apply-to": "queues",
-        "definition": {"max-length": 2}, "priority": 1}
+        "vhost": "/",
+        "name": prefix,
+        "pattern": f"^{prefix}",
+        "apply-to": "queues",
+        "definition": {"max-length": 2},
+        "priority": 1,
+    }
     assert prefix in [p["name"] for p in api.get("/api/policies").json()]
     assert api.delete(f"/api/policies/%2F/{prefix}").status_code == 204
     assert api.get(f"/api/policies/%2F/{prefix}").status_code == 404
@@ -75,14 +80,17 @@ def test_the_lower_of_policy_and_argument_max_length_applies_to_existing_queues(
     for q in (low, high):
         for i in range(5):
             ch.basic_publish("", q, b"%d" % i)
-    api.put(f"/api/policies/%2F/{prefix}", json={"pattern": f"^{prefix}", "definition": {"max-length": 3},
-                                                 "apply-to": "queues"})
+    api.put(
+        f"/api/policies/%2F/{prefix}",
+        json={"pattern": f"^{prefix}", "definition": {"max-length": 3}, "apply-to": "queues"},
+    )
     assert eventually(lambda: ready(ch, high) == 3)  # the policy's 3 is lower: it trims the existing backlog
     assert ready(ch, low) == 1  # the argument's 1 is lower
     method, _props, body = ch.basic_get(high, auto_ack=True)
     assert body == b"2"  # trimmed from the head
-    info = eventually(lambda: (lambda q: q if q.get("policy") == prefix else None)(
-        api.get(f"/api/queues/%2F/{high}").json()))
+    info = eventually(
+        lambda: (lambda q: q if q.get("policy") == prefix else None)(api.get(f"/api/queues/%2F/{high}").json())
+    )
     assert info["effective_policy_definition"] == {"max-length": 3}
     assert info["arguments"] == {"x-max-length": 10}
 
@@ -90,12 +98,18 @@ def test_the_lower_of_policy_and_argument_max_length_applies_to_existing_queues(
 def test_a_new_queue_gets_the_matching_policy_with_the_highest_priority(
     api: httpx.Client, ch: pika.adapters.blocking_connection.BlockingChannel, prefix: str
 ) -> None:
-    api.put(f"/api/policies/%2F/{prefix}-a", json={"pattern": f"^{prefix}", "definition": {"max-length": 1},
-                                                   "priority": 5, "apply-to": "queues"})
-    api.put(f"/api/policies/%2F/{prefix}-b", json={"pattern": f"^{prefix}", "definition": {"max-length": 4},
-                                                   "priority": 1, "apply-to": "queues"})
-    api.put(f"/api/policies/%2F/{prefix}-c", json={"pattern": f"^{prefix}", "definition": {"max-length": 0},
-                                                   "priority": 9, "apply-to": "exchanges"})
+    api.put(
+        f"/api/policies/%2F/{prefix}-a",
+        json={"pattern": f"^{prefix}", "definition": {"max-length": 1}, "priority": 5, "apply-to": "queues"},
+    )
+    api.put(
+        f"/api/policies/%2F/{prefix}-b",
+        json={"pattern": f"^{prefix}", "definition": {"max-length": 4}, "priority": 1, "apply-to": "queues"},
+    )
+    api.put(
+        f"/api/policies/%2F/{prefix}-c",
+        json={"pattern": f"^{prefix}", "definition": {"max-length": 0}, "priority": 9, "apply-to": "exchanges"},
+    )
     q = f"{prefix}-q"
     ch.queue_declare(q)
     for i in range(3):
@@ -113,9 +127,14 @@ def test_dead_letter_exchange_from_a_policy_and_the_argument_wins_over_it(
     plain, own = f"{prefix}-plain", f"{prefix}-own"
     ch.queue_declare(plain)
     ch.queue_declare(own, arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq_arg})
-    api.put(f"/api/policies/%2F/{prefix}", json={
-        "pattern": f"^{prefix}-(plain|own)$", "apply-to": "queues",
-        "definition": {"dead-letter-exchange": "", "dead-letter-routing-key": dlq_policy}})
+    api.put(
+        f"/api/policies/%2F/{prefix}",
+        json={
+            "pattern": f"^{prefix}-(plain|own)$",
+            "apply-to": "queues",
+            "definition": {"dead-letter-exchange": "", "dead-letter-routing-key": dlq_policy},
+        },
+    )
 
     def rejected_to(queue: str, dlq: str) -> bool:
         ch.basic_publish("", queue, b"x")
@@ -135,8 +154,10 @@ def test_an_alternate_exchange_from_a_policy_takes_unroutable_messages(
     ch.exchange_declare(ae, "fanout")
     ch.queue_declare(q)
     ch.queue_bind(q, ae)
-    api.put(f"/api/policies/%2F/{prefix}", json={"pattern": f"^{x}$", "definition": {"alternate-exchange": ae},
-                                                 "apply-to": "exchanges"})
+    api.put(
+        f"/api/policies/%2F/{prefix}",
+        json={"pattern": f"^{x}$", "definition": {"alternate-exchange": ae}, "apply-to": "exchanges"},
+    )
 
     def caught() -> bool:
         ch.basic_publish(x, "nowhere", b"lost?")
@@ -185,8 +206,13 @@ def test_policies_survive_a_restart_and_apply_to_recovered_queues(tmp_path: obje
     with BrokerProcess(data_dir=data, management=True) as broker:
         api = httpx.Client(base_url=broker.mgmt_url, auth=("guest", "guest"))
         api.put("/api/queues/%2F/kept", json={"durable": True})
-        assert api.put("/api/policies/%2F/lim", json={"pattern": "^kept$", "definition": {"max-length": 2},
-                                                       "apply-to": "queues"}).status_code == 201
+        assert (
+            api.put(
+                "/api/policies/%2F/lim",
+                json={"pattern": "^kept$", "definition": {"max-length": 2}, "apply-to": "queues"},
+            ).status_code
+            == 201
+        )
         api.put("/api/policies/%2F/dropped", json={"pattern": "x", "definition": {"max-length": 9}})
         api.delete("/api/policies/%2F/dropped")
     with BrokerProcess(data_dir=data, management=True) as broker:

@@ -61,8 +61,9 @@ def broker(certs: Certs, tmp_path_factory: pytest.TempPathFactory) -> Iterator[B
 @pytest.fixture(scope="module")
 def strict(certs: Certs, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     """Client certificates required (mgmt_tls_fail_if_no_peer_cert), and no plain HTTP management port."""
-    with https_broker(certs, tmp_path_factory.mktemp("strict"), ["--management-port", "off"],
-                      mgmt_tls_fail_if_no_peer_cert=True) as b:
+    with https_broker(
+        certs, tmp_path_factory.mktemp("strict"), ["--management-port", "off"], mgmt_tls_fail_if_no_peer_cert=True
+    ) as b:
         yield b
 
 
@@ -88,13 +89,14 @@ def test_a_client_certificate_from_another_ca_is_refused_while_the_ca_s_own_is_a
     broker: BrokerProcess, certs: Certs
 ) -> None:
     with pytest.raises(httpx.TransportError):  # the handshake fails (TLS 1.3: at the first read)
-        httpx.get(broker.mgmt_tls_url + "/api/overview", auth=GUEST, timeout=10,
-                  verify=certs.client_context(certs.rogue))
-    ok = httpx.get(broker.mgmt_tls_url + "/api/overview", auth=GUEST, timeout=10,
-                   verify=certs.client_context(certs.client))
+        httpx.get(
+            broker.mgmt_tls_url + "/api/overview", auth=GUEST, timeout=10, verify=certs.client_context(certs.rogue)
+        )
+    ok = httpx.get(
+        broker.mgmt_tls_url + "/api/overview", auth=GUEST, timeout=10, verify=certs.client_context(certs.client)
+    )
     assert ok.status_code == 200
-    anonymous = httpx.get(broker.mgmt_tls_url + "/api/overview", auth=GUEST, timeout=10,
-                          verify=certs.client_context())
+    anonymous = httpx.get(broker.mgmt_tls_url + "/api/overview", auth=GUEST, timeout=10, verify=certs.client_context())
     assert anonymous.status_code == 200  # verify_peer without fail_if_no_peer_cert: no certificate is fine
 
 
@@ -102,20 +104,33 @@ def test_fail_if_no_peer_cert_refuses_clients_without_one(strict: BrokerProcess,
     assert "management" not in strict.http_ports  # --management-port off: HTTPS only
     with pytest.raises(httpx.TransportError):
         httpx.get(strict.mgmt_tls_url + "/api/overview", auth=GUEST, timeout=10, verify=certs.client_context())
-    ok = httpx.get(strict.mgmt_tls_url + "/api/overview", auth=GUEST, timeout=10,
-                   verify=certs.client_context(certs.client))
+    ok = httpx.get(
+        strict.mgmt_tls_url + "/api/overview", auth=GUEST, timeout=10, verify=certs.client_context(certs.client)
+    )
     assert ok.json()["management_version"]
 
 
 def amqpctl(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "amqpd.mgmt.amqpctl", *args], capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "amqpd.mgmt.amqpctl", *args], capture_output=True, text=True, timeout=60
+    )
 
 
 def test_amqpctl_over_https_with_a_ca_and_a_client_certificate(strict: BrokerProcess, certs: Certs) -> None:
     cert, key = certs.client
-    done = amqpctl("--url", strict.mgmt_tls_url, "--ssl-ca-cert-file", str(certs.ca_file), "--ssl-cert-file",
-                   str(cert), "--ssl-key-file", str(key), "--formatter", "json", "list_vhosts")
+    done = amqpctl(
+        "--url",
+        strict.mgmt_tls_url,
+        "--ssl-ca-cert-file",
+        str(certs.ca_file),
+        "--ssl-cert-file",
+        str(cert),
+        "--ssl-key-file",
+        str(key),
+        "--formatter",
+        "json",
+        "list_vhosts",
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == [{"name": "/"}]
     no_cert = amqpctl("--url", strict.mgmt_tls_url, "--cacert", str(certs.ca_file), "list_vhosts")
@@ -128,14 +143,29 @@ def test_amqpctl_over_https_with_a_ca_and_a_client_certificate(strict: BrokerPro
 def test_rabbitmqadmin_over_https(strict: BrokerProcess, certs: Certs) -> None:
     cert, key = certs.client
     port = str(strict.http_ports["management-tls"])
-    base = [sys.executable, rabbitmqadmin_path(), "-H", "127.0.0.1", "-P", port, "-u", "guest", "-p", "guest",
-            "--ssl", "--ssl-ca-cert-file", str(certs.ca_file)]
+    base = [
+        sys.executable,
+        rabbitmqadmin_path(),
+        "-H",
+        "127.0.0.1",
+        "-P",
+        port,
+        "-u",
+        "guest",
+        "-p",
+        "guest",
+        "--ssl",
+        "--ssl-ca-cert-file",
+        str(certs.ca_file),
+    ]
     with_cert = ["--ssl-cert-file", str(cert), "--ssl-key-file", str(key)]
-    declared = subprocess.run([*base, *with_cert, "declare", "queue", "name=over-https"], capture_output=True,
-                              text=True, timeout=60)
+    declared = subprocess.run(
+        [*base, *with_cert, "declare", "queue", "name=over-https"], capture_output=True, text=True, timeout=60
+    )
     assert declared.returncode == 0, declared.stderr
-    listed = subprocess.run([*base, *with_cert, "-f", "tsv", "list", "queues", "name"], capture_output=True,
-                            text=True, timeout=60)
+    listed = subprocess.run(
+        [*base, *with_cert, "-f", "tsv", "list", "queues", "name"], capture_output=True, text=True, timeout=60
+    )
     assert "over-https" in listed.stdout.split()
     refused = subprocess.run([*base, "list", "queues"], capture_output=True, text=True, timeout=60)
     assert refused.returncode != 0  # no client certificate
@@ -147,11 +177,17 @@ def test_sighup_replaces_the_https_certificate_without_a_restart(certs: Certs, t
     second_ca = CA("second CA")
     server_cert, server_key = write_pair(*first_ca.issue("localhost", server=True), directory, "server")
     first_file, second_file = first_ca.write(directory / "first.crt"), second_ca.write(directory / "second.crt")
-    files = {"mgmt_tls_cert_file": str(server_cert), "mgmt_tls_key_file": str(server_key),
-             "mgmt_tls_ca_file": "", "mgmt_tls_verify_peer": False}
+    files = {
+        "mgmt_tls_cert_file": str(server_cert),
+        "mgmt_tls_key_file": str(server_key),
+        "mgmt_tls_ca_file": "",
+        "mgmt_tls_verify_peer": False,
+    }
     with https_broker(certs, directory, **files) as b:
-        trusting = {name: ssl.create_default_context(cafile=str(path))
-                    for name, path in (("first", first_file), ("second", second_file))}
+        trusting = {
+            name: ssl.create_default_context(cafile=str(path))
+            for name, path in (("first", first_file), ("second", second_file))
+        }
         assert httpx.get(b.mgmt_tls_url + "/api/whoami", auth=GUEST, verify=trusting["first"]).status_code == 200
         write_pair(*second_ca.issue("localhost", server=True), directory, "server")  # same paths, new CA
         assert b.proc is not None

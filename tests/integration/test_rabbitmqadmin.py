@@ -15,8 +15,12 @@ from amqpd.testing import BrokerProcess
 
 CANDIDATES = [
     "/usr/bin/rabbitmqadmin",
-    *sorted(str(p) for p in Path("/usr/lib/rabbitmq/lib").glob(
-        "rabbitmq_server-*/plugins/rabbitmq_management-*/priv/www/cli/rabbitmqadmin")),
+    *sorted(
+        str(p)
+        for p in Path("/usr/lib/rabbitmq/lib").glob(
+            "rabbitmq_server-*/plugins/rabbitmq_management-*/priv/www/cli/rabbitmqadmin"
+        )
+    ),
 ]
 
 pytestmark = pytest.mark.amqpd_only
@@ -39,8 +43,12 @@ def admin() -> Iterator[Admin]:
         port = str(broker.http_ports["management"])
 
         def run(*args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
-            done = subprocess.run([sys.executable, tool, "-H", "127.0.0.1", "-P", port, "-u", "guest", "-p", "guest",
-                                   *args], capture_output=True, text=True, timeout=60)
+            done = subprocess.run(
+                [sys.executable, tool, "-H", "127.0.0.1", "-P", port, "-u", "guest", "-p", "guest", *args],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
             if ok:
                 assert done.returncode == 0, (args, done.stdout, done.stderr)
             return done
@@ -59,8 +67,9 @@ def test_declare_publish_get_and_list(admin: Admin) -> None:
     assert "Message published" in admin("publish", "exchange=adm-x", "routing_key=a.b", "payload=hello").stdout
     rows = tsv(admin("-f", "tsv", "list", "queues", "name", "messages"))
     assert ["adm-q", "1"] in rows
-    assert ["adm-x", "adm-q", "a.#"] in tsv(admin("-f", "tsv", "list", "bindings", "source", "destination",
-                                                 "routing_key"))
+    assert ["adm-x", "adm-q", "a.#"] in tsv(
+        admin("-f", "tsv", "list", "bindings", "source", "destination", "routing_key")
+    )
     assert ["adm-x", "topic"] in tsv(admin("-f", "tsv", "list", "exchanges", "name", "type"))
     got = tsv(admin("-f", "tsv", "get", "queue=adm-q", "ackmode=ack_requeue_false"))
     header, row = got[0], got[1]
@@ -72,7 +81,7 @@ def test_declare_publish_get_and_list(admin: Admin) -> None:
 
 def test_export_and_import_definitions(admin: Admin, tmp_path: Path) -> None:
     admin("declare", "queue", "name=adm-export", "durable=true")
-    admin("declare", "policy", "name=adm-pol", "pattern=^adm-", "definition={\"max-length\": 5}", "apply-to=queues")
+    admin("declare", "policy", "name=adm-pol", "pattern=^adm-", 'definition={"max-length": 5}', "apply-to=queues")
     path = tmp_path / "defs.json"
     admin("export", str(path))
     text = path.read_text()

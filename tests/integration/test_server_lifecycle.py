@@ -132,7 +132,9 @@ def test_a_taken_port_is_reported_and_exits_1() -> None:
         port = taken.getsockname()[1]
         done = subprocess.run(
             [sys.executable, "-m", "amqpd", "--in-memory", "--port", str(port)],
-            capture_output=True, text=True, timeout=30,
+            capture_output=True,
+            text=True,
+            timeout=30,
         )
     assert done.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
@@ -146,7 +148,9 @@ def test_a_second_broker_on_the_same_data_dir_is_refused(tmp_path) -> None:  # n
     with BrokerProcess(data_dir=str(tmp_path)):
         done = subprocess.run(
             [sys.executable, "-m", "amqpd", "--port", "0", "--data-dir", str(tmp_path)],
-            capture_output=True, text=True, timeout=30,
+            capture_output=True,
+            text=True,
+            timeout=30,
         )
     assert done.returncode == 1
     assert "is in use by another amqpd" in done.stderr

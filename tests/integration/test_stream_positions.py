@@ -69,8 +69,9 @@ def test_time_to_offset_on_a_classic_queue_is_refused(broker: BrokerProcess) -> 
     conn = pika.BlockingConnection(pika.URLParameters(broker.url))
     conn.channel().queue_declare("classic-q")
     conn.close()
-    r = httpx.get(f"{broker.mgmt_url}/api/queues/%2F/classic-q/offset", params={"timestamp": 0},
-                  auth=("guest", "guest"))
+    r = httpx.get(
+        f"{broker.mgmt_url}/api/queues/%2F/classic-q/offset", params={"timestamp": 0}, auth=("guest", "guest")
+    )
     assert r.status_code == 400
     assert "not a stream" in r.json()["reason"]
 
@@ -85,8 +86,11 @@ def test_a_consumer_asking_for_timestamps_gets_each_append_time(broker: BrokerPr
     ch.basic_qos(prefetch_count=10)
     got: list[dict[str, Any]] = []
     plain: list[dict[str, Any]] = []
-    ch.basic_consume("stamped", lambda c, m, p, b: got.append(p.headers),
-                     arguments={"x-stream-offset": "first", "x-stream-timestamp": True})
+    ch.basic_consume(
+        "stamped",
+        lambda c, m, p, b: got.append(p.headers),
+        arguments={"x-stream-offset": "first", "x-stream-timestamp": True},
+    )
     ch.basic_consume("stamped", lambda c, m, p, b: plain.append(p.headers), arguments={"x-stream-offset": "first"})
     deadline = time.monotonic() + DEADLINE
     while (len(got) < 2 or len(plain) < 2) and time.monotonic() < deadline:

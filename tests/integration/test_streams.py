@@ -149,16 +149,14 @@ def test_deduplication_remembers_ids_across_a_kill_9(data_dir: str) -> None:
         ch.queue_declare("d", durable=True, arguments={"x-message-deduplication": True})
         ch.confirm_delivery()
         for message_id in ("a", "b"):
-            ch.basic_publish("", "d", message_id.encode(), pika.BasicProperties(message_id=message_id,
-                                                                               delivery_mode=2))
+            ch.basic_publish("", "d", message_id.encode(), pika.BasicProperties(message_id=message_id, delivery_mode=2))
         conn.close()
         broker.kill()  # the ids were saved before the confirms went out
         broker = BrokerProcess(data_dir=data_dir).start()
         conn, ch = channel(broker.url)
         ch.confirm_delivery()
         for message_id in ("a", "c", "b"):  # each publish returns only once confirmed (acked)
-            ch.basic_publish("", "d", message_id.encode(), pika.BasicProperties(message_id=message_id,
-                                                                               delivery_mode=2))
+            ch.basic_publish("", "d", message_id.encode(), pika.BasicProperties(message_id=message_id, delivery_mode=2))
         bodies = []
         while (got := ch.basic_get("d", auto_ack=True))[0] is not None:
             bodies.append(got[2])
@@ -195,8 +193,9 @@ def test_messages_dead_lettered_into_a_stream_are_kept(data_dir: str) -> None:
     try:
         conn, ch = channel(broker.url)
         ch.queue_declare("s", durable=True, arguments=STREAM)
-        ch.queue_declare("work", arguments={"x-message-ttl": 0, "x-dead-letter-exchange": "",
-                                            "x-dead-letter-routing-key": "s"})
+        ch.queue_declare(
+            "work", arguments={"x-message-ttl": 0, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "s"}
+        )
         ch.confirm_delivery()
         for body in (b"late-1", b"late-2"):
             ch.basic_publish("", "work", body)

@@ -18,8 +18,9 @@ def declare_stream(broker: BrokerProcess, name: str, **arguments: Any) -> None:
     conn.close()
 
 
-def publish(broker: BrokerProcess, name: str, bodies: list[bytes],
-            props: Callable[[int], pika.BasicProperties] | None = None) -> None:
+def publish(
+    broker: BrokerProcess, name: str, bodies: list[bytes], props: Callable[[int], pika.BasicProperties] | None = None
+) -> None:
     conn = pika.BlockingConnection(pika.URLParameters(broker.url))
     ch = conn.channel()
     ch.confirm_delivery()

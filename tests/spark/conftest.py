@@ -19,7 +19,8 @@ _names = itertools.count()
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     session = (
-        SparkSession.builder.master("local[2,2]").appName("amqpd-spark-tests")
+        SparkSession.builder.master("local[2,2]")
+        .appName("amqpd-spark-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.streaming.stopTimeout", "30s")

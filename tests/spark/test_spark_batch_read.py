@@ -23,8 +23,12 @@ def test_a_batch_read_returns_every_message_with_its_offset_and_properties(
     name = stream_name("all")
     declare_stream(broker, name)
     before = int(time.time() * 1000)
-    publish(broker, name, [f"m{i}".encode() for i in range(500)], lambda i: pika.BasicProperties(
-        message_id=f"id{i}", correlation_id=f"c{i}", content_type="text/plain"))
+    publish(
+        broker,
+        name,
+        [f"m{i}".encode() for i in range(500)],
+        lambda i: pika.BasicProperties(message_id=f"id{i}", correlation_id=f"c{i}", content_type="text/plain"),
+    )
     after = int(time.time() * 1000)
     df = reader(spark, broker, name, maxOffsetsPerPartition=120)
     assert df.rdd.getNumPartitions() == 5  # 500 offsets in ranges of at most 120
@@ -45,8 +49,9 @@ def test_json_offsets_bound_the_range_end_exclusive(
     for name in (a, b):
         declare_stream(broker, name)
         publish(broker, name, [f"{name}-{i}".encode() for i in range(50)])
-    df = reader(spark, broker, f"{a},{b}", startingOffsets=json.dumps({a: 10, b: -2}),
-                endingOffsets=json.dumps({a: 20, b: -1}))
+    df = reader(
+        spark, broker, f"{a},{b}", startingOffsets=json.dumps({a: 10, b: -2}), endingOffsets=json.dumps({a: 20, b: -1})
+    )
     got = {(r.stream, r.offset) for r in df.select("stream", "offset").collect()}
     assert got == {(a, o) for o in range(10, 20)} | {(b, o) for o in range(50)}
 

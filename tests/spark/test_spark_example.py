@@ -35,8 +35,9 @@ def test_the_example_pipeline_counts_every_event_once_per_minute_and_rereads_by_
     assert max(Counter((r.minute, r.action) for r in first).values()) == 1
     pipeline.run_aggregation(spark, broker.url, broker.mgmt_url, checkpoint)  # again, from its checkpoint
     assert len(results()) == len(first)
-    by_action = {r.action: r["count"] for r in pipeline.reread_since_yesterday(spark, broker.url,
-                                                                               broker.mgmt_url).collect()}
+    by_action = {
+        r.action: r["count"] for r in pipeline.reread_since_yesterday(spark, broker.url, broker.mgmt_url).collect()
+    }
     assert sum(by_action.values()) == published and by_action["tick"] == 1
 
 

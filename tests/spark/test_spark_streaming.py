@@ -64,8 +64,13 @@ def test_a_stream_starting_at_latest_reads_only_what_comes_after_the_query_start
     declare_stream(broker, name)
     publish(broker, name, [b"before"] * 20)
     df = reader(spark, broker, name, streaming=True)  # Kafka's default for a stream: latest
-    query = (df.writeStream.format("memory").queryName("latest_q").option("checkpointLocation", str(tmp_path))
-             .trigger(processingTime="200 milliseconds").start())
+    query = (
+        df.writeStream.format("memory")
+        .queryName("latest_q")
+        .option("checkpointLocation", str(tmp_path))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
     try:
         deadline = time.monotonic() + DEADLINE
         while not query.recentProgress and time.monotonic() < deadline:

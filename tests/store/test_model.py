@@ -236,6 +236,8 @@ MODEL_SETTINGS = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
+
+
 class LazyOpenMachine(StoreMachine):
     """The broker's way of opening: records from before the checkpoint are not read at open; reading them
     back with read_many must give exactly what an eager open holds. Records that expired stay held until

@@ -59,7 +59,11 @@ async def workload(root: Path, seed: int, fsync: str) -> tuple[RecordingIO, dict
 
 
 async def problems_after_cut(
-    snapshot: Snapshot, root: Path, target: Path, confirmed: dict[bytes, int], acked: dict[bytes, int],
+    snapshot: Snapshot,
+    root: Path,
+    target: Path,
+    confirmed: dict[bytes, int],
+    acked: dict[bytes, int],
     torn: dict[str, int] | None,
 ) -> list[str]:
     if target.exists():

@@ -28,8 +28,11 @@ def clock() -> list[int]:
 def client(clock: list[int]) -> ClientChannel:
     broker = new_broker(now_ms=lambda: clock[0])  # queues count TTLs on the same clock as due times
     c = ClientChannel(broker)
-    c.call(commands.Exchange.Declare(exchange="dx", exchange_type="x-delayed-message",
-                                     arguments={"x-delayed-type": "direct"}))
+    c.call(
+        commands.Exchange.Declare(
+            exchange="dx", exchange_type="x-delayed-message", arguments={"x-delayed-type": "direct"}
+        )
+    )
     c.declare_queue("q")
     c.call(commands.Queue.Bind(queue="q", exchange="dx", routing_key="k"))
     return c
@@ -73,8 +76,12 @@ def test_shorter_delay_is_delivered_first_and_equal_due_times_keep_publish_order
     client.publish("dx", "k", b"same time a", headers={"x-delay": 3000})
     client.publish("dx", "k", b"same time b", headers={"x-delay": 3000})
     advance(client, clock, 6000)
-    assert [b for b, _ in drain(client)] == [b"more delayed payload", b"same time a", b"same time b",
-                                             b"delayed payload"]
+    assert [b for b, _ in drain(client)] == [
+        b"more delayed payload",
+        b"same time a",
+        b"same time b",
+        b"delayed payload",
+    ]
 
 
 @pytest.mark.parametrize("value", [None, 0, -10, "soon", True, [1]])
@@ -108,8 +115,11 @@ def test_no_49_day_cap(client: ClientChannel, clock: list[int]) -> None:
 
 
 def test_routing_follows_x_delayed_type_and_bindings_at_due_time(client: ClientChannel, clock: list[int]) -> None:
-    client.call(commands.Exchange.Declare(exchange="tx", exchange_type="x-delayed-message",
-                                          arguments={"x-delayed-type": "topic"}))
+    client.call(
+        commands.Exchange.Declare(
+            exchange="tx", exchange_type="x-delayed-message", arguments={"x-delayed-type": "topic"}
+        )
+    )
     client.declare_queue("a")
     client.call(commands.Queue.Bind(queue="a", exchange="tx", routing_key="orders.#"))
     client.publish("tx", "orders.eu.new", b"m", headers={"x-delay": 10})
@@ -181,8 +191,12 @@ def test_a_burst_all_due_at_once_is_routed_in_batches(client: ClientChannel, clo
 
 @pytest.mark.parametrize(
     ("arguments", "code"),
-    [({}, 406), ({"x-delayed-type": 5}, 406), ({"x-delayed-type": "x-delayed-message"}, 406),
-     ({"x-delayed-type": "nonesuch"}, 503)],
+    [
+        ({}, 406),
+        ({"x-delayed-type": 5}, 406),
+        ({"x-delayed-type": "x-delayed-message"}, 406),
+        ({"x-delayed-type": "nonesuch"}, 503),
+    ],
 )
 def test_declare_needs_an_existing_x_delayed_type(arguments: dict[str, Any], code: int) -> None:
     c = ClientChannel(new_broker())
@@ -199,8 +213,6 @@ def test_schedule_pops_in_due_order() -> None:
     assert s.pop_due(15, 10) == [(10, "a"), (10, "a2")]
     assert (len(s), s.next_due()) == (2, 20)
     assert s.pop_due(100, 1) == [(20, "b")]
-
-
 
 
 def test_a_message_that_fails_to_route_leaves_the_others_scheduled(
@@ -230,8 +242,11 @@ def test_released_headers_keep_every_value_byte_for_byte_sorted_with_x_delay_a_s
 
     from fakes import method_payload
 
-    entries = [(b"zz", b"l" + struct.pack(">q", 5)), (b"x-delay", b"I" + struct.pack(">i", 100)),
-               (b"aa", b"S" + struct.pack(">I", 2) + b"hi")]
+    entries = [
+        (b"zz", b"l" + struct.pack(">q", 5)),
+        (b"x-delay", b"I" + struct.pack(">i", 100)),
+        (b"aa", b"S" + struct.pack(">I", 2) + b"hi"),
+    ]
     inner = b"".join(bytes((len(k),)) + k + v for k, v in entries)
     hdr = struct.pack(">HHQH", 60, 0, 1, 1 << 13) + struct.pack(">I", len(inner)) + inner
     client.ch.on_publish(method_payload(commands.Basic.Publish(0, "dx", "k", False)))

@@ -31,8 +31,11 @@ async def setup(tmp_path: Path, durable: bool, t0: int = T0) -> tuple[ClientChan
     clock = [t0]
     broker.delayed.clock = lambda: clock[0]
     c = ClientChannel(broker)
-    c.call(commands.Exchange.Declare(exchange="dx", exchange_type="x-delayed-message", durable=durable,
-                                     arguments={"x-delayed-type": "direct"}))
+    c.call(
+        commands.Exchange.Declare(
+            exchange="dx", exchange_type="x-delayed-message", durable=durable, arguments={"x-delayed-type": "direct"}
+        )
+    )
     c.declare_queue("q", durable=True)
     c.call(commands.Queue.Bind(queue="q", exchange="dx", routing_key="k"))
     return c, store, clock

@@ -99,7 +99,9 @@ def test_consumer_deliveries_carry_the_count(client: ClientChannel) -> None:
     nacked = client.conn.take_frames()
     # RabbitMQ 3.10: a consumer's first delivery carries no count; basic.get-ok always does
     assert [*first, *headers_of(recovered), *headers_of(nacked)] == [
-        None, {"x-delivery-count": 1}, {"x-delivery-count": 2}
+        None,
+        {"x-delivery-count": 1},
+        {"x-delivery-count": 2},
     ]
     assert messages(nacked)[0][0].redelivered
 

@@ -16,8 +16,14 @@ from amqpd.protocol.field_tables import BadField, Overrun, check_table
 from amqpd.protocol.methods import decode_method
 
 values = st.recursive(
-    st.one_of(st.booleans(), st.integers(-(2**63), 2**63 - 1), st.text(max_size=20), st.none(),
-              st.floats(-1e6, 1e6), st.binary(max_size=20).map(bytearray)),
+    st.one_of(
+        st.booleans(),
+        st.integers(-(2**63), 2**63 - 1),
+        st.text(max_size=20),
+        st.none(),
+        st.floats(-1e6, 1e6),
+        st.binary(max_size=20).map(bytearray),
+    ),
     lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4)),
     max_leaves=20,
 )

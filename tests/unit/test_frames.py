@@ -53,7 +53,9 @@ publish = st.builds(publish_unit, st.integers(1, 3), st.binary(max_size=200), st
 # Back-to-back publishes that differ only by body, as a publisher in a loop sends them (a PUBLISH_RUN)
 same_shape = st.builds(
     lambda channel, size, fills: sum((publish_unit(channel, bytes([f]) * size, 1) for f in fills), []),
-    st.integers(1, 2), st.integers(1, 40), st.lists(st.integers(0, 255), min_size=1, max_size=5),
+    st.integers(1, 2),
+    st.integers(1, 40),
+    st.lists(st.integers(0, 255), min_size=1, max_size=5),
 )
 frames_strategy = st.lists(st.one_of(raw_frame, publish, same_shape), max_size=10).map(lambda units: sum(units, []))
 
@@ -85,8 +87,12 @@ def test_publishes_differing_only_by_body_come_out_as_one_run() -> None:
 
 
 def test_a_run_ends_where_the_next_publish_differs() -> None:
-    units = [publish_unit(1, b"a" * 10, 1), publish_unit(1, b"b" * 10, 1), publish_unit(1, b"c" * 11, 1),
-             publish_unit(2, b"d" * 11, 1)]
+    units = [
+        publish_unit(1, b"a" * 10, 1),
+        publish_unit(1, b"b" * 10, 1),
+        publish_unit(1, b"c" * 11, 1),
+        publish_unit(2, b"d" * 11, 1),
+    ]
     items = FrameReader(4096).feed(stream_of(sum(units, [])))
     assert [(t, c) for t, c, _ in items] == [(PUBLISH_RUN, 1), (PUBLISH, 1), (PUBLISH, 2)]
     assert expand(items) == sum(units, [])

@@ -38,19 +38,29 @@ def test_columns_keep_only_the_named_fields_and_their_nesting() -> None:
 
 def test_a_page_comes_in_rabbitmqs_envelope_with_filter_counts() -> None:
     page = listing.apply(ITEMS, {"page": "1", "page_size": "2", "sort": "name", "columns": "name"})
-    assert page == {"filtered_count": 3, "item_count": 2, "items": [{"name": "a"}, {"name": "b"}], "page": 1,
-                    "page_count": 2, "page_size": 2, "total_count": 3}
+    assert page == {
+        "filtered_count": 3,
+        "item_count": 2,
+        "items": [{"name": "a"}, {"name": "b"}],
+        "page": 1,
+        "page_count": 2,
+        "page_size": 2,
+        "total_count": 3,
+    }
     regex = listing.apply(ITEMS, {"page": "1", "name": "^[ab]$", "use_regex": "true"})
     assert (regex["filtered_count"], regex["total_count"]) == (2, 3)
 
 
-@pytest.mark.parametrize(("query", "error"), [
-    ({"page": "1", "page_size": "501"}, "invalid_pagination_parameters"),
-    ({"page": "0"}, "invalid_pagination_parameters"),
-    ({"page": "3", "page_size": "2"}, "page_out_of_range"),
-    ({"page": "x"}, "bad_request"),
-    ({"page": "1", "name": "(", "use_regex": "true"}, "bad_request"),
-])
+@pytest.mark.parametrize(
+    ("query", "error"),
+    [
+        ({"page": "1", "page_size": "501"}, "invalid_pagination_parameters"),
+        ({"page": "0"}, "invalid_pagination_parameters"),
+        ({"page": "3", "page_size": "2"}, "page_out_of_range"),
+        ({"page": "x"}, "bad_request"),
+        ({"page": "1", "name": "(", "use_regex": "true"}, "bad_request"),
+    ],
+)
 def test_bad_list_parameters_are_refused_with_rabbitmqs_error_tags(query: dict[str, str], error: str) -> None:
     with pytest.raises(listing.BadQuery) as refused:
         listing.apply(ITEMS, query)

@@ -15,20 +15,40 @@ def policies(*rows: tuple[str, str, dict, int, str]) -> Policies:
 
 
 def test_limits_take_the_lower_value_and_other_settings_keep_the_queues_argument() -> None:
-    p = policies(("p", ".*", {"max-length": 5, "message-ttl": 100, "expires": 9000, "dead-letter-exchange": "pol",
-                              "overflow": "reject-publish"}, 0, "queues"))
+    p = policies(
+        (
+            "p",
+            ".*",
+            {
+                "max-length": 5,
+                "message-ttl": 100,
+                "expires": 9000,
+                "dead-letter-exchange": "pol",
+                "overflow": "reject-publish",
+            },
+            0,
+            "queues",
+        )
+    )
     policy = p.match("/", "queue", "q")
     own = {"x-max-length": 10, "x-message-ttl": 50, "x-dead-letter-exchange": "arg"}
     assert merge(own, policy, QUEUE_KEYS) == {
-        "x-max-length": 5, "x-message-ttl": 50, "x-expires": 9000, "x-dead-letter-exchange": "arg",
-        "x-overflow": "reject-publish"}
+        "x-max-length": 5,
+        "x-message-ttl": 50,
+        "x-expires": 9000,
+        "x-dead-letter-exchange": "arg",
+        "x-overflow": "reject-publish",
+    }
     assert merge(own, None, QUEUE_KEYS) == own
 
 
 def test_the_highest_priority_matching_policy_of_the_right_kind_wins() -> None:
-    p = policies(("low", "^a", {"max-length": 1}, 1, "all"), ("high", "^a", {"max-length": 2}, 7, "queues"),
-                 ("x-only", "^a", {"alternate-exchange": "ae"}, 9, "exchanges"), ("other", "^b", {"max-length": 3},
-                                                                                  99, "all"))
+    p = policies(
+        ("low", "^a", {"max-length": 1}, 1, "all"),
+        ("high", "^a", {"max-length": 2}, 7, "queues"),
+        ("x-only", "^a", {"alternate-exchange": "ae"}, 9, "exchanges"),
+        ("other", "^b", {"max-length": 3}, 99, "all"),
+    )
     assert p.match("/", "queue", "abc").name == "high"  # type: ignore[union-attr]
     assert p.match("/", "exchange", "abc").name == "x-only"  # type: ignore[union-attr]
     assert p.match("/", "queue", "zzz") is None
@@ -59,23 +79,33 @@ def test_changes_are_reported_written_through_and_loaded_back() -> None:
     assert changed == ["/", "/", "/", "/"]
     again = Policies()
     again.load(store.rows.values())
-    assert [x.as_json() for x in again.entries()] == [{"vhost": "/", "name": "p", "pattern": ".*",
-                                                        "apply-to": "queues", "definition": {"max-length": 2},
-                                                        "priority": 3}]
+    assert [x.as_json() for x in again.entries()] == [
+        {
+            "vhost": "/",
+            "name": "p",
+            "pattern": ".*",
+            "apply-to": "queues",
+            "definition": {"max-length": 2},
+            "priority": 3,
+        }
+    ]
     p.drop_vhost("/")
     assert store.rows == {} and p.entries() == []
 
 
-@pytest.mark.parametrize(("pattern", "definition", "priority", "apply_to"), [
-    ("(", {"max-length": 1}, 0, "all"),
-    (".*", {}, 0, "all"),
-    (".*", {"max-length": -1}, 0, "all"),
-    (".*", {"expires": 0}, 0, "all"),
-    (".*", {"max-length": True}, 0, "all"),
-    (".*", {"nonsense": 1}, 0, "all"),
-    (".*", {"max-length": 1}, "high", "all"),
-    (".*", {"max-length": 1}, 0, "streams"),
-])
+@pytest.mark.parametrize(
+    ("pattern", "definition", "priority", "apply_to"),
+    [
+        ("(", {"max-length": 1}, 0, "all"),
+        (".*", {}, 0, "all"),
+        (".*", {"max-length": -1}, 0, "all"),
+        (".*", {"expires": 0}, 0, "all"),
+        (".*", {"max-length": True}, 0, "all"),
+        (".*", {"nonsense": 1}, 0, "all"),
+        (".*", {"max-length": 1}, "high", "all"),
+        (".*", {"max-length": 1}, 0, "streams"),
+    ],
+)
 def test_invalid_policies_are_refused(pattern: str, definition: dict, priority: object, apply_to: str) -> None:
     with pytest.raises(PolicyError):
         check(pattern, definition, priority, apply_to)

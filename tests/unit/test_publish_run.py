@@ -103,16 +103,23 @@ CASES: dict[str, Case] = {
     "properties forwarded as sent": Case(
         True, [declare(), consume()], properties={"content_type": "text/plain", "message_id": "m", "app_id": "a"}
     ),
-    "priority queue, empty": Case(True, [declare(arguments={"x-max-priority": 5}), consume()],
-                                  properties={"priority": 3}),
+    "priority queue, empty": Case(
+        True, [declare(arguments={"x-max-priority": 5}), consume()], properties={"priority": 3}
+    ),
     "single active consumer": Case(
         True, [declare(arguments={"x-single-active-consumer": True}), consume("c1"), consume("c2")]
     ),
     "through an alternate exchange": Case(
         True,
-        [exchange("x", "direct", arguments={"alternate-exchange": "ae"}), exchange("ae", "fanout"), declare(),
-         ("pub", commands.Queue.Bind(queue="q", exchange="ae", routing_key="")), consume()],
-        exchange="x", routing_key="nowhere",
+        [
+            exchange("x", "direct", arguments={"alternate-exchange": "ae"}),
+            exchange("ae", "fanout"),
+            declare(),
+            ("pub", commands.Queue.Bind(queue="q", exchange="ae", routing_key="")),
+            consume(),
+        ],
+        exchange="x",
+        routing_key="nowhere",
     ),
     "unroutable, mandatory": Case(False, [], routing_key="nowhere", mandatory=True),
     "unroutable": Case(False, [], routing_key="nowhere"),
@@ -133,15 +140,17 @@ CASES: dict[str, Case] = {
     ),
     "no consumer": Case(False, [declare()]),
     "consumer not writable": Case(False, [declare(), consume()], before=lambda pub, con: _unwritable(con)),
-    "CC header": Case(False, [declare(), declare("q2"), consume(), consume("c2", "q2")],
-                      properties={"headers": {"CC": ["q2"]}}),
+    "CC header": Case(
+        False, [declare(), declare("q2"), consume(), consume("c2", "q2")], properties={"headers": {"CC": ["q2"]}}
+    ),
     "persistent to a durable queue": Case(
         False, [declare(durable=True), consume()], properties={"delivery_mode": 2}, durable_store=True
     ),
     "consumer frame_max below the body": Case(False, [declare(), consume()], consumer_frame_max=4096, size=5000),
     "missing exchange": Case(False, [declare(), consume()], exchange="missing"),
     "internal exchange": Case(
-        False, [exchange("in", "fanout", internal=True), declare(), consume()],
+        False,
+        [exchange("in", "fanout", internal=True), declare(), consume()],
         exchange="in",
     ),
     "forged user_id": Case(False, [declare(), consume()], properties={"user_id": "mallory"}),
@@ -163,8 +172,13 @@ def publishes(case: Case, bodies: list[bytes]) -> list[bytes]:
         data = publish_frames(1, case.exchange, case.routing_key, b, mandatory=case.mandatory, **case.properties)
         if case.method is not None:
             size = int.from_bytes(data[3:7], "big")
-            data = frame.marshal(commands.Basic.Qos(), 1)[:3] + len(case.method).to_bytes(4, "big") + case.method \
-                + b"\xce" + data[8 + size :]
+            data = (
+                frame.marshal(commands.Basic.Qos(), 1)[:3]
+                + len(case.method).to_bytes(4, "big")
+                + case.method
+                + b"\xce"
+                + data[8 + size :]
+            )
         out.append(data)
     return out
 

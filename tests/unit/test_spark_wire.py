@@ -24,20 +24,49 @@ short = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"])
 maybe = st.none() | short
 
 
-@given(content_type=maybe, content_encoding=maybe, correlation_id=maybe, reply_to=maybe, message_id=maybe,
-       priority=st.none() | st.integers(0, 9), delivery_mode=st.none() | st.sampled_from([1, 2]),
-       headers=st.none() | st.dictionaries(st.text(min_size=1, max_size=8).filter(lambda k: not k.startswith("x-")),
-                                            st.integers(-1000, 1000) | short, max_size=4),
-       offset=st.integers(0, 2**40), stamp=st.integers(0, 2**42), with_headers=st.booleans())
+@given(
+    content_type=maybe,
+    content_encoding=maybe,
+    correlation_id=maybe,
+    reply_to=maybe,
+    message_id=maybe,
+    priority=st.none() | st.integers(0, 9),
+    delivery_mode=st.none() | st.sampled_from([1, 2]),
+    headers=st.none()
+    | st.dictionaries(
+        st.text(min_size=1, max_size=8).filter(lambda k: not k.startswith("x-")),
+        st.integers(-1000, 1000) | short,
+        max_size=4,
+    ),
+    offset=st.integers(0, 2**40),
+    stamp=st.integers(0, 2**42),
+    with_headers=st.booleans(),
+)
 def test_scanned_properties_match_pamqps_decoding(
-    content_type: str | None, content_encoding: str | None, correlation_id: str | None, reply_to: str | None,
-    message_id: str | None, priority: int | None, delivery_mode: int | None, headers: dict | None, offset: int,
-    stamp: int, with_headers: bool,
+    content_type: str | None,
+    content_encoding: str | None,
+    correlation_id: str | None,
+    reply_to: str | None,
+    message_id: str | None,
+    priority: int | None,
+    delivery_mode: int | None,
+    headers: dict | None,
+    offset: int,
+    stamp: int,
+    with_headers: bool,
 ) -> None:
     props = commands.Basic.Properties(
-        content_type=content_type, content_encoding=content_encoding, headers=headers, delivery_mode=delivery_mode,
-        priority=priority, correlation_id=correlation_id, reply_to=reply_to, message_id=message_id,
-        timestamp=None, app_id="app")
+        content_type=content_type,
+        content_encoding=content_encoding,
+        headers=headers,
+        delivery_mode=delivery_mode,
+        priority=priority,
+        correlation_id=correlation_id,
+        reply_to=reply_to,
+        message_id=message_id,
+        timestamp=None,
+        app_id="app",
+    )
     marshalled = pamqp_frame.marshal(ContentHeader(0, 3, props), 1)
     sent = pamqp_frame.unmarshal(marshalled)[2].properties  # pamqp's reading (it drops empty strings)
     raw = marshalled[7:-1]
@@ -48,7 +77,10 @@ def test_scanned_properties_match_pamqps_decoding(
     read_properties(delivered, 14, flags, with_headers, out)
     assert out.offset == [offset] and out.timestamp == [stamp]
     assert (out.content_type, out.correlation_id, out.message_id) == (
-        [sent.content_type], [sent.correlation_id], [sent.message_id])
+        [sent.content_type],
+        [sent.correlation_id],
+        [sent.message_id],
+    )
     assert out.headers == [(sent.headers or {}) if with_headers else None]
 
 
@@ -65,13 +97,24 @@ def test_published_frames_decode_with_pamqp_to_the_same_message() -> None:
     assert (method.exchange, method.routing_key, method.mandatory) == ("ex", "rk", True)
     p = header.properties
     assert (p.message_id, p.correlation_id, p.content_type, p.headers, p.delivery_mode) == (
-        "id1", "c1", "text/plain", {"a": "b"}, 2)
+        "id1",
+        "c1",
+        "text/plain",
+        {"a": "b"},
+        2,
+    )
     assert b"".join(b.value for b in bodies) == b"x" * 300 and len(bodies) == 3  # split at frame_max
 
 
 def test_header_values_other_than_strings_are_json_and_bytes_base64() -> None:
     assert [header_text(v) for v in ("s", 5, True, b"\x01", {"k": [1, 2.5]}, None)] == [
-        "s", "5", "true", "AQ==", '{"k":[1,2.5]}', None]
+        "s",
+        "5",
+        "true",
+        "AQ==",
+        '{"k":[1,2.5]}',
+        None,
+    ]
 
 
 def test_the_uri_names_the_vhost_as_rabbitmq_reads_it() -> None:
@@ -80,15 +123,18 @@ def test_the_uri_names_the_vhost_as_rabbitmq_reads_it() -> None:
     assert Endpoint.parse("amqp://h/prod").vhost == "prod"
 
 
-@pytest.mark.parametrize(("options", "error"), [
-    ({"queue": "s"}, "option uri is required"),
-    ({"uri": "amqp://h"}, "option queue is required"),
-    ({"uri": "amqp://h", "queue": "s", "startingOffsets": "latest"}, "not allowed for a batch read"),
-    ({"uri": "amqp://h", "queue": "s", "endingOffsets": '{"s": -2}'}, "not allowed for a batch read"),
-    ({"uri": "amqp://h", "queue": "a,b", "startingOffsets": '{"a": 1}'}, r"missing \['b'\]"),
-    ({"uri": "amqp://h", "queue": "s", "failOnDataLoss": "maybe"}, "'true' or 'false'"),
-    ({"uri": "amqp://h", "queue": "s", "maxOffsetsPerTrigger": "0"}, "at least 1"),
-])
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        ({"queue": "s"}, "option uri is required"),
+        ({"uri": "amqp://h"}, "option queue is required"),
+        ({"uri": "amqp://h", "queue": "s", "startingOffsets": "latest"}, "not allowed for a batch read"),
+        ({"uri": "amqp://h", "queue": "s", "endingOffsets": '{"s": -2}'}, "not allowed for a batch read"),
+        ({"uri": "amqp://h", "queue": "a,b", "startingOffsets": '{"a": 1}'}, r"missing \['b'\]"),
+        ({"uri": "amqp://h", "queue": "s", "failOnDataLoss": "maybe"}, "'true' or 'false'"),
+        ({"uri": "amqp://h", "queue": "s", "maxOffsetsPerTrigger": "0"}, "at least 1"),
+    ],
+)
 def test_bad_options_are_refused_naming_the_option(options: dict[str, str], error: str) -> None:
     with pytest.raises(ValueError, match=error):
         ReadOptions.parse(options, streaming=False)

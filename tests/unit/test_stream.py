@@ -79,25 +79,33 @@ def error_of(call: Any, *args: Any, **kwargs: Any) -> errors.AMQPError:
 # -- declaring -------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("flags", "prop"), [({}, "non-durable"), ({"durable": True, "exclusive": True},
-                                               "exclusive-owner"), ({"durable": True, "auto_delete": True},
-                                                                    "auto-delete")])
+@pytest.mark.parametrize(
+    ("flags", "prop"),
+    [
+        ({}, "non-durable"),
+        ({"durable": True, "exclusive": True}, "exclusive-owner"),
+        ({"durable": True, "auto_delete": True}, "auto-delete"),
+    ],
+)
 def test_a_stream_must_be_durable_shared_and_kept(broker: Broker, flags: dict, prop: str) -> None:
     exc = error_of(ClientChannel(broker).declare_queue, "t", arguments=STREAM, **flags)
     assert (exc.code, exc.connection_level) == (406, False)
     assert f"invalid property '{prop}'" in exc.text
 
 
-@pytest.mark.parametrize(("args", "detail"), [
-    ({"x-max-age": "1x"}, "invalid_max_age"),
-    ({"x-max-age": "foo"}, "invalid_max_age"),  # RabbitMQ 3.10 crashes with 541 here
-    ({"x-max-age": "0D"}, "invalid_max_age"),
-    ({"x-max-age": 5}, "{unacceptable_type,signedint}"),
-    ({"x-stream-max-segment-size-bytes": -1}, "{value_negative,-1}"),
-    ({"x-max-length": 10}, "of queue type rabbit_stream_queue"),
-    ({"x-message-ttl": 10}, "of queue type rabbit_stream_queue"),
-    ({"x-dead-letter-exchange": "x"}, "of queue type rabbit_stream_queue"),
-])
+@pytest.mark.parametrize(
+    ("args", "detail"),
+    [
+        ({"x-max-age": "1x"}, "invalid_max_age"),
+        ({"x-max-age": "foo"}, "invalid_max_age"),  # RabbitMQ 3.10 crashes with 541 here
+        ({"x-max-age": "0D"}, "invalid_max_age"),
+        ({"x-max-age": 5}, "{unacceptable_type,signedint}"),
+        ({"x-stream-max-segment-size-bytes": -1}, "{value_negative,-1}"),
+        ({"x-max-length": 10}, "of queue type rabbit_stream_queue"),
+        ({"x-message-ttl": 10}, "of queue type rabbit_stream_queue"),
+        ({"x-dead-letter-exchange": "x"}, "of queue type rabbit_stream_queue"),
+    ],
+)
 def test_bad_stream_arguments_are_406(broker: Broker, args: dict, detail: str) -> None:
     exc = error_of(ClientChannel(broker).declare_queue, "t", durable=True, arguments={**STREAM, **args})
     assert (exc.code, exc.connection_level) == (406, False)
@@ -106,7 +114,13 @@ def test_bad_stream_arguments_are_406(broker: Broker, args: dict, detail: str) -
 
 def test_max_age_units_are_rabbitmqs() -> None:
     assert [parse_age_ms(v) for v in ("1Y", "2M", "3D", "4h", "5m", "6s")] == [
-        365 * 86400_000, 60 * 86400_000, 3 * 86400_000, 4 * 3600_000, 5 * 60_000, 6000]
+        365 * 86400_000,
+        60 * 86400_000,
+        3 * 86400_000,
+        4 * 3600_000,
+        5 * 60_000,
+        6000,
+    ]
     assert parse_age_ms("1D1h") is None
 
 
@@ -181,10 +195,20 @@ def test_each_delivery_carries_its_offset_and_keeps_every_header(client: ClientC
     ]
 
 
-@pytest.mark.parametrize(("offset", "expected"), [
-    ("first", [0, 1, 2, 3]), ("last", [3]), ("next", []), (None, []), (2, [2, 3]), (-5, [0, 1, 2, 3]),
-    (datetime.datetime(2000, 1, 1), [0, 1, 2, 3]), (datetime.datetime(2999, 1, 1), []), ("1h", [0, 1, 2, 3]),
-])
+@pytest.mark.parametrize(
+    ("offset", "expected"),
+    [
+        ("first", [0, 1, 2, 3]),
+        ("last", [3]),
+        ("next", []),
+        (None, []),
+        (2, [2, 3]),
+        (-5, [0, 1, 2, 3]),
+        (datetime.datetime(2000, 1, 1), [0, 1, 2, 3]),
+        (datetime.datetime(2999, 1, 1), []),
+        ("1h", [0, 1, 2, 3]),
+    ],
+)
 def test_every_form_of_x_stream_offset(client: ClientChannel, offset: Any, expected: list[int]) -> None:
     publish(client, b"0", b"1", b"2", b"3")
     assert [o for o, _ in read(client, offset)] == expected
@@ -237,8 +261,9 @@ def test_unacked_deliveries_are_not_redelivered_when_the_channel_closes(broker: 
 
 def test_max_length_bytes_drops_whole_segments_oldest_first(broker: Broker) -> None:
     c = ClientChannel(broker)
-    c.declare_queue("s", durable=True, arguments={**STREAM, "x-max-length-bytes": 300,
-                                                    "x-stream-max-segment-size-bytes": 100})
+    c.declare_queue(
+        "s", durable=True, arguments={**STREAM, "x-max-length-bytes": 300, "x-stream-max-segment-size-bytes": 100}
+    )
     c.call(commands.Basic.Qos(prefetch_count=1000))
     publish(c, *[b"x" * 40 for _ in range(20)])
     offsets = [o for o, _ in read(c, "first")]
@@ -251,8 +276,7 @@ def test_max_length_bytes_drops_whole_segments_oldest_first(broker: Broker) -> N
 
 def test_max_age_drops_segments_older_than_it_when_a_segment_fills(broker: Broker) -> None:
     c = ClientChannel(broker)
-    c.declare_queue("s", durable=True, arguments={**STREAM, "x-max-age": "10s",
-                                                    "x-stream-max-segment-size-bytes": 100})
+    c.declare_queue("s", durable=True, arguments={**STREAM, "x-max-age": "10s", "x-stream-max-segment-size-bytes": 100})
     c.call(commands.Basic.Qos(prefetch_count=1000))
     publish(c, *[b"x" * 40 for _ in range(4)])
     q = stream_of(c)
@@ -304,7 +328,7 @@ def test_dense_offsets_map_to_store_offsets_like_a_list(steps: list[tuple[int, i
         if model and data.draw(st.booleans()):
             cut = data.draw(st.integers(first, first + len(model)))
             assert runs.drop_before(cut) == model[: cut - first]
-            model, first = model[cut - first:], cut
+            model, first = model[cut - first :], cut
     assert runs.store_offsets(first, first + len(model)) == model
     for i, s in enumerate(model):
         assert runs.dense_at_or_after(s) == first + i
@@ -322,15 +346,17 @@ def test_a_repeated_message_id_is_dropped_and_still_confirmed(broker: Broker) ->
     for message_id in ("a", "b", "a", None):
         c.publish("", "q", (message_id or "none").encode(), message_id=message_id)
     acks = [f for f in c.conn.take_frames() if isinstance(f, commands.Basic.Ack)]
-    assert acks and acks[-1].delivery_tag == 4 and not any(
-        isinstance(f, commands.Basic.Nack) for f in acks)
+    assert acks and acks[-1].delivery_tag == 4 and not any(isinstance(f, commands.Basic.Nack) for f in acks)
     q = broker.vhosts["/"].queues["q"]
     assert [e.msg.body for e in q.ready] == [b"a", b"b", b"none"]  # no id: never a duplicate
 
 
 def test_dedup_by_header_with_a_cache_size_and_ttl(broker: Broker, client: ClientChannel) -> None:
-    client.declare_queue("d", durable=True, arguments={**STREAM, "x-message-deduplication": True,
-                                                       "x-deduplication-header": "id", "x-cache-size": 2})
+    client.declare_queue(
+        "d",
+        durable=True,
+        arguments={**STREAM, "x-message-deduplication": True, "x-deduplication-header": "id", "x-cache-size": 2},
+    )
     for i in ("1", "2", "1", "3", "1"):  # "1" is forgotten when "3" fills the cache of two
         client.publish("", "d", i.encode(), headers={"id": i})
     q = broker.vhosts["/"].queues["d"]
@@ -343,8 +369,9 @@ def test_dedup_by_header_with_a_cache_size_and_ttl(broker: Broker, client: Clien
     assert not dedup.is_duplicate(msg, 1011)  # the window ran out
 
 
-@pytest.mark.parametrize("args", [{"x-message-deduplication": "yes"}, {"x-cache-size": 0},
-                                  {"x-deduplication-header": 5}])
+@pytest.mark.parametrize(
+    "args", [{"x-message-deduplication": "yes"}, {"x-cache-size": 0}, {"x-deduplication-header": 5}]
+)
 def test_bad_dedup_arguments_are_406(broker: Broker, args: dict) -> None:
     exc = error_of(ClientChannel(broker).declare_queue, "q", arguments=args)
     assert (exc.code, exc.connection_level) == (406, False)
@@ -368,26 +395,37 @@ def test_stream_stats_for_management(client: ClientChannel) -> None:
     client.ack(2, multiple=True)
     stats = q.stream_stats()
     assert {k: stats[k] for k in ("first_offset", "last_offset", "committed_offset", "messages", "segments")} == {
-        "first_offset": 0, "last_offset": 2, "committed_offset": 2, "messages": 3, "segments": 1}
+        "first_offset": 0,
+        "last_offset": 2,
+        "committed_offset": 2,
+        "messages": 3,
+        "segments": 1,
+    }
     assert stats["first_timestamp"] is not None and stats["size_bytes"] > 0
     assert stats["consumers"]["a"] == {"offset": 2, "lag": 1, "tracked": True, "attached": True}
     assert q.offset_for_timestamp(0) == 0 and q.offset_for_timestamp(2**62) == 3
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.one_of(
-    st.tuples(st.just("publish"), st.integers(1, 6)),
-    st.tuples(st.just("subscribe"), st.one_of(st.sampled_from(["first", "last", "next"]), st.integers(0, 40))),
-    st.tuples(st.just("ack"), st.integers(0, 3)),
-), max_size=25))
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("publish"), st.integers(1, 6)),
+            st.tuples(st.just("subscribe"), st.one_of(st.sampled_from(["first", "last", "next"]), st.integers(0, 40))),
+            st.tuples(st.just("ack"), st.integers(0, 3)),
+        ),
+        max_size=25,
+    )
+)
 def test_model_every_consumer_reads_the_log_densely_from_its_start(ops: list[tuple[str, Any]]) -> None:
     """Random publishes, subscriptions at any offset and acks, with retention dropping segments: offset n is
     always the n-th message published, and each consumer gets consecutive offsets except where retention
     dropped the ones it had not read yet (it then goes on from the first kept, as on RabbitMQ)."""
     broker = new_broker()
     c = ClientChannel(broker)
-    c.declare_queue("s", durable=True, arguments={**STREAM, "x-max-length-bytes": 120,
-                                                    "x-stream-max-segment-size-bytes": 40})
+    c.declare_queue(
+        "s", durable=True, arguments={**STREAM, "x-max-length-bytes": 120, "x-stream-max-segment-size-bytes": 40}
+    )
     c.call(commands.Basic.Qos(prefetch_count=3))
     log = stream_of(c).log
     published = 0

@@ -52,8 +52,11 @@ def test_a_failed_reload_keeps_the_context_as_it_was(tmp_path: Path) -> None:
 
 
 def test_the_https_listeners_settings_are_checked_under_their_own_names(tmp_path: Path) -> None:
-    settings = Settings(mgmt_tls_cert_file=str(tmp_path / "missing.crt"), prometheus_tls_cert_file="x",
-                        prometheus_tls_min_version="TLSv1.0")
+    settings = Settings(
+        mgmt_tls_cert_file=str(tmp_path / "missing.crt"),
+        prometheus_tls_cert_file="x",
+        prometheus_tls_min_version="TLSv1.0",
+    )
     with pytest.raises(TLSConfigError, match="mgmt_tls_"):
         server_context(settings, "mgmt_tls")
     with pytest.raises(TLSConfigError, match="prometheus_tls_min_version"):

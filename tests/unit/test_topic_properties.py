@@ -48,9 +48,7 @@ operations = st.lists(st.tuples(st.booleans(), patterns, st.integers(0, 3)), max
 
 @settings(max_examples=200)
 @given(ops=operations, probe_keys=st.lists(keys, min_size=1, max_size=8))
-def test_random_adds_and_removes_agree_with_model(
-    ops: list[tuple[bool, str, int]], probe_keys: list[str]
-) -> None:
+def test_random_adds_and_removes_agree_with_model(ops: list[tuple[bool, str, int]], probe_keys: list[str]) -> None:
     trie = TopicTrie()
     model: set[tuple[str, int]] = set()
     for add, pattern, dest in ops:
@@ -68,9 +66,7 @@ def test_random_adds_and_removes_agree_with_model(
 
 @settings(max_examples=200)
 @given(ops=operations, probe_keys=st.lists(keys, min_size=1, max_size=8))
-def test_exchange_routes_like_model_through_its_cache(
-    ops: list[tuple[bool, str, int]], probe_keys: list[str]
-) -> None:
+def test_exchange_routes_like_model_through_its_cache(ops: list[tuple[bool, str, int]], probe_keys: list[str]) -> None:
     exchange = TopicExchange("t")
     model: set[tuple[str, int]] = set()
     for add, pattern, dest in ops:

@@ -528,8 +528,11 @@ def test_quorum_queue_is_declared_durable_and_shared(vh: VirtualHost) -> None:
 
 @pytest.mark.parametrize(
     ("flags", "prop"),
-    [({"durable": False}, "non-durable"), ({"durable": True, "exclusive": True}, "exclusive-owner"),
-     ({"durable": True, "auto_delete": True}, "auto-delete")],
+    [
+        ({"durable": False}, "non-durable"),
+        ({"durable": True, "exclusive": True}, "exclusive-owner"),
+        ({"durable": True, "auto_delete": True}, "auto-delete"),
+    ],
 )
 def test_quorum_queue_refuses_what_rabbitmq_refuses(vh: VirtualHost, flags: dict, prop: str) -> None:
     with pytest.raises(errors.AMQPError) as info:

@@ -110,9 +110,7 @@ class Exchange:
             self._on_pair_added(destination, routing_key)
         return True
 
-    def unbind(
-        self, destination: Hashable, routing_key: str, arguments: dict[str, Any] | None = None
-    ) -> bool:
+    def unbind(self, destination: Hashable, routing_key: str, arguments: dict[str, Any] | None = None) -> bool:
         """Remove a binding; True if it existed."""
         key: BindingKey = (destination, routing_key, freeze_table(arguments or {}))
         if key not in self._bindings:
@@ -134,9 +132,7 @@ class Exchange:
     def has_bindings(self) -> bool:
         return bool(self._bindings)
 
-    def is_bound(
-        self, destination: Hashable, routing_key: str, arguments: dict[str, Any] | None = None
-    ) -> bool:
+    def is_bound(self, destination: Hashable, routing_key: str, arguments: dict[str, Any] | None = None) -> bool:
         return (destination, routing_key, freeze_table(arguments or {})) in self._bindings
 
     def route(self, routing_key: str, headers: dict[str, Any] | None = None) -> list[Hashable]:

@@ -107,9 +107,7 @@ def check_x_match(arguments: dict[str, Any]) -> None:
     value = arguments["x-match"]
     if type(value) is not str:
         type_name = _AMQP_TYPE_NAMES.get(type(value), type(value).__name__)
-        raise precondition_failed(
-            f"Invalid x-match field type {type_name} (value {value!r}); expected longstr"
-        )
+        raise precondition_failed(f"Invalid x-match field type {type_name} (value {value!r}); expected longstr")
     if value not in MATCH_KINDS:
         raise precondition_failed(
             f'Invalid x-match field value <<"{value}">>; expected all, any, all-with-x, or any-with-x'

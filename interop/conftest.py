@@ -41,6 +41,17 @@ def amqpd_broker() -> Iterator[BrokerProcess]:
         yield broker
 
 
+@pytest.fixture(scope="session")
+def amqpd_url(request: pytest.FixtureRequest) -> str:
+    """As the root conftest's, but for this suite's own broker: the root's session fixture may already hold
+    the URL of the broker tests/ used (pytest caches it once per session)."""
+    override = os.environ.get("AMQPD_TEST_TARGET_URL")
+    if override:
+        return override
+    broker: BrokerProcess = request.getfixturevalue("amqpd_broker")
+    return broker.url
+
+
 def target_is_reference() -> bool:
     """True when AMQPD_TEST_TARGET_URL points at the reference RabbitMQ (RabbitMQ-vs-RabbitMQ run)."""
     override = os.environ.get("AMQPD_TEST_TARGET_URL")

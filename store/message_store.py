@@ -493,6 +493,12 @@ class MessageStore:
         (blocking preads, one pass over each segment's stretch: this is how a recovered backlog comes back).
         Safe to call from a worker thread for offsets some queue holds (the broker's read-ahead)."""
         found: list[MessageRecord | None] = []
+        for base, run in self._by_segment(offsets):
+            found.extend([None] * len(run) if base is None else self._read_run(base, run))
+        return found
+
+    def _by_segment(self, offsets: list[int]) -> Iterator[tuple[int | None, list[int]]]:
+        """Ascending offsets in runs that share a segment: (its base, or None before the first one, run)."""
         # A copy: read-ahead calls this in a worker thread while the loop may delete segments nobody needs
         # (never one holding these offsets) and shift the list.
         bases = list(self._bases)
@@ -503,36 +509,25 @@ class MessageStore:
             j = i
             while j < len(offsets) and (end is None or offsets[j] < end):
                 j += 1
-            if s < 0:
-                found.extend([None] * (j - i))
-            else:
-                found.extend(self._read_run(bases[s], offsets[i:j]))
+            yield (bases[s] if s >= 0 else None), offsets[i:j]
             i = j
-        return found
 
     def prefetch(self, offsets: list[int]) -> None:
         """Have the kernel read the file stretches holding these ascending offsets into the page cache
         (posix_fadvise WILLNEED), so that read_many finds them there. Blocking at most for the requests, no
         decoding: meant for a worker thread, where it does not compete with the loop for the GIL."""
-        bases = list(self._bases)
-        i = 0
-        while i < len(offsets):
-            s = bisect_right(bases, offsets[i]) - 1
-            end = bases[s + 1] if s + 1 < len(bases) else None
-            j = i
-            while j < len(offsets) and (end is None or offsets[j] < end):
-                j += 1
-            if s >= 0:
-                index = self._indexes.get(bases[s])
-                first = index.floor(offsets[i]) if index is not None else None
-                start = first[1] if first is not None else FILE_HEADER_SIZE
-                try:
-                    fd = self._read_fd(bases[s])
-                    stop = index.after(offsets[j - 1]) if index is not None else None
-                    os.posix_fadvise(fd, start, (stop or os.fstat(fd).st_size) - start, os.POSIX_FADV_WILLNEED)
-                except OSError:
-                    pass  # only a hint: the read will find out
-            i = j
+        for base, run in self._by_segment(offsets):
+            if base is None:
+                continue
+            index = self._indexes.get(base)
+            first = index.floor(run[0]) if index is not None else None
+            start = first[1] if first is not None else FILE_HEADER_SIZE
+            try:
+                fd = self._read_fd(base)
+                stop = index.after(run[-1]) if index is not None else None
+                os.posix_fadvise(fd, start, (stop or os.fstat(fd).st_size) - start, os.POSIX_FADV_WILLNEED)
+            except OSError:
+                pass  # only a hint: the read will find out
 
     def _read_run(self, base: int, offsets: list[int]) -> list[MessageRecord | None]:
         if offsets[-1] in self._unwritten or (self._volatile and not self._volatile.keys().isdisjoint(offsets)):

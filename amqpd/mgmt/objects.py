@@ -300,6 +300,13 @@ def vhost_info(broker: Broker, v: VirtualHost) -> dict[str, Any]:
         "default_queue_type": "undefined",
         "tracing": False,
         "cluster_state": {NODE: "running"},
+        **message_counts(ready, unacked),
+    }
+
+
+def message_counts(ready: int, unacked: int) -> dict[str, Any]:
+    """RabbitMQ's message totals, with their rates at 0.0 (queue lengths are not sampled into rates)."""
+    return {
         "messages": ready + unacked,
         "messages_ready": ready,
         "messages_unacknowledged": unacked,
@@ -329,14 +336,7 @@ def overview(broker: Broker, rates: Rates, listeners: list[dict[str, Any]]) -> d
         "enable_queue_totals": False,
         "exchange_types": exchange_types(),
         "message_stats": message_stats(totals(broker), rates.total),
-        "queue_totals": {
-            "messages": ready + unacked,
-            "messages_ready": ready,
-            "messages_unacknowledged": unacked,
-            "messages_details": {"rate": 0.0},
-            "messages_ready_details": {"rate": 0.0},
-            "messages_unacknowledged_details": {"rate": 0.0},
-        },
+        "queue_totals": message_counts(ready, unacked),
         "object_totals": {
             "connections": len(broker.connections),
             "channels": sum(len(s.channels) for s in broker.connections),

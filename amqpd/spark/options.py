@@ -127,7 +127,10 @@ class ReadOptions:
         per_trigger = _int(merged, "maxOffsetsPerTrigger", 1)
         if per_trigger is None:
             per_trigger = _int(merged, "maxRecordsPerTrigger", 1)
-        management = merged.get("managementUri") or f"http://{endpoint.host}:15672"
+        # RabbitMQ's management listens on 15672, or 15671 over TLS: an amqps broker is taken to serve both so
+        management = merged.get("managementUri") or (
+            f"https://{endpoint.host}:15671" if endpoint.tls else f"http://{endpoint.host}:15672"
+        )
         return cls(
             uri=merged["uri"],
             endpoint=endpoint,

@@ -29,11 +29,13 @@ class Positions:
         token = base64.b64encode(f"{endpoint.user}:{endpoint.password}".encode()).decode()
         self.auth = f"Basic {token}"
         self.vhost = urllib.parse.quote(endpoint.vhost, safe="")
+        # an https management URI is checked with the amqps URI's CA and client certificate (one set of files)
+        self.context = endpoint.ssl_context() if self.base.startswith("https:") else None
 
     def _get(self, path: str) -> Any:
         request = urllib.request.Request(self.base + path, headers={"Authorization": self.auth})
         try:
-            with urllib.request.urlopen(request, timeout=30) as response:
+            with urllib.request.urlopen(request, timeout=30, context=self.context) as response:
                 return json.load(response)
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode("utf-8", "replace")

@@ -11,6 +11,7 @@ time; the offset and the append time are the last two fields of the headers tabl
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 import urllib.parse
 from collections.abc import Iterator
@@ -57,35 +58,78 @@ class BrokerError(RuntimeError):
 
 @dataclass(frozen=True)
 class Endpoint:
+    """Where and how to connect; plain fields only, since Spark pickles it to the executors (an SSLContext
+    does not pickle, so each Link builds its own)."""
+
     host: str
     port: int
     user: str
     password: str
     vhost: str
+    tls: bool = False
+    cacertfile: str | None = None
+    certfile: str | None = None
+    keyfile: str | None = None
+    verify: bool = True
+    server_name: str | None = None
 
     @classmethod
     def parse(cls, uri: str) -> Endpoint:
-        """amqp://user:pass@host:port/vhost, as RabbitMQ's URI spec reads it (an empty path is vhost "/")."""
+        """amqp://user:pass@host:port/vhost or amqps://…, as RabbitMQ's URI spec reads them (an empty path is
+        vhost "/"; amqps defaults to port 5671). TLS takes the query parameters RabbitMQ's clients use:
+        cacertfile, certfile, keyfile, verify (verify_peer | verify_none), server_name_indication."""
         u = urllib.parse.urlsplit(uri)
-        if u.scheme != "amqp":
-            raise ValueError(f"uri: only amqp:// URIs are supported, got {uri!r}")
+        if u.scheme not in ("amqp", "amqps"):
+            raise ValueError(f"uri: only amqp:// and amqps:// URIs are supported, got {uri!r}")
+        tls = u.scheme == "amqps"
+        query = {k: v[-1] for k, v in urllib.parse.parse_qs(u.query).items()}
+        verify = query.get("verify", "verify_peer")
+        if verify not in ("verify_peer", "verify_none"):
+            raise ValueError(f"uri: verify must be verify_peer or verify_none, got {verify!r}")
         path = u.path[1:] if u.path.startswith("/") else u.path
         vhost = urllib.parse.unquote(path) if u.path else "/"
         return cls(
             u.hostname or "127.0.0.1",
-            u.port or 5672,
+            u.port or (5671 if tls else 5672),
             urllib.parse.unquote(u.username or "guest"),
             urllib.parse.unquote(u.password or "guest"),
             vhost,
+            tls=tls,
+            cacertfile=query.get("cacertfile"),
+            certfile=query.get("certfile"),
+            keyfile=query.get("keyfile"),
+            verify=verify == "verify_peer",
+            server_name=query.get("server_name_indication"),
         )
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """The client side of amqps (and of an https management URI): the system's CAs, or cacertfile; a
+        client certificate when certfile is given; no verification only when verify_none says so."""
+        ctx = ssl.create_default_context(cafile=self.cacertfile)
+        if self.certfile:
+            ctx.load_cert_chain(self.certfile, self.keyfile)
+        if not self.verify:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        return ctx
+
+    def connect(self, timeout: float) -> socket.socket:
+        sock = socket.create_connection((self.host, self.port), timeout=timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if not self.tls:
+            return sock
+        try:
+            return self.ssl_context().wrap_socket(sock, server_hostname=self.server_name or self.host)
+        except BaseException:
+            sock.close()
+            raise
 
 
 class Link:
     """One connection with one channel (1), blocking. `buf[pos:]` holds what was received and not yet used."""
 
     def __init__(self, endpoint: Endpoint, timeout: float = IDLE_TIMEOUT_S) -> None:
-        self.sock = socket.create_connection((endpoint.host, endpoint.port), timeout=timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock = endpoint.connect(timeout)
         self.buf = bytearray()
         self.pos = 0
         self.frame_max = 131072

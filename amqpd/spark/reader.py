@@ -96,7 +96,9 @@ class BatchReader(DataSourceReader):
             ranges[stream] = (start, opts.end_offset(stream, bounds))
         return split(opts, ranges)
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
+        if partition is None:  # pyspark 4.0/4.1 read one `None` partition when partitions() planned none
+            return iter(())
         assert isinstance(partition, OffsetRange)
         return read_range(partition)
 
@@ -118,7 +120,10 @@ class StreamingReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for stream in opts.streams:
             bounds = self.positions.bounds(stream)
             start[stream] = opts.start_offset(self.positions, stream, bounds)
-        self._last = start
+        # pyspark 4.0/4.1 ask latestOffset() before initialOffset(): the end already handed out stays the base
+        # of the next cap, or the next end would fall behind the batch Spark just ran
+        if self._last is None:
+            self._last = start
         return start
 
     def _ends(self) -> dict[str, int]:

@@ -82,6 +82,14 @@ def read_range(part: OffsetRange) -> Iterator[pa.RecordBatch]:
             return
 
 
+def read_partition(partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
+    """A planned range's rows. When partitions() planned none, Spark still reads one placeholder: None
+    (pyspark 4.0/4.1) or InputPartition(None) (4.2+); it has no rows."""
+    if not isinstance(partition, OffsetRange):
+        return iter(())
+    return read_range(partition)
+
+
 class BatchReader(DataSourceReader):
     def __init__(self, opts: ReadOptions) -> None:
         self.opts = opts
@@ -97,10 +105,7 @@ class BatchReader(DataSourceReader):
         return split(opts, ranges)
 
     def read(self, partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
-        if partition is None:  # pyspark 4.0/4.1 read one `None` partition when partitions() planned none
-            return iter(())
-        assert isinstance(partition, OffsetRange)
-        return read_range(partition)
+        return read_partition(partition)
 
 
 class StreamingReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -168,9 +173,8 @@ class StreamingReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             ranges[stream] = (lo, hi)
         return split(opts, ranges)
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, OffsetRange)
-        return read_range(partition)
+    def read(self, partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
+        return read_partition(partition)
 
     def commit(self, end: dict) -> None:
         """Nothing to do: the broker keeps every offset until retention, and Spark's checkpoint holds ours."""

@@ -105,3 +105,12 @@ def test_offsets_deleted_by_retention_are_an_error_naming_them_unless_fail_on_da
         reader(spark, broker, name, startingOffsets=json.dumps({name: 0})).collect()
     rows = reader(spark, broker, name, startingOffsets=json.dumps({name: 0}), failOnDataLoss="false").collect()
     assert sorted(r.offset for r in rows) == list(range(first, 200))
+
+
+def test_an_empty_stream_reads_as_no_rows(
+    spark: SparkSession, broker: BrokerProcess, stream_name: Callable[[str], str]
+) -> None:
+    # Spark reads one placeholder partition when none was planned; it failed the read before
+    name = stream_name("empty")
+    declare_stream(broker, name)
+    assert reader(spark, broker, name).count() == 0

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 
-from amqpd.broker.access import FULL, SHA256, AccessControl, Permission, TopicPermission, User
+from amqpd.broker.access import FULL, SHA256, AccessControl, AccessError, Permission, TopicPermission, User
+from amqpd.broker.message_ids import VHOST_FIELD
 
 if TYPE_CHECKING:
     from amqpd.broker.broker import Broker
@@ -118,7 +119,12 @@ class AccessEndpoints:
     async def put_vhost(self, request: Request, vhost: str) -> Any:
         body = await self._json(request)
         existed = vhost in self.access.vhosts
+        message_ids = body.get(VHOST_FIELD)
+        if message_ids is not None and not isinstance(message_ids, bool):
+            raise AccessError(f"{VHOST_FIELD} must be true or false")  # 400, as a bad `tracing`
         self.access.add_vhost(vhost, str(body.get("description", "")), tag_list(body.get("tags", "")))
+        if message_ids is not None:  # left out: unchanged, as RabbitMQ treats a missing `tracing`
+            self.access.set_vhost_message_ids(vhost, message_ids)
         if not existed:  # RabbitMQ gives whoever creates a vhost over HTTP full permissions on it
             self.access.set_permissions(request.state.user.name, vhost)
         return self._created(existed)

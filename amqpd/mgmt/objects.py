@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from amqpd import __version__
 from amqpd.broker.exchanges import EXCHANGE_TYPES, DelayedExchange, Exchange
+from amqpd.broker.message_ids import VHOST_FIELD
 from amqpd.broker.queue import Queue
 from amqpd.broker.stream import StreamQueue
 from amqpd.mgmt.stats import Rates, channel_counts, message_stats, queue_counts
@@ -299,6 +300,7 @@ def vhost_info(broker: Broker, v: VirtualHost) -> dict[str, Any]:
         "metadata": {"description": "Default virtual host" if v.name == "/" else "", "tags": []},
         "default_queue_type": "undefined",
         "tracing": False,
+        VHOST_FIELD: v.message_ids,
         "cluster_state": {NODE: "running"},
         **message_counts(ready, unacked),
     }

@@ -28,11 +28,11 @@ from amqpd.testing import BrokerProcess
 from bench.delayed import EXCHANGE, publish_delayed, receive_indexes
 
 MESSAGES = 100_000
-# Random delays up to 10 s, and 10-12 s for the last tenth published: those are still waiting when the
-# broker is back unless the restart takes over 10 s (1.3-6 s measured here with 100k waiting, loaded), so
-# the first consumer really is attached during the wait whatever the publish rate (8k-60k msg/s here).
+# Random delays up to 10 s, and 12-15 s for the last tenth published: those are still waiting when the
+# broker is back unless stopping and starting it takes over ~10 s (0.1-6 s measured here with 100k waiting,
+# shared machine, publishing at 8k-60k msg/s), so the first consumer really is attached during the wait.
 MAX_DELAY_MS = 10_000
-LAST_TENTH_DELAY_MS = (10_000, 12_000)
+LAST_TENTH_DELAY_MS = (12_000, 15_000)
 CONSUME_LIMIT_S = 90  # a bound on a hang, not a timing assertion: a full pass takes well under half that
 QUEUES = ("attached-while-waiting", "attached-after-all-due")
 

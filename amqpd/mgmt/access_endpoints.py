@@ -45,6 +45,16 @@ def tag_list(tags: Any) -> list[str]:
     return []
 
 
+def optional_bool(body: dict[str, Any], key: str) -> bool | None:
+    """A boolean field as RabbitMQ parses `tracing`: true/false or "true"/"false"; absent: None; else 400."""
+    value = body.get(key)
+    if value is None or isinstance(value, bool):
+        return value
+    if value in ("true", "false"):
+        return value == "true"
+    raise AccessError(f"{key}: not_boolean {value!r}")
+
+
 class AccessEndpoints:
     """Mixed into ManagementAPI; `json`, `listing` and the 201/204 answers come from there."""
 
@@ -119,9 +129,7 @@ class AccessEndpoints:
     async def put_vhost(self, request: Request, vhost: str) -> Any:
         body = await self._json(request)
         existed = vhost in self.access.vhosts
-        message_ids = body.get(VHOST_FIELD)
-        if message_ids is not None and not isinstance(message_ids, bool):
-            raise AccessError(f"{VHOST_FIELD} must be true or false")  # 400, as a bad `tracing`
+        message_ids = optional_bool(body, VHOST_FIELD)
         self.access.add_vhost(vhost, str(body.get("description", "")), tag_list(body.get("tags", "")))
         if message_ids is not None:  # left out: unchanged, as RabbitMQ treats a missing `tracing`
             self.access.set_vhost_message_ids(vhost, message_ids)

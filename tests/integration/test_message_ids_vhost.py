@@ -56,7 +56,8 @@ def test_a_vhost_created_with_message_ids_stamps_every_queue_and_keeps_it_across
         shown = {v["name"]: v["amqpd_message_ids"] for v in api.get("/api/vhosts").json()}
         assert shown == {"/": False, "stamped": True, "plain": False}
         assert api.put("/api/vhosts/stamped", json={"description": "ids"}).status_code == 204  # kept when absent
-        assert api.put("/api/vhosts/plain", json={"amqpd_message_ids": "yes"}).status_code == 400
+        assert api.put("/api/vhosts/plain", json={"amqpd_message_ids": "yes"}).status_code == 400  # as `tracing`
+        assert api.put("/api/vhosts/plain", json={"amqpd_message_ids": "false"}).status_code == 204
     for vhost in ("stamped", "plain"):
         ch = _channel(broker, vhost)
         ch.queue_declare("q", durable=True)

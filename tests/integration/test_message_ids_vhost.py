@@ -91,7 +91,7 @@ def test_amqpctl_add_vhost_with_message_ids(broker: BrokerProcess) -> None:
     code = "import sys; from amqpd.mgmt.amqpctl import main; sys.exit(main())"
     env = dict(os.environ, AMQPCTL_URL=broker.mgmt_url)
     done = subprocess.run(
-        [sys.executable, "-c", code, "add_vhost", "ctl-ids", "--amqpd-message-ids"],
+        [sys.executable, "-c", code, "add_vhost", "ctl-ids", "--amqpd-message-ids", "--description", "stamped"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -99,6 +99,8 @@ def test_amqpctl_add_vhost_with_message_ids(broker: BrokerProcess) -> None:
         env=env,
     )
     assert done.returncode == 0, done.stderr
+    shown = httpx.get(f"{broker.mgmt_url}/api/vhosts/ctl-ids", auth=("guest", "guest")).json()
+    assert (shown["amqpd_message_ids"], shown["description"]) == (True, "stamped")
     ch = _channel(broker, "ctl-ids")
     ch.queue_declare("q")
     ch.basic_publish("", "q", b"m")

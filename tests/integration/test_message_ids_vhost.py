@@ -82,6 +82,9 @@ def test_a_vhost_created_with_message_ids_stamps_every_queue_and_keeps_it_across
             doc = {"vhosts": [exported["stamped"]], "permissions": [{"user": "guest", "vhost": "stamped",
                    "configure": ".*", "write": ".*", "read": ".*"}]}  # fmt: skip
             assert api.post("/api/definitions", json=doc).status_code == 204
+            bad = {"vhosts": [{"name": "bad-ids", "amqpd_message_ids": "yes"}]}
+            assert api.post("/api/definitions", json=bad).status_code == 400
+            assert api.get("/api/vhosts/bad-ids").status_code == 404  # a bad entry changes nothing
             assert api.get("/api/vhosts/stamped").json()["amqpd_message_ids"] is True
     finally:
         broker.close()

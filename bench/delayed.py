@@ -19,6 +19,7 @@ import statistics
 import struct
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pika
@@ -32,7 +33,8 @@ from bench.wire import RawConnection
 
 EXCHANGE = "bench-delayed"
 QUEUE = "bench-delayed-q"
-INDEX = struct.Struct(">I")
+# A message's number fills the first 8 body bytes, where FrameScanner(want_stamps=True) reads its "stamp".
+INDEX = struct.Struct(">Q")
 
 
 def _publish_frames(i: int, delay: int, persistent: bool) -> bytes:
@@ -45,26 +47,41 @@ def _publish_frames(i: int, delay: int, persistent: bool) -> bytes:
     )
 
 
-def _consume(url: str, n: int, limit_s: float, out: Any) -> None:
-    """Consumer process: (index, arrival wall time) of every delivery, sent back when all came or time ran out."""
-    conn = pika.BlockingConnection(pika.URLParameters(url))
-    ch = conn.channel()
-    arrivals: list[tuple[int, float]] = []
-
-    def on_message(c: Any, m: Any, p: Any, b: bytes) -> None:
-        arrivals.append((INDEX.unpack_from(b)[0], time.time()))
-
-    ch.basic_consume(QUEUE, on_message, auto_ack=True)
-    out.put("ready")
+def receive_indexes(
+    url: str, queue: str, n: int, limit_s: float, on_ready: Callable[[], None] | None = None
+) -> list[tuple[int, float]]:
+    """(index, arrival wall time) of the next n deliveries on queue (consumed with no-ack), bounded by
+    limit_s. Raw frames through the bench's scanner, so that 100k fit in a test's time (tests use it too).
+    The arrival time is when the read that brought the delivery returned, never earlier than the delivery."""
+    conn = RawConnection(url).connect()
+    assert conn.sock is not None
+    scanner = FrameScanner(want_stamps=True)
+    conn.rpc(1, commands.Basic.Consume(queue=queue, no_ack=True), commands.Basic.ConsumeOk)
+    if on_ready is not None:
+        on_ready()
+    got: list[tuple[int, float]] = [(i, time.time()) for i in scanner.feed(conn.take_buffered()).stamps]
     deadline = time.monotonic() + limit_s
-    while len(arrivals) < n and time.monotonic() < deadline:
-        conn.process_data_events(time_limit=0.1)
-    conn.close()
-    out.put(arrivals)
+    conn.sock.settimeout(0.2)
+    while len(got) < n and time.monotonic() < deadline:
+        try:
+            read = conn.sock.recv_into(scanner.free())
+        except TimeoutError:
+            continue
+        if not read:
+            raise ConnectionError("broker closed the consumer's connection")
+        now = time.time()
+        got.extend((i, now) for i in scanner.commit(read).stamps)
+    conn.close(wait=False)
+    return got
 
 
-def _publish(
-    url: str, delays: list[int], persistent: bool, window: int = 2000
+def _consume(url: str, n: int, limit_s: float, out: Any) -> None:
+    """Consumer process: sends "ready", then every (index, arrival) once all came or time ran out."""
+    out.put(receive_indexes(url, QUEUE, n, limit_s, lambda: out.put("ready")))
+
+
+def publish_delayed(
+    url: str, delays: list[int], persistent: bool = True, window: int = 2000
 ) -> tuple[list[float], list[float], float]:
     """Send every message with confirms; returns each message's send and confirm times and the publish rate.
     The broker took each message in between: its due time is its arrival at the broker plus its delay."""
@@ -121,7 +138,7 @@ def run(messages: int, max_delay_ms: int, persistent: bool = True, seed: int = 1
                 peak[0] = max(peak[0], rss_bytes(pid))
 
         threading.Thread(target=sample, daemon=True).start()
-        sent_at, confirmed_at, rate = _publish(broker.url, delays, persistent)
+        sent_at, confirmed_at, rate = publish_delayed(broker.url, delays, persistent)
         arrivals = out.get(timeout=max_delay_ms / 1000 + 150)
         stop.set()
         consumer.join(10)

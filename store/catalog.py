@@ -42,7 +42,8 @@ CREATE TABLE IF NOT EXISTS users (
     name TEXT PRIMARY KEY, password_hash TEXT NOT NULL, hashing_algorithm TEXT NOT NULL, tags TEXT NOT NULL,
     limits TEXT NOT NULL DEFAULT '{}');
 CREATE TABLE IF NOT EXISTS vhosts (
-    name TEXT PRIMARY KEY, description TEXT NOT NULL, tags TEXT NOT NULL, limits TEXT NOT NULL);
+    name TEXT PRIMARY KEY, description TEXT NOT NULL, tags TEXT NOT NULL, limits TEXT NOT NULL,
+    message_ids INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS permissions (
     user TEXT NOT NULL, vhost TEXT NOT NULL, configure TEXT NOT NULL, write TEXT NOT NULL, read TEXT NOT NULL,
     PRIMARY KEY (user, vhost));
@@ -58,6 +59,9 @@ CREATE TABLE IF NOT EXISTS checkpoint (
     segment_position INTEGER NOT NULL, ack_number INTEGER NOT NULL, last_message_id INTEGER NOT NULL,
     created_ms INTEGER NOT NULL);
 """
+
+# (table, column, definition) of columns newer than their table; _add_missing_columns adds them to old files
+ADDED_COLUMNS = [("vhosts", "message_ids", "INTEGER NOT NULL DEFAULT 0")]
 
 
 @dataclass
@@ -202,8 +206,11 @@ def delete_user_ops(name: str) -> list[CatalogOp]:
     ]
 
 
-def put_vhost_op(name: str, description: str, tags: str, limits: str) -> CatalogOp:
-    return "INSERT OR REPLACE INTO vhosts VALUES (?, ?, ?, ?)", (name, description, tags, limits)
+def put_vhost_op(name: str, description: str, tags: str, limits: str, message_ids: bool = False) -> CatalogOp:
+    return (
+        "INSERT OR REPLACE INTO vhosts (name, description, tags, limits, message_ids) VALUES (?, ?, ?, ?, ?)",
+        (name, description, tags, limits, int(message_ids)),
+    )
 
 
 def delete_vhost_ops(name: str) -> list[CatalogOp]:
@@ -256,7 +263,16 @@ class Catalog:
         await self.db.execute("PRAGMA journal_mode=WAL")
         await self.db.execute("PRAGMA synchronous=FULL")
         await self.db.executescript(SCHEMA)
+        await self._add_missing_columns()
         await self.db.commit()
+
+    async def _add_missing_columns(self) -> None:
+        """Columns added after a table was first created: a catalogue from an older amqpd gets them with
+        their defaults (CREATE TABLE IF NOT EXISTS leaves an existing table as it was)."""
+        for table, column, definition in ADDED_COLUMNS:
+            names = {row[1] for row in await self._rows(f"PRAGMA table_info({table})")}
+            if column not in names:
+                await self.db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
 
     async def close(self) -> None:
         if self._db is not None:
@@ -312,7 +328,10 @@ class Catalog:
     async def _load_access(self, rows: AccessRows) -> None:
         rows.seeded = bool(await self._rows("SELECT value FROM meta WHERE key = 'access_seeded'"))
         rows.users = [tuple(r) for r in await self._rows("SELECT * FROM users ORDER BY name")]
-        rows.vhosts = [tuple(r) for r in await self._rows("SELECT * FROM vhosts ORDER BY name")]
+        rows.vhosts = [
+            tuple(r)
+            for r in await self._rows("SELECT name, description, tags, limits, message_ids FROM vhosts ORDER BY name")
+        ]
         rows.permissions = [tuple(r) for r in await self._rows("SELECT * FROM permissions")]
         rows.topic_permissions = [tuple(r) for r in await self._rows("SELECT * FROM topic_permissions")]
 

@@ -348,8 +348,8 @@ class MessageStore:
         """The user and every permission it held."""
         self._catalog_op(delete_user_ops(name))
 
-    def put_vhost(self, name: str, description: str, tags: str, limits: str) -> None:
-        self._catalog_op([put_vhost_op(name, description, tags, limits)])
+    def put_vhost(self, name: str, description: str, tags: str, limits: str, message_ids: bool = False) -> None:
+        self._catalog_op([put_vhost_op(name, description, tags, limits, message_ids)])
 
     def delete_vhost(self, name: str) -> None:
         """The vhost, its permissions, exchanges and bindings; delete its queues first (delete_queue)."""

@@ -49,7 +49,7 @@ class AccessRows:
 
     seeded: bool = False
     users: list[tuple[Any, ...]] = field(default_factory=list)  # name, password_hash, hashing_algorithm, tags, limits
-    vhosts: list[tuple[Any, ...]] = field(default_factory=list)  # name, description, tags, limits
+    vhosts: list[tuple[Any, ...]] = field(default_factory=list)  # name, description, tags, limits, message_ids
     permissions: list[tuple[Any, ...]] = field(default_factory=list)  # user, vhost, configure, write, read
     topic_permissions: list[tuple[Any, ...]] = field(default_factory=list)  # user, vhost, exchange, write, read
 

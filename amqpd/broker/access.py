@@ -69,6 +69,7 @@ class Vhost:
     description: str = ""
     tags: tuple[str, ...] = ()
     limits: dict[str, int] = field(default_factory=dict)  # max-connections, max-queues (negative: none)
+    message_ids: bool = False  # amqpd's own: every queue in it stamps x-amqpd-message-id (message_ids.py)
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,7 @@ class AccessStore(Protocol):
         self, name: str, password_hash: str, hashing_algorithm: str, tags: str, limits: str = "{}"
     ) -> None: ...
     def delete_user(self, name: str) -> None: ...
-    def put_vhost(self, name: str, description: str, tags: str, limits: str) -> None: ...
+    def put_vhost(self, name: str, description: str, tags: str, limits: str, message_ids: bool = False) -> None: ...
     def delete_vhost(self, name: str) -> None: ...
     def put_permission(self, user: str, vhost: str, configure: str, write: str, read: str) -> None: ...
     def delete_permission(self, user: str, vhost: str) -> None: ...
@@ -109,6 +110,7 @@ class AccessObserver(Protocol):
 
     def vhost_added(self, name: str) -> None: ...
     def vhost_deleted(self, name: str) -> None: ...
+    def vhost_message_ids(self, name: str, on: bool) -> None: ...
     def user_deleted(self, name: str) -> None: ...
 
 
@@ -250,6 +252,14 @@ class AccessControl:
         vhost.limits = _limits(limits, VHOST_LIMITS, "vhost")
         self._save_vhost(vhost)
 
+    def set_vhost_message_ids(self, name: str, on: bool) -> None:
+        """Turn time-ordered message ids on or off for every queue of the vhost, present and future."""
+        vhost = self._vhost(name)
+        vhost.message_ids = on
+        self._save_vhost(vhost)
+        if self.observer is not None:
+            self.observer.vhost_message_ids(name, on)
+
     def vhost_limit(self, name: str, key: str) -> int | None:
         vhost = self.vhosts.get(name)
         return None if vhost is None else vhost.limits.get(key)
@@ -377,9 +387,10 @@ class AccessControl:
         for name, password_hash, algorithm, tags, *limits in rows.users:
             self.add_user(name, None, json.loads(tags), password_hash=password_hash, hashing_algorithm=algorithm)
             self.users[name].limits = dict(json.loads(limits[0])) if limits else {}
-        for name, description, tags, limits in rows.vhosts:
+        for name, description, tags, limits, message_ids in rows.vhosts:
             self.add_vhost(name, description, json.loads(tags))
             self.vhosts[name].limits = dict(json.loads(limits))
+            self.set_vhost_message_ids(name, bool(message_ids))
         for user, vhost, configure, write, read in rows.permissions:
             self.permissions[(user, vhost)] = Permission(configure, write, read)
         for user, vhost, exchange, write, read in rows.topic_permissions:
@@ -400,7 +411,8 @@ class AccessControl:
 
     def _save_vhost(self, vhost: Vhost) -> None:
         if self.store is not None:
-            self.store.put_vhost(vhost.name, vhost.description, json.dumps(list(vhost.tags)), json.dumps(vhost.limits))
+            tags, limits = json.dumps(list(vhost.tags)), json.dumps(vhost.limits)
+            self.store.put_vhost(vhost.name, vhost.description, tags, limits, vhost.message_ids)
         self._changed()
 
     def _changed(self) -> None:

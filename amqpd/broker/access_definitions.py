@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from amqpd.broker.access import SHA256, AccessControl, AccessError
+from amqpd.broker.message_ids import VHOST_FIELD
 
 
 def import_access(access: AccessControl, doc: dict[str, Any]) -> None:
@@ -21,6 +22,8 @@ def import_access(access: AccessControl, doc: dict[str, Any]) -> None:
         access.add_vhost(_text(v, "name"), v.get("description", ""), _tag_list(v.get("tags", [])))
         if isinstance(v.get("limits"), dict) and v["limits"]:
             access.set_vhost_limits(v["name"], v["limits"])
+        if isinstance(v.get(VHOST_FIELD), bool):
+            access.set_vhost_message_ids(v["name"], v[VHOST_FIELD])
     for u in doc.get("users", []):
         access.add_user(
             _text(u, "name"),
@@ -64,6 +67,8 @@ def export_access(access: AccessControl) -> dict[str, Any]:
                 "description": v.description,
                 "tags": list(v.tags),
                 "metadata": {"description": v.description, "tags": list(v.tags)},
+                # only when on: a plain vhost exports exactly as from RabbitMQ (which ignores the field)
+                **({VHOST_FIELD: True} if v.message_ids else {}),
             }
             for v in access.list_vhosts()
         ],

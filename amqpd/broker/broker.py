@@ -232,6 +232,11 @@ class Broker:
         for q in list(vhost.queues.values()):
             vhost.remove_queue(q)
 
+    def vhost_message_ids(self, name: str, on: bool) -> None:
+        vhost = self.vhosts.get(name)
+        if vhost is not None:
+            vhost.set_message_ids(on)
+
     def user_deleted(self, name: str) -> None:
         for conn in [c for c in self.connections if c.user == name]:
             conn.close_forced(f"user '{name}' is deleted")

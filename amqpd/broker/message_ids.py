@@ -1,4 +1,5 @@
-"""Time-ordered message ids, offered to applications that opt in per queue (`x-amqpd-message-id: true`).
+"""Time-ordered message ids, offered to applications that opt in per queue (`x-amqpd-message-id: true`) or
+per vhost (`amqpd_message_ids: true` on the vhost: every queue in it, present and future, as if declared so).
 
 An id is `max(previous + 1, now_ms << 16)`: normally the publish time in Unix milliseconds shifted left by 16
 bits plus a counter within the millisecond, so ids sort by publish time (and by publish order within one
@@ -27,6 +28,9 @@ if TYPE_CHECKING:
 
 ARGUMENT = "x-amqpd-message-id"
 HEADER = "x-amqpd-message-id"
+# The vhost's field in the management API (PUT/GET /api/vhosts) and in definitions, beside RabbitMQ's own
+# (description, tags, default_queue_type, tracing); the name says it is amqpd's.
+VHOST_FIELD = "amqpd_message_ids"
 
 
 class MessageIds:

@@ -75,8 +75,9 @@ def restore(broker: Any, recovered: Any, crashed: bool = False) -> None:
         if source is not None and dest is not None:
             source.bind(dest, b["routing_key"], b["arguments"])
     broker.policies.load(getattr(recovered, "policies", []))
-    for name in list(broker.vhosts):
+    for name, vhost in list(broker.vhosts.items()):
         broker.apply_policies(name)
+        vhost.set_message_ids(vhost.message_ids)  # the queues recovered above take their vhost's setting
     log.info(
         "recovered %d exchanges, %d queues, %d bindings, %d messages after a %s; %s",
         len(recovered.exchanges),

@@ -22,6 +22,7 @@ from amqpd.broker.delayed_delivery import holder_name
 from amqpd.broker.exchanges import EXCHANGE_TYPES, ROUTING_TYPES, DelayedExchange, Exchange, make_exchange
 from amqpd.broker.exchanges.delayed import check_delayed_type
 from amqpd.broker.message import Message
+from amqpd.broker.message_ids import wants_ids
 from amqpd.broker.queue import Queue, QueueHooks
 from amqpd.broker.stream import StreamQueue
 from amqpd.broker.stream_args import check_stream_declaration, is_stream
@@ -81,8 +82,15 @@ class VirtualHost:
         self.replies: dict[str, Queue] = {}  # direct reply-to: token -> the requester's private queue
         self.exchanges: dict[str, Exchange] = {"": DefaultExchange(self.queues, self.replies)}
         self._route_cache: dict[tuple[str, str], tuple[list[Queue], bool]] = {}
+        self.message_ids = False  # every queue stamps time-ordered ids (message_ids.py), set per vhost
         for xname, xtype, internal in STANDARD_EXCHANGES:
             self.exchanges[xname] = make_exchange(xtype, xname, durable=True, internal=internal)
+
+    def set_message_ids(self, on: bool) -> None:
+        """The vhost's opt-in to time-ordered message ids; a queue declared with the argument keeps them."""
+        self.message_ids = on
+        for q in self.queues.values():
+            q.stamps_ids = on or wants_ids(q.arguments)
 
     # -- lookups with RabbitMQ's errors -----------------------------------------------------------------
 
@@ -267,6 +275,7 @@ class VirtualHost:
             arguments=arguments,
             hooks=self.hooks,
         )
+        q.stamps_ids = q.stamps_ids or self.message_ids
         self.queues[name] = q
         self.hooks.created(self.name, q)
         q.touch()
@@ -280,6 +289,7 @@ class VirtualHost:
     def _declare_stream(self, name: str, arguments: dict) -> Queue:
         store_id = self.store.put_queue(self.name, name, False, arguments) if self.store is not None else None
         q = StreamQueue(self.name, name, arguments=arguments, hooks=self.hooks, store=self.store, store_id=store_id)
+        q.stamps_ids = q.stamps_ids or self.message_ids
         if q.dedup is not None:
             q.dedup.attach(self.store, store_id)
         self.queues[name] = q

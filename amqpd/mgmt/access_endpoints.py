@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 
-from amqpd.broker.access import FULL, SHA256, AccessControl, Permission, TopicPermission, User
+from amqpd.broker.access import FULL, SHA256, AccessControl, AccessError, Permission, TopicPermission, User
+from amqpd.broker.message_ids import VHOST_FIELD
 
 if TYPE_CHECKING:
     from amqpd.broker.broker import Broker
@@ -42,6 +43,16 @@ def tag_list(tags: Any) -> list[str]:
     if isinstance(tags, list):
         return [str(t) for t in tags]
     return []
+
+
+def optional_bool(body: dict[str, Any], key: str) -> bool | None:
+    """A boolean field as RabbitMQ parses `tracing`: true/false or "true"/"false"; absent: None; else 400."""
+    value = body.get(key)
+    if value is None or isinstance(value, bool):
+        return value
+    if value in ("true", "false"):
+        return value == "true"
+    raise AccessError(f"{key}: not_boolean {value!r}")
 
 
 class AccessEndpoints:
@@ -118,7 +129,10 @@ class AccessEndpoints:
     async def put_vhost(self, request: Request, vhost: str) -> Any:
         body = await self._json(request)
         existed = vhost in self.access.vhosts
+        message_ids = optional_bool(body, VHOST_FIELD)
         self.access.add_vhost(vhost, str(body.get("description", "")), tag_list(body.get("tags", "")))
+        if message_ids is not None:  # left out: unchanged, as RabbitMQ treats a missing `tracing`
+            self.access.set_vhost_message_ids(vhost, message_ids)
         if not existed:  # RabbitMQ gives whoever creates a vhost over HTTP full permissions on it
             self.access.set_permissions(request.state.user.name, vhost)
         return self._created(existed)

@@ -291,6 +291,15 @@ def simple(
     return run
 
 
+def add_vhost_body(args: argparse.Namespace) -> dict[str, Any]:
+    body: dict[str, Any] = {}
+    if args.description is not None:
+        body["description"] = args.description
+    if args.amqpd_message_ids:
+        body["amqpd_message_ids"] = True  # message_ids.VHOST_FIELD (amqpctl imports nothing of the broker)
+    return body
+
+
 def delete_queue_params(args: argparse.Namespace) -> dict[str, str]:
     flags = {"if-empty": args.if_empty, "if-unused": args.if_unused}
     return {k: "true" for k, v in flags.items() if v}
@@ -381,7 +390,7 @@ COMMANDS: dict[str, Callable[[API, argparse.Namespace], None]] = {
         lambda a: {"tags": ",".join(a.tags)},
         done='Setting tags for user "{username}" ...',
     ),
-    "add_vhost": simple("PUT", lambda a: f"/api/vhosts/{q(a.name)}", lambda a: {}, done='Adding vhost "{name}" ...'),
+    "add_vhost": simple("PUT", lambda a: f"/api/vhosts/{q(a.name)}", add_vhost_body, done='Adding vhost "{name}" ...'),
     "delete_vhost": simple("DELETE", lambda a: f"/api/vhosts/{q(a.name)}", done='Deleting vhost "{name}" ...'),
     "set_permissions": simple(
         "PUT",
@@ -513,8 +522,15 @@ def parser() -> argparse.ArgumentParser:
     s = command("set_user_tags")
     s.add_argument("username")
     s.add_argument("tags", nargs="*")
-    for name in ("add_vhost", "delete_vhost"):
-        command(name).add_argument("name")
+    command("delete_vhost").add_argument("name")
+    s = command("add_vhost")
+    s.add_argument("name")
+    s.add_argument("--description", help="as rabbitmqctl add_vhost --description")
+    s.add_argument(
+        "--amqpd-message-ids",
+        action="store_true",
+        help="every queue in the vhost stamps time-ordered ids (x-amqpd-message-id), as if declared with it",
+    )
     s = command("set_permissions")
     for arg in ("username", "conf", "write", "read"):
         s.add_argument(arg)

@@ -24,6 +24,7 @@ from amqpd.broker.arguments import (
     check_queue_type,
 )
 from amqpd.broker.exchanges import EXCHANGE_TYPES, make_exchange
+from amqpd.broker.message_ids import VHOST_FIELD
 from amqpd.broker.policy import PolicyError, check
 from amqpd.broker.queue import Queue
 from amqpd.mgmt.objects import API_VERSION, jsonable
@@ -194,6 +195,12 @@ def check_user(plan: Plan, u: dict[str, Any]) -> None:
         raise DefinitionsError("'tags' is not a list of strings")
 
 
+def check_vhost(v: dict[str, Any]) -> None:
+    _text(v, "name")
+    if not isinstance(v.get(VHOST_FIELD, False), bool):
+        raise DefinitionsError(f"'{VHOST_FIELD}' is not true or false")
+
+
 def check_permission(plan: Plan, p: dict[str, Any], keys: tuple[str, ...]) -> None:
     import re
 
@@ -294,7 +301,7 @@ def _amqp(check_fn: Callable[[], Any]) -> None:
 
 CHECKS: dict[str, Callable[[Plan, dict[str, Any]], None]] = {
     "users": check_user,
-    "vhosts": lambda plan, v: None if _text(v, "name") else None,
+    "vhosts": lambda plan, v: check_vhost(v),
     "permissions": lambda plan, p: check_permission(plan, p, ("configure", "write", "read")),
     "topic_permissions": lambda plan, p: check_permission(plan, p, ("write", "read")),
     "parameters": check_parameter,

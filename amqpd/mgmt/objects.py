@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from amqpd import __version__
 from amqpd.broker.exchanges import EXCHANGE_TYPES, DelayedExchange, Exchange
+from amqpd.broker.message_ids import VHOST_FIELD
 from amqpd.broker.queue import Queue
 from amqpd.broker.stream import StreamQueue
 from amqpd.mgmt.stats import Rates, channel_counts, message_stats, queue_counts
@@ -292,13 +293,16 @@ def totals(broker: Broker) -> dict[str, int]:
 def vhost_info(broker: Broker, v: VirtualHost) -> dict[str, Any]:
     ready = sum(len(q.ready) for q in v.queues.values())
     unacked = sum(q.unacked for q in v.queues.values())
+    record = broker.access.vhosts.get(v.name)  # description and tags live with the access model
+    description, tags = (record.description, list(record.tags)) if record is not None else ("", [])
     return {
         "name": v.name,
-        "description": "Default virtual host" if v.name == "/" else "",
-        "tags": [],
-        "metadata": {"description": "Default virtual host" if v.name == "/" else "", "tags": []},
+        "description": description,
+        "tags": tags,
+        "metadata": {"description": description, "tags": tags},
         "default_queue_type": "undefined",
         "tracing": False,
+        VHOST_FIELD: v.message_ids,
         "cluster_state": {NODE: "running"},
         **message_counts(ready, unacked),
     }

@@ -82,3 +82,33 @@ async def test_a_deleted_vhost_stays_deleted_with_its_durable_queues_and_message
     assert broker.vhosts["gone"].queues == {}
     assert "dx" not in broker.vhosts["gone"].exchanges
     await store.close()
+
+
+async def test_a_vhost_s_message_ids_setting_comes_back_after_a_restart(tmp_path: Path) -> None:
+    broker, store = await start(tmp_path)
+    broker.access.add_vhost("ids")
+    broker.access.set_vhost_message_ids("ids", True)
+    broker.access.add_vhost("ids", "described later")  # an update without the setting keeps it
+    await store.close()
+    broker, store = await start(tmp_path)
+    assert broker.access.vhosts["ids"].message_ids and broker.vhosts["ids"].message_ids
+    assert not broker.access.vhosts["/"].message_ids
+    await store.close()
+
+
+async def test_a_catalogue_from_before_the_message_ids_column_opens_with_it_off(tmp_path: Path) -> None:
+    import sqlite3
+
+    broker, store = await start(tmp_path)
+    broker.access.add_vhost("old")
+    await store.close()
+    catalogue = tmp_path / "catalog.sqlite"
+    with sqlite3.connect(catalogue) as db:  # as an older amqpd left it
+        db.execute("ALTER TABLE vhosts DROP COLUMN message_ids")
+    broker, store = await start(tmp_path)
+    assert "old" in broker.vhosts and not broker.vhosts["old"].message_ids
+    broker.access.set_vhost_message_ids("old", True)
+    await store.close()
+    broker, store = await start(tmp_path)
+    assert broker.vhosts["old"].message_ids
+    await store.close()

@@ -9,6 +9,7 @@ from fakes import ClientChannel, new_broker
 from pamqp import commands, header
 
 from amqpd.broker import message_ids
+from amqpd.broker.message_ids import HEADER
 
 
 @pytest.fixture
@@ -59,3 +60,33 @@ def test_every_queue_of_a_fan_out_sees_the_same_id(client: ClientChannel) -> Non
     client.publish("fan", "", b"m")
     a, b = props(client, "ids"), props(client, "plain")
     assert a.message_id == b.message_id and a.headers == b.headers
+
+
+def test_a_vhost_that_opts_in_stamps_in_every_queue_present_and_future(client: ClientChannel) -> None:
+    client.broker.access.set_vhost_message_ids("/", True)
+    client.declare_queue("later")
+    for q in ("plain", "later"):
+        client.publish("", q, b"m")
+        p = props(client, q)
+        assert isinstance(p.headers["x-amqpd-message-id"], int) and p.message_id == f"{p.headers[HEADER]:020d}"
+
+
+def test_turning_the_vhost_setting_off_leaves_queues_that_asked_themselves(client: ClientChannel) -> None:
+    client.broker.access.set_vhost_message_ids("/", True)
+    client.broker.access.set_vhost_message_ids("/", False)
+    client.publish("", "plain", b"m")
+    client.publish("", "ids", b"m")
+    assert props(client, "plain").headers is None
+    assert HEADER in props(client, "ids").headers
+
+
+def test_the_setting_is_per_vhost(client: ClientChannel) -> None:
+    client.broker.access.add_vhost("other")
+    client.broker.access.set_permissions("guest", "other")
+    client.broker.access.set_vhost_message_ids("other", True)
+    other = ClientChannel(client.broker, vhost="other")
+    other.declare_queue("q")
+    other.publish("", "q", b"m")
+    client.publish("", "plain", b"m")
+    assert HEADER in props(other, "q").headers
+    assert props(client, "plain").headers is None

@@ -16,7 +16,8 @@ from amqpd import errors
 from amqpd.broker.consumer import Consumer
 from amqpd.broker.exchanges.delayed import delay_of
 from amqpd.broker.message import SCANNED_FLAGS, Message
-from amqpd.broker.message_ids import stamp_for
+from amqpd.broker.message_ids import IDS, stamp
+from amqpd.broker.publish_plan import NOWHERE
 from amqpd.broker.queue import Entry, Queue
 from amqpd.broker.stream import StreamQueue
 from amqpd.broker.stream_args import check_consumer_arguments, parse_filter, parse_offset_spec
@@ -25,8 +26,6 @@ from amqpd.broker.vhost import REPLY_TO, REPLY_TO_PREFIX, VirtualHost, server_ge
 from amqpd.protocol.assembler import Assembled, ContentAssembler
 from amqpd.protocol.constants import (
     FLAG_DELIVERY_MODE,
-    FLAG_EXPIRATION,
-    FLAG_HEADERS,
     FLAG_PRIORITY,
     FLAG_REPLY_TO,
     FLAG_USER_ID,
@@ -52,9 +51,6 @@ if TYPE_CHECKING:
 
 Unacked = tuple[Queue, Entry, Consumer | None, float]  # ..., when it was delivered (Broker.clock)
 
-# Properties that make a message take the per-message path: headers (CC/BCC, headers exchanges),
-# expiration (TTL), reply_to (direct reply-to rewrite), user_id (checked), and a continuation flag word.
-_RUN_REFUSED_FLAGS = FLAG_HEADERS | FLAG_EXPIRATION | FLAG_REPLY_TO | FLAG_USER_ID | 1
 _REPLY_TO_RAW = REPLY_TO.encode()
 
 
@@ -148,15 +144,32 @@ class Channel:
         self.publish(Message(exchange, routing_key, route, checked_header(header), body, flags), bool(bits & 1))
 
     def on_publish_run(self, method: bytes, header: bytes, bodies: list[bytes]) -> bool:
-        """Publishes that differ only by body (FrameReader's PUBLISH_RUN), delivered in one pass when the
-        per-message path would send each straight to the same no-ack consumer and do nothing else.
+        """Publishes that differ only by body (FrameReader's PUBLISH_RUN), delivered in one pass when their
+        publish plan sends them straight to a queue that hands each, as it comes, to the same no-ack consumer.
         False, with nothing done, otherwise: the caller then publishes them one by one."""
-        target = self._run_target(method, header)
-        if target is None:
+        if self.tx or self.confirm:
             return False
-        consumer, route = target
+        try:
+            exchange, routing_key, route, bits = parse_publish_route(method)
+            class_id, body_size, flags = parse_content_header(header)
+            checked_header(header)
+            mode = PropertyScan(header, flags).delivery_mode if flags & (FLAG_DELIVERY_MODE | FLAG_PRIORITY) else None
+        except errors.AMQPError:
+            return False
+        if mode is not None and mode != 1 and mode != 2:
+            return False  # refused, one message at a time
+        if bits & 2 or class_id != 60 or body_size > self.assembler.max_size:
+            return False
+        ex = self.vhost.exchanges.get(exchange)
+        if ex is None or not self._cleared(ex, exchange, flags):
+            return False
+        queue = self.vhost.plan(ex, routing_key).straight_to(flags, mode == 2)
+        consumer = queue.run_consumer() if queue is not None else None
+        # One pass encodes each delivery as one body frame.
+        if consumer is None or body_size > consumer.channel.conn.frame_max - 8:
+            return False
         self.published += len(bodies)
-        consumer.queue.count_run(len(bodies))
+        consumer.queue.take_run(len(bodies))
         consumer.channel.deliver_run(consumer, route, header, bodies)
         return True
 
@@ -172,48 +185,6 @@ class Channel:
         if bits & 2 or class_id != 60 or body_size > self.assembler.max_size:
             return None
         return PreparedRun(exchange, routing_key, route, checked_header(header), flags, bool(bits & 1), scan)
-
-    def _run_target(self, method: bytes, header: bytes) -> tuple[Consumer, bytes] | None:
-        """The consumer every message of a run goes to, and its route; None when anything could make one
-        message's fate differ from a plain immediate delivery (each check mirrors a step of publish(),
-        _deliver_published() and Queue.push(), which then take over)."""
-        if self.tx or self.confirm:
-            return None
-        try:
-            exchange, routing_key, route, bits = parse_publish_route(method)
-            class_id, body_size, flags = parse_content_header(header)
-            checked_header(header)
-            mode = PropertyScan(header, flags).delivery_mode if flags & (FLAG_DELIVERY_MODE | FLAG_PRIORITY) else None
-        except errors.AMQPError:
-            return None
-        if mode is not None and mode != 1 and mode != 2:
-            return None  # refused, one message at a time
-        persistent = mode == 2
-        if bits & 2 or class_id != 60 or flags & _RUN_REFUSED_FLAGS or body_size > self.assembler.max_size:
-            return None
-        ex = self.vhost.exchanges.get(exchange)
-        if ex is None or ex.internal or not (self._may_publish_to(exchange) or self._learn_may_publish(ex)):
-            return None
-        queues = self.vhost.route_key(ex, routing_key)
-        if len(queues) != 1:
-            return None
-        queue = queues[0]
-        if (
-            queue.ready
-            or queue.limited
-            or queue.message_ttl is not None
-            or queue.counts_deliveries
-            or (persistent and queue.store_id is not None)
-        ):
-            return None
-        consumer = queue.sole_consumer()
-        if consumer is None or not consumer.no_ack or not consumer.channel.can_deliver():
-            return None
-        if body_size > consumer.channel.conn.frame_max - 8:
-            return None
-        if queue.stamps_ids:  # each message gets its own id (message_ids.py)
-            return None
-        return consumer, route
 
     def on_header(self, payload: bytes) -> None:
         done = self.assembler.take_header(payload)
@@ -233,13 +204,7 @@ class Channel:
 
     def publish(self, msg: Message, mandatory: bool) -> None:
         ex = self.vhost.exchanges.get(msg.exchange)
-        if (
-            ex is None
-            or ex.internal
-            or msg.flags & FLAG_USER_ID
-            or msg.exchange not in self.may_publish_to
-            or self.access_generation != self.access.generation
-        ):
+        if not self._cleared(ex, msg.exchange, msg.flags):
             self._check_publish(ex, msg)
         if msg.flags & FLAG_REPLY_TO:
             self._rewrite_reply_to(msg)
@@ -252,6 +217,14 @@ class Channel:
             self.publish_seq += 1
             seq = self.publish_seq
         self._deliver_published(msg, mandatory, seq, None)
+
+    def _cleared(self, ex: Any, exchange: str, flags: int) -> bool:
+        """Whether a publish to `ex` passes every check of _check_publish without checking: the exchange exists
+        and is not internal, this user may publish to it whatever the routing key (learnt once per access
+        model), and there is no user_id to compare."""
+        if ex is None or ex.internal or flags & FLAG_USER_ID:
+            return False
+        return self._may_publish_to(exchange) or self._learn_may_publish(ex)
 
     def _may_publish_to(self, exchange: str) -> bool:
         """Checked before, under the current access model: write permission, no topic permission in play."""
@@ -310,8 +283,9 @@ class Channel:
         """Route and enqueue one message; returns and confirms as RabbitMQ sends them.
         True when the store took it and on_stored will fire after its fsync."""
         ex = self.vhost.exchanges.get(msg.exchange)
-        queues = self.vhost.route(ex, msg) if ex is not None else []
-        if ex is not None and ex.delays and (queues or not mandatory) and msg.has_headers:
+        plan = self.vhost.plan_for(ex, msg) if ex is not None else NOWHERE
+        queues = plan.queues
+        if plan.delays and (queues or not mandatory) and msg.has_headers:
             delay = delay_of(msg.headers)
             if delay is not None:
                 return self._delay(ex, msg, delay, seq, on_stored)
@@ -322,13 +296,16 @@ class Channel:
             return False
         if msg.may_carry_cc and msg.headers and "BCC" in msg.headers:
             self._strip_bcc(msg)
-        stamp_for(msg, queues)
+        if plan.stamps:
+            stamp(msg, IDS.next())
         accepting = queues
         refused = False
-        if queues[0].limited if len(queues) == 1 else any(q.limited for q in queues):
+        always_stored = plan.always_stored
+        if plan.limited:
             accepting, refused = self._admit(msg, queues)
+            always_stored = _any_stored(accepting)
         stored = False
-        if self.broker.store is not None and (msg.persistent or _any_stored(accepting)):
+        if self.broker.store is not None and (msg.persistent or always_stored):
             stored = self.broker.store_message(
                 msg, accepting, self._durable_callback(seq, on_stored), self._failed_callback(seq, on_stored)
             )

@@ -182,8 +182,27 @@ class Queue:
         """Messages that entered the queue (recovered ones included)."""
         return self._seq
 
-    def count_run(self, n: int) -> None:
-        """n messages went straight through to a consumer without a push (Channel.on_publish_run)."""
+    def takes_as_sent(self) -> bool:
+        """Whether push() of a new message without a TTL that no store holds does nothing but queue it or hand
+        it to a consumer as it was sent: no queue TTL, no delivery count in its header, no stream log. A
+        publish plan (publish_plan.py) lets a run of publishes skip push() on such a queue
+        (take_run): every rule that push() or deliver() applies to a new message must make this False."""
+        return self.message_ttl is None and not self.counts_deliveries and not self.is_stream
+
+    def run_consumer(self) -> Consumer | None:
+        """The consumer push() would hand each of a run of new messages to, as they come: the queue is empty and
+        its one consumer (or single active one) takes them without acks and can take them now. None when
+        push() would queue one, or could pick another consumer for the next."""
+        if self.ready:
+            return None
+        consumer = self.sole_consumer()
+        if consumer is None or not consumer.no_ack or not consumer.can_accept():
+            return None
+        return consumer
+
+    def take_run(self, n: int) -> None:
+        """n messages went straight through to run_consumer() without a push (Channel.on_publish_run): counted
+        as published and delivered, as push() and deliver() count them."""
         self._seq += n
         self.delivered += n
 

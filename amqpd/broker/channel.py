@@ -15,9 +15,9 @@ from pamqp import base, commands
 from amqpd import errors
 from amqpd.broker.consumer import Consumer
 from amqpd.broker.exchanges.delayed import delay_of
-from amqpd.broker.message import SCANNED_FLAGS, Message
+from amqpd.broker.message import SCANNED_FLAGS, Message, may_name_keys
 from amqpd.broker.message_ids import IDS, stamp
-from amqpd.broker.publish_plan import NOWHERE
+from amqpd.broker.publish_plan import NOWHERE, PublishPlan
 from amqpd.broker.queue import Entry, Queue
 from amqpd.broker.stream import StreamQueue
 from amqpd.broker.stream_args import check_consumer_arguments, parse_filter, parse_offset_spec
@@ -25,14 +25,13 @@ from amqpd.broker.stream_log import now_ms
 from amqpd.broker.vhost import REPLY_TO, REPLY_TO_PREFIX, VirtualHost, server_generated_name
 from amqpd.protocol.assembler import Assembled, ContentAssembler
 from amqpd.protocol.constants import (
-    FLAG_DELIVERY_MODE,
-    FLAG_PRIORITY,
     FLAG_REPLY_TO,
     FLAG_USER_ID,
 )
 from amqpd.protocol.fastpath import (
     encode_ack,
     encode_deliveries,
+    encode_deliveries_each,
     encode_delivery,
     encode_get_ok,
     encode_nack,
@@ -147,31 +146,71 @@ class Channel:
         """Publishes that differ only by body (FrameReader's PUBLISH_RUN), delivered in one pass when their
         publish plan sends them straight to a queue that hands each, as it comes, to the same no-ack consumer.
         False, with nothing done, otherwise: the caller then publishes them one by one."""
-        if self.tx or self.confirm:
+        target = self._straight_target(method)
+        if target is None or not self._goes_straight(target, header):
             return False
-        try:
-            exchange, routing_key, route, bits = parse_publish_route(method)
-            class_id, body_size, flags = parse_content_header(header)
-            checked_header(header)
-            mode = PropertyScan(header, flags).delivery_mode if flags & (FLAG_DELIVERY_MODE | FLAG_PRIORITY) else None
-        except errors.AMQPError:
-            return False
-        if mode is not None and mode != 1 and mode != 2:
-            return False  # refused, one message at a time
-        if bits & 2 or class_id != 60 or body_size > self.assembler.max_size:
-            return False
-        ex = self.vhost.exchanges.get(exchange)
-        if ex is None or not self._cleared(ex, exchange, flags):
-            return False
-        queue = self.vhost.plan(ex, routing_key).straight_to(flags, mode == 2)
-        consumer = queue.run_consumer() if queue is not None else None
-        # One pass encodes each delivery as one body frame.
-        if consumer is None or body_size > consumer.channel.conn.frame_max - 8:
-            return False
+        _plan, route, consumer = target
         self.published += len(bodies)
         consumer.queue.take_run(len(bodies))
         consumer.channel.deliver_run(consumer, route, header, bodies)
         return True
+
+    def on_publish_group(self, method: bytes, headers: list[bytes], bodies: list[bytes]) -> int:
+        """Publishes to one place, each with its own properties (FrameReader's PUBLISH_GROUP): the leading ones
+        that the publish plan sends straight to the same no-ack consumer, as on_publish_run does, are delivered
+        in one pass. How many; the caller publishes the others one by one."""
+        target = self._straight_target(method)
+        if target is None:
+            return 0
+        n = 0
+        for header in headers:
+            if not self._goes_straight(target, header):
+                break
+            n += 1
+        if n:
+            _plan, route, consumer = target
+            self.published += n
+            consumer.queue.take_run(n)
+            consumer.channel.deliver_each(consumer, route, headers[:n], bodies[:n])
+        return n
+
+    def _straight_target(self, method: bytes) -> tuple[PublishPlan, bytes, Consumer] | None:
+        """For publishes with this method: their plan, route and the consumer their plan's plain queue would
+        hand each to as it comes (Queue.run_consumer); None when they may go anywhere else, or when the channel
+        holds or confirms its publishes (tx, confirm mode)."""
+        if self.tx or self.confirm:
+            return None
+        try:
+            exchange, routing_key, route, bits = parse_publish_route(method)
+        except errors.AMQPError:
+            return None
+        ex = self.vhost.exchanges.get(exchange)
+        if bits & 2 or ex is None or not self._cleared(ex, exchange, 0):  # user_id: straight_to() refuses it
+            return None
+        plan = self.vhost.plan(ex, routing_key)
+        consumer = plan.plain.run_consumer() if plan.plain is not None else None
+        return None if consumer is None else (plan, route, consumer)
+
+    def _goes_straight(self, target: tuple[PublishPlan, bytes, Consumer], header: bytes) -> bool:
+        """Whether the plan sends a publish with this content header straight to the target's queue, the
+        header read as on_whole_publish and Message read it (False when either would refuse it: the single
+        path then reports the error), and its body fits one frame to the consumer."""
+        plan, _route, consumer = target
+        try:
+            class_id, body_size, flags = parse_content_header(header)
+            checked_header(header)
+            scan = PropertyScan(header, flags) if flags & SCANNED_FLAGS else None
+        except errors.AMQPError:
+            return False
+        if class_id != 60 or body_size > self.assembler.max_size or body_size > consumer.channel.conn.frame_max - 8:
+            return False
+        mode, names_keys = None, False
+        if scan is not None:
+            mode = scan.delivery_mode
+            if mode is not None and mode != 1 and mode != 2:
+                return False  # refused, one message at a time
+            names_keys = scan.headers_raw is not None and may_name_keys(scan.headers_raw)
+        return plan.straight_to(flags, mode == 2, names_keys) is not None
 
     def prepare_run(self, method: bytes, header: bytes) -> PreparedRun | None:
         """What on_whole_publish would parse from each publish of a run, parsed once; None when it would not
@@ -470,6 +509,13 @@ class Channel:
         self.unacked_count += len(entries)
         queue.unacked += len(entries)
         self.conn.send(b"".join(parts))
+
+    def deliver_each(self, consumer: Consumer, route: bytes, headers: list[bytes], bodies: list[bytes]) -> None:
+        """No-ack deliveries of messages with one route, each with its own header, encoded in one pass
+        (on_publish_group)."""
+        first = self.last_tag + 1
+        self.last_tag += len(bodies)
+        self.conn.send(encode_deliveries_each(self.id, consumer.ctag, first, route, headers, bodies))
 
     def deliver_run(self, consumer: Consumer, route: bytes, header: bytes, bodies: list[bytes]) -> None:
         """No-ack deliveries of messages that differ only by body, encoded in one pass (on_publish_run)."""

@@ -182,7 +182,8 @@ CASES: dict[str, Case] = {
     "CC and BCC headers to a queue of their own": Case(
         False, [declare(), declare("q2"), consume("c2", "q2")], properties={"headers": {"CC": ["q2"], "BCC": ["q"]}}
     ),
-    "headers that name no routing key": Case(False, [declare(), consume()], properties={"headers": {"k": "CC"}}),
+    "headers that name no routing key": Case(True, [declare(), consume()], properties={"headers": {"k": "v"}}),
+    "a header value that looks like a CC key": Case(False, [declare(), consume()], properties={"headers": {"k": "CC"}}),
     "headers exchange, message with headers": Case(
         False,
         [
@@ -204,6 +205,20 @@ CASES: dict[str, Case] = {
         ],
         exchange="h",
     ),
+    "headers exchange, headers reach one more queue": Case(
+        False,
+        [
+            exchange("h", "headers"),
+            declare(),
+            declare("q2"),
+            ("pub", commands.Queue.Bind(queue="q", exchange="h", arguments={"x-match": "all"})),
+            ("pub", commands.Queue.Bind(queue="q2", exchange="h", arguments={"x-match": "any", "a": 1})),
+            consume(),
+            consume("c2", "q2"),
+        ],
+        exchange="h",
+        properties={"headers": {"a": 1}},
+    ),
     "headers exchange behind an exchange-to-exchange binding": Case(
         False,
         [
@@ -216,6 +231,27 @@ CASES: dict[str, Case] = {
         ],
         exchange="x",
         properties={"headers": {"a": 2}},
+    ),
+    "delayed exchange, no delay": Case(
+        True,
+        [
+            exchange("d", "x-delayed-message", arguments={"x-delayed-type": "direct"}),
+            declare(),
+            ("pub", commands.Queue.Bind(queue="q", exchange="d", routing_key="q")),
+            consume(),
+        ],
+        exchange="d",
+    ),
+    "delayed exchange, x-delay": Case(
+        False,
+        [
+            exchange("d", "x-delayed-message", arguments={"x-delayed-type": "direct"}),
+            declare(),
+            ("pub", commands.Queue.Bind(queue="q", exchange="d", routing_key="q")),
+            consume(),
+        ],
+        exchange="d",
+        properties={"headers": {"x-delay": 60000}},
     ),
     "topic exchange": Case(
         True,
@@ -280,10 +316,12 @@ def _unwritable(con: Conn) -> None:
     con.session.writable = False
 
 
-def publishes(case: Case, bodies: list[bytes]) -> list[bytes]:
+def publishes(case: Case, bodies: list[bytes], varied: bool) -> list[bytes]:
+    """varied: each with its own message_id, as applications publish (a PUBLISH_GROUP, not a PUBLISH_RUN)."""
     out = []
-    for b in bodies:
-        data = publish_frames(1, case.exchange, case.routing_key, b, mandatory=case.mandatory, **case.properties)
+    for i, b in enumerate(bodies):
+        properties = {**case.properties, "message_id": f"m{i}"} if varied else case.properties
+        data = publish_frames(1, case.exchange, case.routing_key, b, mandatory=case.mandatory, **properties)
         if case.method is not None:
             size = int.from_bytes(data[3:7], "big")
             data = (
@@ -297,7 +335,7 @@ def publishes(case: Case, bodies: list[bytes]) -> list[bytes]:
     return out
 
 
-def run(case: Case, together: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[bytes, bytes, list, int]:
+def run(case: Case, together: bool, varied: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[bytes, bytes, list, int]:
     """What both clients read, with the publishes in one read or one per read; the queue afterwards;
     how many one-pass deliveries there were."""
     store = FakeStore() if case.durable_store else None
@@ -316,9 +354,10 @@ def run(case: Case, together: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[by
     if case.before is not None:
         case.before(pub, con)
     runs = []
-    original = Channel.deliver_run
-    monkeypatch.setattr(Channel, "deliver_run", lambda self, *a: (runs.append(1), original(self, *a))[1])
-    data = publishes(case, bodies(case.size))
+    for one_pass in ("deliver_run", "deliver_each"):
+        original = getattr(Channel, one_pass)
+        monkeypatch.setattr(Channel, one_pass, lambda self, *a, f=original: (runs.append(1), f(self, *a))[1])
+    data = publishes(case, bodies(case.size), varied)
     if together:
         pub.send(b"".join(data))
     else:
@@ -335,13 +374,14 @@ def run(case: Case, together: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[by
     return pub_out, con_out, left, len(runs)
 
 
+@pytest.mark.parametrize("varied", [False, True], ids=["equal properties", "each its own properties"])
 @pytest.mark.parametrize("name", CASES)
 def test_publishes_in_one_read_look_the_same_to_clients_as_one_per_read(
-    name: str, monkeypatch: pytest.MonkeyPatch
+    name: str, varied: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     case = CASES[name]
-    pub_one, con_one, left_one, _ = run(case, False, monkeypatch)
-    pub_all, con_all, left_all, runs = run(case, True, monkeypatch)
+    pub_one, con_one, left_one, _ = run(case, False, varied, monkeypatch)
+    pub_all, con_all, left_all, runs = run(case, True, varied, monkeypatch)
     assert pub_all == pub_one
     assert con_all == con_one
     assert left_all == left_one

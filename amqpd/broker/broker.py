@@ -12,10 +12,12 @@ from amqpd import errors
 from amqpd.broker.access import AccessControl, User
 from amqpd.broker.backlog import Backlog
 from amqpd.broker.delayed_delivery import DelayedDelivery
+from amqpd.broker.entry import Entry
 from amqpd.broker.exchanges import Exchange
 from amqpd.broker.message import Message
 from amqpd.broker.policy import QUEUE_KEYS, Policies, merge
-from amqpd.broker.queue import Entry, Queue, QueueHooks, wall_clock_ms
+from amqpd.broker.queue import Queue
+from amqpd.broker.queue_hooks import QueueHooks, wall_clock_ms
 from amqpd.broker.recovery import message_from_record
 from amqpd.broker.vhost import VirtualHost
 from amqpd.config import Settings

@@ -14,11 +14,12 @@ from pamqp import base, commands
 
 from amqpd import errors
 from amqpd.broker.consumer import Consumer
+from amqpd.broker.entry import Entry
 from amqpd.broker.exchanges.delayed import delay_of
 from amqpd.broker.message import SCANNED_FLAGS, Message, may_name_keys
 from amqpd.broker.message_ids import IDS, stamp
 from amqpd.broker.publish_plan import NOWHERE, PublishPlan
-from amqpd.broker.queue import Entry, Queue
+from amqpd.broker.queue import Queue
 from amqpd.broker.stream import StreamQueue
 from amqpd.broker.stream_args import check_consumer_arguments, parse_filter, parse_offset_spec
 from amqpd.broker.stream_log import now_ms

@@ -14,7 +14,8 @@ from amqpd.protocol.properties import encode_table, rewrite_properties
 
 if TYPE_CHECKING:
     from amqpd.broker.broker import Broker
-    from amqpd.broker.queue import Entry, Queue
+    from amqpd.broker.entry import Entry
+    from amqpd.broker.queue import Queue
 
 
 def dead_letter(broker: Broker, queue: Queue, entry: Entry, reason: str, dlx_name: str) -> None:

@@ -21,6 +21,7 @@ import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from amqpd.broker.entry import Entry
 from amqpd.broker.exchanges.delayed import DELAY_HEADER, DelayedExchange, delay_of
 from amqpd.broker.message import Message
 from amqpd.broker.message_ids import stamp_for
@@ -155,8 +156,6 @@ class DelayedDelivery:
             if not q.limited or not q.would_overflow():
                 accepting.append(q)
             elif q.overflow == "reject-publish-dlx":
-                from amqpd.broker.queue import Entry
-
                 self.broker.dead_letter(q, Entry(msg, 0, None), "maxlen")
         return accepting
 

@@ -13,8 +13,10 @@ from array import array
 from typing import TYPE_CHECKING, Any
 
 from amqpd import errors
+from amqpd.broker.entry import Entry
 from amqpd.broker.message import Message
-from amqpd.broker.queue import Entry, Queue, QueueHooks
+from amqpd.broker.queue import Queue
+from amqpd.broker.queue_hooks import QueueHooks
 from amqpd.broker.recovery import route_of
 from amqpd.broker.stream_args import FIRST, LAST, NEXT, OffsetSpec, Retention
 from amqpd.broker.stream_log import MemoryLog, StoreLog, StreamLog, now_ms

@@ -23,7 +23,8 @@ from amqpd.broker.exchanges import EXCHANGE_TYPES, ROUTING_TYPES, DelayedExchang
 from amqpd.broker.exchanges.delayed import check_delayed_type
 from amqpd.broker.message import Message
 from amqpd.broker.publish_plan import PublishPlan
-from amqpd.broker.queue import Queue, QueueHooks
+from amqpd.broker.queue import Queue
+from amqpd.broker.queue_hooks import QueueHooks
 from amqpd.broker.stream import StreamQueue
 from amqpd.broker.stream_args import check_stream_declaration, is_stream
 

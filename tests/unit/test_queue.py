@@ -15,8 +15,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from amqpd.broker.consumer import Consumer
+from amqpd.broker.entry import Entry
 from amqpd.broker.message import Message
-from amqpd.broker.queue import Entry, Queue, QueueHooks
+from amqpd.broker.queue import Queue
+from amqpd.broker.queue_hooks import QueueHooks
 from amqpd.protocol.fastpath import shortstr
 
 

@@ -47,7 +47,7 @@ def restore(broker: Any, recovered: Any, crashed: bool = False) -> None:
         if entry.name.startswith(HOLDER_PREFIX):
             count += _restore_delayed(broker, vhost, entry)
             continue
-        q = Queue(
+        q: Queue = Queue(
             entry.vhost,
             entry.name,
             durable=True,

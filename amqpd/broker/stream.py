@@ -109,7 +109,7 @@ class _StreamHooks(QueueHooks):
         self.outer.unused(queue)
 
 
-class StreamQueue(Queue):
+class StreamQueue(Queue["Consumer"]):
     is_stream = True
     always_stored = True  # every message is written, persistent or not, as RabbitMQ does
     FLOW_HIGH = 1 << 62  # a stream's length is history, not a backlog: never a reason to pause publishers

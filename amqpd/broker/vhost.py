@@ -262,7 +262,7 @@ class VirtualHost:
             checks.may_create("queue", name, arguments)  # the vhost's queue limit, the dead-letter exchange
         if is_stream(arguments):
             return self._declare_stream(name, arguments)
-        q = Queue(
+        q: Queue = Queue(
             self.name,
             name,
             durable=durable,
@@ -456,7 +456,7 @@ class VirtualHost:
     def open_reply_queue(self) -> tuple[str, Queue]:
         """A private, unlisted queue for one channel's amq.rabbitmq.reply-to consumer."""
         token = server_generated_name("")
-        q = Queue(self.name, REPLY_TO, hooks=self.hooks)
+        q: Queue = Queue(self.name, REPLY_TO, hooks=self.hooks)
         self.replies[token] = q
         self._route_cache.clear()
         return token, q

@@ -11,6 +11,7 @@ from typing import Any
 from amqpd import errors
 from amqpd.broker.access import AccessControl, User
 from amqpd.broker.backlog import Backlog
+from amqpd.broker.dead_letter import dead_letter
 from amqpd.broker.delayed_delivery import DelayedDelivery
 from amqpd.broker.entry import Entry
 from amqpd.broker.exchanges import Exchange
@@ -356,6 +357,14 @@ class Broker:
         dlx = queue.effective.get("x-dead-letter-exchange")
         if not isinstance(dlx, str):
             return
-        from amqpd.broker.dead_letter import dead_letter
-
         dead_letter(self, queue, entry, reason, dlx)
+
+    def has_exchange(self, vhost: str, name: str) -> bool:
+        """dead_letter.Router: whether the exchange exists."""
+        v = self.vhosts.get(vhost)
+        return v is not None and name in v.exchanges
+
+    def route_to(self, vhost: str, exchange: str, msg: Message) -> list[Queue]:
+        """dead_letter.Router: the queues msg goes to from an existing exchange."""
+        v = self.vhosts[vhost]
+        return v.route(v.exchanges[exchange], msg)

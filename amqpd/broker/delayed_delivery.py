@@ -25,7 +25,8 @@ from amqpd.broker.entry import Entry
 from amqpd.broker.exchanges.delayed import DELAY_HEADER, DelayedExchange, delay_of
 from amqpd.broker.message import Message
 from amqpd.broker.message_ids import stamp_for
-from amqpd.broker.recovery import HOLDER_PREFIX, message_from_record
+from amqpd.broker.recovery import HOLDER_PREFIX
+from amqpd.broker.stored_message import message_from_record
 from amqpd.protocol.constants import FLAG_HEADERS
 from amqpd.protocol.field_tables import table_entries
 from amqpd.protocol.methods import MAX_TABLE_DEPTH

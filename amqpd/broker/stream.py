@@ -17,7 +17,7 @@ from amqpd.broker.entry import Entry
 from amqpd.broker.message import Message
 from amqpd.broker.queue import Queue
 from amqpd.broker.queue_hooks import QueueHooks
-from amqpd.broker.recovery import route_of
+from amqpd.broker.stored_message import route_of
 from amqpd.broker.stream_args import FIRST, LAST, NEXT, OffsetSpec, Retention
 from amqpd.broker.stream_log import MemoryLog, StoreLog, StreamLog, now_ms
 from amqpd.protocol.constants import FLAG_CONTENT_ENCODING, FLAG_CONTENT_TYPE, FLAG_HEADERS

@@ -23,6 +23,7 @@ from amqpd.broker.queue import Queue
 from amqpd.broker.stream import StreamQueue
 from amqpd.broker.stream_args import check_consumer_arguments, parse_filter, parse_offset_spec
 from amqpd.broker.stream_log import now_ms
+from amqpd.broker.unacked import Outstanding, Unacked
 from amqpd.broker.vhost import REPLY_TO, REPLY_TO_PREFIX, VirtualHost, server_generated_name
 from amqpd.protocol.assembler import Assembled, ContentAssembler
 from amqpd.protocol.constants import (
@@ -49,7 +50,6 @@ from amqpd.protocol.properties import PropertyScan, checked_header, replace_head
 if TYPE_CHECKING:
     from amqpd.broker.broker import Broker
 
-Unacked = tuple[Queue, Entry, Consumer | None, float]  # ..., when it was delivered (Broker.clock)
 
 _REPLY_TO_RAW = REPLY_TO.encode()
 
@@ -102,11 +102,10 @@ class Channel:
         self.reply_token: str | None = None  # direct reply-to: set while the channel consumes its replies
         # deliveries
         self.last_tag = 0  # the delivery tag given last; basic.deliver and basic.get-ok count from 1
-        self.unacked: dict[int, Unacked] = {}
+        self.unacked = Outstanding()  # by tag; it keeps every unacked count (unacked.py)
         self.consumers: dict[str, Consumer] = {}
         self.prefetch_count = 0  # for consumers created from now on (basic.qos global=false)
         self.global_prefetch = 0  # shared by all consumers of the channel (global=true)
-        self.unacked_count = 0  # consumer deliveries awaiting ack, for the global limit
         # publisher confirms
         self.confirm = False
         self.publish_seq = 0
@@ -460,7 +459,7 @@ class Channel:
         return self.flow_active and not self.closing and self.conn.writable
 
     def can_deliver_acked(self) -> bool:
-        if self.global_prefetch and self.unacked_count >= self.global_prefetch:
+        if self.global_prefetch and self.unacked.count >= self.global_prefetch:
             return False
         return self.flow_active and not self.closing and self.conn.writable
 
@@ -472,10 +471,7 @@ class Channel:
             if queue.store_id is not None:
                 queue.hooks.settled(queue, entry)
         else:
-            self.unacked[tag] = (queue, entry, consumer, self.broker.clock)
-            consumer.unacked += 1
-            self.unacked_count += 1
-            queue.unacked += 1
+            self.unacked.add(tag, queue, entry, consumer, self.broker.clock)
         header = msg.header if not queue.counts_deliveries else queue.header_for(entry)
         self.conn.send(
             encode_delivery(
@@ -493,22 +489,18 @@ class Channel:
     def deliver_many(self, consumer: Consumer, queue: Queue, entries: list[Entry]) -> None:
         """Acked deliveries to one consumer, encoded in one pass and sent in one write (a stream's replay;
         the consumer's prefetch room was checked by the caller)."""
-        tag = self.last_tag
-        unacked, clock, ctag, channel_id = self.unacked, self.broker.clock, consumer.ctag, self.id
+        first = self.last_tag + 1
+        ctag, channel_id = consumer.ctag, self.id
         frame_max = self.conn.frame_max
         parts = []
-        for entry in entries:
-            tag += 1
-            unacked[tag] = (queue, entry, consumer, clock)
+        for tag, entry in enumerate(entries, first):
             msg = entry.msg
             body = msg.body if msg.body is not None else self.broker.body_of(msg)
             parts.append(
                 encode_delivery(channel_id, ctag, tag, entry.redelivered, msg.route, msg.header, body, frame_max)
             )
-        self.last_tag = tag
-        consumer.unacked += len(entries)
-        self.unacked_count += len(entries)
-        queue.unacked += len(entries)
+        self.last_tag = first + len(entries) - 1
+        self.unacked.add_many(first, queue, entries, consumer, self.broker.clock)
         self.conn.send(b"".join(parts))
 
     def deliver_each(self, consumer: Consumer, route: bytes, headers: list[bytes], bodies: list[bytes]) -> None:
@@ -570,7 +562,7 @@ class Channel:
             _check_not_stream(kind, taken)
         by_queue: dict[Queue, list[Entry]] = {}
         for _tag, (queue, entry, consumer, _at) in taken:
-            self._release(queue, consumer)
+            self.unacked.release(queue, consumer)
             if requeue and not queue.deleted:
                 by_queue.setdefault(queue, []).append(entry)
             else:
@@ -582,20 +574,12 @@ class Channel:
     def _apply_acks(self, taken: list[tuple[int, Unacked]]) -> None:
         """_apply_settle for acks, the per-message path of every manually acking consumer."""
         self.acked += len(taken)
+        release = self.unacked.release
         for _tag, (queue, entry, consumer, _at) in taken:
-            queue.unacked -= 1
+            release(queue, consumer)
             queue.acked += 1
-            if consumer is not None:
-                consumer.unacked -= 1
-                self.unacked_count -= 1
             queue.hooks.settled(queue, entry)
         self._redispatch()
-
-    def _release(self, queue: Queue, consumer: Consumer | None) -> None:
-        queue.unacked -= 1
-        if consumer is not None:
-            consumer.unacked -= 1
-            self.unacked_count -= 1
 
     def _redispatch(self) -> None:
         for consumer in list(self.consumers.values()):
@@ -904,8 +888,7 @@ class Channel:
         if m.no_ack:
             q.hooks.settled(q, entry)
         else:
-            self.unacked[tag] = (q, entry, None, self.broker.clock)
-            q.unacked += 1
+            self.unacked.add(tag, q, entry, None, self.broker.clock)
         msg = entry.msg
         self.conn.send(
             encode_get_ok(self.id, tag, entry.redelivered, msg.route, len(q.ready))
@@ -974,9 +957,7 @@ class Channel:
         if not self.tx:
             raise errors.precondition_failed("channel is not transactional")
         for _kind, taken, _requeue in self.tx_acks:
-            for tag, item in taken:
-                self.unacked[tag] = item
-        self.unacked = dict(sorted(self.unacked.items()))
+            self.unacked.restore(taken)
         self.tx_publishes, self.tx_acks = [], []
         self.reply(commands.Tx.RollbackOk())
 
@@ -991,8 +972,7 @@ class Channel:
         self.broker.closed_totals.add(self)
         self.assembler.reset()
         for _kind, taken, _requeue in self.tx_acks:
-            for tag, item in taken:
-                self.unacked[tag] = item
+            self.unacked.restore(taken)
         self.tx_publishes, self.tx_acks = [], []
         consumers = list(self.consumers.values())
         self.consumers.clear()

@@ -569,7 +569,7 @@ class Channel:
                 queue.hooks.dropped(queue, entry, "rejected")
         for queue, entries in by_queue.items():
             queue.requeue(entries)
-        self._redispatch()
+        self.resume_deliveries()
 
     def _apply_acks(self, taken: list[tuple[int, Unacked]]) -> None:
         """_apply_settle for acks, the per-message path of every manually acking consumer."""
@@ -579,9 +579,11 @@ class Channel:
             release(queue, consumer)
             queue.acked += 1
             queue.hooks.settled(queue, entry)
-        self._redispatch()
+        self.resume_deliveries()
 
-    def _redispatch(self) -> None:
+    def resume_deliveries(self) -> None:
+        """Room to deliver again (acks freed prefetch, or the connection's socket drained): each consumer's
+        queue hands over what waits."""
         for consumer in list(self.consumers.values()):
             if consumer.queue.ready:
                 consumer.queue.dispatch()
@@ -770,7 +772,7 @@ class Channel:
         else:
             self.prefetch_count = m.prefetch_count
         self.reply(commands.Basic.QosOk())
-        self._redispatch()
+        self.resume_deliveries()
 
     def basic_consume(self, m: commands.Basic.Consume) -> None:
         if m.queue == REPLY_TO:

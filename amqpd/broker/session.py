@@ -685,7 +685,7 @@ class Session:
         """The socket drained: consumers on this connection may take messages again."""
         self.writable = True
         for ch in list(self.channels.values()):
-            ch._redispatch()  # noqa: SLF001 - the channel's own "try again" entry point
+            ch.resume_deliveries()
 
 
 _HANDSHAKE: dict[int, tuple[type, Callable[[Session, Any], None]]] = {

@@ -11,11 +11,14 @@ from typing import Any
 from amqpd import errors
 from amqpd.broker.access import AccessControl, User
 from amqpd.broker.backlog import Backlog
+from amqpd.broker.dead_letter import dead_letter
 from amqpd.broker.delayed_delivery import DelayedDelivery
+from amqpd.broker.entry import Entry
 from amqpd.broker.exchanges import Exchange
 from amqpd.broker.message import Message
 from amqpd.broker.policy import QUEUE_KEYS, Policies, merge
-from amqpd.broker.queue import Entry, Queue, QueueHooks, wall_clock_ms
+from amqpd.broker.queue import Queue
+from amqpd.broker.queue_hooks import QueueHooks, wall_clock_ms
 from amqpd.broker.recovery import message_from_record
 from amqpd.broker.vhost import VirtualHost
 from amqpd.config import Settings
@@ -359,6 +362,14 @@ class Broker:
         dlx = queue.effective.get("x-dead-letter-exchange")
         if not isinstance(dlx, str):
             return
-        from amqpd.broker.dead_letter import dead_letter
-
         dead_letter(self, queue, entry, reason, dlx)
+
+    def has_exchange(self, vhost: str, name: str) -> bool:
+        """dead_letter.Router: whether the exchange exists."""
+        v = self.vhosts.get(vhost)
+        return v is not None and name in v.exchanges
+
+    def route_to(self, vhost: str, exchange: str, msg: Message) -> list[Queue]:
+        """dead_letter.Router: the queues msg goes to from an existing exchange."""
+        v = self.vhosts[vhost]
+        return v.route(v.exchanges[exchange], msg)

@@ -14,26 +14,26 @@ from pamqp import base, commands
 
 from amqpd import errors
 from amqpd.broker.consumer import Consumer
+from amqpd.broker.entry import Entry
 from amqpd.broker.exchanges.delayed import delay_of
-from amqpd.broker.message import SCANNED_FLAGS, Message
-from amqpd.broker.message_ids import stamp_for
-from amqpd.broker.queue import Entry, Queue
+from amqpd.broker.message import SCANNED_FLAGS, Message, may_name_keys
+from amqpd.broker.message_ids import IDS, stamp
+from amqpd.broker.publish_plan import NOWHERE, PublishPlan
+from amqpd.broker.queue import Queue
 from amqpd.broker.stream import StreamQueue
 from amqpd.broker.stream_args import check_consumer_arguments, parse_filter, parse_offset_spec
 from amqpd.broker.stream_log import now_ms
+from amqpd.broker.unacked import Outstanding, Unacked
 from amqpd.broker.vhost import REPLY_TO, REPLY_TO_PREFIX, VirtualHost, server_generated_name
 from amqpd.protocol.assembler import Assembled, ContentAssembler
 from amqpd.protocol.constants import (
-    FLAG_DELIVERY_MODE,
-    FLAG_EXPIRATION,
-    FLAG_HEADERS,
-    FLAG_PRIORITY,
     FLAG_REPLY_TO,
     FLAG_USER_ID,
 )
 from amqpd.protocol.fastpath import (
     encode_ack,
     encode_deliveries,
+    encode_deliveries_each,
     encode_delivery,
     encode_get_ok,
     encode_nack,
@@ -50,11 +50,7 @@ from amqpd.protocol.properties import PropertyScan, checked_header, replace_head
 if TYPE_CHECKING:
     from amqpd.broker.broker import Broker
 
-Unacked = tuple[Queue, Entry, Consumer | None, float]  # ..., when it was delivered (Broker.clock)
 
-# Properties that make a message take the per-message path: headers (CC/BCC, headers exchanges),
-# expiration (TTL), reply_to (direct reply-to rewrite), user_id (checked), and a continuation flag word.
-_RUN_REFUSED_FLAGS = FLAG_HEADERS | FLAG_EXPIRATION | FLAG_REPLY_TO | FLAG_USER_ID | 1
 _REPLY_TO_RAW = REPLY_TO.encode()
 
 
@@ -106,11 +102,10 @@ class Channel:
         self.reply_token: str | None = None  # direct reply-to: set while the channel consumes its replies
         # deliveries
         self.last_tag = 0  # the delivery tag given last; basic.deliver and basic.get-ok count from 1
-        self.unacked: dict[int, Unacked] = {}
+        self.unacked = Outstanding()  # by tag; it keeps every unacked count (unacked.py)
         self.consumers: dict[str, Consumer] = {}
         self.prefetch_count = 0  # for consumers created from now on (basic.qos global=false)
         self.global_prefetch = 0  # shared by all consumers of the channel (global=true)
-        self.unacked_count = 0  # consumer deliveries awaiting ack, for the global limit
         # publisher confirms
         self.confirm = False
         self.publish_seq = 0
@@ -148,17 +143,74 @@ class Channel:
         self.publish(Message(exchange, routing_key, route, checked_header(header), body, flags), bool(bits & 1))
 
     def on_publish_run(self, method: bytes, header: bytes, bodies: list[bytes]) -> bool:
-        """Publishes that differ only by body (FrameReader's PUBLISH_RUN), delivered in one pass when the
-        per-message path would send each straight to the same no-ack consumer and do nothing else.
+        """Publishes that differ only by body (FrameReader's PUBLISH_RUN), delivered in one pass when their
+        publish plan sends them straight to a queue that hands each, as it comes, to the same no-ack consumer.
         False, with nothing done, otherwise: the caller then publishes them one by one."""
-        target = self._run_target(method, header)
-        if target is None:
+        target = self._straight_target(method)
+        if target is None or not self._goes_straight(target, header):
             return False
-        consumer, route = target
+        _plan, route, consumer = target
         self.published += len(bodies)
-        consumer.queue.count_run(len(bodies))
+        consumer.queue.take_run(len(bodies))
         consumer.channel.deliver_run(consumer, route, header, bodies)
         return True
+
+    def on_publish_group(self, method: bytes, headers: list[bytes], bodies: list[bytes]) -> int:
+        """Publishes to one place, each with its own properties (FrameReader's PUBLISH_GROUP): the leading ones
+        that the publish plan sends straight to the same no-ack consumer, as on_publish_run does, are delivered
+        in one pass. How many; the caller publishes the others one by one."""
+        target = self._straight_target(method)
+        if target is None:
+            return 0
+        n = 0
+        for header in headers:
+            if not self._goes_straight(target, header):
+                break
+            n += 1
+        if n:
+            _plan, route, consumer = target
+            self.published += n
+            consumer.queue.take_run(n)
+            consumer.channel.deliver_each(consumer, route, headers[:n], bodies[:n])
+        return n
+
+    def _straight_target(self, method: bytes) -> tuple[PublishPlan, bytes, Consumer] | None:
+        """For publishes with this method: their plan, route and the consumer their plan's plain queue would
+        hand each to as it comes (Queue.run_consumer); None when they may go anywhere else, or when the channel
+        holds or confirms its publishes (tx, confirm mode)."""
+        if self.tx or self.confirm:
+            return None
+        try:
+            exchange, routing_key, route, bits = parse_publish_route(method)
+        except errors.AMQPError:
+            return None
+        ex = self.vhost.exchanges.get(exchange)
+        if bits & 2 or ex is None or not self._cleared(ex, exchange, 0):  # user_id: straight_to() refuses it
+            return None
+        plan = self.vhost.plan(ex, routing_key)
+        consumer = plan.plain.run_consumer() if plan.plain is not None else None
+        return None if consumer is None else (plan, route, consumer)
+
+    def _goes_straight(self, target: tuple[PublishPlan, bytes, Consumer], header: bytes) -> bool:
+        """Whether the plan sends a publish with this content header straight to the target's queue, the
+        header read as on_whole_publish and Message read it (False when either would refuse it: the single
+        path then reports the error), and its body fits one frame to the consumer."""
+        plan, _route, consumer = target
+        try:
+            class_id, body_size, flags = parse_content_header(header)
+            checked_header(header)
+            scan = PropertyScan(header, flags) if flags & SCANNED_FLAGS else None
+        except errors.AMQPError:
+            return False
+        if class_id != 60 or body_size > self.assembler.max_size or body_size > consumer.channel.conn.frame_max - 8:
+            return False
+        mode, names_keys = None, False
+        if scan is not None:
+            mode = scan.delivery_mode
+            if mode is not None and mode != 1 and mode != 2:
+                return False  # refused, one message at a time
+            names_keys = scan.headers_raw is not None and may_name_keys(scan.headers_raw)
+        return plan.straight_to(flags, mode == 2, names_keys) is not None
 
     def prepare_run(self, method: bytes, header: bytes) -> PreparedRun | None:
         """What on_whole_publish would parse from each publish of a run, parsed once; None when it would not
@@ -172,48 +224,6 @@ class Channel:
         if bits & 2 or class_id != 60 or body_size > self.assembler.max_size:
             return None
         return PreparedRun(exchange, routing_key, route, checked_header(header), flags, bool(bits & 1), scan)
-
-    def _run_target(self, method: bytes, header: bytes) -> tuple[Consumer, bytes] | None:
-        """The consumer every message of a run goes to, and its route; None when anything could make one
-        message's fate differ from a plain immediate delivery (each check mirrors a step of publish(),
-        _deliver_published() and Queue.push(), which then take over)."""
-        if self.tx or self.confirm:
-            return None
-        try:
-            exchange, routing_key, route, bits = parse_publish_route(method)
-            class_id, body_size, flags = parse_content_header(header)
-            checked_header(header)
-            mode = PropertyScan(header, flags).delivery_mode if flags & (FLAG_DELIVERY_MODE | FLAG_PRIORITY) else None
-        except errors.AMQPError:
-            return None
-        if mode is not None and mode != 1 and mode != 2:
-            return None  # refused, one message at a time
-        persistent = mode == 2
-        if bits & 2 or class_id != 60 or flags & _RUN_REFUSED_FLAGS or body_size > self.assembler.max_size:
-            return None
-        ex = self.vhost.exchanges.get(exchange)
-        if ex is None or ex.internal or not (self._may_publish_to(exchange) or self._learn_may_publish(ex)):
-            return None
-        queues = self.vhost.route_key(ex, routing_key)
-        if len(queues) != 1:
-            return None
-        queue = queues[0]
-        if (
-            queue.ready
-            or queue.limited
-            or queue.message_ttl is not None
-            or queue.counts_deliveries
-            or (persistent and queue.store_id is not None)
-        ):
-            return None
-        consumer = queue.sole_consumer()
-        if consumer is None or not consumer.no_ack or not consumer.channel.can_deliver():
-            return None
-        if body_size > consumer.channel.conn.frame_max - 8:
-            return None
-        if queue.stamps_ids:  # each message gets its own id (message_ids.py)
-            return None
-        return consumer, route
 
     def on_header(self, payload: bytes) -> None:
         done = self.assembler.take_header(payload)
@@ -233,13 +243,7 @@ class Channel:
 
     def publish(self, msg: Message, mandatory: bool) -> None:
         ex = self.vhost.exchanges.get(msg.exchange)
-        if (
-            ex is None
-            or ex.internal
-            or msg.flags & FLAG_USER_ID
-            or msg.exchange not in self.may_publish_to
-            or self.access_generation != self.access.generation
-        ):
+        if not self._cleared(ex, msg.exchange, msg.flags):
             self._check_publish(ex, msg)
         if msg.flags & FLAG_REPLY_TO:
             self._rewrite_reply_to(msg)
@@ -252,6 +256,14 @@ class Channel:
             self.publish_seq += 1
             seq = self.publish_seq
         self._deliver_published(msg, mandatory, seq, None)
+
+    def _cleared(self, ex: Any, exchange: str, flags: int) -> bool:
+        """Whether a publish to `ex` passes every check of _check_publish without checking: the exchange exists
+        and is not internal, this user may publish to it whatever the routing key (learnt once per access
+        model), and there is no user_id to compare."""
+        if ex is None or ex.internal or flags & FLAG_USER_ID:
+            return False
+        return self._may_publish_to(exchange) or self._learn_may_publish(ex)
 
     def _may_publish_to(self, exchange: str) -> bool:
         """Checked before, under the current access model: write permission, no topic permission in play."""
@@ -310,8 +322,9 @@ class Channel:
         """Route and enqueue one message; returns and confirms as RabbitMQ sends them.
         True when the store took it and on_stored will fire after its fsync."""
         ex = self.vhost.exchanges.get(msg.exchange)
-        queues = self.vhost.route(ex, msg) if ex is not None else []
-        if ex is not None and ex.delays and (queues or not mandatory) and msg.has_headers:
+        plan = self.vhost.plan_for(ex, msg) if ex is not None else NOWHERE
+        queues = plan.queues
+        if plan.delays and (queues or not mandatory) and msg.has_headers:
             delay = delay_of(msg.headers)
             if delay is not None:
                 return self._delay(ex, msg, delay, seq, on_stored)
@@ -322,13 +335,16 @@ class Channel:
             return False
         if msg.may_carry_cc and msg.headers and "BCC" in msg.headers:
             self._strip_bcc(msg)
-        stamp_for(msg, queues)
+        if plan.stamps:
+            stamp(msg, IDS.next())
         accepting = queues
         refused = False
-        if queues[0].limited if len(queues) == 1 else any(q.limited for q in queues):
+        always_stored = plan.always_stored
+        if plan.limited:
             accepting, refused = self._admit(msg, queues)
+            always_stored = _any_stored(accepting)
         stored = False
-        if self.broker.store is not None and (msg.persistent or _any_stored(accepting)):
+        if self.broker.store is not None and (msg.persistent or always_stored):
             stored = self.broker.store_message(
                 msg, accepting, self._durable_callback(seq, on_stored), self._failed_callback(seq, on_stored)
             )
@@ -443,7 +459,7 @@ class Channel:
         return self.flow_active and not self.closing and self.conn.writable
 
     def can_deliver_acked(self) -> bool:
-        if self.global_prefetch and self.unacked_count >= self.global_prefetch:
+        if self.global_prefetch and self.unacked.count >= self.global_prefetch:
             return False
         return self.flow_active and not self.closing and self.conn.writable
 
@@ -455,10 +471,7 @@ class Channel:
             if queue.store_id is not None:
                 queue.hooks.settled(queue, entry)
         else:
-            self.unacked[tag] = (queue, entry, consumer, self.broker.clock)
-            consumer.unacked += 1
-            self.unacked_count += 1
-            queue.unacked += 1
+            self.unacked.add(tag, queue, entry, consumer, self.broker.clock)
         header = msg.header if not queue.counts_deliveries else queue.header_for(entry)
         self.conn.send(
             encode_delivery(
@@ -476,23 +489,26 @@ class Channel:
     def deliver_many(self, consumer: Consumer, queue: Queue, entries: list[Entry]) -> None:
         """Acked deliveries to one consumer, encoded in one pass and sent in one write (a stream's replay;
         the consumer's prefetch room was checked by the caller)."""
-        tag = self.last_tag
-        unacked, clock, ctag, channel_id = self.unacked, self.broker.clock, consumer.ctag, self.id
+        first = self.last_tag + 1
+        ctag, channel_id = consumer.ctag, self.id
         frame_max = self.conn.frame_max
         parts = []
-        for entry in entries:
-            tag += 1
-            unacked[tag] = (queue, entry, consumer, clock)
+        for tag, entry in enumerate(entries, first):
             msg = entry.msg
             body = msg.body if msg.body is not None else self.broker.body_of(msg)
             parts.append(
                 encode_delivery(channel_id, ctag, tag, entry.redelivered, msg.route, msg.header, body, frame_max)
             )
-        self.last_tag = tag
-        consumer.unacked += len(entries)
-        self.unacked_count += len(entries)
-        queue.unacked += len(entries)
+        self.last_tag = first + len(entries) - 1
+        self.unacked.add_many(first, queue, entries, consumer, self.broker.clock)
         self.conn.send(b"".join(parts))
+
+    def deliver_each(self, consumer: Consumer, route: bytes, headers: list[bytes], bodies: list[bytes]) -> None:
+        """No-ack deliveries of messages with one route, each with its own header, encoded in one pass
+        (on_publish_group)."""
+        first = self.last_tag + 1
+        self.last_tag += len(bodies)
+        self.conn.send(encode_deliveries_each(self.id, consumer.ctag, first, route, headers, bodies))
 
     def deliver_run(self, consumer: Consumer, route: bytes, header: bytes, bodies: list[bytes]) -> None:
         """No-ack deliveries of messages that differ only by body, encoded in one pass (on_publish_run)."""
@@ -546,34 +562,28 @@ class Channel:
             _check_not_stream(kind, taken)
         by_queue: dict[Queue, list[Entry]] = {}
         for _tag, (queue, entry, consumer, _at) in taken:
-            self._release(queue, consumer)
+            self.unacked.release(queue, consumer)
             if requeue and not queue.deleted:
                 by_queue.setdefault(queue, []).append(entry)
             else:
                 queue.hooks.dropped(queue, entry, "rejected")
         for queue, entries in by_queue.items():
             queue.requeue(entries)
-        self._redispatch()
+        self.resume_deliveries()
 
     def _apply_acks(self, taken: list[tuple[int, Unacked]]) -> None:
         """_apply_settle for acks, the per-message path of every manually acking consumer."""
         self.acked += len(taken)
+        release = self.unacked.release
         for _tag, (queue, entry, consumer, _at) in taken:
-            queue.unacked -= 1
+            release(queue, consumer)
             queue.acked += 1
-            if consumer is not None:
-                consumer.unacked -= 1
-                self.unacked_count -= 1
             queue.hooks.settled(queue, entry)
-        self._redispatch()
+        self.resume_deliveries()
 
-    def _release(self, queue: Queue, consumer: Consumer | None) -> None:
-        queue.unacked -= 1
-        if consumer is not None:
-            consumer.unacked -= 1
-            self.unacked_count -= 1
-
-    def _redispatch(self) -> None:
+    def resume_deliveries(self) -> None:
+        """Room to deliver again (acks freed prefetch, or the connection's socket drained): each consumer's
+        queue hands over what waits."""
         for consumer in list(self.consumers.values()):
             if consumer.queue.ready:
                 consumer.queue.dispatch()
@@ -762,7 +772,7 @@ class Channel:
         else:
             self.prefetch_count = m.prefetch_count
         self.reply(commands.Basic.QosOk())
-        self._redispatch()
+        self.resume_deliveries()
 
     def basic_consume(self, m: commands.Basic.Consume) -> None:
         if m.queue == REPLY_TO:
@@ -880,8 +890,7 @@ class Channel:
         if m.no_ack:
             q.hooks.settled(q, entry)
         else:
-            self.unacked[tag] = (q, entry, None, self.broker.clock)
-            q.unacked += 1
+            self.unacked.add(tag, q, entry, None, self.broker.clock)
         msg = entry.msg
         self.conn.send(
             encode_get_ok(self.id, tag, entry.redelivered, msg.route, len(q.ready))
@@ -950,9 +959,7 @@ class Channel:
         if not self.tx:
             raise errors.precondition_failed("channel is not transactional")
         for _kind, taken, _requeue in self.tx_acks:
-            for tag, item in taken:
-                self.unacked[tag] = item
-        self.unacked = dict(sorted(self.unacked.items()))
+            self.unacked.restore(taken)
         self.tx_publishes, self.tx_acks = [], []
         self.reply(commands.Tx.RollbackOk())
 
@@ -967,8 +974,7 @@ class Channel:
         self.broker.closed_totals.add(self)
         self.assembler.reset()
         for _kind, taken, _requeue in self.tx_acks:
-            for tag, item in taken:
-                self.unacked[tag] = item
+            self.unacked.restore(taken)
         self.tx_publishes, self.tx_acks = [], []
         consumers = list(self.consumers.values())
         self.consumers.clear()

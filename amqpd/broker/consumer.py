@@ -8,7 +8,8 @@ from amqpd.protocol.fastpath import shortstr
 
 if TYPE_CHECKING:
     from amqpd.broker.channel import Channel
-    from amqpd.broker.queue import Entry, Queue
+    from amqpd.broker.entry import Entry
+    from amqpd.broker.queue import Queue
 
 
 class Consumer:

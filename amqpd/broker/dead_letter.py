@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import datetime
 import struct
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from amqpd.broker.message import Message
 from amqpd.protocol.constants import FLAG_EXPIRATION, FLAG_HEADERS
@@ -13,29 +14,44 @@ from amqpd.protocol.fastpath import shortstr
 from amqpd.protocol.properties import encode_table, rewrite_properties
 
 if TYPE_CHECKING:
-    from amqpd.broker.broker import Broker
-    from amqpd.broker.queue import Entry, Queue
+    from amqpd.broker.entry import Entry
+    from amqpd.broker.queue import Queue
 
 
-def dead_letter(broker: Broker, queue: Queue, entry: Entry, reason: str, dlx_name: str) -> None:
-    vhost = broker.vhosts.get(queue.vhost)
-    if vhost is None or dlx_name not in vhost.exchanges:
+class Router(Protocol):
+    """What dead-lettering needs of the broker: routing, the store, message bodies and the clock."""
+
+    def has_exchange(self, vhost: str, name: str) -> bool: ...
+
+    def route_to(self, vhost: str, exchange: str, msg: Message) -> list[Queue]:
+        """The queues msg goes to from `exchange` (which exists)."""
+        ...
+
+    def store_message(self, msg: Message, queues: list[Queue], on_durable: Callable[[], None] | None) -> bool: ...
+
+    def body_of(self, msg: Message) -> bytes: ...
+
+    def now_ms(self) -> int: ...
+
+
+def dead_letter(router: Router, queue: Queue, entry: Entry, reason: str, dlx_name: str) -> None:
+    if not router.has_exchange(queue.vhost, dlx_name):
         return  # RabbitMQ drops the message when the dead-letter exchange does not exist
     msg = entry.msg
     routing_key = queue.effective.get("x-dead-letter-routing-key") or msg.routing_key
-    dead = _dead_message(broker, msg, queue, reason, dlx_name, routing_key)
+    dead = _dead_message(router, msg, queue, reason, dlx_name, routing_key)
     deaths: list[dict[str, Any]] = dead.headers.get("x-death", []) if dead.headers else []
-    targets = vhost.route(vhost.exchanges[dlx_name], dead)
+    targets = router.route_to(queue.vhost, dlx_name, dead)
     if reason != "rejected":  # a rejection is the application's choice, never a cycle to break
         targets = [q for q in targets if not _cycles(q, deaths)]
     if not targets:
         return
-    broker.store_message(dead, targets, None)
+    router.store_message(dead, targets, None)
     for q in targets:
         q.push(dead)
 
 
-def _dead_message(broker: Broker, msg: Message, queue: Queue, reason: str, dlx: str, routing_key: str) -> Message:
+def _dead_message(router: Router, msg: Message, queue: Queue, reason: str, dlx: str, routing_key: str) -> Message:
     headers = dict(msg.headers or {})
     deaths = [dict(d) for d in headers.get("x-death") or [] if isinstance(d, dict)]
     previous = next((d for d in deaths if d.get("queue") == queue.name and d.get("reason") == reason), None)
@@ -48,7 +64,7 @@ def _dead_message(broker: Broker, msg: Message, queue: Queue, reason: str, dlx: 
             "count": 1,
             "reason": reason,
             "queue": queue.name,
-            "time": _now(broker),
+            "time": _now(router),
             "exchange": msg.exchange,
             "routing-keys": [_table_string(msg.routing_key), *_cc(headers)],  # BCC keys stay secret, as in RabbitMQ
         }
@@ -62,7 +78,7 @@ def _dead_message(broker: Broker, msg: Message, queue: Queue, reason: str, dlx: 
     headers.setdefault("x-first-death-reason", reason)
     headers.setdefault("x-first-death-queue", queue.name)
     headers.setdefault("x-first-death-exchange", msg.exchange)
-    body = broker.body_of(msg)
+    body = router.body_of(msg)
     # The message's own TTL does not follow it to the dead-letter queue; every other property stays as sent.
     header = rewrite_properties(msg.header, len(body), {FLAG_HEADERS: encode_table(headers), FLAG_EXPIRATION: None})
     flags = struct.unpack_from(">H", header, 12)[0]
@@ -96,5 +112,5 @@ def _cc(headers: dict[str, Any]) -> list[str]:
     return [c for c in cc if isinstance(c, str)] if isinstance(cc, list) else []
 
 
-def _now(broker: Broker) -> datetime.datetime:
-    return datetime.datetime.fromtimestamp(broker.now_ms() // 1000, datetime.UTC)
+def _now(router: Router) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(router.now_ms() // 1000, datetime.UTC)

@@ -21,10 +21,12 @@ import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from amqpd.broker.entry import Entry
 from amqpd.broker.exchanges.delayed import DELAY_HEADER, DelayedExchange, delay_of
 from amqpd.broker.message import Message
 from amqpd.broker.message_ids import stamp_for
-from amqpd.broker.recovery import HOLDER_PREFIX, message_from_record
+from amqpd.broker.recovery import HOLDER_PREFIX
+from amqpd.broker.stored_message import message_from_record
 from amqpd.protocol.constants import FLAG_HEADERS
 from amqpd.protocol.field_tables import table_entries
 from amqpd.protocol.methods import MAX_TABLE_DEPTH
@@ -155,8 +157,6 @@ class DelayedDelivery:
             if not q.limited or not q.would_overflow():
                 accepting.append(q)
             elif q.overflow == "reject-publish-dlx":
-                from amqpd.broker.queue import Entry
-
                 self.broker.dead_letter(q, Entry(msg, 0, None), "maxlen")
         return accepting
 

@@ -85,9 +85,7 @@ class Message:
         if raw is None:
             self._headers = None
         else:
-            # A key is a shortstr: its length byte, then the name. Without either byte string the table has
-            # neither key and routing needs no decode; a match inside a value only costs the decode.
-            self.may_carry_cc = b"\x02CC" in raw or b"\x03BCC" in raw
+            self.may_carry_cc = may_name_keys(raw)
 
     @property
     def headers(self) -> dict | None:
@@ -108,6 +106,13 @@ class Message:
 
     def raw_property(self, flag: int) -> bytes | None:
         return raw_property(self.header, self.flags, flag)
+
+
+def may_name_keys(headers_raw: bytes) -> bool:
+    """Whether an encoded headers table may hold CC or BCC routing keys. A key is a shortstr: its length byte,
+    then the name. Without either byte string the table has neither key and routing needs no decode; a match
+    inside a value only costs the decode."""
+    return b"\x02CC" in headers_raw or b"\x03BCC" in headers_raw
 
 
 MAX_EXPIRY_TIMER = 4294967295

@@ -1,7 +1,7 @@
 """A queue: ready messages in order, consumers served round-robin, TTL, length limits.
 
-Plain object: delivery goes to the consumer's channel (Consumer.deliver, or the channel directly when a
-push goes straight out), the wall clock comes from the hooks (QueueHooks.now_ms), durability and
+Plain object: delivery goes to its subscribers through a small protocol (subscriber.py: can_accept, deliver),
+never past them into channels; the wall clock comes from the hooks (QueueHooks.now_ms), durability and
 dead-lettering go through the hooks. No sockets here; but a durable queue's backlog is read back through
 QueueHooks.read_ahead (a worker thread) and QueueHooks.load, which reads synchronously when the worker
 has not finished (see backlog.py).
@@ -9,80 +9,24 @@ has not finished (see backlog.py).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Generic, TypeVar
 
 from amqpd.broker.backlog import Backlog
 from amqpd.broker.dedup import Deduplicator
 from amqpd.broker.delivery_count import counts_deliveries, delivery_limit
+from amqpd.broker.entry import Entry
 from amqpd.broker.message import Message
 from amqpd.broker.message_ids import wants_ids
+from amqpd.broker.queue_hooks import QueueHooks
 from amqpd.broker.ready import FifoReady, PriorityReady
+from amqpd.broker.subscriber import Subscriber
 from amqpd.protocol.properties import with_delivery_count
 
-if TYPE_CHECKING:
-    from amqpd.broker.consumer import Consumer
+S = TypeVar("S", bound=Subscriber)  # the consumers' type: Consumer in the broker, anything that subscribes in tests
 
 
-def wall_clock_ms() -> int:
-    return int(time.time() * 1000)
-
-
-class Entry:
-    """A message's place in one queue: its sequence number keeps the original position on requeue."""
-
-    __slots__ = ("msg", "seq", "redelivered", "expires_at", "returns")
-
-    def __init__(self, msg: Message, seq: int, expires_at: int | None) -> None:
-        self.msg = msg
-        self.seq = seq
-        self.redelivered = False
-        self.expires_at = expires_at
-        self.returns = 0  # times it went back to the queue unacked: a quorum queue's x-delivery-count
-
-
-class QueueHooks:
-    """What a queue tells the outside world; the vhost wires these to the store and dead-lettering."""
-
-    def dropped(self, queue: Queue, entry: Entry, reason: str) -> None:  # expired, maxlen, rejected
-        """A message left the queue without being acked by a consumer."""
-
-    def settled(self, queue: Queue, entry: Entry) -> None:
-        """A message was acked (or delivered with no-ack): the queue needs it no more."""
-
-    def unused(self, queue: Queue) -> None:
-        """x-expires ran out: the queue should be deleted."""
-
-    def schedule(self, delay_s: float, callback: Callable[[], None]) -> Any:
-        """Run callback later on the broker's loop; returns a handle with cancel()."""
-        return None
-
-    def load(self, queue: Queue, offsets: list[int], records: list[Any] | None = None) -> list[Message | None]:
-        """Messages for store offsets (None: no longer readable), from `records` if they were read ahead
-        (read_ahead), else read from the store now."""
-        return [None] * len(offsets)
-
-    def read_ahead(self, queue: Queue, offsets: list[int], done: Callable[[list[Any]], None]) -> bool:
-        """Start reading these offsets' records in a worker thread; `done(records)` on the loop when they are
-        in. False: not possible here (load() will read them when needed)."""
-        return False
-
-    def forget(self, queue: Queue, offsets: list[int]) -> None:
-        """Recovered messages that were never read back left the queue (purge)."""
-
-    def created(self, vhost: str, obj: Any) -> None:
-        """A queue or exchange was declared: the policies that match apply to it."""
-
-    def counted(self, queue: Queue, entry: Entry, count: int) -> None:
-        """A message goes back to a queue that counts deliveries: its new count should survive a restart."""
-
-    def now_ms(self) -> int:
-        """The wall clock in ms (TTL), injected so that tests can move it."""
-        return wall_clock_ms()
-
-
-class Queue:
+class Queue(Generic[S]):
     def __init__(
         self,
         vhost: str,
@@ -104,7 +48,7 @@ class Queue:
         self.now_ms = self.hooks.now_ms
         max_priority = (arguments or {}).get("x-max-priority")
         self.ready: FifoReady | PriorityReady | Backlog = PriorityReady(max_priority) if max_priority else FifoReady()
-        self.consumers: list[Consumer] = []
+        self.consumers: list[S] = []
         self.unacked = 0
         self.deleted = False
         self.had_consumers = False
@@ -124,7 +68,7 @@ class Queue:
         self.dedup = Deduplicator.from_arguments(self.arguments)
         # limited: publishes to it go through Channel._admit (length limits, duplicates)
         self.limited = self.max_length is not None or self.max_length_bytes is not None or self.dedup is not None
-        self.exclusive_consumer: Consumer | None = None
+        self.exclusive_consumer: S | None = None
         self.throttled: set[Any] = set()  # publishing connections paused until the backlog drains
         self.single_active = self.arguments.get("x-single-active-consumer") is True
         # Quorum queues, and any queue with x-delivery-limit, count returns and send x-delivery-count.
@@ -182,8 +126,27 @@ class Queue:
         """Messages that entered the queue (recovered ones included)."""
         return self._seq
 
-    def count_run(self, n: int) -> None:
-        """n messages went straight through to a consumer without a push (Channel.on_publish_run)."""
+    def takes_as_sent(self) -> bool:
+        """Whether push() of a new message without a TTL that no store holds does nothing but queue it or hand
+        it to a consumer as it was sent: no queue TTL, no delivery count in its header, no stream log. A
+        publish plan (publish_plan.py) lets a run of publishes skip push() on such a queue
+        (take_run): every rule that push() or deliver() applies to a new message must make this False."""
+        return self.message_ttl is None and not self.counts_deliveries and not self.is_stream
+
+    def run_consumer(self) -> S | None:
+        """The consumer push() would hand each of a run of new messages to, as they come: the queue is empty and
+        its one consumer (or single active one) takes them without acks and can take them now. None when
+        push() would queue one, or could pick another consumer for the next."""
+        if self.ready:
+            return None
+        consumer = self.sole_consumer()
+        if consumer is None or not consumer.no_ack or not consumer.can_accept():
+            return None
+        return consumer
+
+    def take_run(self, n: int) -> None:
+        """n messages went straight through to run_consumer() without a push (Channel.on_publish_run): counted
+        as published and delivered, as push() and deliver() count them."""
         self._seq += n
         self.delivered += n
 
@@ -218,7 +181,7 @@ class Queue:
         if self.consumers and not self.ready:
             consumer = self._next_consumer()
             if consumer is not None:
-                consumer.channel.deliver(consumer, self, entry)
+                consumer.deliver(self, entry)
                 return
         self.ready.append(entry)
         self.ready_bytes += msg.size
@@ -297,7 +260,7 @@ class Queue:
 
     # -- consuming -------------------------------------------------------------------------------------
 
-    def add_consumer(self, consumer: Consumer) -> None:
+    def add_consumer(self, consumer: S) -> None:
         self.consumers.append(consumer)
         if not self.single_active:  # a single active consumer is the longest-waiting one, priority aside
             self.consumers.sort(key=lambda c: -c.priority)  # stable: equal priorities keep arrival order
@@ -308,7 +271,7 @@ class Queue:
             self.exclusive_consumer = consumer
         self.dispatch()
 
-    def remove_consumer(self, consumer: Consumer) -> None:
+    def remove_consumer(self, consumer: S) -> None:
         if consumer in self.consumers:
             self.consumers.remove(consumer)
         self._prioritised = len({c.priority for c in self.consumers}) > 1
@@ -344,7 +307,7 @@ class Queue:
             return with_delivery_count(entry.msg.header, entry.returns)
         return entry.msg.header
 
-    def sole_consumer(self) -> Consumer | None:
+    def sole_consumer(self) -> S | None:
         """The one consumer _next_consumer() can pick, when it has no choice to make (one consumer, or a
         single active one); None when it round-robins or picks by priority."""
         consumers = self.consumers
@@ -352,7 +315,7 @@ class Queue:
             return consumers[0]
         return None
 
-    def _next_consumer(self) -> Consumer | None:
+    def _next_consumer(self) -> S | None:
         consumers = self.consumers
         n = len(consumers)
         if n == 1 or (n and self.single_active):
@@ -367,7 +330,7 @@ class Queue:
                 return c
         return None
 
-    def _next_by_priority(self) -> Consumer | None:
+    def _next_by_priority(self) -> S | None:
         """The highest priority level with a consumer that has room; round-robin within the level."""
         for priority in sorted({c.priority for c in self.consumers}, reverse=True):
             level = [c for c in self.consumers if c.priority == priority]

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from amqpd.broker.queue import Entry
+    from amqpd.broker.entry import Entry
 
 
 class FifoReady(deque):  # type: ignore[type-arg]

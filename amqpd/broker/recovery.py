@@ -3,21 +3,17 @@
 from __future__ import annotations
 
 import logging
-import struct
 from typing import Any
 
 from amqpd.broker.backlog import Backlog
 from amqpd.broker.exchanges import DelayedExchange, make_exchange
-from amqpd.broker.message import Message
 from amqpd.broker.queue import Queue
+from amqpd.broker.stored_message import message_from_record
+from amqpd.broker.stream import StreamQueue
 from amqpd.broker.stream_args import is_stream
-from amqpd.protocol.fastpath import shortstr
-from amqpd.protocol.properties import shared_header
 
 log = logging.getLogger("amqpd.recovery")
 HOLDER_PREFIX = "amq.delayed-message/"  # delayed_delivery.holder_name: a delayed exchange's store holder
-_ROUTES: dict[tuple[str, str], bytes] = {}
-_ROUTES_MAX = 4096
 
 
 def restore(broker: Any, recovered: Any, crashed: bool = False) -> None:
@@ -47,7 +43,7 @@ def restore(broker: Any, recovered: Any, crashed: bool = False) -> None:
         if entry.name.startswith(HOLDER_PREFIX):
             count += _restore_delayed(broker, vhost, entry)
             continue
-        q = Queue(
+        q: Queue = Queue(
             entry.vhost,
             entry.name,
             durable=True,
@@ -90,8 +86,6 @@ def restore(broker: Any, recovered: Any, crashed: bool = False) -> None:
 
 
 def _restore_stream(broker: Any, vhost: Any, entry: Any) -> int:
-    from amqpd.broker.stream import StreamQueue  # stream.py reads records back through this module
-
     q = StreamQueue(
         entry.vhost,
         entry.name,
@@ -139,26 +133,3 @@ def _restore_messages(broker: Any, q: Queue, entry: Any, crashed: bool) -> int:
     for rm in entry.messages:
         q.push(message_from_record(rm.record, rm.offset), rm.redelivered or crashed, rm.record.timestamp_ms)
     return count
-
-
-def route_of(exchange: str, routing_key: str) -> bytes:
-    """The encoded exchange + routing key of a delivery (a backlog read back repeats a few: each once)."""
-    key = (exchange, routing_key)
-    route = _ROUTES.get(key)
-    if route is None:
-        if len(_ROUTES) >= _ROUTES_MAX:
-            _ROUTES.clear()
-        route = _ROUTES[key] = shortstr(exchange) + shortstr(routing_key)
-    return route
-
-
-def message_from_record(record: Any, offset: int) -> Message:
-    header = shared_header(record.properties)
-    flags = struct.unpack_from(">H", header, 12)[0]
-    route = route_of(record.exchange, record.routing_key)
-    msg = Message(record.exchange, record.routing_key, route, header, record.body, flags)
-    msg.persistent = True
-    msg.timestamp_ms = record.timestamp_ms
-    msg.store_offset = offset
-    msg.pageable = True
-    return msg

@@ -31,7 +31,7 @@ from amqpd.protocol.constants import (
     FRAME_MIN_SIZE,
     PROTOCOL_HEADER,
 )
-from amqpd.protocol.frames import PUBLISH, PUBLISH_RUN, BrokenStream, FrameReader
+from amqpd.protocol.frames import PUBLISH, PUBLISH_GROUP, PUBLISH_RUN, BrokenStream, FrameReader
 from amqpd.protocol.methods import decode_method, decode_table, encode_method
 
 if TYPE_CHECKING:
@@ -209,6 +209,9 @@ class Session:
         if ftype == PUBLISH_RUN:
             self._publish_run(channel, *payload)
             return
+        if ftype == PUBLISH_GROUP:
+            self._publish_group(channel, *payload)
+            return
         if self.state == CLOSING:
             self._frame_while_closing(ftype, channel, payload)
             return
@@ -243,6 +246,20 @@ class Session:
                 bodies = self._publish_each(ch, run, bodies)
         for body in bodies:
             self._frame(PUBLISH, channel, (method, header, body))
+            if self.state == CLOSED:
+                return
+
+    def _publish_group(self, channel: int, method: bytes, headers: list[bytes], bodies: list[bytes]) -> None:
+        """Publishes to one place, each with its own properties: the leading ones the channel can deliver in one
+        pass go so; the others one by one."""
+        ch = self.channels.get(channel)
+        done = 0
+        if ch is not None and not ch.assembler.busy and self.state == OPEN:
+            if not self.publishes:
+                self._first_publish()
+            done = ch.on_publish_group(method, headers, bodies)
+        for i in range(done, len(bodies)):
+            self._frame(PUBLISH, channel, (method, headers[i], bodies[i]))
             if self.state == CLOSED:
                 return
 
@@ -668,7 +685,7 @@ class Session:
         """The socket drained: consumers on this connection may take messages again."""
         self.writable = True
         for ch in list(self.channels.values()):
-            ch._redispatch()  # noqa: SLF001 - the channel's own "try again" entry point
+            ch.resume_deliveries()
 
 
 _HANDSHAKE: dict[int, tuple[type, Callable[[Session, Any], None]]] = {

@@ -13,9 +13,11 @@ from array import array
 from typing import TYPE_CHECKING, Any
 
 from amqpd import errors
+from amqpd.broker.entry import Entry
 from amqpd.broker.message import Message
-from amqpd.broker.queue import Entry, Queue, QueueHooks
-from amqpd.broker.recovery import route_of
+from amqpd.broker.queue import Queue
+from amqpd.broker.queue_hooks import QueueHooks
+from amqpd.broker.stored_message import route_of
 from amqpd.broker.stream_args import FIRST, LAST, NEXT, OffsetSpec, Retention
 from amqpd.broker.stream_log import MemoryLog, StoreLog, StreamLog, now_ms
 from amqpd.protocol.constants import FLAG_CONTENT_ENCODING, FLAG_CONTENT_TYPE, FLAG_HEADERS
@@ -107,7 +109,7 @@ class _StreamHooks(QueueHooks):
         self.outer.unused(queue)
 
 
-class StreamQueue(Queue):
+class StreamQueue(Queue["Consumer"]):
     is_stream = True
     always_stored = True  # every message is written, persistent or not, as RabbitMQ does
     FLOW_HIGH = 1 << 62  # a stream's length is history, not a backlog: never a reason to pause publishers

@@ -23,7 +23,9 @@ from amqpd.broker.exchanges import EXCHANGE_TYPES, ROUTING_TYPES, DelayedExchang
 from amqpd.broker.exchanges.delayed import check_delayed_type
 from amqpd.broker.message import Message
 from amqpd.broker.message_ids import wants_ids
-from amqpd.broker.queue import Queue, QueueHooks
+from amqpd.broker.publish_plan import PublishPlan
+from amqpd.broker.queue import Queue
+from amqpd.broker.queue_hooks import QueueHooks
 from amqpd.broker.stream import StreamQueue
 from amqpd.broker.stream_args import check_stream_declaration, is_stream
 
@@ -81,7 +83,9 @@ class VirtualHost:
         self.queues: dict[str, Queue] = {}
         self.replies: dict[str, Queue] = {}  # direct reply-to: token -> the requester's private queue
         self.exchanges: dict[str, Exchange] = {"": DefaultExchange(self.queues, self.replies)}
-        self._route_cache: dict[tuple[str, str], tuple[list[Queue], bool]] = {}
+        # Publish plans (routes and the steps on them) per (exchange, routing key): dropped whenever bindings,
+        # queues, exchanges or policies change.
+        self._route_cache: dict[tuple[str, str], PublishPlan] = {}
         self.message_ids = False  # every queue stamps time-ordered ids (message_ids.py), set per vhost
         for xname, xtype, internal in STANDARD_EXCHANGES:
             self.exchanges[xname] = make_exchange(xtype, xname, durable=True, internal=internal)
@@ -91,6 +95,7 @@ class VirtualHost:
         self.message_ids = on
         for q in self.queues.values():
             q.stamps_ids = on or wants_ids(q.arguments)
+        self._route_cache.clear()  # a publish plan records whether its queues stamp ids
 
     # -- lookups with RabbitMQ's errors -----------------------------------------------------------------
 
@@ -266,7 +271,7 @@ class VirtualHost:
             checks.may_create("queue", name, arguments)  # the vhost's queue limit, the dead-letter exchange
         if is_stream(arguments):
             return self._declare_stream(name, arguments)
-        q = Queue(
+        q: Queue = Queue(
             self.name,
             name,
             durable=durable,
@@ -397,29 +402,35 @@ class VirtualHost:
         """The queues a message goes to: each once, following exchange-to-exchange bindings,
         alternate exchanges and the CC/BCC headers. Cached per (exchange, routing key) whatever the
         properties, unless the headers name extra routing keys or a headers exchange is on the way."""
+        return self.plan_for(ex, msg).queues
+
+    def plan_for(self, ex: Exchange, msg: Message) -> PublishPlan:
+        """The publish plan for this message (publish_plan.py): the cached one of its exchange and routing key,
+        or, when its headers change its route, one made for it alone."""
         if msg.bcc or msg.may_carry_cc:
             headers = msg.headers or {}
             keys = [msg.routing_key, *_string_list(headers.get("CC")), *_string_list(headers.get("BCC")), *msg.bcc]
-            return self._route_uncached(ex, keys, headers)[0]
-        queues, needs_headers = self._cached_route(ex, msg.routing_key)
-        if needs_headers and msg.has_headers:
-            return self._route_uncached(ex, [msg.routing_key], msg.headers)[0]
-        return queues
+            return PublishPlan(ex, *self._route_uncached(ex, keys, headers))
+        plan = self.plan(ex, msg.routing_key)
+        if plan.needs_headers and msg.has_headers:
+            return PublishPlan(ex, *self._route_uncached(ex, [msg.routing_key], msg.headers))
+        return plan
 
     def route_key(self, ex: Exchange, routing_key: str) -> list[Queue]:
         """The queues a message without headers goes to (cached; callers must not change the list)."""
-        return self._cached_route(ex, routing_key)[0]
+        return self.plan(ex, routing_key).queues
 
-    def _cached_route(self, ex: Exchange, routing_key: str) -> tuple[list[Queue], bool]:
-        """The route of a message without headers, and whether a message with headers may go elsewhere."""
+    def plan(self, ex: Exchange, routing_key: str) -> PublishPlan:
+        """The publish plan of a message whose headers do not change its route (cached); plan.needs_headers
+        says whether a message with headers may go elsewhere."""
         key = (ex.name, routing_key)
-        cached = self._route_cache.get(key)
-        if cached is None:
-            cached = self._route_uncached(ex, [routing_key], None)
+        plan = self._route_cache.get(key)
+        if plan is None:
+            plan = PublishPlan(ex, *self._route_uncached(ex, [routing_key], None))
             if len(self._route_cache) >= ROUTE_CACHE_MAX:
                 self._route_cache.clear()
-            self._route_cache[key] = cached
-        return cached
+            self._route_cache[key] = plan
+        return plan
 
     def _route_uncached(self, ex: Exchange, keys: list[str], headers: dict | None) -> tuple[list[Queue], bool]:
         """The queues, and whether an exchange on the way routes by headers."""
@@ -447,7 +458,8 @@ class VirtualHost:
                 self._visit(ae, keys, headers, found, seen)
 
     def clear_route_cache(self) -> None:
-        """Routing changed without a binding changing (a policy's alternate exchange)."""
+        """Routing or the steps on a route changed without a binding changing (policies: an alternate exchange,
+        a queue's limits or TTL)."""
         self._route_cache.clear()
 
     # -- direct reply-to -----------------------------------------------------------------------------------
@@ -455,7 +467,7 @@ class VirtualHost:
     def open_reply_queue(self) -> tuple[str, Queue]:
         """A private, unlisted queue for one channel's amq.rabbitmq.reply-to consumer."""
         token = server_generated_name("")
-        q = Queue(self.name, REPLY_TO, hooks=self.hooks)
+        q: Queue = Queue(self.name, REPLY_TO, hooks=self.hooks)
         self.replies[token] = q
         self._route_cache.clear()
         return token, q

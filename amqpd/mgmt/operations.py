@@ -23,9 +23,10 @@ from pamqp.header import ContentHeader
 from amqpd import errors
 from amqpd.broker.backlog import OFFSET_MASK, Backlog
 from amqpd.broker.channel import Channel
+from amqpd.broker.entry import Entry
 from amqpd.broker.exchanges import Exchange
 from amqpd.broker.message import Message
-from amqpd.broker.queue import Entry, Queue
+from amqpd.broker.queue import Queue
 from amqpd.mgmt.objects import jsonable
 from amqpd.protocol.fastpath import shortstr
 from amqpd.protocol.properties import decode_properties

@@ -135,6 +135,23 @@ def encode_deliveries(
     return b"".join(parts)
 
 
+def encode_deliveries_each(
+    channel: int, ctag: bytes, first_tag: int, route: bytes, headers: list[bytes], bodies: list[bytes]
+) -> bytes:
+    """encode_delivery of each (header, body) in turn, tags from first_tag on, not redelivered, joined: the
+    deliveries of a group of messages with one route and each its own properties (bodies not empty, each at
+    most frame_max - 8)."""
+    pack = _frame_head.pack
+    head = pack(1, channel, 13 + len(ctag) + len(route)) + _DELIVER_PREFIX + ctag
+    after_tag = b"\x00" + route + b"\xce"
+    tag = _u64.pack
+    parts: list[bytes] = []
+    for t, header, body in zip(range(first_tag, first_tag + len(bodies)), headers, bodies, strict=True):
+        parts += (head, tag(t), after_tag, pack(2, channel, len(header)), header, b"\xce")
+        parts += (pack(3, channel, len(body)), body, b"\xce")
+    return b"".join(parts)
+
+
 def encode_get_ok(channel: int, delivery_tag: int, redelivered: bool, route: bytes, message_count: int) -> bytes:
     payload = b"".join((_GET_OK_PREFIX, _tag_bits.pack(delivery_tag, redelivered), route, _u32.pack(message_count)))
     return _frame_head.pack(1, channel, len(payload)) + payload + b"\xce"

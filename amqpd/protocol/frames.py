@@ -23,6 +23,9 @@ PUBLISH = -1  # pseudo frame type: a whole basic.publish, its header and its sin
 # Pseudo frame type: back-to-back whole publishes on one channel whose method frame, header frame and body
 # frame header are byte-identical (same destination, properties and body size): (method, header, [bodies]).
 PUBLISH_RUN = -2
+# Pseudo frame type: back-to-back whole publishes on one channel with the same method frame (destination and
+# flags) but each its own properties: (method, [headers], [bodies]), so that the broker can route them once.
+PUBLISH_GROUP = -3
 _u32 = struct.Struct(">I")
 _u64 = struct.Struct(">Q")
 _BASIC_PUBLISH = (60 << 16) | 40
@@ -130,19 +133,34 @@ class FrameReader:
         # Cheap test first: the next publish's header and method payloads, where they would be if it repeats
         # this one (publishers with per-message properties never do: no prefix slice for them).
         if n - after < unit or not (buf.startswith(header, after + h - pos + 7) and buf.startswith(method, after + 7)):
-            frames.append((PUBLISH, channel, (method, header, body)))
+            _add_publish(frames, channel, method, header, body)
             return after
         bodies, after = _repeats(buf, buf[pos : b + 7], unit, after, n)
         if bodies:
             bodies.insert(0, body)
             frames.append((PUBLISH_RUN, channel, (method, header, bodies)))
         else:
-            frames.append((PUBLISH, channel, (method, header, body)))
+            _add_publish(frames, channel, method, header, body)
         return after
 
     @property
     def buffered(self) -> int:
         return len(self._buf)
+
+
+def _add_publish(frames: list, channel: int, method: bytes, header: bytes, body: bytes) -> None:
+    """A whole publish with a body, joined to the item before it when that was one or more publishes to the
+    same place on the same channel (equal method payloads): a PUBLISH_GROUP."""
+    if frames:
+        ftype, last_channel, last = frames[-1]
+        if last_channel == channel and (ftype == PUBLISH_GROUP or (ftype == PUBLISH and last[2])) and last[0] == method:
+            if ftype == PUBLISH_GROUP:
+                last[1].append(header)
+                last[2].append(body)
+            else:
+                frames[-1] = (PUBLISH_GROUP, channel, (method, [last[1], header], [last[2], body]))
+            return
+    frames.append((PUBLISH, channel, (method, header, body)))
 
 
 def _repeats(buf: bytes, prefix: bytes, unit: int, pos: int, n: int) -> tuple[list[bytes], int]:

@@ -15,7 +15,8 @@ from test_queue import QueueModel, RecordingChannel, clock, consumer, drain, msg
 
 from amqpd.broker.backlog import Backlog
 from amqpd.broker.message import Message
-from amqpd.broker.queue import Queue, QueueHooks
+from amqpd.broker.queue import Queue
+from amqpd.broker.queue_hooks import QueueHooks
 from amqpd.broker.ready import FifoReady
 
 

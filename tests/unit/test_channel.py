@@ -167,7 +167,7 @@ def test_consumer_waits_while_the_connection_cannot_write(client: ClientChannel)
     fill(client, "q", b"1", b"2")
     assert client.deliveries() == []
     client.conn.writable = True
-    client.ch._redispatch()  # what the session does when the socket drains
+    client.ch.resume_deliveries()  # what the session does when the socket drains
     assert [b for _, b in client.deliveries()] == [b"1", b"2"]
 
 

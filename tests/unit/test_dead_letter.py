@@ -316,3 +316,47 @@ def test_dead_lettered_message_is_delivered_to_a_waiting_consumer(client: Client
     reject_one(client, "work")
     ((deliver, payload),) = client.deliveries()
     assert (deliver.consumer_tag, deliver.exchange, payload) == ("dl-consumer", "dlx", b"m")
+
+
+class OneQueueRouter:
+    """A dead_letter.Router without a broker: one exchange, "dlx", that routes everything to one queue."""
+
+    def __init__(self, target: Any) -> None:
+        self.target = target
+        self.stored: list[Any] = []
+
+    def has_exchange(self, vhost: str, name: str) -> bool:
+        return name == "dlx"
+
+    def route_to(self, vhost: str, exchange: str, msg: Any) -> list[Any]:
+        return [self.target]
+
+    def store_message(self, msg: Any, queues: list[Any], on_durable: Any) -> bool:
+        self.stored.append(msg)
+        return False
+
+    def body_of(self, msg: Any) -> bytes:
+        return msg.body
+
+    def now_ms(self) -> int:
+        return 1_700_000_000_000
+
+
+def test_dead_lettering_needs_only_a_router() -> None:
+    from test_queue import msg
+
+    from amqpd.broker.dead_letter import dead_letter
+    from amqpd.broker.entry import Entry
+    from amqpd.broker.queue import Queue
+
+    source = Queue("/", "work", arguments={"x-dead-letter-exchange": "dlx"})
+    target: Queue = Queue("/", "dead")
+    router = OneQueueRouter(target)
+    dead_letter(router, source, Entry(msg(b"late"), 1, None), "expired", "dlx")
+    dead_letter(router, source, Entry(msg(b"lost"), 2, None), "expired", "nowhere")  # no such exchange: dropped
+    entry = target.get()
+    assert entry is not None and target.get() is None
+    assert entry.msg.body == b"late" and router.stored == [entry.msg]
+    (death,) = entry.msg.headers["x-death"]
+    assert (death["queue"], death["reason"], death["count"]) == ("work", "expired", 1)
+    assert death["time"] == datetime.datetime.fromtimestamp(1_700_000_000, datetime.UTC)

@@ -18,6 +18,8 @@ Frame = tuple[int, int, bytes]
 # Publishes that differ only by body may come as one PUBLISH_RUN item (method, header, [bodies]).
 PUBLISH = frames_module.PUBLISH
 PUBLISH_RUN = frames_module.PUBLISH_RUN
+# Publishes to one place with properties of their own may come as one PUBLISH_GROUP (method, [headers], [bodies]).
+PUBLISH_GROUP = frames_module.PUBLISH_GROUP
 
 
 def expand(items: list) -> list[Frame]:
@@ -31,6 +33,10 @@ def expand(items: list) -> list[Frame]:
         elif ftype == PUBLISH_RUN:
             method, hdr, bodies = payload
             for body_ in bodies:
+                out += [(1, channel, method), (2, channel, hdr), (3, channel, body_)]
+        elif ftype == PUBLISH_GROUP:
+            method, headers, bodies = payload
+            for hdr, body_ in zip(headers, bodies, strict=True):
                 out += [(1, channel, method), (2, channel, hdr), (3, channel, body_)]
         else:
             out.append((ftype, channel, payload))
@@ -94,8 +100,19 @@ def test_a_run_ends_where_the_next_publish_differs() -> None:
         publish_unit(2, b"d" * 11, 1),
     ]
     items = FrameReader(4096).feed(stream_of(sum(units, [])))
-    assert [(t, c) for t, c, _ in items] == [(PUBLISH_RUN, 1), (PUBLISH, 1), (PUBLISH, 2)]
+    assert [(t, c) for t, c, _ in items] == [(PUBLISH_RUN, 1), (PUBLISH, 1), (PUBLISH, 2)]  # a group needs two
     assert expand(items) == sum(units, [])
+
+
+def test_publishes_to_one_place_with_their_own_properties_come_out_as_one_group() -> None:
+    units = [publish_unit(1, bytes([65 + i]) * (10 + i), 1) for i in range(4)]  # each its own header (body size)
+    units.append(publish_unit(2, b"e" * 20, 1))  # another channel: not in the group
+    items = FrameReader(4096).feed(stream_of(sum(units, [])))
+    assert [(t, c) for t, c, _ in items] == [(PUBLISH_GROUP, 1), (PUBLISH, 2)]
+    method, headers, bodies = items[0][2]
+    assert method == units[0][0][2]
+    assert headers == [u[1][2] for u in units[:4]]
+    assert bodies == [u[2][2] for u in units[:4]]
 
 
 def test_a_broken_frame_end_inside_a_run_is_a_frame_error_after_the_good_publishes() -> None:

@@ -90,3 +90,15 @@ def test_the_setting_is_per_vhost(client: ClientChannel) -> None:
     client.publish("", "plain", b"m")
     assert HEADER in props(other, "q").headers
     assert props(client, "plain").headers is None
+
+
+def test_the_vhost_setting_applies_to_routes_already_used(client: ClientChannel) -> None:
+    # publish plans are cached per (exchange, routing key) and record whether their queues stamp ids
+    client.publish("", "plain", b"before")
+    assert props(client, "plain").headers is None
+    client.broker.access.set_vhost_message_ids("/", True)
+    client.publish("", "plain", b"on")
+    assert HEADER in props(client, "plain").headers
+    client.broker.access.set_vhost_message_ids("/", False)
+    client.publish("", "plain", b"off")
+    assert props(client, "plain").headers is None

@@ -15,8 +15,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from amqpd.broker.consumer import Consumer
+from amqpd.broker.entry import Entry
 from amqpd.broker.message import Message
-from amqpd.broker.queue import Entry, Queue, QueueHooks
+from amqpd.broker.queue import Queue
+from amqpd.broker.queue_hooks import QueueHooks
 from amqpd.protocol.fastpath import shortstr
 
 
@@ -100,6 +102,35 @@ def test_messages_are_delivered_in_publish_order() -> None:
     consumer(q, ch, "c")
     q.push(msg(b"4"))
     assert ch.bodies() == [b"1", b"2", b"3", b"4"]
+    assert q.message_count == 0
+
+
+class Taker:
+    """Anything that subscribes (amqpd.broker.subscriber): no channel behind it."""
+
+    def __init__(self, room: int) -> None:
+        self.priority, self.exclusive, self.no_ack = 0, False, False
+        self.room = room
+        self.got: list[bytes] = []
+
+    def can_accept(self) -> bool:
+        return len(self.got) < self.room
+
+    def deliver(self, queue: Any, entry: Entry) -> None:
+        self.got.append(entry.msg.body or b"")
+
+
+def test_a_queue_serves_any_subscriber_whether_a_message_goes_straight_out_or_waits() -> None:
+    q: Queue[Taker] = Queue("/", "q")
+    taker = Taker(room=2)
+    q.add_consumer(taker)
+    q.push(msg(b"first"))  # straight out
+    q.push(msg(b"second"))
+    q.push(msg(b"third"))  # no room: waits
+    assert taker.got == [b"first", b"second"]
+    taker.room = 3
+    q.dispatch()
+    assert taker.got == [b"first", b"second", b"third"]
     assert q.message_count == 0
 
 

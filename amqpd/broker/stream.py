@@ -136,6 +136,8 @@ class StreamQueue(Queue):
             if self.store is not None and store_id is not None
             else MemoryLog()
         )
+        if self.store is not None:
+            self.store.hold_as_runs(store_id)  # what the store keeps per stream must not grow with its length
         self.ready = _Length(self)  # type: ignore[assignment]
         self._segments: list[list[int]] = [[0, 0, 0]]  # [first offset, bytes, newest timestamp ms]
         self._dispatch_due = False
@@ -148,6 +150,7 @@ class StreamQueue(Queue):
         assert self.store is not None and self.store_id is not None
         self.log.close()
         self.log = StoreLog.recover(self.store, self.store_id, held, values, self._on_commit)
+        self.store.hold_as_runs(self.store_id)
         self._segments = _decode_segments(values, self.log.first, self.log.end)
         for key, value in values.items():
             if key.startswith(TRACKED_PREFIX):

@@ -58,7 +58,7 @@ from store.catalog import (
 )
 from store.commit import Batch, FileIO, WriteFailed, Writer
 from store.frame import HEADER_SIZE, ScanReport, append_frame, scan_frames
-from store.queue_state import QueueState, encode_runs
+from store.queue_state import OffsetRuns, QueueState, encode_runs
 from store.record_codec import decode_record, encode_record
 from store.records import MessageRecord, QueueEntry, Recovered, RecoveredMessage
 from store.recovery import RecoveryResult, recover_files
@@ -290,6 +290,14 @@ class MessageStore:
             self._queues[queue_id] = QueueState()
         self._catalog_op(put_queue_ops(queue_id, vhost, name, auto_delete, arguments))
         return queue_id
+
+    def hold_as_runs(self, queue_id: int) -> None:
+        """Keep what this queue holds as runs of consecutive offsets rather than one entry per message: for
+        a queue that is a log (given every record in order, released oldest first), whose memory must not
+        grow with its length. The same answers either way; idempotent."""
+        state = self._queues.get(queue_id)
+        if state is not None and not isinstance(state.live, OffsetRuns):
+            state.live = OffsetRuns(state.live)
 
     def delete_queue(self, queue_id: int) -> None:
         state = self._queues.pop(queue_id, None)
@@ -980,12 +988,12 @@ class MessageStore:
             created_ms=self._now_ms(),
         )
         # Only copies on the loop (C-speed); the run encoding happens in a worker thread (_write_checkpoint).
-        queue_rows = [(qid, list(state.live), list(state.delivered)) for qid, state in self._queues.items()]
+        queue_rows = [(qid, _copy_live(state.live), list(state.delivered)) for qid, state in self._queues.items()]
         if self._volatile:  # not on disk: recovery would count them lost
             volatile = self._volatile
             queue_rows = [
-                (qid, [o for o in live if o not in volatile], [o for o in delivered if o not in volatile])
-                for qid, live, delivered in queue_rows
+                (qid, [o for o in state.live if o not in volatile], [o for o in state.delivered if o not in volatile])
+                for qid, state in self._queues.items()
             ]
         segment_rows = []
         for i, base in enumerate(self._bases):
@@ -1074,4 +1082,12 @@ def _scan_for(fd: int, offset: int) -> bytes | None:
 
 def _encode_queue_rows(rows: list[tuple[int, Any, Any]]) -> list[tuple[int, Any, Any]]:
     """(queue_id, live offsets in order, delivered offsets) -> (queue_id, live runs, delivered runs)."""
-    return [(qid, encode_runs(live), encode_runs(sorted(delivered))) for qid, live, delivered in rows]
+    return [
+        (qid, live if isinstance(live, bytes) else encode_runs(live), encode_runs(sorted(delivered)))
+        for qid, live, delivered in rows
+    ]
+
+
+def _copy_live(live: Any) -> list[int] | bytes:
+    """A queue's held offsets for a checkpoint: a list, or a log's runs already encoded (not one int each)."""
+    return live.encoded() if isinstance(live, OffsetRuns) else list(live)

@@ -274,6 +274,7 @@ class _Recovery:
             if self.load_checkpointed:
                 candidates: Iterable[int] = state.live
             else:
+                assert isinstance(state.live, dict)  # recovery's own states; hold_as_runs comes after it
                 candidates = _newest_from(state.live, cp_next)  # the tail; the rest only if a segment is gone
                 if gone_ranges:
                     lost.update(o for o in state.live if o < cp_next and _in_ranges(o, gone_ranges))

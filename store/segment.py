@@ -108,6 +108,9 @@ def read_payloads(
     target = next(want)
     jump = index.floor(target)
     jumped = False
+    # Every wanted record ends before the index entry after the last one: no read goes past it (a stream
+    # reads ~100 records per step; a whole block each time copied megabytes for kilobytes).
+    stop = index.after(offsets[-1])
     while True:
         if jump is not None and jump[1] > pos:
             pos, expected_first, jumped = jump[1], jump[0], True
@@ -116,6 +119,8 @@ def read_payloads(
         if rel < 0 or rel + HEADER_SIZE > len(block):
             # After a jump the target is within an index interval: a small read. Walking: big blocks.
             size = min(READ_BLOCK, block_size) if jumped else block_size
+            if stop is not None:  # never under READ_BLOCK: a damaged index must not end a read early
+                size = min(size, max(stop - pos, READ_BLOCK))
             block, block_start, rel, jumped = pread(fd, size, pos), pos, 0, False
             if len(block) < HEADER_SIZE:
                 break  # end of file: the rest are not here
@@ -142,7 +147,8 @@ def read_payloads(
             target = next(want, -1)
             if target < 0:
                 return found
-            jump = index.floor(target)
+            if target != sequence + 1:  # the next one is the next frame: nothing to jump over
+                jump = index.floor(target)
         pos += HEADER_SIZE + length
     found.extend([None] * (len(offsets) - len(found)))
     return found

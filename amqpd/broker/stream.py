@@ -23,7 +23,7 @@ from amqpd.broker.stream_log import MemoryLog, StoreLog, StreamLog, now_ms
 from amqpd.protocol.constants import FLAG_CONTENT_ENCODING, FLAG_CONTENT_TYPE, FLAG_HEADERS
 from amqpd.protocol.fastpath import shortstr
 from amqpd.protocol.methods import decode_table
-from amqpd.protocol.properties import PropertyScan, append_header_field
+from amqpd.protocol.properties import PropertyScan
 from store import MessageRecord
 
 if TYPE_CHECKING:
@@ -138,6 +138,8 @@ class StreamQueue(Queue["Consumer"]):
             if self.store is not None and store_id is not None
             else MemoryLog()
         )
+        if self.store is not None:
+            self.store.hold_as_runs(store_id)  # what the store keeps per stream must not grow with its length
         self.ready = _Length(self)  # type: ignore[assignment]
         self._segments: list[list[int]] = [[0, 0, 0]]  # [first offset, bytes, newest timestamp ms]
         self._dispatch_due = False
@@ -150,6 +152,7 @@ class StreamQueue(Queue["Consumer"]):
         assert self.store is not None and self.store_id is not None
         self.log.close()
         self.log = StoreLog.recover(self.store, self.store_id, held, values, self._on_commit)
+        self.store.hold_as_runs(self.store_id)
         self._segments = _decode_segments(values, self.log.first, self.log.end)
         for key, value in values.items():
             if key.startswith(TRACKED_PREFIX):
@@ -411,37 +414,33 @@ class StreamDelivery(Message):
 
 
 _FLAGS = struct.Struct(">H")
-_SPLIT_CACHE_MAX = 4096
-_splits: dict[bytes, tuple[bytes, bytes, bytes]] = {}
+_U32 = struct.Struct(">I")
+_OFFSET_VALUE = struct.Struct(">q")
+_TIMESTAMP_VALUE = struct.Struct(">q")
 
 
 def with_offset_header(header: bytes, offset: int, timestamp_ms: int | None = None) -> bytes:
     """The content header with x-stream-offset (and, when asked for, x-stream-timestamp) appended to its
-    headers table. A stream's records mostly repeat a few property sets: each is split once (before the
-    table, the table's fields, after it)."""
-    split = _splits.get(header)
-    if split is None:
-        if len(_splits) >= _SPLIT_CACHE_MAX:
-            _splits.clear()
-        body_size = struct.unpack_from(">Q", header, 4)[0]
-        marked = append_header_field(header, body_size, b"")  # a headers table (maybe empty) is present
-        table_at = _table_position(marked)
-        (size,) = struct.unpack_from(">I", marked, table_at)
-        split = _splits[header] = (
-            marked[:table_at],
-            marked[table_at + 4 : table_at + 4 + size],
-            marked[table_at + 4 + size :],
-        )
-    before, table, after = split
-    fields = _OFFSET_FIELD + struct.pack(">q", offset)
+    headers table, every other byte as stored. Spliced in place, without splitting the properties: this is
+    done for every replayed message, and a stream's messages mostly carry their own ids (no two headers
+    alike, nothing to cache). A header without a table gains one (its flag set, after content encoding)."""
+    fields = _OFFSET_FIELD + _OFFSET_VALUE.pack(offset)
     if timestamp_ms is not None:
-        fields += _TIMESTAMP_FIELD + struct.pack(">q", timestamp_ms)
-    return b"".join((before, struct.pack(">I", len(table) + len(fields)), table, fields, after))
+        fields += _TIMESTAMP_FIELD + _TIMESTAMP_VALUE.pack(timestamp_ms)
+    flags = header[12] << 8 | header[13]
+    at = _table_position(header, flags)
+    if not flags & FLAG_HEADERS:
+        flags |= FLAG_HEADERS
+        return b"".join((header[:12], _FLAGS.pack(flags), header[14:at], _U32.pack(len(fields)), fields, header[at:]))
+    (size,) = _U32.unpack_from(header, at)
+    stop = at + 4 + size
+    if stop > len(header):
+        raise errors.syntax_error("malformed content header properties").with_method(60, 40)
+    return b"".join((header[:at], _U32.pack(size + len(fields)), header[at + 4 : stop], fields, header[stop:]))
 
 
-def _table_position(header: bytes) -> int:
-    """Where the headers table's length is, in a header that has one (after content type and encoding)."""
-    flags = _FLAGS.unpack_from(header, 12)[0]
+def _table_position(header: bytes, flags: int) -> int:
+    """Where the headers table is (or would be): after content type and encoding."""
     o = 14
     if flags & FLAG_CONTENT_TYPE:
         o += 1 + header[o]

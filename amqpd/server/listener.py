@@ -24,6 +24,11 @@ from amqpd.server.load import sample_load
 from amqpd.server.tls import TLSConfigError, reload_context, server_context, tls_enabled
 
 log = logging.getLogger("amqpd")
+# The cyclic GC's thresholds while serving. Python's default (700 allocations) runs a young collection every
+# ~100 deliveries and a full one over every live delivery and message every ~70,000: a stream replay with
+# 20,000 deliveries in flight spent a fifth of its CPU there. The broker's per-message objects are acyclic
+# (freed by reference counting), so collecting rarely costs no memory.
+GC_THRESHOLDS = (50_000, 20, 10)
 
 
 async def serve(settings: Settings) -> None:
@@ -45,6 +50,7 @@ async def serve(settings: Settings) -> None:
         gc.enable()
         gc.collect()
         gc.freeze()
+        gc.set_threshold(*GC_THRESHOLDS)
     if settings.load_definitions and not _load_definitions(broker, settings.load_definitions):
         if store is not None:
             await store.close()

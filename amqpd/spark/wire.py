@@ -315,7 +315,7 @@ class StreamReader:
             return
         link = Link(self.endpoint)
         try:
-            link.send_method(commands.Basic.Qos(prefetch_count=self.prefetch))
+            link.send_method(commands.Basic.Qos(prefetch_count=self._window()))
             link.expect(commands.Basic.QosOk)
             link.send_method(
                 commands.Basic.Consume(
@@ -329,9 +329,18 @@ class StreamReader:
         finally:
             link.close()
 
+    def _window(self) -> int:
+        return max(min(self.prefetch, self.end - self.start), 1)
+
     def _scan(self, link: Link) -> Iterator[Columns]:
         last = self.end - 1
-        ack_every = max(self.prefetch // 2, 1)
+        window = self._window()
+        ack_every = max(window // 2, 1)
+        # Credit is returned only until it reaches the range's last offset: an ack of offset X lets the broker
+        # send through X + window, so once X >= last - window no more acks go out before the end, and the
+        # broker sends nothing past the range (it used to send up to a whole window more, read and dropped).
+        enough_at = last - window
+        covered = enough_at < self.start
         unacked = 0
         tag = 0
         out = Columns()
@@ -371,9 +380,10 @@ class StreamReader:
             unacked += 1
             offset = out.offset[-1]
             done = offset >= last
-            if unacked >= ack_every or done:
+            if done or (not covered and (unacked >= ack_every or offset >= enough_at)):
                 link.sock.sendall(_frame(FRAME_METHOD, 1, _ACK.pack(60, 80, tag, 1)))
                 unacked = 0
+                covered = covered or offset >= enough_at
             if done:
                 yield out
                 return

@@ -58,15 +58,18 @@ class QueueHooks:
         """Run callback later on the broker's loop; returns a handle with cancel()."""
         return None
 
-    def load(self, queue: Queue, offsets: list[int], records: list[Any] | None = None) -> list[Message | None]:
-        """Messages for store offsets (None: no longer readable), from `records` if they were read ahead
-        (read_ahead), else read from the store now."""
+    def load(self, queue: Queue, offsets: list[int], ahead: Any = None) -> list[Message | None]:
+        """Messages for store offsets (None: no longer readable), from `ahead` (what read_ahead read) where it
+        has them, else read from the store now."""
         return [None] * len(offsets)
 
-    def read_ahead(self, queue: Queue, offsets: list[int], done: Callable[[list[Any]], None]) -> bool:
-        """Start reading these offsets' records in a worker thread; `done(records)` on the loop when they are
+    def read_ahead(self, queue: Queue, offsets: list[int], done: Callable[[Any], None]) -> bool:
+        """Start reading these offsets' records in a worker thread; `done(ahead)` on the loop when they are
         in. False: not possible here (load() will read them when needed)."""
         return False
+
+    def page_in(self, queue: Queue, msg: Message, ahead: Any) -> None:
+        """Give a paged-out message its body back from what read_ahead read, if it has it."""
 
     def forget(self, queue: Queue, offsets: list[int]) -> None:
         """Recovered messages that were never read back left the queue (purge)."""
@@ -251,7 +254,7 @@ class Queue:
         ready = self.ready
         if not isinstance(ready, Backlog):
             assert isinstance(ready, FifoReady)
-            ready = self.ready = Backlog(ready, self._load_entries, self._read_ahead)
+            ready = self.ready = Backlog(ready, self._load_entries, self._read_ahead, self._page_in)
         return ready
 
     def adopt_backlog(self, offsets: list[int], flagged: set[int] | None) -> None:
@@ -260,14 +263,15 @@ class Queue:
         self._seq = self._backlog().adopt(offsets, flagged, self._seq + 1) - 1
         self._arm_ttl_timer()
 
-    def _read_ahead(self, offsets: list[int], done: Callable[[list[Any]], None]) -> bool:
+    def _read_ahead(self, offsets: list[int], done: Callable[[Any], None]) -> bool:
         return self.hooks.read_ahead(self, offsets, done)
 
-    def _load_entries(
-        self, offsets: list[int], seqs: list[int], flags: list[bool], records: list[Any] | None = None
-    ) -> list[Entry]:
+    def _page_in(self, entry: Entry, ahead: Any) -> None:
+        self.hooks.page_in(self, entry.msg, ahead)
+
+    def _load_entries(self, offsets: list[int], seqs: list[int], flags: list[bool], ahead: Any = None) -> list[Entry]:
         entries = []
-        for msg, seq, flag in zip(self.hooks.load(self, offsets, records), seqs, flags, strict=True):
+        for msg, seq, flag in zip(self.hooks.load(self, offsets, ahead), seqs, flags, strict=True):
             if msg is None:
                 continue
             ttl = self.message_ttl is not None or msg.ttl_ms is not None

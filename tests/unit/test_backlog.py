@@ -449,3 +449,15 @@ def test_length_and_purge_count_the_batch_read_ahead() -> None:
     gone = q.purge()  # the window's entries; the store forgets the rest, read ahead or not
     assert sorted(hooks.forgotten) == list(range(1500 + len(gone), 5000))
     assert q.message_count == 0
+
+
+def test_everything_queued_is_listed_in_order_with_the_batches_in_hand() -> None:
+    """What the management peek lists: the window, the batches taken off the deques (the one being decoded
+    and the one read ahead) and the rest, in queue order."""
+    q, hooks = recovered(5000, ahead="held")
+    for _ in range(1500):
+        q.get()
+    assert len(hooks.ahead_reads) == 2  # the current batch and the one after it are in hand
+    assert isinstance(q.ready, Backlog)
+    listed = [i if isinstance(i, int) else int(i.msg.body[1:]) for i in q.ready.queued()]  # type: ignore[index]
+    assert listed == list(range(1500, 5000))

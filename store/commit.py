@@ -4,8 +4,9 @@ The event loop fills a `Batch` (frames, index entries, ack-log entries, catalogu
 the commit loop seals it and hands it to `Writer.write` in a worker thread, while the next batch fills.
 The writer owns every file descriptor it writes through; only one batch is ever in flight.
 
-Every byte the writer puts in a file, every fsync, truncation and unlink goes through `FileIO`, the store's
-I/O seam: tests replace it to fail the Nth write or fsync, or to record what a power cut would keep.
+Every byte the writer puts in a file, every fsync, truncation and unlink, and every read of a record back
+goes through `FileIO`, the store's I/O seam: tests replace it to fail the Nth write or fsync, or to record
+what a power cut would keep.
 
 A batch that fails (a write or fsync raising OSError: ENOSPC, EIO) is never retried: after a failed fsync
 the page cache's state is unknown. `Writer.write` raises `WriteFailed` after putting the files back as they
@@ -27,7 +28,11 @@ from store.segment_index import OFFSET_ENTRY, OFFSET_MAGIC, TIME_ENTRY, TIME_MAG
 
 
 class FileIO:
-    """The store's I/O seam (os calls). Methods run in the writer's worker thread."""
+    """The store's I/O seam (os calls). Methods run in the writer's worker thread, but for `pread`: reading
+    records back, in a read-ahead worker thread or (when nothing was read ahead) on the event loop."""
+
+    def pread(self, fd: int, size: int, pos: int) -> bytes:
+        return os.pread(fd, size, pos)
 
     def open(self, path: os.PathLike[str] | str, flags: int) -> int:
         return os.open(path, flags, 0o644)

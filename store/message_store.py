@@ -21,8 +21,9 @@ import mmap
 import os
 import sqlite3
 import time
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
 import anyio
@@ -59,6 +60,7 @@ from store.catalog import (
 from store.commit import Batch, FileIO, WriteFailed, Writer
 from store.frame import HEADER_SIZE, ScanReport, append_frame, scan_frames
 from store.queue_state import OffsetRuns, QueueState, encode_runs
+from store.read_ahead import ReadAhead, SegmentBytes, stretches_of
 from store.record_codec import decode_record, encode_record
 from store.records import MessageRecord, QueueEntry, Recovered, RecoveredMessage
 from store.recovery import RecoveryResult, recover_files
@@ -489,21 +491,40 @@ class MessageStore:
         base = bases[i]
         fd = self._read_fd(base)
         try:
-            payload = read_payload(fd, self._indexes[base], offset)
+            payload = read_payload(fd, self._indexes[base], offset, self._io.pread)
         except DamagedFrame:  # damage between the index entry and the record: check every frame
             payload = _scan_for(fd, offset)
         if payload is None:
             raise KeyError(offset)
         return decode_record(payload)[2]
 
-    def read_many(self, offsets: list[int]) -> list[MessageRecord | None]:
-        """Records for ascending offsets, None for one that is not in the store or fails its checks
-        (blocking preads, one pass over each segment's stretch: this is how a recovered backlog comes back).
-        Safe to call from a worker thread for offsets some queue holds (the broker's read-ahead)."""
+    def read_many(self, offsets: list[int], ahead: ReadAhead | None = None) -> list[MessageRecord | None]:
+        """Records for ascending offsets, None for one that is not in the store or fails its checks: from the
+        bytes `ahead` holds (read_ahead), else with blocking preads, jumping through the offset index. This
+        is how a recovered backlog comes back; it decodes, so it belongs on the loop (see read_ahead.py)."""
         found: list[MessageRecord | None] = []
         for base, run in self._by_segment(offsets):
-            found.extend([None] * len(run) if base is None else self._read_run(base, run))
+            found.extend([None] * len(run) if base is None else self._read_run(base, run, ahead))
         return found
+
+    def read_ahead(self, offsets: list[int]) -> Callable[[], ReadAhead]:
+        """On the loop: the work, for a worker thread, of reading the file stretches that hold these ascending
+        offsets into memory, for read_many to decode on the loop without waiting on the disk. Offsets not
+        written yet are left out (read_many finds them in memory)."""
+        return partial(self._read_ahead, offsets[: bisect_left(offsets, self.durable_end())])
+
+    def _read_ahead(self, offsets: list[int]) -> ReadAhead:
+        """In a worker thread: only preads and the index lookups that place them."""
+        ahead = ReadAhead()
+        for base, run in self._by_segment(offsets):
+            index = self._indexes.get(base) if base is not None else None
+            if base is None or index is None:
+                continue
+            fd = self._read_fd(base)
+            segment = ahead.segments[base] = SegmentBytes(self._io.pread)
+            size = os.fstat(fd).st_size
+            segment.read(fd, stretches_of(index, run, size), size)
+        return ahead
 
     def _by_segment(self, offsets: list[int]) -> Iterator[tuple[int | None, list[int]]]:
         """Ascending offsets in runs that share a segment: (its base, or None before the first one, run)."""
@@ -520,30 +541,14 @@ class MessageStore:
             yield (bases[s] if s >= 0 else None), offsets[i:j]
             i = j
 
-    def prefetch(self, offsets: list[int]) -> None:
-        """Have the kernel read the file stretches holding these ascending offsets into the page cache
-        (posix_fadvise WILLNEED), so that read_many finds them there. Blocking at most for the requests, no
-        decoding: meant for a worker thread, where it does not compete with the loop for the GIL."""
-        for base, run in self._by_segment(offsets):
-            if base is None:
-                continue
-            index = self._indexes.get(base)
-            first = index.floor(run[0]) if index is not None else None
-            start = first[1] if first is not None else FILE_HEADER_SIZE
-            try:
-                fd = self._read_fd(base)
-                stop = index.after(run[-1]) if index is not None else None
-                os.posix_fadvise(fd, start, (stop or os.fstat(fd).st_size) - start, os.POSIX_FADV_WILLNEED)
-            except OSError:
-                pass  # only a hint: the read will find out
-
-    def _read_run(self, base: int, offsets: list[int]) -> list[MessageRecord | None]:
+    def _read_run(self, base: int, offsets: list[int], ahead: ReadAhead | None = None) -> list[MessageRecord | None]:
         if offsets[-1] in self._unwritten or (self._volatile and not self._volatile.keys().isdisjoint(offsets)):
             # the newest are not in the file yet (they are a suffix), or some never made it to disk
             return [self._read_or_none(offset) for offset in offsets]
         fd = self._read_fd(base)
+        pread = self._io.pread if ahead is None else ahead.pread_for(base, self._io.pread)
         try:
-            payloads = read_payloads(fd, self._indexes[base], offsets)
+            payloads = read_payloads(fd, self._indexes[base], offsets, pread=pread)
         except DamagedFrame:  # damage somewhere in the stretch: fall back to one record at a time
             return [self._read_or_none(offset) for offset in offsets]
         return [decode_record(p)[2] if p is not None else None for p in payloads]

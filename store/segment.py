@@ -80,10 +80,12 @@ class DamagedFrame(Exception):
     """A frame failed its checks on the way to a record (damage, or a wrong index entry)."""
 
 
-def read_payload(fd: int, index: SegmentIndex, offset: int) -> bytes | None:
+def read_payload(
+    fd: int, index: SegmentIndex, offset: int, pread: Callable[[int, int, int], bytes] = os.pread
+) -> bytes | None:
     """The payload of record `offset`, walking from the nearest index entry; None if the segment does not
     hold it. Raises DamagedFrame if a frame on the way fails its checks (the caller may scan instead)."""
-    return read_payloads(fd, index, [offset], READ_BLOCK)[0]
+    return read_payloads(fd, index, [offset], READ_BLOCK, pread)[0]
 
 
 READ_RUN_BLOCK = 1 << 20

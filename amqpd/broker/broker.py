@@ -92,7 +92,7 @@ class BrokerHooks(QueueHooks):
     def now_ms(self) -> int:
         return self.broker.now_ms()
 
-    def read_ahead(self, queue: Queue, offsets: list[int], done: Callable[[list[Any]], None]) -> bool:
+    def read_ahead(self, queue: Queue, offsets: list[int], done: Callable[[Any], None]) -> bool:
         store = self.broker.store
         if store is None:
             return False
@@ -100,23 +100,19 @@ class BrokerHooks(QueueHooks):
             loop = asyncio.get_running_loop()
         except RuntimeError:  # no loop (unit tests): load() reads when needed
             return False
-
-        # Only the kernel reads ahead (posix_fadvise in a worker): decoding records in a thread would hold the
-        # GIL against the loop (measured: slower drains and a longer loop lag), so the refill still builds the
-        # entries on the loop, from the page cache. `done` is not called: load() reads when the batch's turn
-        # comes, without waiting on the disk once the prefetch is through.
-        loop.run_in_executor(None, store.prefetch, offsets)
+        # The worker only preads (releasing the GIL); load() decodes on the loop, a slice at a time. Decoding
+        # in the worker held the GIL against the loop: slower drains and a longer loop lag (measured).
+        read = loop.run_in_executor(None, store.read_ahead(offsets))
+        read.add_done_callback(lambda f: _read_done(f, queue, done))
         return True
 
-    def load(self, queue: Queue, offsets: list[int], records: list[Any] | None = None) -> list[Message | None]:
+    def load(self, queue: Queue, offsets: list[int], ahead: Any = None) -> list[Message | None]:
         store = self.broker.store
         if store is None:
             return [None] * len(offsets)
         found: list[Message | None] = []
         unreadable = []
-        if records is None:
-            records = store.read_many(offsets)
-        for offset, record in zip(offsets, records, strict=True):
+        for offset, record in zip(offsets, store.read_many(offsets, ahead), strict=True):
             if record is None:
                 unreadable.append(offset)
                 found.append(None)
@@ -133,6 +129,14 @@ class BrokerHooks(QueueHooks):
             if queue.store_id is not None:
                 store.purge(queue.store_id, unreadable)
         return found
+
+    def page_in(self, queue: Queue, msg: Message, ahead: Any) -> None:
+        """A paged-out body comes back from the bytes read ahead, so that delivering it does not read."""
+        store = self.broker.store
+        if store is not None and msg.store_offset is not None:
+            record = store.read_many([msg.store_offset], ahead)[0]
+            if record is not None:
+                msg.body = bytes(record.body)
 
     def forget(self, queue: Queue, offsets: list[int]) -> None:
         store = self.broker.store
@@ -152,6 +156,14 @@ class BrokerHooks(QueueHooks):
         vhost = self.broker.vhosts.get(queue.vhost)
         if vhost is not None:
             vhost.remove_queue(queue)
+
+
+def _read_done(read: asyncio.Future[Any], queue: Queue, done: Callable[[Any], None]) -> None:
+    """A read-ahead is in: hand it to the backlog. A failed one is only logged: the refill reads for itself."""
+    error = None if read.cancelled() else read.exception()
+    if error is not None:
+        log.warning("%s: reading ahead failed (%s); the backlog reads when it needs to", queue, error)
+    done(None if read.cancelled() or error is not None else read.result())
 
 
 class Broker:

@@ -214,7 +214,7 @@ class Queue(Generic[S]):
         ready = self.ready
         if not isinstance(ready, Backlog):
             assert isinstance(ready, FifoReady)
-            ready = self.ready = Backlog(ready, self._load_entries, self._read_ahead)
+            ready = self.ready = Backlog(ready, self._load_entries, self._read_ahead, self._page_in)
         return ready
 
     def adopt_backlog(self, offsets: list[int], flagged: set[int] | None) -> None:
@@ -223,14 +223,15 @@ class Queue(Generic[S]):
         self._seq = self._backlog().adopt(offsets, flagged, self._seq + 1) - 1
         self._arm_ttl_timer()
 
-    def _read_ahead(self, offsets: list[int], done: Callable[[list[Any]], None]) -> bool:
+    def _read_ahead(self, offsets: list[int], done: Callable[[Any], None]) -> bool:
         return self.hooks.read_ahead(self, offsets, done)
 
-    def _load_entries(
-        self, offsets: list[int], seqs: list[int], flags: list[bool], records: list[Any] | None = None
-    ) -> list[Entry]:
+    def _page_in(self, entry: Entry, ahead: Any) -> None:
+        self.hooks.page_in(self, entry.msg, ahead)
+
+    def _load_entries(self, offsets: list[int], seqs: list[int], flags: list[bool], ahead: Any = None) -> list[Entry]:
         entries = []
-        for msg, seq, flag in zip(self.hooks.load(self, offsets, records), seqs, flags, strict=True):
+        for msg, seq, flag in zip(self.hooks.load(self, offsets, ahead), seqs, flags, strict=True):
             if msg is None:
                 continue
             ttl = self.message_ttl is not None or msg.ttl_ms is not None

@@ -34,15 +34,18 @@ class QueueHooks:
         """Run callback later on the broker's loop; returns a handle with cancel()."""
         return None
 
-    def load(self, queue: Queue, offsets: list[int], records: list[Any] | None = None) -> list[Message | None]:
-        """Messages for store offsets (None: no longer readable), from `records` if they were read ahead
-        (read_ahead), else read from the store now."""
+    def load(self, queue: Queue, offsets: list[int], ahead: Any = None) -> list[Message | None]:
+        """Messages for store offsets (None: no longer readable), from `ahead` (what read_ahead read) where it
+        has them, else read from the store now."""
         return [None] * len(offsets)
 
-    def read_ahead(self, queue: Queue, offsets: list[int], done: Callable[[list[Any]], None]) -> bool:
-        """Start reading these offsets' records in a worker thread; `done(records)` on the loop when they are
+    def read_ahead(self, queue: Queue, offsets: list[int], done: Callable[[Any], None]) -> bool:
+        """Start reading these offsets' records in a worker thread; `done(ahead)` on the loop when they are
         in. False: not possible here (load() will read them when needed)."""
         return False
+
+    def page_in(self, queue: Queue, msg: Message, ahead: Any) -> None:
+        """Give a paged-out message its body back from what read_ahead read, if it has it."""
 
     def forget(self, queue: Queue, offsets: list[int]) -> None:
         """Recovered messages that were never read back left the queue (purge)."""

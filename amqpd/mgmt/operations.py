@@ -21,7 +21,7 @@ from pamqp import commands
 from pamqp.header import ContentHeader
 
 from amqpd import errors
-from amqpd.broker.backlog import OFFSET_MASK, Backlog
+from amqpd.broker.backlog import Backlog
 from amqpd.broker.channel import Channel
 from amqpd.broker.entry import Entry
 from amqpd.broker.exchanges import Exchange
@@ -239,9 +239,7 @@ def peek(vhost: VirtualHost, name: str, count: int, start: int = 0) -> list[Entr
     if not isinstance(ready, Backlog):
         return list(itertools.islice(iter(ready), start, start + count))
     # A backlog holds its tail as store offsets: read those records without touching the queue.
-    items: list[Entry | int] = [*ready.window, *ready.recovered]
-    items += [item & OFFSET_MASK if isinstance(item, int) else item for item in ready.spill]
-    wanted = items[start : start + count]
+    wanted = ready.queued()[start : start + count]
     offsets = [item for item in wanted if isinstance(item, int)]
     loaded = iter(q.hooks.load(q, offsets)) if offsets else iter(())
     shown: list[Entry] = []

@@ -17,7 +17,6 @@ from amqpd.broker.backlog import Backlog
 from amqpd.broker.message import Message
 from amqpd.broker.queue import Queue
 from amqpd.broker.queue_hooks import QueueHooks
-from amqpd.broker.ready import FifoReady
 
 
 class StoreHooks(QueueHooks):
@@ -40,7 +39,8 @@ class StoreHooks(QueueHooks):
         self.bodies = {o: f"m{o}".encode() for o in range(count)}
         self.damaged = damaged or set()
         self.ttl_ms = ttl_ms
-        self.reads: list[list[int]] = []
+        self.reads: list[list[int]] = []  # offsets read on the loop, not read ahead
+        self.loads: list[int] = []  # how many offsets each load (one decode step on the loop) handled
         self.forgotten: list[int] = []
 
     def read_ahead(self, queue: Queue, offsets: list[int], done: Any) -> bool:
@@ -48,7 +48,7 @@ class StoreHooks(QueueHooks):
             return False
         self.ahead_reads.append(offsets)
         if self.ahead == "immediate":
-            done(self._records(offsets))
+            done(self._read(offsets))
         else:
             self.held.append((offsets, done))
         return True
@@ -56,17 +56,21 @@ class StoreHooks(QueueHooks):
     def finish_reads(self) -> None:
         held, self.held = self.held, []
         for offsets, done in held:
-            done(self._records(offsets))
+            done(self._read(offsets))
 
-    def _records(self, offsets: list[int]) -> list[bytes | None]:
-        return [None if o in self.damaged else self.bodies[o] for o in offsets]
+    def _read(self, offsets: list[int]) -> dict[int, bytes | None]:
+        """What the worker hands back: each offset's body (None: damaged), to build entries from on the loop."""
+        return {o: None if o in self.damaged else self.bodies[o] for o in offsets}
 
-    def load(self, queue: Queue, offsets: list[int], records: list[Any] | None = None) -> list[Message | None]:
-        if records is None:
-            self.reads.append(offsets)
-            records = self._records(offsets)
+    def load(self, queue: Queue, offsets: list[int], ahead: Any = None) -> list[Message | None]:
+        self.loads.append(len(offsets))
+        unread = [o for o in offsets if ahead is None or o not in ahead]
+        if unread:
+            self.reads.append(unread)  # read now, on the loop
+        records = {**self._read(unread), **(ahead or {})}
         found: list[Message | None] = []
-        for body in records:
+        for offset in offsets:
+            body = records[offset]
             if body is None:
                 found.append(None)
                 continue
@@ -74,6 +78,11 @@ class StoreHooks(QueueHooks):
             m.timestamp_ms = 1_000_000 - 10
             found.append(m)
         return found
+
+    def page_in(self, queue: Queue, m: Message, ahead: Any) -> None:
+        body = ahead.get(m.store_offset)
+        if body is not None:
+            m.body = body
 
     def forget(self, queue: Queue, offsets: list[int]) -> None:
         self.forgotten.extend(offsets)
@@ -91,12 +100,13 @@ def recovered(count: int, flagged: set[int] | None = frozenset(), **kw: object) 
     return q, hooks
 
 
-def test_recovered_messages_come_back_in_order_and_are_read_in_batches() -> None:
+def test_recovered_messages_come_back_in_order_and_are_read_a_slice_at_a_time() -> None:
     q, hooks = recovered(5000)
     assert q.message_count == 5000
-    assert [len(r) for r in hooks.reads] == [2000]  # the head's batch only: a TTL at the head is checked
+    assert [len(r) for r in hooks.reads] == [Backlog.SLICE]  # the head only: a TTL at the head is checked
     assert drain(q) == [f"m{o}".encode() for o in range(5000)]
-    assert [len(r) for r in hooks.reads] == [2000, 2000, 1000]
+    assert sorted(o for r in hooks.reads for o in r) == list(range(5000))  # each record read once
+    assert max(len(r) for r in hooks.reads) == Backlog.SLICE
 
 
 def test_messages_published_after_the_restart_queue_behind_the_recovered_ones() -> None:
@@ -159,7 +169,8 @@ def test_purge_counts_the_unread_messages_and_tells_the_store() -> None:
     gone = q.purge()
     assert count == 5000
     assert [e.msg.body for e in gone][-1] == b"new"  # entries in memory come back for settling
-    assert hooks.forgotten == list(range(2000, 5000))  # the rest never left the store
+    assert len(gone) == Backlog.SLICE  # the rest of the head's slice, and "new"
+    assert hooks.forgotten == list(range(Backlog.SLICE, 5000))  # the rest never left the store
     assert q.message_count == 0 and q.get() is None
 
 
@@ -207,12 +218,15 @@ def test_max_length_drops_recovered_messages_from_the_head() -> None:
 
 
 def test_flagged_offsets_are_what_to_mark_delivered_at_a_clean_stop() -> None:
-    backlog = Backlog(FifoReady(), lambda offsets, seqs, flags: [])
-    backlog.adopt([5, 6, 7], {6}, 1)
-    assert backlog.flagged_offsets() == [6]
-    everything = Backlog(FifoReady(), lambda offsets, seqs, flags: [])
-    everything.adopt([5, 6], None, 1)
-    assert everything.flagged_offsets() == [5, 6]
+    """Offsets not read back yet that are flagged; the head's slice is in the window, its entries flagged."""
+    n = Backlog.SLICE
+    q, _ = recovered(n + 3, flagged={1, n + 1})
+    assert isinstance(q.ready, Backlog)
+    assert q.ready.flagged_offsets() == [n + 1]
+    assert [e.redelivered for e in q.ready.entries()][:3] == [False, True, False]
+    everything, _ = recovered(n + 2, flagged=None)
+    assert isinstance(everything.ready, Backlog)
+    assert everything.ready.flagged_offsets() == [n, n + 1]
 
 
 @pytest.mark.parametrize("count", [0, 1, 2000, 2001])
@@ -366,19 +380,58 @@ TestSlowReadAheadQueueAgainstModel.settings = hsettings(max_examples=60, statefu
 
 def test_the_batch_behind_the_window_is_read_ahead_and_the_refill_does_not_read() -> None:
     q, hooks = recovered(5000, ahead="held")
-    assert [len(r) for r in hooks.reads] == [2000]  # the head's batch, at recovery
-    bodies = []
-    for _ in range(1000):
-        bodies.append(q.get().msg.body)  # type: ignore[union-attr]
-    assert hooks.ahead_reads == [list(range(2000, 4000))]  # half the window gone: the next batch goes out
+    assert hooks.reads == [list(range(Backlog.SLICE))]  # the head's slice, at recovery
+    assert hooks.ahead_reads == [list(range(2000))]  # its batch goes to the worker
     hooks.finish_reads()  # the worker thread is done
-    for _ in range(2000):
-        bodies.append(q.get().msg.body)  # type: ignore[union-attr]
-    assert hooks.ahead_reads[1] == list(range(4000, 5000))
+    bodies = [q.get().msg.body for _ in range(1000)]  # type: ignore[union-attr]
+    assert hooks.ahead_reads[1] == list(range(2000, 4000))  # half the batch in hand gone: the next goes out
+    hooks.finish_reads()
+    bodies += [q.get().msg.body for _ in range(2000)]  # type: ignore[union-attr]
+    assert hooks.ahead_reads[2] == list(range(4000, 5000))
     hooks.finish_reads()
     bodies += drain(q)
     assert bodies == [f"m{o}".encode() for o in range(5000)]
-    assert [len(r) for r in hooks.reads] == [2000]  # both refills built their entries from records read ahead
+    assert hooks.reads == [list(range(Backlog.SLICE))]  # everything else was built from what the worker read
+
+
+def test_no_refill_step_decodes_more_than_a_slice() -> None:
+    """A refill runs on the event loop: each step builds at most SLICE entries (about a millisecond), so a
+    consumer of a deep backlog never holds up other connections for a whole batch's decoding."""
+    for ahead in (None, "immediate"):
+        q, hooks = recovered(5000, ahead=ahead)
+        assert drain(q) == [f"m{o}".encode() for o in range(5000)]
+        assert sum(hooks.loads) == 5000 and max(hooks.loads) <= Backlog.SLICE
+
+
+def test_a_truthiness_check_never_reads() -> None:
+    """Whether a queue has a message is asked all the time (dispatch, basic.get, TTL): it is answered from
+    what the backlog holds, never by reading the store, even when the window was just emptied."""
+    q, hooks = recovered(5000, ahead="held")
+    seen = 0
+    while True:
+        loads = len(hooks.loads)
+        nonempty = bool(q.ready)
+        assert len(hooks.loads) == loads
+        if not nonempty:
+            break
+        q.get()
+        seen += 1
+    assert seen == 5000
+
+
+def test_a_paged_out_body_comes_back_from_the_read_ahead() -> None:
+    """A message kept as an entry deep in a backlog (a TTL: not spilled) whose body was paged out gets it
+    back from the worker's read of its batch, not from a read at delivery."""
+    q, hooks = spilling_queue(10)
+    hooks.ahead = "immediate"
+    for o in range(6):
+        q.push(stored(o))
+    paged = stored(6, expiration="60000")
+    paged.body = None  # paged out: the store holds it
+    q.push(paged)
+    assert paged.body is None
+    assert drain(q) == [f"m{o}".encode() for o in range(7)]
+    assert any(6 in r for r in hooks.ahead_reads)
 
 
 def test_a_refill_before_the_read_ahead_is_done_reads_for_itself_in_order() -> None:
@@ -393,7 +446,19 @@ def test_length_and_purge_count_the_batch_read_ahead() -> None:
     q, hooks = recovered(5000, ahead="held")
     for _ in range(1500):
         q.get()
-    assert hooks.ahead_reads and q.message_count == 3500
-    assert len(q.purge()) == 500  # the window's entries; the store forgets the rest, read ahead or not
-    assert sorted(hooks.forgotten) == list(range(2000, 5000))
+    assert len(hooks.ahead_reads) == 2 and q.message_count == 3500
+    gone = q.purge()  # the window's entries; the store forgets the rest, read ahead or not
+    assert sorted(hooks.forgotten) == list(range(1500 + len(gone), 5000))
     assert q.message_count == 0
+
+
+def test_everything_queued_is_listed_in_order_with_the_batches_in_hand() -> None:
+    """What the management peek lists: the window, the batches taken off the deques (the one being decoded
+    and the one read ahead) and the rest, in queue order."""
+    q, hooks = recovered(5000, ahead="held")
+    for _ in range(1500):
+        q.get()
+    assert len(hooks.ahead_reads) == 2  # the current batch and the one after it are in hand
+    assert isinstance(q.ready, Backlog)
+    listed = [i if isinstance(i, int) else int(i.msg.body[1:]) for i in q.ready.queued()]  # type: ignore[index]
+    assert listed == list(range(1500, 5000))

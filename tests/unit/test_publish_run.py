@@ -71,7 +71,7 @@ class FakeStore:
     def ack(self, queue_id: int, offset: int) -> None:
         self.acked.append((queue_id, offset))
 
-    def read_many(self, offsets: list[int]) -> list[MessageRecord | None]:
+    def read_many(self, offsets: list[int], ahead: Any = None) -> list[MessageRecord | None]:
         return [self.records.get(o) for o in offsets]
 
     def recovered(self, queue: Queue, bodies: list[bytes]) -> None:

@@ -88,6 +88,7 @@ class ConnectionLike(Protocol):
     def confirms_pending(self, channel: Channel) -> None: ...
     def throttle(self, queue: Queue) -> None: ...
     def unconfirmed_changed(self, delta: int) -> None: ...
+    def close_channel(self, channel: Channel, exc: errors.AMQPError) -> None: ...
 
 
 class Channel:
@@ -318,7 +319,14 @@ class Channel:
                 f"'{self.conn.user}'"
             )
 
-    def _deliver_published(self, msg: Message, mandatory: bool, seq: int, on_stored: Callable[[], None] | None) -> bool:
+    def _deliver_published(
+        self,
+        msg: Message,
+        mandatory: bool,
+        seq: int,
+        on_stored: Callable[[], None] | None,
+        on_failed: Callable[[], None] | None = None,
+    ) -> bool:
         """Route and enqueue one message; returns and confirms as RabbitMQ sends them.
         True when the store took it and on_stored will fire after its fsync."""
         ex = self.vhost.exchanges.get(msg.exchange)
@@ -346,7 +354,7 @@ class Channel:
         stored = False
         if self.broker.store is not None and (msg.persistent or always_stored):
             stored = self.broker.store_message(
-                msg, accepting, self._durable_callback(seq, on_stored), self._failed_callback(seq, on_stored)
+                msg, accepting, self._durable_callback(seq, on_stored), self._failed_callback(seq, on_stored, on_failed)
             )
         for q in accepting:
             q.push(msg)
@@ -399,11 +407,13 @@ class Channel:
 
         return durable
 
-    def _failed_callback(self, seq: int, on_stored: Callable[[], None] | None) -> Callable[[], None] | None:
-        """The store could not write the message: the publisher's confirm is a nack (a tx commit still
-        completes: RabbitMQ's tx gives no durability guarantee beyond confirms)."""
+    def _failed_callback(
+        self, seq: int, on_stored: Callable[[], None] | None, on_failed: Callable[[], None] | None
+    ) -> Callable[[], None] | None:
+        """The store could not write the message: the publisher's confirm is a nack; a transaction's commit
+        fails (on_failed)."""
         if not seq:
-            return on_stored
+            return on_failed or on_stored
         return lambda: self._confirm(seq, False)
 
     def _strip_bcc(self, msg: Message) -> None:
@@ -941,15 +951,26 @@ class Channel:
         publishes, acks = self.tx_publishes, self.tx_acks
         self.tx_publishes, self.tx_acks = [], []
         waiting = [1]  # held at one until every publish is in, so commit-ok cannot go out early
+        failed = [False]
 
         def stored() -> None:
             waiting[0] -= 1
-            if waiting[0] == 0 and not self.closing:
+            if waiting[0] or self.closing:
+                return
+            if failed[0]:
+                # rabbit_channel's complete_tx for a failed tx: the channel closes, no commit-ok
+                exc = errors.precondition_failed("partial tx completion").with_method(90, 20)
+                self.conn.close_channel(self, exc)
+            else:
                 self.reply(commands.Tx.CommitOk())
+
+        def not_stored() -> None:
+            failed[0] = True
+            stored()
 
         for _exchange, mandatory, msg in publishes:
             waiting[0] += 1
-            if not self._deliver_published(msg, mandatory, 0, stored):
+            if not self._deliver_published(msg, mandatory, 0, stored, not_stored):
                 waiting[0] -= 1
         for kind, taken, requeue in acks:
             self._apply_settle(kind, taken, requeue)

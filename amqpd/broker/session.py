@@ -549,6 +549,12 @@ class Session:
         except errors.ChannelError as exc:
             self._close_channel(ch, exc)
 
+    def close_channel(self, channel: Channel, exc: errors.AMQPError) -> None:
+        """A channel error found later than the method that caused it (a transaction whose publishes the
+        store could not write): closed as a method's error would close it, if it is still open."""
+        if self.channels.get(channel.id) is channel:
+            self._close_channel(channel, exc)
+
     def _close_channel(self, ch: Channel, exc: errors.AMQPError) -> None:
         """A channel error: channel.close to the client, the channel's state cleaned up at once."""
         log.info("channel %d error: %s %s", ch.id, exc.code, exc.reply_text)

@@ -58,6 +58,9 @@ class NoConnection:
     def unconfirmed_changed(self, delta: int) -> None:
         """The API waits for each of its own publishes: nothing to limit."""
 
+    def close_channel(self, channel: Channel, exc: errors.AMQPError) -> None:
+        """Only a transaction closes a channel late, and the API's channel is never transactional."""
+
 
 # -- queues and exchanges --------------------------------------------------------------------------------------
 

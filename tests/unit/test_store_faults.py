@@ -107,3 +107,31 @@ async def test_store_pressure_pauses_reading_from_publishers_until_it_is_written
     await store.flush()
     assert "store" not in pub.transport.holds and "store" not in late.transport.holds
     await store.close()
+
+
+async def test_a_transaction_the_store_could_not_write_closes_the_channel_instead_of_commit_ok(
+    tmp_path: Path,
+) -> None:
+    # RabbitMQ's complete_tx for a failed transaction: channel.close 406 "partial tx completion" on tx.commit
+    store, broker = await open_broker(tmp_path, FailingIO(fail_write=2))  # header ok, first batch fails
+    pub = Client(broker)
+    pub.method(1, commands.Queue.Declare(queue="q", durable=True))
+    pub.method(1, commands.Tx.Select())
+    pub.send(publish_frames(1, "", "q", b"lost", delivery_mode=2))
+    assert pub.method(1, commands.Tx.Commit()) == []  # nothing until the store has answered
+    await store.flush()
+    out = pub.output()
+    assert not any(isinstance(f, commands.Tx.CommitOk) for f in out)
+    closes = [f for f in out if isinstance(f, commands.Channel.Close)]
+    assert [(c.reply_code, c.reply_text, c.class_id, c.method_id) for c in closes] == [
+        (406, "PRECONDITION_FAILED - partial tx completion", 90, 20)
+    ]
+    # the connection and its other channels go on: a new channel's transaction commits once the store writes
+    pub.method(1, commands.Channel.CloseOk())
+    pub.method(2, commands.Channel.Open())
+    pub.method(2, commands.Tx.Select())
+    pub.send(publish_frames(2, "", "q", b"kept", delivery_mode=2))
+    pub.method(2, commands.Tx.Commit())
+    await store.flush()
+    assert any(isinstance(f, commands.Tx.CommitOk) for f in pub.output())
+    await store.close()

@@ -148,6 +148,9 @@ def finish(runs: list[dict[str, Any]], info: dict[str, Any], args: argparse.Name
     if not args.no_chart:
         png = args.out / f"bench-{stamp}.png"
         title = f"amqpd vs RabbitMQ — medians of {args.rounds} rounds, {info['started']}"
-        report.write_chart(png, meds, args.targets, title)
-        print(f"wrote {png}")
+        try:
+            report.write_chart(png, meds, args.targets, title)
+            print(f"wrote {png}")
+        except ModuleNotFoundError:  # the chart is the optional `bench` extra; the table and JSON are the result
+            print("no chart: matplotlib is not installed (pip install -e '.[bench]')")
     return 1 if errors and not any(r["metrics"] for r in runs) else 0

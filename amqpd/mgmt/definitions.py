@@ -111,7 +111,9 @@ def export(broker: Broker, vhost: str | None = None) -> dict[str, Any]:
 
 # -- import -----------------------------------------------------------------------------------------------------
 
-SECTIONS = (
+# The order entries are checked in: exchanges and queues before the bindings that name them, whatever the
+# document's order.
+IMPORT_ORDER = (
     "users",
     "vhosts",
     "permissions",
@@ -119,8 +121,8 @@ SECTIONS = (
     "parameters",
     "global_parameters",
     "policies",
-    "queues",
     "exchanges",
+    "queues",
     "bindings",
 )
 
@@ -328,19 +330,7 @@ def validate(broker: Broker, doc: Any, vhost: str | None = None) -> None:
     if vhost is not None and vhost not in broker.vhosts:
         raise DefinitionsError(f"vhost '{vhost}' does not exist")
     plan = Plan(broker, doc, vhost)
-    # Exchanges before bindings and queues before bindings, whatever the document's order.
-    for section in (
-        "users",
-        "vhosts",
-        "permissions",
-        "topic_permissions",
-        "parameters",
-        "global_parameters",
-        "policies",
-        "exchanges",
-        "queues",
-        "bindings",
-    ):
+    for section in IMPORT_ORDER:
         items = doc.get(section, [])
         if not isinstance(items, list):
             raise DefinitionsError(f"'{section}' is not a list")

@@ -3,7 +3,6 @@ https managementUri for the driver, checked with the same CA; reading and writin
 
 from __future__ import annotations
 
-import json
 import sys
 import urllib.parse
 from collections.abc import Callable, Iterator
@@ -15,24 +14,17 @@ from pyspark.sql import SparkSession
 
 from amqpd.testing import BrokerProcess
 
-# The TLS tests' certificate maker lives with them (tests/integration); these tests make their own CA with it.
+# The TLS tests' certificates and amqps broker live with them (tests/integration).
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "integration"))
-from tls_certs import CA, write_pair  # noqa: E402
+from test_stream_reader_tls import amqps_broker  # noqa: E402
+from test_tls import Certs  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, Path]]:
-    directory = tmp_path_factory.mktemp("spark-tls")
-    ca = CA("amqpd spark test CA")
-    ca_file = ca.write(directory / "ca.crt")
-    cert, key = write_pair(*ca.issue("localhost", server=True), directory, "server")
-    settings: dict[str, object] = {"tls_port": 0, "mgmt_tls_port": 0}
-    for prefix in ("tls", "mgmt_tls"):
-        settings |= {f"{prefix}_cert_file": str(cert), f"{prefix}_key_file": str(key)}
-    config = directory / "amqpd.toml"
-    config.write_text("[amqpd]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in settings.items()))
-    with BrokerProcess(management=True, extra_args=["--config", str(config), "--in-memory"]) as broker:
-        yield broker, ca_file
+    certs = Certs(tmp_path_factory.mktemp("spark-tls"))
+    with amqps_broker(certs, tmp_path_factory.mktemp("broker")) as broker:
+        yield broker, certs.ca_file
 
 
 def test_read_and_write_over_amqps_with_an_https_management_uri(

@@ -13,9 +13,8 @@ from pamqp import commands
 from pamqp import frame as pamqp_frame
 from pamqp.header import ContentHeader
 
-from amqpd.broker.stream import _OFFSET_FIELD, _TIMESTAMP_FIELD
+from amqpd.broker.stream import with_offset_header
 from amqpd.protocol.frames import frame
-from amqpd.protocol.properties import append_header_field
 from amqpd.spark.wire import Endpoint, StreamReader
 
 _FRAME_HEADER = struct.Struct(">BHI")
@@ -24,8 +23,8 @@ _FRAME_HEADER = struct.Struct(">BHI")
 def delivery(tag: int, offset: int) -> bytes:
     method = pamqp_frame.marshal(commands.Basic.Deliver("c", tag, False, "", "s"), 1)
     raw = pamqp_frame.marshal(ContentHeader(0, 1, commands.Basic.Properties()), 1)[7:-1]
-    field = _OFFSET_FIELD + struct.pack(">q", offset) + _TIMESTAMP_FIELD + struct.pack(">q", 1_700_000_000_000)
-    return method + frame(2, 1, append_header_field(raw, 1, field)) + frame(3, 1, b"x")
+    header = with_offset_header(raw, offset, 1_700_000_000_000)  # as the broker sends an x-stream-timestamp reader
+    return method + frame(2, 1, header) + frame(3, 1, b"x")
 
 
 class ModelBroker:

@@ -13,8 +13,7 @@ from pamqp import commands
 from pamqp import frame as pamqp_frame
 from pamqp.header import ContentHeader
 
-from amqpd.broker.stream import _OFFSET_FIELD, _TIMESTAMP_FIELD
-from amqpd.protocol.properties import append_header_field
+from amqpd.broker.stream import with_offset_header
 from amqpd.spark.options import ReadOptions
 from amqpd.spark.reader import _capped
 from amqpd.spark.rows import header_text
@@ -70,8 +69,7 @@ def test_scanned_properties_match_pamqps_decoding(
     marshalled = pamqp_frame.marshal(ContentHeader(0, 3, props), 1)
     sent = pamqp_frame.unmarshal(marshalled)[2].properties  # pamqp's reading (it drops empty strings)
     raw = marshalled[7:-1]
-    field = _OFFSET_FIELD + struct.pack(">q", offset) + _TIMESTAMP_FIELD + struct.pack(">q", stamp)
-    delivered = bytearray(append_header_field(raw, 3, field))  # what the broker sends a x-stream-timestamp reader
+    delivered = bytearray(with_offset_header(raw, offset, stamp))  # what the broker sends a x-stream-timestamp reader
     flags = struct.unpack_from(">H", delivered, 12)[0]
     out = Columns()
     read_properties(delivered, 14, flags, with_headers, out)
@@ -155,6 +153,6 @@ def test_the_per_trigger_cap_is_shared_among_streams_by_backlog() -> None:
 def test_a_delivery_without_the_append_time_is_an_error_not_a_1970_timestamp() -> None:
     props = commands.Basic.Properties(headers={"a": "b"})
     raw = pamqp_frame.marshal(ContentHeader(0, 3, props), 1)[7:-1]
-    delivered = bytearray(append_header_field(raw, 3, _OFFSET_FIELD + struct.pack(">q", 5)))
+    delivered = bytearray(with_offset_header(raw, 5))
     with pytest.raises(BrokerError, match="no x-stream-timestamp"):
         read_properties(delivered, 14, struct.unpack_from(">H", delivered, 12)[0], False, Columns())

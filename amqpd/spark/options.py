@@ -11,6 +11,7 @@ from amqpd.spark.positions import Bounds, Positions
 from amqpd.spark.wire import Endpoint
 
 EARLIEST, LATEST = "earliest", "latest"
+ERROR = "error"  # startingOffsetsByTimestampStrategy's default, as Kafka's
 KAFKA_EARLIEST, KAFKA_LATEST = -2, -1  # what Kafka's JSON offsets use for earliest and latest
 DEFAULT_PARTITION_OFFSETS = 100_000
 
@@ -57,6 +58,37 @@ def _spec(options: dict[str, str], name: str, default: str) -> str | dict[str, i
     return parsed
 
 
+def _check_streams(name: str, spec: dict[str, int], streams: list[str]) -> None:
+    unknown = set(spec) - set(streams)
+    missing = set(streams) - set(spec)
+    if unknown or missing:
+        raise ValueError(
+            f"option {name}: the JSON must name exactly the streams in queue "
+            f"({', '.join(streams)}); unknown {sorted(unknown)}, missing {sorted(missing)}"
+        )
+
+
+def _times(options: dict[str, str], one: str, by_stream: str, streams: list[str]) -> dict[str, int] | None:
+    """Per-stream times in ms from Kafka's pair of options: `one` (a time for every stream) wins over
+    `by_stream` (JSON {"stream": ms}); None when neither is given."""
+    every = _int(options, one, 0)
+    if every is not None:
+        return dict.fromkeys(streams, every)
+    raw = options.get(by_stream)
+    if raw is None:
+        return None
+    try:
+        parsed = json.loads(str(raw))
+    except json.JSONDecodeError:
+        parsed = None
+    if not isinstance(parsed, dict) or not all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in parsed.values()
+    ):
+        raise ValueError(f'option {by_stream}: JSON like {{"stream": 1764028800000}} (ms since the epoch), got {raw!r}')
+    _check_streams(by_stream, parsed, streams)
+    return parsed
+
+
 @dataclass
 class ReadOptions:
     uri: str
@@ -65,7 +97,9 @@ class ReadOptions:
     streams: list[str]
     starting: str | dict[str, int]
     ending: str | dict[str, int]
-    starting_timestamp: int | None
+    starting_times: dict[str, int] | None
+    ending_times: dict[str, int] | None
+    timestamp_strategy: str
     fail_on_data_loss: bool
     include_headers: bool
     max_per_trigger: int | None
@@ -88,6 +122,10 @@ class ReadOptions:
             "startingOffsets",
             "endingOffsets",
             "startingTimestamp",
+            "startingOffsetsByTimestamp",
+            "startingOffsetsByTimestampStrategy",
+            "endingTimestamp",
+            "endingOffsetsByTimestamp",
             "failOnDataLoss",
             "includeHeaders",
             "maxOffsetsPerTrigger",
@@ -104,8 +142,9 @@ class ReadOptions:
             raise ValueError("option queue is required: one stream or several, comma-separated")
         starting = _spec(merged, "startingOffsets", LATEST if streaming else EARLIEST)
         ending = _spec(merged, "endingOffsets", LATEST)
-        if streaming and "endingOffsets" in merged:
-            raise ValueError("option endingOffsets is for batch reads only (a stream has no end)")
+        for name in ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp"):
+            if streaming and name in merged:
+                raise ValueError(f"option {name} is for batch reads only (a stream has no end)")
         if not streaming and starting == LATEST:
             raise ValueError(
                 "option startingOffsets: 'latest' is not allowed for a batch read (it would read "
@@ -115,15 +154,12 @@ class ReadOptions:
             raise ValueError("option endingOffsets: 'earliest' is not allowed for a batch read")
         for spec, name in ((starting, "startingOffsets"), (ending, "endingOffsets")):
             if isinstance(spec, dict):
-                unknown = set(spec) - set(streams)
-                missing = set(streams) - set(spec)
-                if unknown or missing:
-                    raise ValueError(
-                        f"option {name}: the JSON must name exactly the streams in queue "
-                        f"({', '.join(streams)}); unknown {sorted(unknown)}, missing {sorted(missing)}"
-                    )
+                _check_streams(name, spec, streams)
             if name == "endingOffsets" and isinstance(spec, dict) and KAFKA_EARLIEST in spec.values():
                 raise ValueError("option endingOffsets: -2 (earliest) is not allowed for a batch read")
+        strategy = str(merged.get("startingOffsetsByTimestampStrategy", ERROR)).strip().lower()
+        if strategy not in (ERROR, LATEST):
+            raise ValueError(f"option startingOffsetsByTimestampStrategy: 'error' or 'latest', got {strategy!r}")
         per_trigger = _int(merged, "maxOffsetsPerTrigger", 1)
         if per_trigger is None:
             per_trigger = _int(merged, "maxRecordsPerTrigger", 1)
@@ -138,7 +174,9 @@ class ReadOptions:
             streams=streams,
             starting=starting,
             ending=ending,
-            starting_timestamp=_int(merged, "startingTimestamp", 0),
+            starting_times=_times(merged, "startingTimestamp", "startingOffsetsByTimestamp", streams),
+            ending_times=_times(merged, "endingTimestamp", "endingOffsetsByTimestamp", streams),
+            timestamp_strategy=strategy,
             fail_on_data_loss=_bool(merged, "failOnDataLoss", True),
             include_headers=_bool(merged, "includeHeaders", False),
             max_per_trigger=per_trigger,
@@ -151,15 +189,34 @@ class ReadOptions:
 
     def start_offset(self, positions: Positions, stream: str, bounds: Bounds) -> int:
         """Where reading starts in one stream, checked against what retention kept."""
-        if self.starting_timestamp is not None:
-            return positions.offset_at(stream, self.starting_timestamp)
+        if self.starting_times is not None:
+            return self._start_at_time(positions, stream, bounds)
         spec = self.starting
         if isinstance(spec, dict):
             value = spec[stream]
             return bounds.first if value == KAFKA_EARLIEST else bounds.end if value == KAFKA_LATEST else value
         return bounds.first if spec == EARLIEST else bounds.end
 
-    def end_offset(self, stream: str, bounds: Bounds) -> int:
+    def _start_at_time(self, positions: Positions, stream: str, bounds: Bounds) -> int:
+        """Kafka's rule: the first offset appended at or after the time; when there is none, the strategy
+        says whether that is an error (the default) or the stream's end."""
+        assert self.starting_times is not None
+        at = self.starting_times[stream]
+        offset = positions.offset_at(stream, at)
+        # the broker answers its end when nothing is that recent; asked again, as it may have grown since `bounds`
+        if offset < bounds.end or offset < positions.bounds(stream).end:
+            return offset
+        if self.timestamp_strategy == LATEST:
+            return offset
+        raise ValueError(
+            f"amqpd stream '{stream}': no message was appended at or after {at} ms (the starting timestamp). "
+            "Set startingOffsetsByTimestampStrategy=latest to start at the stream's end instead."
+        )
+
+    def end_offset(self, positions: Positions, stream: str, bounds: Bounds) -> int:
+        if self.ending_times is not None:
+            # Kafka's rule: end before the first message at or after the time; none that recent: the end
+            return min(positions.offset_at(stream, self.ending_times[stream]), bounds.end)
         spec = self.ending
         if isinstance(spec, dict) and spec[stream] != KAFKA_LATEST:
             return min(spec[stream], bounds.end)  # what does not exist yet is not waited for

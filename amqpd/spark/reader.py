@@ -101,7 +101,7 @@ class BatchReader(DataSourceReader):
         for stream in opts.streams:
             bounds = positions.bounds(stream)
             start = opts.check_loss(stream, opts.start_offset(positions, stream, bounds), bounds.first)
-            ranges[stream] = (start, opts.end_offset(stream, bounds))
+            ranges[stream] = (start, opts.end_offset(positions, stream, bounds))
         return split(opts, ranges)
 
     def read(self, partition: InputPartition | None) -> Iterator[pa.RecordBatch]:

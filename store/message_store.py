@@ -22,7 +22,7 @@ import os
 import sqlite3
 import time
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, MutableMapping
 from functools import partial
 from typing import Any
 
@@ -63,7 +63,7 @@ from store.queue_state import OffsetRuns, QueueState, encode_runs
 from store.read_ahead import ReadAhead, SegmentBytes, stretches_of
 from store.record_codec import decode_record, encode_record
 from store.records import MessageRecord, QueueEntry, Recovered, RecoveredMessage
-from store.recovery import RecoveryResult, recover_files
+from store.recovery import HoldsLog, RecoveryResult, recover_files
 from store.retention import AGE, RetentionPolicy, SegmentInfo, select_for_deletion
 from store.segment import FILE_HEADER_SIZE, DamagedFrame, Layout, read_payload, read_payloads
 from store.segment_index import DEFAULT_INTERVAL, SegmentIndex, write_index_files
@@ -100,11 +100,13 @@ class MessageStore:
         clock: Callable[[], int] = time.time_ns,
         max_unwritten_bytes: int = DEFAULT_MAX_UNWRITTEN,
         io: FileIO | None = None,
+        holds_log: HoldsLog | None = None,
     ) -> None:
         """`retention_*`: keep segments no queue needs for log readers, bounded by age and/or total log size
         (both None: delete them as soon as they are unneeded; see store/retention.py). `clock`: wall-clock
         nanoseconds (time.time_ns); message ids, checkpoint times, TTL at recovery and retention use it.
-        `max_unwritten_bytes`: see on_pressure. `io`: the I/O seam the writer goes through (tests)."""
+        `max_unwritten_bytes`: see on_pressure. `io`: the I/O seam the writer goes through (tests). `holds_log`:
+        which queues (by their declared arguments) are logs, held as runs from recovery on (hold_as_runs)."""
         if fsync not in FSYNC_POLICIES:
             raise ValueError(f"fsync must be one of {FSYNC_POLICIES}, not {fsync!r}")
         if not FILE_HEADER_SIZE < segment_size <= MAX_SEGMENT_SIZE:
@@ -118,6 +120,7 @@ class MessageStore:
         self._clock = clock
         self._catalog = Catalog(self._layout.catalog)
         self._io = io if io is not None else FileIO()
+        self._holds_log = holds_log
         self._writer = Writer(self._layout, self._fsync, self._io)
         # Catalogue state needed synchronously.
         self._queues: dict[int, QueueState] = {}
@@ -187,7 +190,14 @@ class MessageStore:
         try:
             snap = await self._catalog.load()
             result = await anyio.to_thread.run_sync(
-                recover_files, self._layout, snap, self._interval, self._now_ms(), self._retention, load_records
+                recover_files,
+                self._layout,
+                snap,
+                self._interval,
+                self._now_ms(),
+                self._retention,
+                load_records,
+                self._holds_log or (lambda arguments: False),
             )
         except BaseException:
             await self._catalog.close()  # its worker thread would otherwise keep the process alive
@@ -1022,13 +1032,26 @@ class MessageStore:
         self._sizes = dict(result.sizes)
         self._refs = dict.fromkeys(self._bases, 0)
         for state in self._queues.values():
-            for offset in state.live:
-                self._refs[self._bases[bisect_right(self._bases, offset) - 1]] += 1
+            self._count_refs(state.live)
         self._active = self._bases[-1] if self._bases else None
         self._tail = self._sizes[self._active] if self._active is not None else 0
         self._next_offset = self._pending.first_offset = result.next_offset
         self._last_message_id = result.last_message_id
         self._ack_number = max([snap.checkpoint.ack_number if snap.checkpoint else 0, *result.stale_ack_files]) + 1
+
+    def _count_refs(self, live: MutableMapping[int, None]) -> None:
+        bases, refs = self._bases, self._refs
+        if not isinstance(live, OffsetRuns):
+            for offset in live:
+                refs[bases[bisect_right(bases, offset) - 1]] += 1
+            return
+        for start, stop in live.runs():  # a log: by run, split at segment bases, never offset by offset
+            i = bisect_right(bases, start) - 1
+            while start < stop:
+                upper = bases[i + 1] if i + 1 < len(bases) else stop
+                refs[bases[i]] += min(stop, upper) - start
+                start = min(stop, upper)
+                i += 1
 
     def _resume_files(self, result: RecoveryResult) -> None:
         if self._active is not None:
@@ -1044,7 +1067,9 @@ class MessageStore:
             state = self._queues[qid]
             entry = QueueEntry(qid, vhost, name, auto_delete, arguments, values=snap.queue_values.get(qid, {}))
             delivered = state.delivered
-            if all(offset in records for offset in state.live):
+            if isinstance(state.live, OffsetRuns):
+                _recovered_log(entry, state.live, records, delivered)
+            elif all(offset in records for offset in state.live):
                 entry.messages = [RecoveredMessage(o, records[o], o in delivered) for o in state.live]
             else:  # lazy: what recovery did not read comes first (it is older than the tail it read)
                 entry.unloaded = [o for o in state.live if o not in records]
@@ -1091,6 +1116,17 @@ def _encode_queue_rows(rows: list[tuple[int, Any, Any]]) -> list[tuple[int, Any,
         (qid, live if isinstance(live, bytes) else encode_runs(live), encode_runs(sorted(delivered)))
         for qid, live, delivered in rows
     ]
+
+
+def _recovered_log(entry: QueueEntry, live: OffsetRuns, records: dict[int, MessageRecord], delivered: set[int]) -> None:
+    """A log's recovered offsets stay runs: the records recovery read (its tail, after the checkpoint) as
+    messages, every other offset in `unloaded_runs`, nothing built per offset of the rest."""
+    entry.messages = [RecoveredMessage(o, r, o in delivered) for o, r in records.items() if o in live]
+    unloaded = OffsetRuns.from_encoded(live.encoded())
+    for message in entry.messages:
+        del unloaded[message.offset]
+    entry.unloaded_runs = unloaded
+    entry.unloaded_delivered = {o for o in delivered if o not in records}
 
 
 def _copy_live(live: Any) -> list[int] | bytes:

@@ -35,6 +35,35 @@ class OffsetRuns(MutableMapping[int, None]):
         for offset in sorted(offsets):
             self[offset] = None
 
+    @classmethod
+    def from_encoded(cls, data: bytes) -> OffsetRuns:
+        """The runs a checkpoint saved (encode_runs), without going through every offset: recovery of a long
+        log must not build anything per message."""
+        runs = array("Q")
+        runs.frombytes(data)
+        if sys.byteorder == "big":
+            runs.byteswap()
+        made = cls()
+        made._starts, made._stops = list(runs[0::2]), list(runs[1::2])
+        made._count = sum(stop - start for start, stop in zip(made._starts, made._stops, strict=True))
+        return made
+
+    def runs(self) -> list[tuple[int, int]]:
+        """The runs [start, stop), oldest first (a copy: the set may change while they are used)."""
+        return list(zip(self._starts, self._stops, strict=True))
+
+    def first_at_or_after(self, offset: int) -> int | None:
+        i = bisect_right(self._stops, offset)  # the first run ending after offset
+        if i == len(self._stops):
+            return None
+        return max(self._starts[i], offset)
+
+    def between(self, lo: int, hi: int) -> Iterator[int]:
+        """The held offsets in [lo, hi), in order."""
+        for start, stop in self.runs():
+            if stop > lo and start < hi:
+                yield from range(max(start, lo), min(stop, hi))
+
     def _run_of(self, offset: int) -> int:
         """The index of the run holding `offset`, or -1."""
         i = bisect_right(self._starts, offset) - 1

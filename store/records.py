@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from store.queue_state import OffsetRuns
+
 
 @dataclass
 class MessageRecord:
@@ -36,6 +38,8 @@ class QueueEntry:
     # A lazy open (load_records=False): the held offsets whose records were not read, all older than every
     # entry of `messages`; those of them that were delivered. `MessageStore.read_many` reads them.
     unloaded: list[int] = field(default_factory=list)
+    # The same for a queue that holds a log (MessageStore's holds_log): its offsets as runs, never one by one.
+    unloaded_runs: OffsetRuns | None = None
     unloaded_delivered: set[int] = field(default_factory=set)
     values: dict[str, bytes] = field(default_factory=dict)  # set_queue_value's keys, as last committed
     # How often each held message went back to the queue unacked (MessageStore.set_delivery_count).

@@ -13,19 +13,25 @@ import mmap
 import os
 import time
 from bisect import bisect_left
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from store import ack_log
 from store.catalog import CatalogSnapshot, Checkpoint
 from store.frame import ScanReport, header_at, scan_frames
-from store.queue_state import QueueState, decode_runs
+from store.queue_state import OffsetRuns, QueueState, decode_runs
 from store.record_codec import decode_record
 from store.records import MessageRecord
 from store.retention import RetentionPolicy, SegmentInfo, load_retained, select_for_deletion
 from store.segment import FILE_HEADER_SIZE, SEGMENT_MAGIC, Layout, file_header, header_intact
 from store.segment_index import SegmentIndex, load_index, write_index_files
+
+HoldsLog = Callable[[Mapping[str, Any]], bool]  # from a queue's declared arguments: is it a log?
+
+
+def _holds_no_log(arguments: Mapping[str, Any]) -> bool:
+    return False
 
 
 class MissingCatalogue(Exception):
@@ -74,6 +80,7 @@ class _Recovery:
         now_ms: int,
         retention: RetentionPolicy,
         load_checkpointed: bool = True,
+        holds_log: HoldsLog = _holds_no_log,
     ) -> None:
         self.layout = layout
         self.retention = retention
@@ -84,14 +91,18 @@ class _Recovery:
         self.no_checkpoint = snap.checkpoint is None
         self.registry = snap.segments
         self.stats = new_stats()
-        self.queues = {q[0]: QueueState() for q in snap.queues}
+        self.queues = {}
+        for qid, _vhost, _name, _auto_delete, arguments in snap.queues:
+            state = self.queues[qid] = QueueState()
+            if holds_log(arguments):
+                state.live = OffsetRuns()  # a log's offsets stay runs all through recovery, never one per message
         for qid, (live, delivered) in snap.queue_state.items():
             if qid in self.queues:
                 state = self.queues[qid]
-                state.live = dict.fromkeys(decode_runs(live))
+                runs = isinstance(state.live, OffsetRuns)
+                state.live = OffsetRuns.from_encoded(live) if runs else dict.fromkeys(decode_runs(live))
                 state.delivered = set(decode_runs(delivered))
-        self.wanted = sorted({off for state in self.queues.values() for off in state.live})
-        self.wanted_set = set(self.wanted)
+        self.wanted = _Wanted(list(self.queues.values()))
         self.records: dict[int, MessageRecord] = {}
         self.on_disk: set[int] = set()
         self.indexes: dict[int, SegmentIndex] = {}
@@ -132,15 +143,16 @@ class _Recovery:
         `lost_records`, worth naming in the stats."""
         on_disk = set(bases)
         for base, (end_offset, _, _) in self.registry.items():
-            i = bisect_left(self.wanted, base)
-            if base not in on_disk and i < len(self.wanted) and self.wanted[i] < end_offset:
+            first = self.wanted.first_at_or_after(base)
+            if base not in on_disk and first is not None and first < end_offset:
                 self.stats["segments_missing"] += 1
 
     def _segment(self, base: int, upper: int | None) -> None:
         """Read what is needed from one segment: the offsets queues hold, and the tail."""
         cp_next = self.cp.next_offset
-        lo = bisect_left(self.wanted, base)
-        first_wanted = self.wanted[lo] if lo < len(self.wanted) and (upper is None or self.wanted[lo] < upper) else None
+        first_wanted = self.wanted.first_at_or_after(base)
+        if first_wanted is not None and upper is not None and first_wanted >= upper:
+            first_wanted = None
         has_tail = upper is None or upper > cp_next
         if first_wanted is None and not has_tail:
             return  # nothing in it is needed: deleted below
@@ -191,7 +203,7 @@ class _Recovery:
 
     def _read_frames(self, data: mmap.mmap, start: int, size: int, index: SegmentIndex, report: ScanReport) -> None:
         cp_next = self.cp.next_offset
-        wanted, records, queues = self.wanted_set, self.records, self.queues
+        wanted, records, queues = self.wanted, self.records, self.queues
         observe = index.observe
         load = self.load_checkpointed
         scanned = tail = 0
@@ -271,13 +283,18 @@ class _Recovery:
         cp_next, now, records = self.cp.next_offset, self.now_ms, self.records
         gone_ranges = self._missing_ranges()
         for state in self.queues.values():
+            live = state.live
             if self.load_checkpointed:
-                candidates: Iterable[int] = state.live
+                candidates: Iterable[int] = live
+            elif isinstance(live, OffsetRuns):
+                candidates = list(live.between(cp_next, self.max_offset + 1))
+                for lo, hi in gone_ranges:
+                    lost.update(live.between(lo, min(hi, cp_next)))
             else:
-                assert isinstance(state.live, dict)  # recovery's own states; hold_as_runs comes after it
-                candidates = _newest_from(state.live, cp_next)  # the tail; the rest only if a segment is gone
+                assert isinstance(live, dict)  # recovery's own states
+                candidates = _newest_from(live, cp_next)  # the tail; the rest only if a segment is gone
                 if gone_ranges:
-                    lost.update(o for o in state.live if o < cp_next and _in_ranges(o, gone_ranges))
+                    lost.update(o for o in live if o < cp_next and _in_ranges(o, gone_ranges))
             for offset in candidates:
                 record = records.get(offset)
                 if record is None:
@@ -297,11 +314,16 @@ class _Recovery:
         return [(base, end) for base, (end, _, _) in self.registry.items() if base not in self.on_disk]
 
     def _delete_unneeded_segments(self, bases: list[int]) -> None:
-        held = {off for state in self.queues.values() for off in state.live}
         keep = {bases[-1]} if bases else set()
-        for offset in held:
-            i = bisect_left(bases, offset + 1) - 1
-            keep.add(bases[i])
+        for state in self.queues.values():
+            live = state.live
+            if isinstance(live, OffsetRuns):
+                for start, stop in live.runs():
+                    # every segment from the one holding the run's first offset to the one holding its last
+                    keep.update(bases[bisect_left(bases, start + 1) - 1 : bisect_left(bases, stop)])
+                continue
+            for offset in live:
+                keep.add(bases[bisect_left(bases, offset + 1) - 1])
         unneeded = [base for base in bases if base not in keep]
         if self.retention.enabled:
             unneeded = self._outside_retention(bases, keep, unneeded)
@@ -326,6 +348,26 @@ class _Recovery:
             self.stats[f"retention_deleted_{reason}"] += 1
         self.stats["segments_retained"] = len(unneeded) - len(doomed)
         return [base for base, _ in doomed]
+
+
+class _Wanted:
+    """The offsets some queue held at the checkpoint, to know which segments to read: a sorted list for
+    queues holding offsets one by one, and a copy of the runs of the queues that hold a log."""
+
+    def __init__(self, states: list[QueueState]) -> None:
+        self.runs = [OffsetRuns.from_encoded(s.live.encoded()) for s in states if isinstance(s.live, OffsetRuns)]
+        self.sorted = sorted({o for s in states if not isinstance(s.live, OffsetRuns) for o in s.live})
+        self._set = set(self.sorted)
+
+    def first_at_or_after(self, offset: int) -> int | None:
+        found = [first for runs in self.runs if (first := runs.first_at_or_after(offset)) is not None]
+        i = bisect_left(self.sorted, offset)
+        if i < len(self.sorted):
+            found.append(self.sorted[i])
+        return min(found, default=None)
+
+    def __contains__(self, offset: int) -> bool:
+        return offset in self._set or any(offset in runs for runs in self.runs)
 
 
 def _newest_from(live: dict[int, None], first: int) -> list[int]:
@@ -362,7 +404,10 @@ def recover_files(
     now_ms: int,
     retention: RetentionPolicy | None = None,
     load_checkpointed: bool = True,
+    holds_log: HoldsLog = _holds_no_log,
 ) -> RecoveryResult:
     """load_checkpointed=False (a lazy open): records held since before the last checkpoint are not read;
-    the caller reads them when it needs them (`MessageStore.read_many`)."""
-    return _Recovery(layout, snap, index_interval, now_ms, retention or RetentionPolicy(), load_checkpointed).run()
+    the caller reads them when it needs them (`MessageStore.read_many`). holds_log: which queues are logs
+    (their offsets are kept as runs, never one by one: MessageStore.hold_as_runs)."""
+    policy = retention or RetentionPolicy()
+    return _Recovery(layout, snap, index_interval, now_ms, policy, load_checkpointed, holds_log).run()

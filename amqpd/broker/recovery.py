@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from itertools import chain
 from typing import Any
 
 from amqpd.broker.backlog import Backlog
@@ -94,7 +95,8 @@ def _restore_stream(broker: Any, vhost: Any, entry: Any) -> int:
         store=broker.store,
         store_id=entry.queue_id,
     )
-    q.adopt([*entry.unloaded, *(rm.offset for rm in entry.messages)], entry.values)
+    older = entry.unloaded if entry.unloaded_runs is None else entry.unloaded_runs
+    q.adopt(chain(older, (rm.offset for rm in entry.messages)), entry.values)
     if q.dedup is not None:
         q.dedup.attach(broker.store, entry.queue_id, entry.values)
     vhost.queues[entry.name] = q

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import struct
 from array import array
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from amqpd import errors
@@ -147,8 +148,9 @@ class StreamQueue(Queue["Consumer"]):
 
     # -- recovery ------------------------------------------------------------------------------------------
 
-    def adopt(self, held: list[int], values: dict[str, bytes]) -> None:
-        """Recovery: the records the store kept for this stream, and what it saved with them."""
+    def adopt(self, held: Iterable[int], values: dict[str, bytes]) -> None:
+        """Recovery: the records the store kept for this stream (their offsets in order, gone through once),
+        and what it saved with them."""
         assert self.store is not None and self.store_id is not None
         self.log.close()
         self.log = StoreLog.recover(self.store, self.store_id, held, values, self._on_commit)

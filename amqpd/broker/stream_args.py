@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,7 +48,7 @@ _AGE = re.compile(r"(\d+)([YMDhms])")
 FIRST, LAST, NEXT = "first", "last", "next"
 
 
-def is_stream(arguments: dict) -> bool:
+def is_stream(arguments: Mapping[str, Any]) -> bool:
     return arguments.get("x-queue-type") == STREAM
 
 

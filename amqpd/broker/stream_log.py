@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from amqpd.broker.message import Message
@@ -164,18 +164,21 @@ class StoreLog:
 
     @classmethod
     def recover(
-        cls, store: Any, queue_id: int, held: list[int], values: dict[str, bytes], on_commit: Callable[[], None]
+        cls, store: Any, queue_id: int, held: Iterable[int], values: dict[str, bytes], on_commit: Callable[[], None]
     ) -> StoreLog:
         """The stream's records as the store recovered them (its held offsets, in order), numbered from the
         first offset saved when retention last dropped some. Offsets below that one's store offset were
         dropped just before a crash took the acks back: they are acked again."""
         first, first_store = FIRST_POSITION.unpack(values[FIRST_KEY]) if FIRST_KEY in values else (0, 0)
-        stale = [o for o in held if o < first_store]
+        log = cls(store, queue_id, first, on_commit)
+        stale = []
+        for offset in held:  # in increasing order: the stale ones come first
+            if offset < first_store:
+                stale.append(offset)
+            else:
+                log._runs.append(offset)
         if stale:
             store.purge(queue_id, stale)
-        log = cls(store, queue_id, first, on_commit)
-        for offset in held[len(stale) :]:
-            log._runs.append(offset)
         return log
 
     @property

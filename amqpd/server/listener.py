@@ -17,6 +17,7 @@ from typing import IO, Any
 import anyio
 
 from amqpd.broker.broker import Broker
+from amqpd.broker.stream_args import is_stream
 from amqpd.config import Settings
 from amqpd.server.alarms import Alarms
 from amqpd.server.connection import AMQPServerProtocol
@@ -258,6 +259,7 @@ async def _open_store(settings: Settings) -> tuple[Any, Any]:
         retention_max_age_ms=settings.retention_max_age_ms,
         retention_max_bytes=settings.retention_max_bytes,
         max_unwritten_bytes=settings.max_unwritten_bytes,
+        holds_log=is_stream,  # a stream's offsets stay runs from recovery on: memory must not grow with its length
     )
     return store, await store.open(load_records=False)  # a recovered backlog is read back as it is consumed
 

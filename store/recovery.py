@@ -274,7 +274,9 @@ class _Recovery:
             state.delivered.add(offset)
 
     def _drop_unavailable(self) -> None:
-        """Forget offsets whose record was lost to damage, and messages whose TTL has passed.
+        """Forget offsets whose record was lost to damage, and messages whose TTL has passed, except in a
+        log: a stream keeps every message until retention drops it (RabbitMQ's streams ignore message TTL),
+        and dropping one would renumber the offsets after it.
 
         A lazy open reads no record from before the checkpoint: one of those counts as lost here only when
         its segment is gone (damage inside a segment shows when the record is read)."""
@@ -295,17 +297,22 @@ class _Recovery:
                 candidates = _newest_from(live, cp_next)  # the tail; the rest only if a segment is gone
                 if gone_ranges:
                     lost.update(o for o in live if o < cp_next and _in_ranges(o, gone_ranges))
+            ages = not isinstance(live, OffsetRuns)
             for offset in candidates:
                 record = records.get(offset)
                 if record is None:
                     lost.add(offset)
-                elif record.expires_at_ms is not None and record.expires_at_ms <= now:
+                elif ages and record.expires_at_ms is not None and record.expires_at_ms <= now:
                     expired.add(offset)
+        logs = [state.live for state in self.queues.values() if isinstance(state.live, OffsetRuns)]
         for offset in lost | expired:
-            self.records.pop(offset, None)
+            kept = offset not in lost and any(offset in log for log in logs)
+            if not kept:
+                self.records.pop(offset, None)
             for state in self.queues.values():
-                state.live.pop(offset, None)
-                state.delivered.discard(offset)
+                if not (kept and isinstance(state.live, OffsetRuns)):
+                    state.live.pop(offset, None)
+                    state.delivered.discard(offset)
         self.stats["lost_records"] = len(lost)
         self.stats["expired_dropped"] = len(expired)
 

@@ -226,3 +226,24 @@ def test_offsets_and_retention_go_on_after_kill_9(data_dir: str) -> None:
         conn.close()
     finally:
         broker.close()
+
+
+def test_messages_with_a_ttl_keep_their_offsets_after_kill_9(data_dir: str) -> None:
+    """A stream ignores message TTL (RabbitMQ's do too). Recovery used to drop expired records from the
+    unsaved tail after a crash, renumbering every offset after them."""
+    broker = BrokerProcess(data_dir=data_dir).start()
+    try:
+        conn, ch = channel(broker.url)
+        ch.queue_declare("s", durable=True, arguments=STREAM)
+        ch.confirm_delivery()
+        for i in range(10):
+            ch.basic_publish("", "s", b"m%d" % i, pika.BasicProperties(expiration="1" if i in (3, 4) else None))
+        conn.close()
+        time.sleep(0.05)  # their TTL has passed before the restart
+        broker.kill()
+        broker = BrokerProcess(data_dir=data_dir).start()
+        conn, ch = channel(broker.url)
+        assert consume(ch, "s", 10, **{"x-stream-offset": "first"}) == [(i, b"m%d" % i) for i in range(10)]
+        conn.close()
+    finally:
+        broker.close()

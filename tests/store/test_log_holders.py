@@ -123,3 +123,24 @@ async def test_reopening_a_long_log_builds_nothing_per_message(tmp_path: Path) -
     entry = recovered.queues[0]
     assert entry.unloaded_runs is not None and len(entry.unloaded_runs) == 100_000 and not entry.unloaded
     await store.close()
+
+
+@pytest.mark.anyio
+async def test_after_a_crash_an_expired_record_leaves_a_queue_but_stays_in_a_log(tmp_path: Path) -> None:
+    store = MessageStore(tmp_path, fsync="none")
+    await store.open()
+    log, other = store.put_queue("/", "log", False, {"log": True}), store.put_queue("/", "q", False, {})
+    store.hold_as_runs(log)
+    first = store.append(MessageRecord("", "k", b"", b"first", 1), [log, other])
+    await store.flush()  # its new segment made a checkpoint
+    offsets = [first] + [
+        store.append(MessageRecord("", "k", b"", b"m%d" % i, 1, 2 if i == 1 else None), [log, other]) for i in range(3)
+    ]
+    await store.flush()
+    await store.abort()  # these three are in the tail, after the last checkpoint
+
+    store = MessageStore(tmp_path, fsync="none", holds_log=_is_log)
+    recovered = {q.name: q for q in (await store.open(load_records=False)).queues}
+    assert _held(recovered["log"]) == offsets  # a stream ignores TTL: its offsets must not renumber
+    assert _held(recovered["q"]) == [offsets[0], offsets[1], offsets[3]]
+    await store.close()

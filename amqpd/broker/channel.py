@@ -6,7 +6,6 @@ raised as AMQPError; the session turns them into channel.close or connection.clo
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -116,7 +115,7 @@ class Channel:
         # transactions
         self.tx = False
         self.tx_publishes: list[tuple[str, bool, Message]] = []
-        self.tx_acks: list[tuple[str, list[tuple[int, Unacked]], bool]] = []
+        self.tx_acks: list[tuple[str, list[Unacked], bool]] = []
         self.assembler = ContentAssembler(broker.settings.max_message_size)
         # Counters for the management API (deliveries and gets are last_tag, confirms confirmed_upto).
         self.published = 0
@@ -550,45 +549,45 @@ class Channel:
             return
         self._apply_settle(kind, taken, requeue)
 
-    def _collect(self, tag: int, multiple: bool) -> list[tuple[int, Unacked]]:
+    def _collect(self, tag: int, multiple: bool) -> list[Unacked]:
         """The unacked deliveries an ack/nack/reject names, removed from the channel (RabbitMQ's rules:
         the tag must be outstanding, except multiple with tag 0, which means all)."""
-        unacked = self.unacked
         if multiple and tag == 0:
-            taken = list(unacked.items())
-            unacked.clear()
-            return taken
-        if tag not in unacked:
+            return self.unacked.take_all()
+        taken = self.unacked.take_upto(tag) if multiple else self.unacked.take(tag)
+        if taken is None:
             raise errors.precondition_failed(f"unknown delivery tag {tag}")
-        if not multiple:
-            return [(tag, unacked.pop(tag))]
-        return [(t, unacked.pop(t)) for t in list(itertools.takewhile(tag.__ge__, unacked))]
+        return taken
 
-    def _apply_settle(self, kind: str, taken: list[tuple[int, Unacked]], requeue: bool) -> None:
+    def _apply_settle(self, kind: str, taken: list[Unacked], requeue: bool) -> None:
         if kind == "ack":
             self._apply_acks(taken)
             return
         if kind != "requeue":
             _check_not_stream(kind, taken)
         by_queue: dict[Queue, list[Entry]] = {}
-        for _tag, (queue, entry, consumer, _at) in taken:
-            self.unacked.release(queue, consumer)
+        for run in taken:
+            queue = run.queue
+            self.unacked.release(queue, run.consumer, len(run.entries))
             if requeue and not queue.deleted:
-                by_queue.setdefault(queue, []).append(entry)
+                by_queue.setdefault(queue, []).extend(run.entries)
             else:
-                queue.hooks.dropped(queue, entry, "rejected")
+                for entry in run.entries:
+                    queue.hooks.dropped(queue, entry, "rejected")
         for queue, entries in by_queue.items():
             queue.requeue(entries)
         self.resume_deliveries()
 
-    def _apply_acks(self, taken: list[tuple[int, Unacked]]) -> None:
-        """_apply_settle for acks, the per-message path of every manually acking consumer."""
-        self.acked += len(taken)
+    def _apply_acks(self, taken: list[Unacked]) -> None:
+        """_apply_settle for acks, the per-message path of every manually acking consumer: a range at a time."""
         release = self.unacked.release
-        for _tag, (queue, entry, consumer, _at) in taken:
-            release(queue, consumer)
-            queue.acked += 1
-            queue.hooks.settled(queue, entry)
+        for run in taken:
+            queue, entries = run.queue, run.entries
+            n = len(entries)
+            self.acked += n
+            release(queue, run.consumer, n)
+            queue.acked += n
+            queue.hooks.settled_many(queue, entries)
         self.resume_deliveries()
 
     def resume_deliveries(self) -> None:
@@ -600,14 +599,12 @@ class Channel:
 
     def overdue_ack(self, now: float, timeout_s: float) -> bool:
         """RabbitMQ's consumer_timeout: a delivery left unacked this long closes the channel."""
-        oldest = next(iter(self.unacked.values()), None)
-        return oldest is not None and now - oldest[3] > timeout_s
+        oldest = self.unacked.oldest_at()
+        return oldest is not None and now - oldest > timeout_s
 
     def requeue_all(self) -> None:
         """Every unacked message goes back to its queue, in order, marked redelivered."""
-        taken = list(self.unacked.items())
-        self.unacked.clear()
-        self._apply_settle("requeue", taken, True)
+        self._apply_settle("requeue", self.unacked.take_all(), True)
 
     # -- method dispatch -----------------------------------------------------------------------------------
 
@@ -1002,15 +999,14 @@ class Channel:
         for consumer in consumers:
             consumer.queue.remove_consumer(consumer)
             self._release_reply_queue(consumer)
-        taken = sorted(self.unacked.items())
-        self.unacked.clear()
-        self._apply_settle("requeue", taken, True)
+        self._apply_settle("requeue", self.unacked.take_all(), True)
         for consumer in consumers:
             self.vhost.consumer_gone(consumer.queue)
 
 
-def _check_not_stream(kind: str, taken: list[tuple[int, Unacked]]) -> None:
-    for _tag, (queue, _entry, _consumer, _at) in taken:
+def _check_not_stream(kind: str, taken: list[Unacked]) -> None:
+    for run in taken:
+        queue = run.queue
         if queue.is_stream:
             raise errors.not_implemented(
                 f"basic.nack and basic.reject not supported by stream queues queue '{queue.name}' "

@@ -13,7 +13,7 @@ single tag inside a range splits it.
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 

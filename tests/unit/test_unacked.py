@@ -60,7 +60,12 @@ def _flat(taken: list[Unacked]) -> list[tuple[int, object, object, object, float
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["add", "many", "take", "upto", "all", "hold", "restore"]), st.integers(0, 40)), max_size=60))
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["add", "many", "take", "upto", "all", "hold", "restore"]), st.integers(0, 40)),
+        max_size=60,
+    )
+)
 def test_ranges_hold_what_a_table_of_one_entry_per_tag_holds(ops: list[tuple[str, int]]) -> None:
     """Outstanding against the plainest model: a dict of tag -> (queue, entry, consumer, at) in tag order. Every
     operation leaves the same tags, takes out the same deliveries in the same order, and keeps the same counts."""

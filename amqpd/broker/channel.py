@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pamqp import base, commands
 
 from amqpd import errors
-from amqpd.broker.consumer import Consumer
+from amqpd.broker.consumer import UNLIMITED, Consumer
 from amqpd.broker.entry import Entry
 from amqpd.broker.exchanges.delayed import delay_of
 from amqpd.broker.message import SCANNED_FLAGS, Message, may_name_keys
@@ -34,6 +34,7 @@ from amqpd.protocol.fastpath import (
     encode_deliveries,
     encode_deliveries_each,
     encode_delivery,
+    encode_delivery_batch,
     encode_get_ok,
     encode_nack,
     encode_return,
@@ -147,7 +148,7 @@ class Channel:
         publish plan sends them straight to a queue that hands each, as it comes, to the same no-ack consumer.
         False, with nothing done, otherwise: the caller then publishes them one by one."""
         target = self._straight_target(method)
-        if target is None or not self._goes_straight(target, header):
+        if target is None or not self._goes_straight(target[0], target[2], header):
             return False
         _plan, route, consumer = target
         self.published += len(bodies)
@@ -157,27 +158,75 @@ class Channel:
 
     def on_publish_group(self, method: bytes, headers: list[bytes], bodies: list[bytes]) -> int:
         """Publishes to one place, each with its own properties (FrameReader's PUBLISH_GROUP): the leading ones
-        that the publish plan sends straight to the same no-ack consumer, as on_publish_run does, are delivered
-        in one pass. How many; the caller publishes the others one by one."""
-        target = self._straight_target(method)
+        that the publish plan sends straight to one queue go in one pass. To the queue's no-ack consumer as
+        on_publish_run does, when it would hand each to that one as it comes; else into the queue at once
+        (queue_group). How many; the caller publishes the others one by one."""
+        target = self._group_target(method)
         if target is None:
             return 0
+        plan, route = target
+        queue = plan.plain
+        assert queue is not None  # _group_target: the plan has a plain queue
+        consumer = queue.run_consumer()
+        if consumer is None:
+            return self._queue_group(plan, queue, method, headers, bodies)
         n = 0
         for header in headers:
-            if not self._goes_straight(target, header):
+            if not self._goes_straight(plan, consumer, header):
                 break
             n += 1
         if n:
-            _plan, route, consumer = target
             self.published += n
-            consumer.queue.take_run(n)
+            queue.take_run(n)
             consumer.channel.deliver_each(consumer, route, headers[:n], bodies[:n])
         return n
 
-    def _straight_target(self, method: bytes) -> tuple[PublishPlan, bytes, Consumer] | None:
-        """For publishes with this method: their plan, route and the consumer their plan's plain queue would
-        hand each to as it comes (Queue.run_consumer); None when they may go anywhere else, or when the channel
-        holds or confirms its publishes (tx, confirm mode)."""
+    def _queue_group(
+        self, plan: PublishPlan, queue: Queue, method: bytes, headers: list[bytes], bodies: list[bytes]
+    ) -> int:
+        """The leading publishes that go straight to `queue`, pushed there at once (Queue.take_group): consumers
+        with room get them as push() would hand them out, a consumer alone on the queue in one batch."""
+        exchange, routing_key, route, _bits = parse_publish_route(method)
+        msgs = []
+        for header, body in zip(headers, bodies, strict=True):
+            msg = self._straight_message(plan, exchange, routing_key, route, header, body)
+            if msg is None:
+                break
+            msgs.append(msg)
+        if msgs:
+            self.published += len(msgs)
+            queue.take_group(msgs)
+            self._flow(queue)
+        return len(msgs)
+
+    def _straight_message(
+        self, plan: PublishPlan, exchange: str, routing_key: str, route: bytes, header: bytes, body: bytes
+    ) -> Message | None:
+        """The message on_whole_publish would make of this publish, when the plan sends it straight to its
+        queue with no step on the way (None otherwise: the single path then takes it, and reports any error)."""
+        try:
+            class_id, body_size, flags = parse_content_header(header)
+            header = checked_header(header)
+            scan = PropertyScan(header, flags) if flags & SCANNED_FLAGS else None
+        except errors.AMQPError:
+            return None
+        if class_id != 60 or body_size > self.assembler.max_size:
+            return None
+        persistent = names_keys = False
+        if scan is not None:
+            mode = scan.delivery_mode
+            if mode is not None and mode != 1 and mode != 2:
+                return None  # refused, one message at a time
+            persistent = mode == 2
+            names_keys = scan.headers_raw is not None and may_name_keys(scan.headers_raw)
+        if plan.straight_to(flags, persistent, names_keys) is None:
+            return None
+        return Message(exchange, routing_key, route, header, body, flags, scan)
+
+    def _group_target(self, method: bytes) -> tuple[PublishPlan, bytes] | None:
+        """For publishes with this method: their plan and route, when the plan has a queue that messages of
+        some property class go straight to (PublishPlan.plain); None when they may go anywhere else, or when
+        the channel holds or confirms its publishes (tx, confirm mode)."""
         if self.tx or self.confirm:
             return None
         try:
@@ -188,14 +237,23 @@ class Channel:
         if bits & 2 or ex is None or not self._cleared(ex, exchange, 0):  # user_id: straight_to() refuses it
             return None
         plan = self.vhost.plan(ex, routing_key)
+        return None if plan.plain is None else (plan, route)
+
+    def _straight_target(self, method: bytes) -> tuple[PublishPlan, bytes, Consumer] | None:
+        """For publishes with this method: their plan, route and the consumer their plan's plain queue would
+        hand each to as it comes (Queue.run_consumer); None when they may go anywhere else, or when the channel
+        holds or confirms its publishes (tx, confirm mode)."""
+        target = self._group_target(method)
+        if target is None:
+            return None
+        plan, route = target
         consumer = plan.plain.run_consumer() if plan.plain is not None else None
         return None if consumer is None else (plan, route, consumer)
 
-    def _goes_straight(self, target: tuple[PublishPlan, bytes, Consumer], header: bytes) -> bool:
-        """Whether the plan sends a publish with this content header straight to the target's queue, the
-        header read as on_whole_publish and Message read it (False when either would refuse it: the single
-        path then reports the error), and its body fits one frame to the consumer."""
-        plan, _route, consumer = target
+    def _goes_straight(self, plan: PublishPlan, consumer: Consumer, header: bytes) -> bool:
+        """Whether the plan sends a publish with this content header straight to its queue, the header read as
+        on_whole_publish and Message read it (False when either would refuse it: the single path then reports
+        the error), and its body fits one frame to the consumer."""
         try:
             class_id, body_size, flags = parse_content_header(header)
             checked_header(header)
@@ -357,14 +415,18 @@ class Channel:
             )
         for q in accepting:
             q.push(msg)
-            if len(q.ready) > q.FLOW_HIGH and q.consumers and self.broker.busy:
-                self.conn.throttle(q)
-                self.broker.throttling.add(q)
+            self._flow(q)
         if refused:
             self._confirm(seq, False)
         elif seq and not stored:
             self._confirm(seq, True)
         return stored
+
+    def _flow(self, q: Queue) -> None:
+        """A queue with consumers that grows past FLOW_HIGH while the broker is busy pauses its publishers."""
+        if len(q.ready) > q.FLOW_HIGH and q.consumers and self.broker.busy:
+            self.conn.throttle(q)
+            self.broker.throttling.add(q)
 
     def _delay(self, ex: Any, msg: Message, delay: int, seq: int, on_stored: Callable[[], None] | None) -> bool:
         """x-delayed-message: the message waits; it is confirmed once stored (or at once when transient).
@@ -472,6 +534,10 @@ class Channel:
             return False
         return self.flow_active and not self.closing and self.conn.writable
 
+    def prefetch_room(self) -> int:
+        """Deliveries the channel's global prefetch still allows (UNLIMITED without one)."""
+        return self.global_prefetch - self.unacked.count if self.global_prefetch else UNLIMITED
+
     def deliver(self, consumer: Consumer, queue: Queue, entry: Entry) -> None:
         self.last_tag = tag = self.last_tag + 1
         msg = entry.msg
@@ -511,6 +577,33 @@ class Channel:
         self.last_tag = first + len(entries) - 1
         self.unacked.add_many(first, queue, entries, consumer, self.broker.clock)
         self.conn.send(b"".join(parts))
+
+    def deliver_batch(self, consumer: Consumer, queue: Queue, entries: list[Entry]) -> None:
+        """deliver() of each entry in turn, encoded in one pass and counted unacked as one range (a queue handing
+        a consumer as many as it has room for; `entries` is kept)."""
+        first = self.last_tag + 1
+        n = len(entries)
+        self.last_tag += n
+        queue.delivered += n
+        if consumer.no_ack:
+            if queue.store_id is not None:
+                queue.hooks.settled_many(queue, entries)
+        else:
+            self.unacked.add_many(first, queue, entries, consumer, self.broker.clock)
+        body_of = self.broker.body_of
+        if queue.counts_deliveries:
+            header_for = queue.header_for
+            items = [
+                (e.redelivered, e.msg.route, header_for(e), e.msg.body if e.msg.body is not None else body_of(e.msg))
+                for e in entries
+            ]
+        else:
+            items = [
+                (e.redelivered, m.route, m.header, m.body if m.body is not None else body_of(m))
+                for e in entries
+                for m in (e.msg,)
+            ]
+        self.conn.send(encode_delivery_batch(self.id, consumer.ctag, first, items, self.conn.frame_max))
 
     def deliver_each(self, consumer: Consumer, route: bytes, headers: list[bytes], bodies: list[bytes]) -> None:
         """No-ack deliveries of messages with one route, each with its own header, encoded in one pass

@@ -150,6 +150,40 @@ class Queue(Generic[S]):
         self._seq += n
         self.delivered += n
 
+    def take_group(self, msgs: list[Message]) -> None:
+        """push() of each of these new messages, for which the queue takes them as sent (takes_as_sent(), and
+        no TTL, store offset or delivery count of their own: Channel.on_publish_group checks that with the
+        publish plan): handed to consumers with room while nothing waits, as push() hands them, to a consumer
+        with no other to share them with as many at once as it has room for; the rest wait in order."""
+        seq = self._seq
+        self._seq = seq + len(msgs)
+        entries = [Entry(m, s, None) for s, m in enumerate(msgs, seq + 1)]
+        done = 0
+        if self.consumers and not self.ready:
+            done = self._hand_out(entries)
+        ready = self.ready
+        append = ready.append
+        for entry in entries[done:] if done else entries:
+            append(entry)
+        self.ready_bytes += sum(m.size for m in msgs[done:])
+
+    def _hand_out(self, entries: list[Entry]) -> int:
+        """How many of these new entries, from the first, consumers with room took (round-robin, as push())."""
+        done, n = 0, len(entries)
+        while done < n:
+            consumer = self._next_consumer()
+            if consumer is None:
+                break
+            room = consumer.room() if self.sole_consumer() is consumer else 1
+            if room > 1:
+                batch = entries[done : done + room]
+                consumer.deliver_many(self, batch)
+                done += len(batch)
+            else:
+                consumer.deliver(self, entries[done])
+                done += 1
+        return done
+
     # -- publishing ------------------------------------------------------------------------------------
 
     def would_overflow(self) -> bool:
@@ -284,12 +318,17 @@ class Queue(Generic[S]):
             self.touch()
 
     def dispatch(self) -> None:
-        """Deliver ready messages while some consumer has room."""
+        """Deliver ready messages while some consumer has room: to a consumer that has no other to share them
+        with, as many as it has room for in one hand-over."""
         ready = self.ready
         while ready:
             consumer = self._next_consumer()
             if consumer is None:
                 break
+            room = consumer.room() if self.sole_consumer() is consumer else 1
+            if room > 1 and ready[0].expires_at is None:
+                consumer.deliver_many(self, self._take_ready(room))
+                continue
             entry = self._popleft()
             if entry.expires_at is not None and entry.expires_at <= self.now_ms():
                 self.hooks.dropped(self, entry, "expired")
@@ -299,6 +338,17 @@ class Queue(Generic[S]):
             self.release_publishers()
         if ready and ready[0].expires_at is not None:
             self._arm_ttl_timer()
+
+    def _take_ready(self, room: int) -> list[Entry]:
+        """Up to `room` ready messages from the head, stopping before one with an expiry (dispatch() looks at
+        each of those alone: dropping it may dead-letter it back into this queue)."""
+        ready = self.ready
+        popleft = ready.popleft
+        taken = [popleft()]
+        while ready and len(taken) < room and ready[0].expires_at is None:
+            taken.append(popleft())
+        self.ready_bytes -= sum(e.msg.size for e in taken)
+        return taken
 
     def header_for(self, entry: Entry, fetched: bool = False) -> bytes:
         """The content header a client gets for this entry: the publisher's, or a quorum queue's copy with

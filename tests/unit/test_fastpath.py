@@ -260,3 +260,28 @@ def test_deliveries_of_a_run_are_each_delivery_in_turn(
         for i, b in enumerate(bodies)
     )
     assert fastpath.encode_deliveries(ch, shortstr(ctag), first, route(ex, rk), hdr, bodies) == expected
+
+
+@given(
+    CHANNEL,
+    NAME,
+    st.integers(1, 2**63 - 100),
+    st.lists(
+        st.tuples(st.booleans(), NAME, NAME, properties, st.integers(0, 5000), st.integers(0, 255)),
+        min_size=1,
+        max_size=5,
+    ),
+)
+def test_a_batch_of_deliveries_is_each_delivery_in_turn(
+    ch: int, ctag: str, first: int, items: list[tuple[bool, str, str, commands.Basic.Properties, int, int]]
+) -> None:
+    """Each its own route, header, body (empty, or beyond one frame at frame_max 4096) and redelivered flag."""
+    encoded = [
+        (again, route(ex, rk), header_payload(size, props), bytes([f]) * size)
+        for again, ex, rk, props, size, f in items
+    ]
+    expected = b"".join(
+        fastpath.encode_delivery(ch, shortstr(ctag), first + i, again, r, hdr, body, 4096)
+        for i, (again, r, hdr, body) in enumerate(encoded)
+    )
+    assert fastpath.encode_delivery_batch(ch, shortstr(ctag), first, encoded, 4096) == expected

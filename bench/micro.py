@@ -99,14 +99,23 @@ def chunks(scenario: str, batch: int, equal_properties: bool) -> list[bytes]:
     return [app.batch(batch, 1_790_000_000 + i) for i in range(DISTINCT_CHUNKS)]
 
 
-async def run(scenario: str, messages: int, batch: int, store: Any, equal_properties: bool) -> tuple[float, float]:
-    """(CPU µs per message of the whole process, of the event-loop thread alone)."""
+async def run(
+    scenario: str, messages: int, batch: int, store: Any, equal_properties: bool, stalls: int = 0
+) -> tuple[float, float]:
+    """(CPU µs per message of the whole process, of the event-loop thread alone). stalls: the consumer's
+    connection is not writable for that many reads out of every twice as many, then drains (as over a socket,
+    where a consumer reading slower than the broker writes fills the socket's buffer)."""
     reads = chunks(scenario, batch, equal_properties)
     broker, pub, con, delivered = setup(scenario, store, reads)
     acking = scenario != "S1"
     acked = 0
     start, start_loop = time.process_time(), time.thread_time()
     for i in range(messages // batch):
+        if stalls and i % stalls == 0:
+            if (i // stalls) % 2:
+                con.writable = False
+            else:
+                con.writable_again()
         pub.feed(reads[i % len(reads)])
         pub.take_output()
         out = con.take_output()
@@ -131,8 +140,9 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--equal-properties", action="store_true", help="the same property bytes on every message")
     p.add_argument("--profile", action="store_true")
+    p.add_argument("--stalls", type=int, default=0, help="the consumer's socket is full for N reads of every 2N (S1)")
     args = p.parse_args()
-    measure = (args.scenario, args.messages, args.batch, args.equal_properties)
+    measure = (args.scenario, args.messages, args.batch, args.equal_properties, args.stalls)
     results = [anyio.run(_measure, *measure, False) for _ in range(args.rounds)]
     mid = len(results) // 2
     total, loop = sorted(r[0] for r in results), sorted(r[1] for r in results)
@@ -145,7 +155,7 @@ def main() -> None:
 
 
 async def _measure(
-    scenario: str, messages: int, batch: int, equal_properties: bool, profile: bool
+    scenario: str, messages: int, batch: int, equal_properties: bool, stalls: int, profile: bool
 ) -> tuple[float, float]:
     with tempfile.TemporaryDirectory() as d:
         store = None
@@ -160,7 +170,7 @@ async def _measure(
         if prof is not None:
             prof.enable()
         try:
-            return await run(scenario, messages, batch, store, equal_properties)
+            return await run(scenario, messages, batch, store, equal_properties, stalls)
         finally:
             if prof is not None:
                 prof.disable()

@@ -90,6 +90,9 @@ class Queue(Generic[S]):
     # server/load.py); they go on when it drains to FLOW_LOW or the broker has time to spare again.
     FLOW_HIGH = 20_000
     FLOW_LOW = 10_000
+    # Most deliveries handed to one consumer at once (dispatch): a batch is encoded as one buffer, and a few
+    # hundred keep it in cache where a whole drained backlog (megabytes) would not; no-ack consumers have no limit.
+    HAND_OUT = 256
     PAGE_WINDOW = 2_000  # messages kept in memory at the head of a durable queue; the store holds the rest
     # Queues that cannot hold bare offsets (priorities, a byte limit) page out only the bodies of their deep
     # persistent messages, and only big ones: the message object stays (~600 bytes) either way.
@@ -174,7 +177,7 @@ class Queue(Generic[S]):
             consumer = self._next_consumer()
             if consumer is None:
                 break
-            room = consumer.room() if self.sole_consumer() is consumer else 1
+            room = min(consumer.room(), self.HAND_OUT) if self.sole_consumer() is consumer else 1
             if room > 1:
                 batch = entries[done : done + room]
                 consumer.deliver_many(self, batch)
@@ -325,7 +328,7 @@ class Queue(Generic[S]):
             consumer = self._next_consumer()
             if consumer is None:
                 break
-            room = consumer.room() if self.sole_consumer() is consumer else 1
+            room = min(consumer.room(), self.HAND_OUT) if self.sole_consumer() is consumer else 1
             if room > 1 and ready[0].expires_at is None:
                 consumer.deliver_many(self, self._take_ready(room))
                 continue

@@ -17,7 +17,7 @@ from amqpd.broker.entry import Entry
 from amqpd.broker.exchanges.delayed import delay_of
 from amqpd.broker.message import SCANNED_FLAGS, Message, may_name_keys
 from amqpd.broker.message_ids import IDS, stamp
-from amqpd.broker.publish_plan import NOWHERE, PublishPlan
+from amqpd.broker.publish_plan import NOWHERE, PER_MESSAGE_FLAGS, PublishPlan
 from amqpd.broker.queue import Queue
 from amqpd.broker.stream import StreamQueue
 from amqpd.broker.stream_args import check_consumer_arguments, parse_filter, parse_offset_spec
@@ -45,7 +45,13 @@ from amqpd.protocol.fastpath import (
 )
 from amqpd.protocol.frames import content_frames
 from amqpd.protocol.methods import AccessRequest, AccessRequestOk, build, encode_method
-from amqpd.protocol.properties import PropertyScan, checked_header, replace_headers, rewrite_properties
+from amqpd.protocol.properties import (
+    PropertyScan,
+    checked_header,
+    replace_headers,
+    rewrite_properties,
+    scan_published,
+)
 
 if TYPE_CHECKING:
     from amqpd.broker.broker import Broker
@@ -204,24 +210,30 @@ class Channel:
     ) -> Message | None:
         """The message on_whole_publish would make of this publish, when the plan sends it straight to its
         queue with no step on the way (None otherwise: the single path then takes it, and reports any error)."""
-        try:
-            class_id, body_size, flags = parse_content_header(header)
-            header = checked_header(header)
-            scan = PropertyScan(header, flags) if flags & SCANNED_FLAGS else None
-        except errors.AMQPError:
+        scanned = self._straight_scan(plan, header, self.assembler.max_size)
+        if scanned is None:
             return None
-        if class_id != 60 or body_size > self.assembler.max_size:
-            return None
-        persistent = names_keys = False
-        if scan is not None:
-            mode = scan.delivery_mode
-            if mode is not None and mode != 1 and mode != 2:
-                return None  # refused, one message at a time
-            persistent = mode == 2
-            names_keys = scan.headers_raw is not None and may_name_keys(scan.headers_raw)
-        if plan.straight_to(flags, persistent, names_keys) is None:
-            return None
+        flags, header, scan = scanned
         return Message(exchange, routing_key, route, header, body, flags, scan)
+
+    @staticmethod
+    def _straight_scan(plan: PublishPlan, header: bytes, max_body: int) -> tuple[int, bytes, PropertyScan] | None:
+        """(flags, header as checked_header returns it, scan) of a publish that the plan sends straight to its
+        queue, its header read as on_whole_publish and Message read it, its body no larger than max_body; None
+        when any of them would refuse it or the plan would not send it straight."""
+        scanned = scan_published(header, PER_MESSAGE_FLAGS)
+        if scanned is None:
+            return None
+        class_id, body_size, flags, header, scan = scanned
+        if class_id != 60 or body_size > max_body:
+            return None
+        mode = scan.delivery_mode
+        if mode is not None and mode != 1 and mode != 2:
+            return None  # refused, one message at a time
+        names_keys = scan.headers_raw is not None and may_name_keys(scan.headers_raw)
+        if plan.straight_to(flags, mode == 2, names_keys) is None:
+            return None
+        return flags, header, scan
 
     def _group_target(self, method: bytes) -> tuple[PublishPlan, bytes] | None:
         """For publishes with this method: their plan and route, when the plan has a queue that messages of
@@ -251,24 +263,10 @@ class Channel:
         return None if consumer is None else (plan, route, consumer)
 
     def _goes_straight(self, plan: PublishPlan, consumer: Consumer, header: bytes) -> bool:
-        """Whether the plan sends a publish with this content header straight to its queue, the header read as
-        on_whole_publish and Message read it (False when either would refuse it: the single path then reports
-        the error), and its body fits one frame to the consumer."""
-        try:
-            class_id, body_size, flags = parse_content_header(header)
-            checked_header(header)
-            scan = PropertyScan(header, flags) if flags & SCANNED_FLAGS else None
-        except errors.AMQPError:
-            return False
-        if class_id != 60 or body_size > self.assembler.max_size or body_size > consumer.channel.conn.frame_max - 8:
-            return False
-        mode, names_keys = None, False
-        if scan is not None:
-            mode = scan.delivery_mode
-            if mode is not None and mode != 1 and mode != 2:
-                return False  # refused, one message at a time
-            names_keys = scan.headers_raw is not None and may_name_keys(scan.headers_raw)
-        return plan.straight_to(flags, mode == 2, names_keys) is not None
+        """Whether the plan sends a publish with this content header straight to its queue (_straight_scan),
+        and its body fits one frame to the consumer."""
+        max_body = min(self.assembler.max_size, consumer.channel.conn.frame_max - 8)
+        return self._straight_scan(plan, header, max_body) is not None
 
     def prepare_run(self, method: bytes, header: bytes) -> PreparedRun | None:
         """What on_whole_publish would parse from each publish of a run, parsed once; None when it would not

@@ -162,7 +162,8 @@ def scan_published(header: bytes, skip: int) -> tuple[int, int, int, bytes, Prop
         return None
     if flags & skip or flags & 1:
         return None
-    known = _HEADERS.get(header)
+    # Only short headers are ever shared (and so known as checked): a longer one is not hashed for nothing.
+    known = _HEADERS.get(header) if len(header) <= _SHARED_HEADER_LEN else None
     if known is not None:  # checked before
         return class_id, body_size, flags, known, PropertyScan(known, flags)
     layout = _SCAN_LAYOUTS.get(flags)

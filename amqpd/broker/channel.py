@@ -110,6 +110,9 @@ class Channel:
         # deliveries
         self.last_tag = 0  # the delivery tag given last; basic.deliver and basic.get-ok count from 1
         self.unacked = Outstanding()  # by tag; it keeps every unacked count (unacked.py)
+        # None: acks resume deliveries at once; else the session will once the acks it is reading end, and
+        # True says some did (Session._resume_acked).
+        self.resume_after_acks: bool | None = None
         self.consumers: dict[str, Consumer] = {}
         self.prefetch_count = 0  # for consumers created from now on (basic.qos global=false)
         self.global_prefetch = 0  # shared by all consumers of the channel (global=true)
@@ -679,7 +682,10 @@ class Channel:
             release(queue, run.consumer, n)
             queue.acked += n
             queue.hooks.settled_many(queue, entries)
-        self.resume_deliveries()
+        if self.resume_after_acks is None:
+            self.resume_deliveries()
+        else:  # the session resumes once the acks it is reading end (Session._resume_acked)
+            self.resume_after_acks = True
 
     def resume_deliveries(self) -> None:
         """Room to deliver again (acks freed prefetch, or the connection's socket drained): each consumer's

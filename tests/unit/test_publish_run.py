@@ -491,7 +491,7 @@ def run_acks(case: AckCase, together: bool, monkeypatch: pytest.MonkeyPatch) -> 
         outputs.append(con.session.take_output())
     outputs = [b"".join(outputs)]  # what the consumer read during the publishes, however many reads they took
     for _who, method in case.after:
-        con.send(frame.marshal(method, 1))
+        con.send(method if isinstance(method, bytes) else frame.marshal(method, 1))
         outputs.append(con.session.take_output())
     queue = broker.vhosts["/"].queues["q"]
     ch = con.session.channels.get(1)
@@ -551,3 +551,43 @@ def test_deliveries_from_a_group_come_back_redelivered_and_never_beyond_the_pref
         assert again == (tuple(identity) in seen)
         seen.add(tuple(identity))  # type: ignore[arg-type]
     assert [tag for tag, *_ in got] == list(range(1, 9))  # 3, then 2 requeued and 3 more after the acks
+
+
+def acks_in_one_read(case: AckCase, delivered: int) -> AckCase:
+    """The case with its leading basic.acks of tags already delivered (at most `delivered`) in one read, as a
+    consumer's multiple-acks leave in one write; its other methods one per read, as before."""
+    n = 0
+    while n < len(case.after):
+        method = case.after[n][1]
+        if not isinstance(method, commands.Basic.Ack) or method.delivery_tag > delivered:
+            break
+        n += 1
+    joined = b"".join(frame.marshal(method, 1) for _who, method in case.after[:n])
+    return replace(case, after=[("con", joined), *case.after[n:]])
+
+
+@pytest.mark.parametrize("name", ACK_CASES)
+def test_acks_in_one_read_leave_the_consumer_what_acks_one_per_read_leave(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deliveries resume once after consecutive acks on a channel (Session._resume_acked), not after each: the
+    consumer reads the same bytes and the queue and unacked counts end the same."""
+    case = ACK_CASES[name]
+    outputs, left, state, _ = run_acks(case, True, monkeypatch)
+    delivered = max(tag for tag, *_ in deliveries(outputs[:1]))
+    joined = acks_in_one_read(case, delivered)
+    if isinstance(case.after[0][1], commands.Basic.Ack):
+        assert joined.after[0][1].count(b"\x00\x3c\x00\x50") >= 1  # acks to join: something is tested
+    outputs_one_read, left_one_read, state_one_read, _ = run_acks(joined, True, monkeypatch)
+    assert b"".join(outputs_one_read) == b"".join(outputs)
+    assert (left_one_read, state_one_read) == (left, state)
+
+
+def test_deliveries_resume_once_after_the_acks_of_one_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    dispatches = []
+    original = Queue.dispatch
+    monkeypatch.setattr(Queue, "dispatch", lambda self: (dispatches.append(1), original(self))[1])
+    case = AckCase([declare(), qos(4), consume(no_ack=False)], [ack(1), ack(2), ack(3, True), ack(4)])
+    outputs, *_ = run_acks(acks_in_one_read(case, 4), True, monkeypatch)
+    assert len(dispatches) == 1 + 1  # one at basic.consume, one for the four acks
+    assert [tag for tag, *_ in deliveries(outputs)] == list(range(1, 9))

@@ -169,7 +169,7 @@ class Channel:
         """Publishes to one place, each with its own properties (FrameReader's PUBLISH_GROUP): the leading ones
         that the publish plan sends straight to one queue go in one pass. To the queue's no-ack consumer as
         on_publish_run does, when it would hand each to that one as it comes; else into the queue at once
-        (queue_group). How many; the caller publishes the others one by one."""
+        (_queue_group). How many; the caller publishes the others one by one."""
         target = self._group_target(method)
         if target is None:
             return 0

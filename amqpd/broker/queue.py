@@ -132,8 +132,9 @@ class Queue(Generic[S]):
     def takes_as_sent(self) -> bool:
         """Whether push() of a new message without a TTL that no store holds does nothing but queue it or hand
         it to a consumer as it was sent: no queue TTL, no delivery count in its header, no stream log. A
-        publish plan (publish_plan.py) lets a run of publishes skip push() on such a queue
-        (take_run): every rule that push() or deliver() applies to a new message must make this False."""
+        publish plan (publish_plan.py) lets a run or group of publishes skip push() on such a queue
+        (take_run, take_group): every rule that push() or deliver() applies to a new message must make this
+        False."""
         return self.message_ttl is None and not self.counts_deliveries and not self.is_stream
 
     def run_consumer(self) -> S | None:

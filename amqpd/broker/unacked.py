@@ -23,6 +23,11 @@ if TYPE_CHECKING:
     from amqpd.broker.queue import Queue
 
 
+# Most deliveries add() joins into one range: an ack inside a range copies the part before it, so ranges stay
+# short enough for a client acking one by one out of order (the queue hands out at most 256 at once anyway).
+RANGE_MAX = 256
+
+
 class Unacked:
     """Deliveries with tags first .. first + len(entries) - 1, in order, of one queue to one consumer (None:
     basic.get), made when the broker's clock read `at`."""
@@ -92,7 +97,13 @@ class Outstanding:
             self.count += 1
         self._size += 1
         last = self._by_last.get(tag - 1)
-        if last is not None and last.queue is queue and last.consumer is consumer and last.at == at:
+        if (
+            last is not None
+            and last.queue is queue
+            and last.consumer is consumer
+            and last.at == at
+            and len(last.entries) < RANGE_MAX
+        ):
             last.entries.append(entry)
             self._by_last[tag] = self._by_last.pop(tag - 1)
             self._lasts[-1] = tag

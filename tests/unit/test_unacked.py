@@ -12,7 +12,7 @@ from test_queue import msg
 
 from amqpd.broker.entry import Entry
 from amqpd.broker.queue import Queue
-from amqpd.broker.unacked import Outstanding, Unacked
+from amqpd.broker.unacked import RANGE_MAX, Outstanding, Unacked
 
 AMQPD = Path(__file__).resolve().parents[2] / "amqpd"
 
@@ -124,3 +124,15 @@ def test_ranges_hold_what_a_table_of_one_entry_per_tag_holds(ops: list[tuple[str
         assert q.unacked == sum(1 for v in counted if v[0] is q)
     for c in consumers[:2]:
         assert c.unacked == sum(1 for v in counted if v[2] is c)  # type: ignore[union-attr]
+
+
+def test_one_by_one_deliveries_join_ranges_of_a_bounded_size() -> None:
+    """An ack inside a range copies part of it: however many single deliveries follow on at one clock reading,
+    no range grows past RANGE_MAX (acking 100k of them out of order stays linear)."""
+    q: Queue = Queue("/", "q")
+    consumer = Sub()
+    out = Outstanding()
+    for tag in range(1, 1001):
+        out.add(tag, q, Entry(msg(b"x"), tag, None), consumer, 0.0)  # type: ignore[arg-type]
+    sizes = [len(r.entries) for r in out.ranges()]
+    assert sum(sizes) == 1000 and max(sizes) == RANGE_MAX and len(sizes) == -(-1000 // RANGE_MAX)

@@ -1,12 +1,14 @@
 """In-process cost per message of the broker's protocol and semantics, without sockets or an event loop.
 
-`python -m bench.micro [S1|S2] [--messages N] [--batch N] [--equal-properties] [--profile]` drives two Sessions
+`python -m bench.micro [S1|S2|S3] [--messages N] [--batch N] [--equal-properties] [--profile]` drives two Sessions
 (a publisher and a consumer) with pre-encoded frames, each message with its own properties as in the bench's
 headline (`--equal-properties`: the same property bytes every time, which takes the publish-run path), the
 way the server's Protocol does: one feed() per read of `--batch` publishes, then one take_output() per
 connection (the per-loop-turn flush). It prints CPU µs per message; `--profile` adds a cProfile table of where
 they go. S2 uses a real store in a temporary directory (no fsync thread: appends and commits are timed, the
-disk wait is not).
+disk wait is not). S3 is one of the bench's four S3 lanes in its steady state: 1 KiB transient messages into a
+queue that holds a backlog (BACKLOG, filled before the clock starts), a manual-ack consumer with prefetch 100
+that multiple-acks every 10th delivery, so publishes are queued and deliveries follow the acks.
 """
 
 from __future__ import annotations
@@ -62,48 +64,68 @@ def open_session(broker: Broker) -> Session:
 
 
 DISTINCT_CHUNKS = 200  # pre-encoded batches cycled through: ids repeat only every DISTINCT_CHUNKS * batch
+BACKLOG = 10_000  # S3: messages in the queue before the clock starts
+PREFETCH = {"S2": 200, "S3": 100}
+BODY_SIZE = {"S1": 100, "S2": 100, "S3": 1024}
+_DELIVER = b"\x00\x3c\x00\x3c\x01c"  # a basic.deliver to consumer tag "c"
 
 
-def setup(scenario: str, store: Any) -> tuple[Broker, Session, Session]:
+def setup(scenario: str, store: Any, reads: list[bytes]) -> tuple[Broker, Session, Session, int]:
+    """The broker and both sessions, and how many deliveries the consumer has had before the clock starts."""
     broker = Broker(Settings(), store=store)
     durable = scenario == "S2"
     pub, con = open_session(broker), open_session(broker)
     pub.feed(frame.marshal(commands.Queue.Declare(queue="micro", durable=durable), 1))
     if durable:
         pub.feed(frame.marshal(commands.Confirm.Select(), 1))
-        con.feed(frame.marshal(commands.Basic.Qos(prefetch_count=200), 1))
-    con.feed(frame.marshal(commands.Basic.Consume(queue="micro", consumer_tag="c", no_ack=not durable), 1))
+    for i in range(BACKLOG if scenario == "S3" else 0):
+        pub.feed(reads[i % len(reads)])
+        if len(broker.vhosts["/"].queues["micro"].ready) >= BACKLOG:
+            break
+    if scenario in PREFETCH:
+        con.feed(frame.marshal(commands.Basic.Qos(prefetch_count=PREFETCH[scenario]), 1))
+    con.feed(frame.marshal(commands.Basic.Consume(queue="micro", consumer_tag="c", no_ack=scenario == "S1"), 1))
     pub.take_output()
-    con.take_output()
-    return broker, pub, con
+    return broker, pub, con, con.take_output().count(_DELIVER)
 
 
 def chunks(scenario: str, batch: int, equal_properties: bool) -> list[bytes]:
     """What the publisher's reads carry: `batch` publishes each, encoded before the clock starts."""
     mode = 2 if scenario == "S2" else None
+    size = BODY_SIZE[scenario]
     if equal_properties:
-        return [publish_frames(1, "", "micro", b"x" * 100, delivery_mode=mode) * batch]
-    app = AppPublish(1, "", ("micro",), 100, delivery_mode=mode, tag="micro")
+        return [publish_frames(1, "", "micro", b"x" * size, delivery_mode=mode) * batch]
+    app = AppPublish(1, "", ("micro",), size, delivery_mode=mode, tag="micro")
     return [app.batch(batch, 1_790_000_000 + i) for i in range(DISTINCT_CHUNKS)]
 
 
-async def run(scenario: str, messages: int, batch: int, store: Any, equal_properties: bool) -> tuple[float, float]:
-    """(CPU µs per message of the whole process, of the event-loop thread alone)."""
-    broker, pub, con = setup(scenario, store)
+async def run(
+    scenario: str, messages: int, batch: int, store: Any, equal_properties: bool, stalls: int = 0
+) -> tuple[float, float]:
+    """(CPU µs per message of the whole process, of the event-loop thread alone). stalls: the consumer's
+    connection is not writable for that many reads out of every twice as many, then drains (as over a socket,
+    where a consumer reading slower than the broker writes fills the socket's buffer)."""
     reads = chunks(scenario, batch, equal_properties)
-    acking = scenario == "S2"
-    delivered = acked = 0
+    broker, pub, con, delivered = setup(scenario, store, reads)
+    acking = scenario != "S1"
+    acked = 0
     start, start_loop = time.process_time(), time.thread_time()
     for i in range(messages // batch):
+        if stalls and i % stalls == 0:
+            if (i // stalls) % 2:
+                con.writable = False
+            else:
+                con.writable_again()
         pub.feed(reads[i % len(reads)])
         pub.take_output()
         out = con.take_output()
         if acking:
-            # multiple-ack every 10th delivery, as the bench consumer does; delivery tags are sequential
-            delivered += out.count(b"\x00\x3c\x00\x3c\x01c")
+            # a multiple-ack at every 10th delivery, all of one read's in one write, as the bench consumer sends
+            # them; delivery tags are sequential
+            delivered += out.count(_DELIVER)
             if delivered - delivered % 10 > acked:
+                con.feed(b"".join(basic_ack(1, t, True) for t in range(acked + 10, delivered + 1, 10)))
                 acked = delivered - delivered % 10
-                con.feed(basic_ack(1, acked, True))
         if store is not None:
             await store.flush()
     if not con.channels or (acking and delivered < messages - batch):  # a channel error would end the load
@@ -113,14 +135,15 @@ async def run(scenario: str, messages: int, batch: int, store: Any, equal_proper
 
 def main() -> None:
     p = argparse.ArgumentParser(prog="python -m bench.micro", description=__doc__)
-    p.add_argument("scenario", nargs="?", default="S1", choices=("S1", "S2"))
+    p.add_argument("scenario", nargs="?", default="S1", choices=("S1", "S2", "S3"))
     p.add_argument("--messages", type=int, default=300_000)
     p.add_argument("--batch", type=int, default=100, help="publishes per read")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--equal-properties", action="store_true", help="the same property bytes on every message")
     p.add_argument("--profile", action="store_true")
+    p.add_argument("--stalls", type=int, default=0, help="the consumer's socket is full for N reads of every 2N (S1)")
     args = p.parse_args()
-    measure = (args.scenario, args.messages, args.batch, args.equal_properties)
+    measure = (args.scenario, args.messages, args.batch, args.equal_properties, args.stalls)
     results = [anyio.run(_measure, *measure, False) for _ in range(args.rounds)]
     mid = len(results) // 2
     total, loop = sorted(r[0] for r in results), sorted(r[1] for r in results)
@@ -133,7 +156,7 @@ def main() -> None:
 
 
 async def _measure(
-    scenario: str, messages: int, batch: int, equal_properties: bool, profile: bool
+    scenario: str, messages: int, batch: int, equal_properties: bool, stalls: int, profile: bool
 ) -> tuple[float, float]:
     with tempfile.TemporaryDirectory() as d:
         store = None
@@ -148,7 +171,7 @@ async def _measure(
         if prof is not None:
             prof.enable()
         try:
-            return await run(scenario, messages, batch, store, equal_properties)
+            return await run(scenario, messages, batch, store, equal_properties, stalls)
         finally:
             if prof is not None:
                 prof.disable()

@@ -86,6 +86,12 @@ class BrokerHooks(QueueHooks):
                 confirm, msg.on_settled = msg.on_settled, None
                 confirm()
 
+    def settled_many(self, queue: Queue, entries: list[Entry]) -> None:
+        if self.broker.store is None or queue.store_id is None:
+            return  # none of them is in the store for this queue (settled() would return for each)
+        for entry in entries:
+            self.settled(queue, entry)
+
     def schedule(self, delay_s: float, callback: Callable[[], None]) -> Any:
         return self.broker.schedule(delay_s, callback)
 

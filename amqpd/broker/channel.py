@@ -6,19 +6,18 @@ raised as AMQPError; the session turns them into channel.close or connection.clo
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pamqp import base, commands
 
 from amqpd import errors
-from amqpd.broker.consumer import Consumer
+from amqpd.broker.consumer import UNLIMITED, Consumer
 from amqpd.broker.entry import Entry
 from amqpd.broker.exchanges.delayed import delay_of
 from amqpd.broker.message import SCANNED_FLAGS, Message, may_name_keys
 from amqpd.broker.message_ids import IDS, stamp
-from amqpd.broker.publish_plan import NOWHERE, PublishPlan
+from amqpd.broker.publish_plan import NOWHERE, PER_MESSAGE_FLAGS, PublishPlan
 from amqpd.broker.queue import Queue
 from amqpd.broker.stream import StreamQueue
 from amqpd.broker.stream_args import check_consumer_arguments, parse_filter, parse_offset_spec
@@ -35,6 +34,7 @@ from amqpd.protocol.fastpath import (
     encode_deliveries,
     encode_deliveries_each,
     encode_delivery,
+    encode_delivery_batch,
     encode_get_ok,
     encode_nack,
     encode_return,
@@ -45,7 +45,13 @@ from amqpd.protocol.fastpath import (
 )
 from amqpd.protocol.frames import content_frames
 from amqpd.protocol.methods import AccessRequest, AccessRequestOk, build, encode_method
-from amqpd.protocol.properties import PropertyScan, checked_header, replace_headers, rewrite_properties
+from amqpd.protocol.properties import (
+    PropertyScan,
+    checked_header,
+    replace_headers,
+    rewrite_properties,
+    scan_published,
+)
 
 if TYPE_CHECKING:
     from amqpd.broker.broker import Broker
@@ -104,6 +110,9 @@ class Channel:
         # deliveries
         self.last_tag = 0  # the delivery tag given last; basic.deliver and basic.get-ok count from 1
         self.unacked = Outstanding()  # by tag; it keeps every unacked count (unacked.py)
+        # None: acks resume deliveries at once; else the session will once the acks it is reading end, and
+        # True says some did (Session._resume_acked).
+        self.resume_after_acks: bool | None = None
         self.consumers: dict[str, Consumer] = {}
         self.prefetch_count = 0  # for consumers created from now on (basic.qos global=false)
         self.global_prefetch = 0  # shared by all consumers of the channel (global=true)
@@ -116,7 +125,7 @@ class Channel:
         # transactions
         self.tx = False
         self.tx_publishes: list[tuple[str, bool, Message]] = []
-        self.tx_acks: list[tuple[str, list[tuple[int, Unacked]], bool]] = []
+        self.tx_acks: list[tuple[str, list[Unacked], bool]] = []
         self.assembler = ContentAssembler(broker.settings.max_message_size)
         # Counters for the management API (deliveries and gets are last_tag, confirms confirmed_upto).
         self.published = 0
@@ -148,7 +157,7 @@ class Channel:
         publish plan sends them straight to a queue that hands each, as it comes, to the same no-ack consumer.
         False, with nothing done, otherwise: the caller then publishes them one by one."""
         target = self._straight_target(method)
-        if target is None or not self._goes_straight(target, header):
+        if target is None or not self._goes_straight(target[0], target[2], header):
             return False
         _plan, route, consumer = target
         self.published += len(bodies)
@@ -158,27 +167,81 @@ class Channel:
 
     def on_publish_group(self, method: bytes, headers: list[bytes], bodies: list[bytes]) -> int:
         """Publishes to one place, each with its own properties (FrameReader's PUBLISH_GROUP): the leading ones
-        that the publish plan sends straight to the same no-ack consumer, as on_publish_run does, are delivered
-        in one pass. How many; the caller publishes the others one by one."""
-        target = self._straight_target(method)
+        that the publish plan sends straight to one queue go in one pass. To the queue's no-ack consumer as
+        on_publish_run does, when it would hand each to that one as it comes; else into the queue at once
+        (_queue_group). How many; the caller publishes the others one by one."""
+        target = self._group_target(method)
         if target is None:
             return 0
+        plan, route = target
+        queue = plan.plain
+        assert queue is not None  # _group_target: the plan has a plain queue
+        consumer = queue.run_consumer()
+        if consumer is None:
+            return self._queue_group(plan, queue, method, headers, bodies)
         n = 0
         for header in headers:
-            if not self._goes_straight(target, header):
+            if not self._goes_straight(plan, consumer, header):
                 break
             n += 1
         if n:
-            _plan, route, consumer = target
             self.published += n
-            consumer.queue.take_run(n)
+            queue.take_run(n)
             consumer.channel.deliver_each(consumer, route, headers[:n], bodies[:n])
         return n
 
-    def _straight_target(self, method: bytes) -> tuple[PublishPlan, bytes, Consumer] | None:
-        """For publishes with this method: their plan, route and the consumer their plan's plain queue would
-        hand each to as it comes (Queue.run_consumer); None when they may go anywhere else, or when the channel
-        holds or confirms its publishes (tx, confirm mode)."""
+    def _queue_group(
+        self, plan: PublishPlan, queue: Queue, method: bytes, headers: list[bytes], bodies: list[bytes]
+    ) -> int:
+        """The leading publishes that go straight to `queue`, pushed there at once (Queue.take_group): consumers
+        with room get them as push() would hand them out, a consumer alone on the queue in one batch."""
+        exchange, routing_key, route, _bits = parse_publish_route(method)
+        msgs = []
+        for header, body in zip(headers, bodies, strict=True):
+            msg = self._straight_message(plan, exchange, routing_key, route, header, body)
+            if msg is None:
+                break
+            msgs.append(msg)
+        if msgs:
+            self.published += len(msgs)
+            queue.take_group(msgs)
+            self._flow(queue)
+        return len(msgs)
+
+    def _straight_message(
+        self, plan: PublishPlan, exchange: str, routing_key: str, route: bytes, header: bytes, body: bytes
+    ) -> Message | None:
+        """The message on_whole_publish would make of this publish, when the plan sends it straight to its
+        queue with no step on the way (None otherwise: the single path then takes it, and reports any error)."""
+        scanned = self._straight_scan(plan, header, self.assembler.max_size)
+        if scanned is None:
+            return None
+        flags, header, scan = scanned
+        return Message(exchange, routing_key, route, header, body, flags, scan)
+
+    @staticmethod
+    def _straight_scan(plan: PublishPlan, header: bytes, max_body: int) -> tuple[int, bytes, PropertyScan] | None:
+        """(flags, header as checked_header returns it, scan) of a publish that the plan sends straight to its
+        queue, its header read as on_whole_publish and Message read it, its body no larger than max_body; None
+        when any of them would refuse it or the plan would not send it straight."""
+        scanned = scan_published(header, PER_MESSAGE_FLAGS)
+        if scanned is None:
+            return None
+        class_id, body_size, flags, header, scan = scanned
+        if class_id != 60 or body_size > max_body:
+            return None
+        mode = scan.delivery_mode
+        if mode is not None and mode != 1 and mode != 2:
+            return None  # refused, one message at a time
+        names_keys = scan.headers_raw is not None and may_name_keys(scan.headers_raw)
+        if plan.straight_to(flags, mode == 2, names_keys) is None:
+            return None
+        return flags, header, scan
+
+    def _group_target(self, method: bytes) -> tuple[PublishPlan, bytes] | None:
+        """For publishes with this method: their plan and route, when the plan has a queue that messages of
+        some property class go straight to (PublishPlan.plain); None when they may go anywhere else, or when
+        the channel holds or confirms its publishes (tx, confirm mode)."""
         if self.tx or self.confirm:
             return None
         try:
@@ -189,29 +252,24 @@ class Channel:
         if bits & 2 or ex is None or not self._cleared(ex, exchange, 0):  # user_id: straight_to() refuses it
             return None
         plan = self.vhost.plan(ex, routing_key)
+        return None if plan.plain is None else (plan, route)
+
+    def _straight_target(self, method: bytes) -> tuple[PublishPlan, bytes, Consumer] | None:
+        """For publishes with this method: their plan, route and the consumer their plan's plain queue would
+        hand each to as it comes (Queue.run_consumer); None when they may go anywhere else, or when the channel
+        holds or confirms its publishes (tx, confirm mode)."""
+        target = self._group_target(method)
+        if target is None:
+            return None
+        plan, route = target
         consumer = plan.plain.run_consumer() if plan.plain is not None else None
         return None if consumer is None else (plan, route, consumer)
 
-    def _goes_straight(self, target: tuple[PublishPlan, bytes, Consumer], header: bytes) -> bool:
-        """Whether the plan sends a publish with this content header straight to the target's queue, the
-        header read as on_whole_publish and Message read it (False when either would refuse it: the single
-        path then reports the error), and its body fits one frame to the consumer."""
-        plan, _route, consumer = target
-        try:
-            class_id, body_size, flags = parse_content_header(header)
-            checked_header(header)
-            scan = PropertyScan(header, flags) if flags & SCANNED_FLAGS else None
-        except errors.AMQPError:
-            return False
-        if class_id != 60 or body_size > self.assembler.max_size or body_size > consumer.channel.conn.frame_max - 8:
-            return False
-        mode, names_keys = None, False
-        if scan is not None:
-            mode = scan.delivery_mode
-            if mode is not None and mode != 1 and mode != 2:
-                return False  # refused, one message at a time
-            names_keys = scan.headers_raw is not None and may_name_keys(scan.headers_raw)
-        return plan.straight_to(flags, mode == 2, names_keys) is not None
+    def _goes_straight(self, plan: PublishPlan, consumer: Consumer, header: bytes) -> bool:
+        """Whether the plan sends a publish with this content header straight to its queue (_straight_scan),
+        and its body fits one frame to the consumer."""
+        max_body = min(self.assembler.max_size, consumer.channel.conn.frame_max - 8)
+        return self._straight_scan(plan, header, max_body) is not None
 
     def prepare_run(self, method: bytes, header: bytes) -> PreparedRun | None:
         """What on_whole_publish would parse from each publish of a run, parsed once; None when it would not
@@ -358,14 +416,18 @@ class Channel:
             )
         for q in accepting:
             q.push(msg)
-            if len(q.ready) > q.FLOW_HIGH and q.consumers and self.broker.busy:
-                self.conn.throttle(q)
-                self.broker.throttling.add(q)
+            self._flow(q)
         if refused:
             self._confirm(seq, False)
         elif seq and not stored:
             self._confirm(seq, True)
         return stored
+
+    def _flow(self, q: Queue) -> None:
+        """A queue with consumers that grows past FLOW_HIGH while the broker is busy pauses its publishers."""
+        if len(q.ready) > q.FLOW_HIGH and q.consumers and self.broker.busy:
+            self.conn.throttle(q)
+            self.broker.throttling.add(q)
 
     def _delay(self, ex: Any, msg: Message, delay: int, seq: int, on_stored: Callable[[], None] | None) -> bool:
         """x-delayed-message: the message waits; it is confirmed once stored (or at once when transient).
@@ -473,6 +535,10 @@ class Channel:
             return False
         return self.flow_active and not self.closing and self.conn.writable
 
+    def prefetch_room(self) -> int:
+        """Deliveries the channel's global prefetch still allows (UNLIMITED without one)."""
+        return self.global_prefetch - self.unacked.count if self.global_prefetch else UNLIMITED
+
     def deliver(self, consumer: Consumer, queue: Queue, entry: Entry) -> None:
         self.last_tag = tag = self.last_tag + 1
         msg = entry.msg
@@ -513,6 +579,33 @@ class Channel:
         self.unacked.add_many(first, queue, entries, consumer, self.broker.clock)
         self.conn.send(b"".join(parts))
 
+    def deliver_batch(self, consumer: Consumer, queue: Queue, entries: list[Entry]) -> None:
+        """deliver() of each entry in turn, encoded in one pass and counted unacked as one range (a queue handing
+        a consumer as many as it has room for; `entries` is kept)."""
+        first = self.last_tag + 1
+        n = len(entries)
+        self.last_tag += n
+        queue.delivered += n
+        if consumer.no_ack:
+            if queue.store_id is not None:
+                queue.hooks.settled_many(queue, entries)
+        else:
+            self.unacked.add_many(first, queue, entries, consumer, self.broker.clock)
+        body_of = self.broker.body_of
+        if queue.counts_deliveries:
+            header_for = queue.header_for
+            items = [
+                (e.redelivered, e.msg.route, header_for(e), e.msg.body if e.msg.body is not None else body_of(e.msg))
+                for e in entries
+            ]
+        else:
+            items = [
+                (e.redelivered, m.route, m.header, m.body if m.body is not None else body_of(m))
+                for e in entries
+                for m in (e.msg,)
+            ]
+        self.conn.send(encode_delivery_batch(self.id, consumer.ctag, first, items, self.conn.frame_max))
+
     def deliver_each(self, consumer: Consumer, route: bytes, headers: list[bytes], bodies: list[bytes]) -> None:
         """No-ack deliveries of messages with one route, each with its own header, encoded in one pass
         (on_publish_group)."""
@@ -550,46 +643,49 @@ class Channel:
             return
         self._apply_settle(kind, taken, requeue)
 
-    def _collect(self, tag: int, multiple: bool) -> list[tuple[int, Unacked]]:
+    def _collect(self, tag: int, multiple: bool) -> list[Unacked]:
         """The unacked deliveries an ack/nack/reject names, removed from the channel (RabbitMQ's rules:
         the tag must be outstanding, except multiple with tag 0, which means all)."""
-        unacked = self.unacked
         if multiple and tag == 0:
-            taken = list(unacked.items())
-            unacked.clear()
-            return taken
-        if tag not in unacked:
+            return self.unacked.take_all()
+        taken = self.unacked.take_upto(tag) if multiple else self.unacked.take(tag)
+        if taken is None:
             raise errors.precondition_failed(f"unknown delivery tag {tag}")
-        if not multiple:
-            return [(tag, unacked.pop(tag))]
-        return [(t, unacked.pop(t)) for t in list(itertools.takewhile(tag.__ge__, unacked))]
+        return taken
 
-    def _apply_settle(self, kind: str, taken: list[tuple[int, Unacked]], requeue: bool) -> None:
+    def _apply_settle(self, kind: str, taken: list[Unacked], requeue: bool) -> None:
         if kind == "ack":
             self._apply_acks(taken)
             return
         if kind != "requeue":
             _check_not_stream(kind, taken)
         by_queue: dict[Queue, list[Entry]] = {}
-        for _tag, (queue, entry, consumer, _at) in taken:
-            self.unacked.release(queue, consumer)
+        for run in taken:
+            queue = run.queue
+            self.unacked.release(queue, run.consumer, len(run.entries))
             if requeue and not queue.deleted:
-                by_queue.setdefault(queue, []).append(entry)
+                by_queue.setdefault(queue, []).extend(run.entries)
             else:
-                queue.hooks.dropped(queue, entry, "rejected")
+                for entry in run.entries:
+                    queue.hooks.dropped(queue, entry, "rejected")
         for queue, entries in by_queue.items():
             queue.requeue(entries)
         self.resume_deliveries()
 
-    def _apply_acks(self, taken: list[tuple[int, Unacked]]) -> None:
-        """_apply_settle for acks, the per-message path of every manually acking consumer."""
-        self.acked += len(taken)
+    def _apply_acks(self, taken: list[Unacked]) -> None:
+        """_apply_settle for acks, the per-message path of every manually acking consumer: a range at a time."""
         release = self.unacked.release
-        for _tag, (queue, entry, consumer, _at) in taken:
-            release(queue, consumer)
-            queue.acked += 1
-            queue.hooks.settled(queue, entry)
-        self.resume_deliveries()
+        for run in taken:
+            queue, entries = run.queue, run.entries
+            n = len(entries)
+            self.acked += n
+            release(queue, run.consumer, n)
+            queue.acked += n
+            queue.hooks.settled_many(queue, entries)
+        if self.resume_after_acks is None:
+            self.resume_deliveries()
+        else:  # the session resumes once the acks it is reading end (Session._resume_acked)
+            self.resume_after_acks = True
 
     def resume_deliveries(self) -> None:
         """Room to deliver again (acks freed prefetch, or the connection's socket drained): each consumer's
@@ -600,14 +696,12 @@ class Channel:
 
     def overdue_ack(self, now: float, timeout_s: float) -> bool:
         """RabbitMQ's consumer_timeout: a delivery left unacked this long closes the channel."""
-        oldest = next(iter(self.unacked.values()), None)
-        return oldest is not None and now - oldest[3] > timeout_s
+        oldest = self.unacked.oldest_at()
+        return oldest is not None and now - oldest > timeout_s
 
     def requeue_all(self) -> None:
         """Every unacked message goes back to its queue, in order, marked redelivered."""
-        taken = list(self.unacked.items())
-        self.unacked.clear()
-        self._apply_settle("requeue", taken, True)
+        self._apply_settle("requeue", self.unacked.take_all(), True)
 
     # -- method dispatch -----------------------------------------------------------------------------------
 
@@ -1002,15 +1096,14 @@ class Channel:
         for consumer in consumers:
             consumer.queue.remove_consumer(consumer)
             self._release_reply_queue(consumer)
-        taken = sorted(self.unacked.items())
-        self.unacked.clear()
-        self._apply_settle("requeue", taken, True)
+        self._apply_settle("requeue", self.unacked.take_all(), True)
         for consumer in consumers:
             self.vhost.consumer_gone(consumer.queue)
 
 
-def _check_not_stream(kind: str, taken: list[tuple[int, Unacked]]) -> None:
-    for _tag, (queue, _entry, _consumer, _at) in taken:
+def _check_not_stream(kind: str, taken: list[Unacked]) -> None:
+    for run in taken:
+        queue = run.queue
         if queue.is_stream:
             raise errors.not_implemented(
                 f"basic.nack and basic.reject not supported by stream queues queue '{queue.name}' "

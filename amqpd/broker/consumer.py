@@ -56,5 +56,22 @@ class Consumer:
             return False
         return self.channel.can_deliver_acked()
 
+    def room(self) -> int:
+        """can_accept() as a count: the prefetch left to this consumer and to its channel (basic.qos global)."""
+        if self.no_ack:
+            return UNLIMITED if self.channel.can_deliver() else 0
+        if not self.channel.can_deliver_acked():
+            return 0
+        room = self.channel.prefetch_room()
+        if self.prefetch:
+            room = min(room, self.prefetch - self.unacked)
+        return max(room, 0)
+
     def deliver(self, queue: Queue, entry: Entry) -> None:
         self.channel.deliver(self, queue, entry)
+
+    def deliver_many(self, queue: Queue, entries: list[Entry]) -> None:
+        self.channel.deliver_batch(self, queue, entries)
+
+
+UNLIMITED = 1 << 30  # room() without a prefetch limit

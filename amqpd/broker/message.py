@@ -111,8 +111,9 @@ class Message:
 def may_name_keys(headers_raw: bytes) -> bool:
     """Whether an encoded headers table may hold CC or BCC routing keys. A key is a shortstr: its length byte,
     then the name. Without either byte string the table has neither key and routing needs no decode; a match
-    inside a value only costs the decode."""
-    return b"\x02CC" in headers_raw or b"\x03BCC" in headers_raw
+    inside a value only costs the decode. Both names hold a "C": looking for that one byte (memchr) first is
+    several times cheaper than either substring search, and most tables have none."""
+    return 67 in headers_raw and (b"\x02CC" in headers_raw or b"\x03BCC" in headers_raw)
 
 
 MAX_EXPIRY_TIMER = 4294967295

@@ -90,6 +90,9 @@ class Queue(Generic[S]):
     # server/load.py); they go on when it drains to FLOW_LOW or the broker has time to spare again.
     FLOW_HIGH = 20_000
     FLOW_LOW = 10_000
+    # Most deliveries handed to one consumer at once (dispatch): a batch is encoded as one buffer, and a few
+    # hundred keep it in cache where a whole drained backlog (megabytes) would not; no-ack consumers have no limit.
+    HAND_OUT = 256
     PAGE_WINDOW = 2_000  # messages kept in memory at the head of a durable queue; the store holds the rest
     # Queues that cannot hold bare offsets (priorities, a byte limit) page out only the bodies of their deep
     # persistent messages, and only big ones: the message object stays (~600 bytes) either way.
@@ -129,8 +132,9 @@ class Queue(Generic[S]):
     def takes_as_sent(self) -> bool:
         """Whether push() of a new message without a TTL that no store holds does nothing but queue it or hand
         it to a consumer as it was sent: no queue TTL, no delivery count in its header, no stream log. A
-        publish plan (publish_plan.py) lets a run of publishes skip push() on such a queue
-        (take_run): every rule that push() or deliver() applies to a new message must make this False."""
+        publish plan (publish_plan.py) lets a run or group of publishes skip push() on such a queue
+        (take_run, take_group): every rule that push() or deliver() applies to a new message must make this
+        False."""
         return self.message_ttl is None and not self.counts_deliveries and not self.is_stream
 
     def run_consumer(self) -> S | None:
@@ -149,6 +153,40 @@ class Queue(Generic[S]):
         as published and delivered, as push() and deliver() count them."""
         self._seq += n
         self.delivered += n
+
+    def take_group(self, msgs: list[Message]) -> None:
+        """push() of each of these new messages, for which the queue takes them as sent (takes_as_sent(), and
+        no TTL, store offset or delivery count of their own: Channel.on_publish_group checks that with the
+        publish plan): handed to consumers with room while nothing waits, as push() hands them, to a consumer
+        with no other to share them with as many at once as it has room for; the rest wait in order."""
+        seq = self._seq
+        self._seq = seq + len(msgs)
+        entries = [Entry(m, s, None) for s, m in enumerate(msgs, seq + 1)]
+        done = 0
+        if self.consumers and not self.ready:
+            done = self._hand_out(entries)
+        ready = self.ready
+        append = ready.append
+        for entry in entries[done:] if done else entries:
+            append(entry)
+        self.ready_bytes += sum(m.size for m in msgs[done:])
+
+    def _hand_out(self, entries: list[Entry]) -> int:
+        """How many of these new entries, from the first, consumers with room took (round-robin, as push())."""
+        done, n = 0, len(entries)
+        while done < n:
+            consumer = self._next_consumer()
+            if consumer is None:
+                break
+            room = min(consumer.room(), self.HAND_OUT) if self.sole_consumer() is consumer else 1
+            if room > 1:
+                batch = entries[done : done + room]
+                consumer.deliver_many(self, batch)
+                done += len(batch)
+            else:
+                consumer.deliver(self, entries[done])
+                done += 1
+        return done
 
     # -- publishing ------------------------------------------------------------------------------------
 
@@ -284,12 +322,17 @@ class Queue(Generic[S]):
             self.touch()
 
     def dispatch(self) -> None:
-        """Deliver ready messages while some consumer has room."""
+        """Deliver ready messages while some consumer has room: to a consumer that has no other to share them
+        with, as many as it has room for in one hand-over."""
         ready = self.ready
         while ready:
             consumer = self._next_consumer()
             if consumer is None:
                 break
+            room = min(consumer.room(), self.HAND_OUT) if self.sole_consumer() is consumer else 1
+            if room > 1 and ready[0].expires_at is None:
+                consumer.deliver_many(self, self._take_ready(room))
+                continue
             entry = self._popleft()
             if entry.expires_at is not None and entry.expires_at <= self.now_ms():
                 self.hooks.dropped(self, entry, "expired")
@@ -299,6 +342,17 @@ class Queue(Generic[S]):
             self.release_publishers()
         if ready and ready[0].expires_at is not None:
             self._arm_ttl_timer()
+
+    def _take_ready(self, room: int) -> list[Entry]:
+        """Up to `room` ready messages from the head, stopping before one with an expiry (dispatch() looks at
+        each of those alone: dropping it may dead-letter it back into this queue)."""
+        ready = self.ready
+        popleft = ready.popleft
+        taken = [popleft()]
+        while ready and len(taken) < room and ready[0].expires_at is None:
+            taken.append(popleft())
+        self.ready_bytes -= sum(e.msg.size for e in taken)
+        return taken
 
     def header_for(self, entry: Entry, fetched: bool = False) -> bytes:
         """The content header a client gets for this entry: the publisher's, or a quorum queue's copy with

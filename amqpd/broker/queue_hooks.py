@@ -27,6 +27,11 @@ class QueueHooks:
     def settled(self, queue: Queue, entry: Entry) -> None:
         """A message was acked (or delivered with no-ack): the queue needs it no more."""
 
+    def settled_many(self, queue: Queue, entries: list[Entry]) -> None:
+        """settled() for each of these (a multiple-ack's range): a hook with nothing to do for a queue says so once."""
+        for entry in entries:
+            self.settled(queue, entry)
+
     def unused(self, queue: Queue) -> None:
         """x-expires ran out: the queue should be deleted."""
 

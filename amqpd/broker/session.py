@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("amqpd.session")
 
 _u32 = struct.Struct(">I")
+_ACK_KEY = _u32.pack(BASIC_ACK)
 
 CAPABILITIES = (
     "publisher_confirms",
@@ -111,6 +112,7 @@ class Session:
         # client certificate names (EXTERNAL logs in as that user), if any.
         self.tls = False
         self.cert_user: str | None = None
+        self._acking: Channel | None = None  # the channel of the acks just read, if any (_resume_acked)
         self.unconfirmed = 0  # publishes awaiting their fsync before a confirm, over all channels
         self.held_for_confirms = False
 
@@ -156,18 +158,26 @@ class Session:
             frames, broken = exc.frames, exc
         try:
             for ftype, channel, payload in frames:
+                if self._acking is not None and not (
+                    ftype == FRAME_METHOD and channel == self._acking.id and payload[:4] == _ACK_KEY
+                ):
+                    self._resume_acked()
                 self._frame(ftype, channel, payload)
                 if self.state == CLOSED:
                     return
+            self._resume_acked()
             if broken is not None:
                 # Nothing after the damage can be read, close-ok included: close, then hang up.
                 self._fail(broken)
                 self._close_transport()
         except errors.AMQPError as exc:
+            self._resume_acked()  # what the acks before the error made room for goes first, as it would have
             self._fail(exc)
         except Exception as exc:  # a bug of ours must cost one connection, never the broker
             log.exception("internal error on connection from %s", self.peer)
             self._fail(errors.ConnectionError(errors.INTERNAL_ERROR, f"internal error: {type(exc).__name__}"))
+        finally:
+            self._resume_acked()  # after a close: nothing to hand out, but the channel resumes at once again
 
     def _protocol_header(self, data: bytes) -> bytes:
         buf = self._header_buf + data
@@ -470,6 +480,9 @@ class Session:
                     self._first_publish()
                 ch.on_publish(payload)
             elif key == BASIC_ACK:
+                if self._acking is None:
+                    self._acking = ch
+                    ch.resume_after_acks = False
                 ch.on_ack(payload)
             elif key == BASIC_NACK:
                 ch.on_nack(payload)
@@ -479,6 +492,17 @@ class Session:
                 self._channel_slow_path(ch, payload)
         except errors.ChannelError as exc:
             self._close_channel(ch, exc)
+
+    def _resume_acked(self) -> None:
+        """The last of consecutive acks on one channel in a read was taken: its consumers' queues hand out what
+        the acks made room for, once for them all rather than once per ack (a consumer that multiple-acks
+        every few messages sends several in one write)."""
+        ch, self._acking = self._acking, None
+        if ch is None:
+            return
+        resume, ch.resume_after_acks = ch.resume_after_acks, None
+        if resume and not ch.closing:
+            ch.resume_deliveries()
 
     def _channel_slow_path(self, ch: Channel, payload: bytes) -> None:
         method = decode_method(payload, self.settings.max_table_depth)

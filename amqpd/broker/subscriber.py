@@ -21,3 +21,11 @@ class Subscriber(Protocol):
     def deliver(self, queue: Any, entry: Entry) -> None:
         """Hand over one message of `queue`."""
         ...
+
+    def room(self) -> int:
+        """How many deliveries it can take now, one after another (0 exactly when can_accept() is False)."""
+        ...
+
+    def deliver_many(self, queue: Any, entries: list[Entry]) -> None:
+        """deliver() each of these in turn (no more than room())."""
+        ...

@@ -152,6 +152,33 @@ def encode_deliveries_each(
     return b"".join(parts)
 
 
+def encode_delivery_batch(
+    channel: int,
+    ctag: bytes,
+    first_tag: int,
+    items: list[tuple[bool, bytes, bytes, bytes]],
+    frame_max: int,
+) -> bytes:
+    """encode_delivery of each (redelivered, route, header, body) in turn, tags from first_tag on, joined: the
+    deliveries a queue hands one consumer at once (Channel.deliver_batch). Bodies above frame_max - 8 are split
+    as encode_delivery splits them."""
+    pack = _frame_head.pack
+    tag_bits = _tag_bits.pack
+    head = _DELIVER_PREFIX + ctag
+    method_size = 13 + len(ctag)
+    limit = frame_max - 8
+    parts: list[bytes] = []
+    for tag, (redelivered, route, header, body) in enumerate(items, first_tag):
+        if len(body) > limit:
+            parts.append(encode_delivery(channel, ctag, tag, redelivered, route, header, body, frame_max))
+            continue
+        parts += (pack(1, channel, method_size + len(route)), head, tag_bits(tag, redelivered), route, b"\xce")
+        parts += (pack(2, channel, len(header)), header, b"\xce")
+        if body:
+            parts += (pack(3, channel, len(body)), body, b"\xce")
+    return b"".join(parts)
+
+
 def encode_get_ok(channel: int, delivery_tag: int, redelivered: bool, route: bytes, message_count: int) -> bytes:
     payload = b"".join((_GET_OK_PREFIX, _tag_bits.pack(delivery_tag, redelivered), route, _u32.pack(message_count)))
     return _frame_head.pack(1, channel, len(payload)) + payload + b"\xce"

@@ -134,7 +134,7 @@ class FrameReader:
         # this one (publishers with per-message properties never do: no prefix slice for them).
         if n - after < unit or not (buf.startswith(header, after + h - pos + 7) and buf.startswith(method, after + 7)):
             _add_publish(frames, channel, method, header, body)
-            return after
+            return self._group_rest(buf, frames, buf[pos:h], channel, after, n)
         bodies, after = _repeats(buf, buf[pos : b + 7], unit, after, n)
         if bodies:
             bodies.insert(0, body)
@@ -142,6 +142,48 @@ class FrameReader:
         else:
             _add_publish(frames, channel, method, header, body)
         return after
+
+    def _group_rest(self, buf: bytes, frames: list, mframe: bytes, channel: int, pos: int, n: int) -> int:
+        """The whole publishes from pos on with this method frame, joined to the last item (the publish before
+        them, just added) as _add_publish would join them one by one, in one loop; where the first one that is
+        not such a publish, or that would start a run, begins (the frame loop reads it, and reports it if it is
+        broken). An application publishing to one place with properties of its own comes here."""
+        m = len(mframe)
+        frame_max = self.frame_max
+        startswith = buf.startswith
+        headers: list[bytes] | None = None
+        bodies: list[bytes] = []
+        while n - pos > m + 7 and startswith(mframe, pos):
+            h = pos + m
+            htype, hchannel, hsize = _unpack_header(buf, h)
+            hend = h + 7 + hsize
+            if htype != FRAME_HEADER or hchannel != channel or hsize < 14 or hend >= n or buf[hend] != FRAME_END:
+                break
+            body_size = _u64.unpack_from(buf, h + 11)[0]
+            b = hend + 1
+            if (frame_max and hsize > frame_max) or not body_size or n - b < 7:
+                break
+            btype, bchannel, bsize = _unpack_header(buf, b)
+            bend = b + 7 + bsize
+            if btype != FRAME_BODY or bchannel != channel or bsize != body_size or bend >= n or buf[bend] != FRAME_END:
+                break
+            if frame_max and bsize > frame_max:
+                break
+            header = buf[h + 7 : hend]
+            after = bend + 1
+            if n - after >= after - pos and startswith(header, after + m + 7) and startswith(mframe, after):
+                break  # the next one repeats this one: a run may start here
+            if headers is None:
+                ftype, _channel, last = frames[-1]
+                if ftype == PUBLISH:
+                    headers, bodies = [last[1]], [last[2]]
+                    frames[-1] = (PUBLISH_GROUP, channel, (last[0], headers, bodies))
+                else:
+                    headers, bodies = last[1], last[2]
+            headers.append(header)
+            bodies.append(buf[b + 7 : bend])
+            pos = after
+        return pos
 
     @property
     def buffered(self) -> int:

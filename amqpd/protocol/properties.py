@@ -144,6 +144,56 @@ def _check_flat_table(h: bytes, o: int, end: int) -> int:
     return table_end
 
 
+# For scan_published: per property-flag word, each present property's size kind and what the scan keeps of it
+# (0 nothing, 1 the headers table, 2 delivery_mode, 3 priority).
+_SCAN_FIELD = {FLAG_HEADERS: 1, FLAG_DELIVERY_MODE: 2, FLAG_PRIORITY: 3}
+_SCAN_LAYOUTS: dict[int, tuple[tuple[int, int], ...]] = {}
+_header_fields = struct.Struct(">HHQH")
+
+
+def scan_published(header: bytes, skip: int) -> tuple[int, int, int, bytes, PropertyScan] | None:
+    """parse_content_header, checked_header and PropertyScan of a published header in one walk: (class_id,
+    body_size, flags, the header as checked_header returns it, its scan). None when the header is malformed,
+    or has a property flag in `skip` or a continuation flag word: the caller then publishes it one message at
+    a time, where the same reads report any error."""
+    try:
+        class_id, _weight, body_size, flags = _header_fields.unpack_from(header)
+    except struct.error:
+        return None
+    if flags & skip or flags & 1:
+        return None
+    # Only short headers are ever shared (and so known as checked): a longer one is not hashed for nothing.
+    known = _HEADERS.get(header) if len(header) <= _SHARED_HEADER_LEN else None
+    if known is not None:  # checked before
+        return class_id, body_size, flags, known, PropertyScan(known, flags)
+    layout = _SCAN_LAYOUTS.get(flags)
+    if layout is None:
+        layout = _SCAN_LAYOUTS[flags] = tuple(
+            (kind, _SCAN_FIELD.get(flag, 0)) for flag, kind in _LAYOUT if flags & flag
+        )
+    scan = PropertyScan.__new__(PropertyScan)
+    scan.delivery_mode = scan.priority = scan.expiration = scan.headers_raw = None
+    o, end = 14, len(header)
+    try:
+        for kind, field in layout:
+            if kind == -1:
+                o += 1 + header[o]
+            elif kind == -4:
+                start, o = o, _check_flat_table(header, o, end)
+                scan.headers_raw = header[start:o]
+            else:
+                if field == 2:
+                    scan.delivery_mode = header[o]
+                elif field == 3:
+                    scan.priority = header[o]
+                o += kind
+    except (IndexError, struct.error, Overrun, BadField):
+        return None
+    if o != end:
+        return None
+    return class_id, body_size, flags, shared_header(header), scan
+
+
 def raw_property(header: bytes, flags: int, wanted: int) -> bytes | None:
     """One property's encoded value (a short string without its length byte), found by skipping over the
     ones before it: nothing else is decoded. None when absent. The header was checked on the way in."""

@@ -232,3 +232,24 @@ def test_content_frames_decode_with_pamqp_to_the_same_body(size: int, frame_max:
         got += piece.value
         rest = rest[used:]
     assert got == payload
+
+
+def test_a_run_after_publishes_with_their_own_properties_still_comes_out_as_a_run() -> None:
+    """The group's loop (FrameReader._group_rest) stops where the next publishes repeat one another."""
+    units = [publish_unit(1, b"a" * 10, 1), publish_unit(1, b"c" * 12, 1)]
+    units += [publish_unit(1, bytes([66 + i]) * 11, 1) for i in range(3)]  # equal headers: a run
+    items = FrameReader(4096).feed(stream_of(sum(units, [])))
+    assert [(t, c) for t, c, _ in items] == [(PUBLISH_GROUP, 1), (PUBLISH_RUN, 1)]
+    assert expand(items) == sum(units, [])
+
+
+@pytest.mark.parametrize("where", ["header", "body"])
+def test_a_group_takes_no_content_frame_of_another_channel(where: str) -> None:
+    """A publish on channel 1 whose header or body frame comes on channel 2, inside a group: the frames are
+    read one by one from there (the session then reports the unexpected frame)."""
+    units = [publish_unit(1, bytes([65 + i]) * (10 + i), 1) for i in range(4)]
+    method, hdr, body_ = units[2]
+    units[2] = [method, (2, 2, hdr[2]), body_] if where == "header" else [method, hdr, (3, 2, body_[2])]
+    items = FrameReader(4096).feed(stream_of(sum(units, [])))
+    assert expand(items) == sum(units, [])
+    assert items[0][0] == PUBLISH_GROUP and len(items[0][2][1]) == 2

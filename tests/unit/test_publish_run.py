@@ -400,3 +400,194 @@ def test_one_pass_deliveries_carry_consecutive_tags_and_each_body() -> None:
     assert [(d.delivery_tag, d.redelivered, d.routing_key, b) for d, b in got] == [
         (i + 1, False, "q", b) for i, b in enumerate([b"first", *BODIES])
     ]
+
+
+# -- manual-ack consumers: what the group path delivers must be acked, rejected and requeued as one by one --------
+
+
+def ack(tag: int, multiple: bool = False) -> tuple[str, Any]:
+    return ("con", commands.Basic.Ack(delivery_tag=tag, multiple=multiple))
+
+
+def nack(tag: int, multiple: bool = False, requeue: bool = True) -> tuple[str, Any]:
+    return ("con", commands.Basic.Nack(delivery_tag=tag, multiple=multiple, requeue=requeue))
+
+
+def qos(count: int, global_: bool = False) -> tuple[str, Any]:
+    return ("con", commands.Basic.Qos(prefetch_count=count, global_=global_))
+
+
+@dataclass
+class AckCase:
+    setup: list[tuple[str, Any]]
+    after: list[tuple[str, Any]]  # the consumer's methods once the publishes are in, one read each
+    groups: int = 2  # reads of five publishes each (or one publish per read)
+
+
+MANUAL = [declare(), qos(20), consume(no_ack=False)]
+ACK_CASES: dict[str, AckCase] = {
+    "acks one by one and in ranges": AckCase(MANUAL, [ack(3, True), ack(5), ack(4), ack(9, True), ack(10)]),
+    "a multiple ack across a group boundary": AckCase(MANUAL, [ack(2), ack(7, True), ack(10, True)]),
+    "an ack inside a range splits it": AckCase(MANUAL, [ack(6), ack(4), ack(5, True), ack(8), ack(10, True)]),
+    "an unknown tag closes the channel": AckCase(MANUAL, [ack(4), ack(4)]),
+    "nack requeues in order, redelivered": AckCase(MANUAL, [nack(3), nack(8, True), ack(0, True)]),
+    "reject inside a range, then nack without requeue": AckCase(
+        MANUAL, [("con", commands.Basic.Reject(delivery_tag=6, requeue=True)), nack(9, True, requeue=False)]
+    ),
+    "channel close requeues in order": AckCase(
+        MANUAL, [ack(2), ack(5), ("con", commands.Channel.Close(200, "bye", 0, 0))]
+    ),
+    "basic.recover redelivers everything unacked": AckCase(
+        MANUAL, [ack(3), ("con", commands.Basic.Recover(requeue=True)), ack(12, True)]
+    ),
+    "prefetch limit mid-group": AckCase(
+        [declare(), qos(3), consume(no_ack=False)], [ack(1), ack(3, True), ack(5), nack(6, True), ack(9, True)]
+    ),
+    "prefetch one": AckCase([declare(), qos(1), consume(no_ack=False)], [ack(1), ack(2), nack(3), ack(4)], groups=1),
+    "two consumers round-robin": AckCase(
+        [declare(), qos(4), consume("c1", no_ack=False), consume("c2", no_ack=False)],
+        [ack(3, True), ack(6), nack(8, True), ack(0, True)],
+    ),
+    "qos global shared by two consumers": AckCase(
+        [declare(), qos(3, True), qos(2), consume("c1", no_ack=False), consume("c2", no_ack=False)],
+        [ack(2, True), ack(4), ack(5, True), ack(7, True)],
+    ),
+    "qos global below the consumer's prefetch": AckCase(
+        [declare(), qos(3, True), qos(10), consume(no_ack=False)], [ack(2, True), ack(3), nack(5, True), ack(9, True)]
+    ),
+    "no prefetch": AckCase([declare(), consume(no_ack=False)], [ack(4, True), nack(7), ack(10, True)]),
+    "a backlog before the publishes": AckCase(
+        [declare(), qos(4), ("pub", commands.Basic.Publish(routing_key="q")), consume(no_ack=False)],
+        [ack(1), ack(3, True), ack(5, True)],
+    ),
+    "priority queue": AckCase(
+        [declare(arguments={"x-max-priority": 3}), qos(2), consume(no_ack=False)], [ack(2, True), ack(4, True)]
+    ),
+}
+
+
+def run_acks(case: AckCase, together: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[list[bytes], list, tuple, int]:
+    """What the consumer read after the publishes and after each of its methods, the queue and the unacked
+    counts afterwards, and how many publish groups went into the queue at once."""
+    broker = new_broker()
+    pub, con = Conn(broker), Conn(broker)
+    for who, method in case.setup:
+        if isinstance(method, commands.Basic.Publish):  # an empty backlog message, before any consumer
+            pub.send(publish_frames(1, "", "q", b"backlog"))
+        else:
+            (pub if who == "pub" else con).send(frame.marshal(method, 1))
+    pub.session.take_output()
+    con.session.take_output()
+    groups = []
+    original = Queue.take_group
+    monkeypatch.setattr(Queue, "take_group", lambda self, msgs: (groups.append(len(msgs)), original(self, msgs))[1])
+    reads = []
+    for g in range(case.groups):
+        data = publishes(Case(True, properties={"correlation_id": f"group {g}"}), bodies(100), varied=True)
+        reads += [b"".join(data)] if together else data
+    outputs = []
+    for read in reads:
+        pub.send(read)
+        outputs.append(con.session.take_output())
+    outputs = [b"".join(outputs)]  # what the consumer read during the publishes, however many reads they took
+    for _who, method in case.after:
+        con.send(method if isinstance(method, bytes) else frame.marshal(method, 1))
+        outputs.append(con.session.take_output())
+    queue = broker.vhosts["/"].queues["q"]
+    ch = con.session.channels.get(1)
+    state = (
+        queue.unacked,
+        [c.unacked for c in queue.consumers],
+        list(ch.unacked) if ch is not None else None,
+        ch.unacked.count if ch is not None else None,
+    )
+    left = []
+    while (entry := queue.get()) is not None:
+        left.append((entry.msg.body, entry.msg.header, entry.redelivered))
+    return outputs, left, state, len(groups)
+
+
+@pytest.mark.parametrize("name", ACK_CASES)
+def test_a_manual_ack_consumer_sees_the_same_deliveries_acks_and_requeues_from_a_group_as_one_by_one(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    case = ACK_CASES[name]
+    one = run_acks(case, False, monkeypatch)
+    together = run_acks(case, True, monkeypatch)
+    assert together[:3] == one[:3]
+    assert one[3] == 0
+    assert together[3] == case.groups  # each read of publishes went into the queue in one pass
+    assert any(b"\x00\x3c\x00\x3c" in out for out in one[0])  # something was delivered
+
+
+def deliveries(outputs: list[bytes]) -> list[tuple[int, bool, str, str]]:
+    """(tag, redelivered, message_id, correlation_id) of each basic.deliver the consumer read."""
+    got = []
+    pending: Any = None
+    for _channel, obj in decode_frames(b"".join(outputs)):
+        if isinstance(obj, commands.Basic.Deliver):
+            pending = obj
+        elif isinstance(obj, header_frame.ContentHeader) and pending is not None:
+            p = obj.properties
+            got.append((pending.delivery_tag, pending.redelivered, p.message_id, p.correlation_id))
+            pending = None
+    return got
+
+
+def test_deliveries_from_a_group_come_back_redelivered_and_never_beyond_the_prefetch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What the differential test cannot see (both paths share the queue's hand-out): a message delivered again
+    is marked redelivered, the first time it is not, and the channel's global prefetch caps a consumer alone on
+    its queue."""
+    case = AckCase([declare(), qos(3, True), qos(10), consume(no_ack=False)], [nack(2, True), ack(5, True)])
+    outputs, _left, _state, groups = run_acks(case, True, monkeypatch)
+    assert groups == 2
+    got = deliveries(outputs[:1])
+    assert [(tag, again) for tag, again, *_ in got] == [(1, False), (2, False), (3, False)]
+    got = deliveries(outputs)
+    seen: set[tuple[str, str]] = set()
+    for _tag, again, *identity in got:
+        assert again == (tuple(identity) in seen)
+        seen.add(tuple(identity))  # type: ignore[arg-type]
+    assert [tag for tag, *_ in got] == list(range(1, 9))  # 3, then 2 requeued and 3 more after the acks
+
+
+def acks_in_one_read(case: AckCase, delivered: int) -> AckCase:
+    """The case with its leading basic.acks of tags already delivered (at most `delivered`) in one read, as a
+    consumer's multiple-acks leave in one write; its other methods one per read, as before."""
+    n = 0
+    while n < len(case.after):
+        method = case.after[n][1]
+        if not isinstance(method, commands.Basic.Ack) or method.delivery_tag > delivered:
+            break
+        n += 1
+    joined = b"".join(frame.marshal(method, 1) for _who, method in case.after[:n])
+    return replace(case, after=[("con", joined), *case.after[n:]])
+
+
+@pytest.mark.parametrize("name", ACK_CASES)
+def test_acks_in_one_read_leave_the_consumer_what_acks_one_per_read_leave(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deliveries resume once after consecutive acks on a channel (Session._resume_acked), not after each: the
+    consumer reads the same bytes and the queue and unacked counts end the same."""
+    case = ACK_CASES[name]
+    outputs, left, state, _ = run_acks(case, True, monkeypatch)
+    delivered = max(tag for tag, *_ in deliveries(outputs[:1]))
+    joined = acks_in_one_read(case, delivered)
+    if isinstance(case.after[0][1], commands.Basic.Ack):
+        assert joined.after[0][1].count(b"\x00\x3c\x00\x50") >= 1  # acks to join: something is tested
+    outputs_one_read, left_one_read, state_one_read, _ = run_acks(joined, True, monkeypatch)
+    assert b"".join(outputs_one_read) == b"".join(outputs)
+    assert (left_one_read, state_one_read) == (left, state)
+
+
+def test_deliveries_resume_once_after_the_acks_of_one_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    dispatches = []
+    original = Queue.dispatch
+    monkeypatch.setattr(Queue, "dispatch", lambda self: (dispatches.append(1), original(self))[1])
+    case = AckCase([declare(), qos(4), consume(no_ack=False)], [ack(1), ack(2), ack(3, True), ack(4)])
+    outputs, *_ = run_acks(acks_in_one_read(case, 4), True, monkeypatch)
+    assert len(dispatches) == 1 + 1  # one at basic.consume, one for the four acks
+    assert [tag for tag, *_ in deliveries(outputs)] == list(range(1, 9))

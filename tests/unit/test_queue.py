@@ -46,6 +46,13 @@ class RecordingChannel:
             queue.unacked += 1
         self.got.append((consumer.tag, entry))
 
+    def prefetch_room(self) -> int:
+        return 1 << 30
+
+    def deliver_batch(self, consumer: Consumer, queue: Queue, entries: list[Entry]) -> None:
+        for entry in entries:
+            self.deliver(consumer, queue, entry)
+
     def bodies(self) -> list[bytes]:
         return [e.msg.body for _, e in self.got]
 
@@ -110,14 +117,21 @@ class Taker:
 
     def __init__(self, room: int) -> None:
         self.priority, self.exclusive, self.no_ack = 0, False, False
-        self.room = room
+        self.limit = room
         self.got: list[bytes] = []
 
     def can_accept(self) -> bool:
-        return len(self.got) < self.room
+        return len(self.got) < self.limit
+
+    def room(self) -> int:
+        return max(self.limit - len(self.got), 0)
 
     def deliver(self, queue: Any, entry: Entry) -> None:
         self.got.append(entry.msg.body or b"")
+
+    def deliver_many(self, queue: Any, entries: list[Entry]) -> None:
+        for entry in entries:
+            self.deliver(queue, entry)
 
 
 def test_a_queue_serves_any_subscriber_whether_a_message_goes_straight_out_or_waits() -> None:
@@ -128,7 +142,7 @@ def test_a_queue_serves_any_subscriber_whether_a_message_goes_straight_out_or_wa
     q.push(msg(b"second"))
     q.push(msg(b"third"))  # no room: waits
     assert taker.got == [b"first", b"second"]
-    taker.room = 3
+    taker.limit = 3
     q.dispatch()
     assert taker.got == [b"first", b"second", b"third"]
     assert q.message_count == 0

@@ -6,18 +6,22 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_queue import msg
 
 from amqpd.broker.entry import Entry
 from amqpd.broker.queue import Queue
-from amqpd.broker.unacked import Outstanding
+from amqpd.broker.unacked import RANGE_MAX, Outstanding, Unacked
 
 AMQPD = Path(__file__).resolve().parents[2] / "amqpd"
 
 
 class Sub:
     priority, exclusive, no_ack = 0, False, False
-    unacked = 0
+
+    def __init__(self) -> None:
+        self.unacked = 0
 
 
 def test_only_the_owner_changes_unacked_counts() -> None:
@@ -41,10 +45,94 @@ def test_deliveries_count_until_released_and_come_back_in_tag_order() -> None:
     out.add_many(2, q, entries[1:3], consumer, 0.0)  # type: ignore[arg-type]
     out.add(4, q, entries[3], None, 0.0)  # a basic.get: counted for the queue only
     assert (out.count, consumer.unacked, q.unacked) == (3, 3, 4)
-    held = [(t, out.pop(t)) for t in (1, 2)]  # a transaction holds two acks
+    held = out.take_upto(2)  # a transaction holds two acks
+    assert held is not None
     assert (out.count, consumer.unacked, q.unacked) == (3, 3, 4)
     out.restore(held)  # rolled back
     assert list(out) == [1, 2, 3, 4]
-    _queue, _entry, owner, _at = out.pop(3)
-    out.release(q, owner)
+    (third,) = out.take(3) or []
+    out.release(q, third.consumer)
     assert (out.count, consumer.unacked, q.unacked) == (2, 2, 3)
+
+
+def _flat(taken: list[Unacked]) -> list[tuple[int, object, object, object, float]]:
+    return [(t, r.queue, e, r.consumer, r.at) for r in taken for t, e in zip(r.tags(), r.entries, strict=True)]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["add", "many", "take", "upto", "all", "hold", "restore"]), st.integers(0, 40)),
+        max_size=60,
+    )
+)
+def test_ranges_hold_what_a_table_of_one_entry_per_tag_holds(ops: list[tuple[str, int]]) -> None:
+    """Outstanding against the plainest model: a dict of tag -> (queue, entry, consumer, at) in tag order. Every
+    operation leaves the same tags, takes out the same deliveries in the same order, and keeps the same counts."""
+    queues: list[Queue] = [Queue("/", "a"), Queue("/", "b")]
+    consumers = [Sub(), Sub(), None]
+    out, model = Outstanding(), {}
+    held: list[list[Unacked]] = []
+    held_model: list[dict] = []
+    tag = 0
+    for op, n in ops:
+        if op in ("add", "many"):
+            q, c, at = queues[n % 2], consumers[n % 3], float(n % 4 // 3)  # mostly equal clock readings
+            tag += 1 + (n % 5 == 4)  # a gap: a no-ack delivery's tag, never outstanding
+            if op == "add":
+                e = Entry(msg(b"x"), tag, None)
+                out.add(tag, q, e, c, at)  # type: ignore[arg-type]
+                model[tag] = (q, e, c, at)
+            elif c is not None:
+                es = [Entry(msg(b"x"), tag + i, None) for i in range(n % 7 + 1)]
+                out.add_many(tag, q, es, c, at)  # type: ignore[arg-type]
+                model.update({tag + i: (q, e, c, at) for i, e in enumerate(es)})
+                tag += len(es) - 1
+        elif op in ("take", "upto"):
+            t = n if n % 3 else (sorted(model)[n % len(model)] if model else 1)
+            got = out.take(t) if op == "take" else out.take_upto(t)
+            if t not in model:
+                assert got is None
+                continue
+            assert got is not None
+            keys = [t] if op == "take" else [k for k in model if k <= t]
+            assert _flat(got) == [(k, *model.pop(k)) for k in sorted(keys)]
+            for r in got:
+                out.release(r.queue, r.consumer, len(r.entries))
+        elif op == "all":
+            got = out.take_all()
+            assert _flat(got) == [(k, *model[k]) for k in sorted(model)]
+            for r in got:
+                out.release(r.queue, r.consumer, len(r.entries))
+            model.clear()
+        elif op == "hold" and model:
+            t = sorted(model)[n % len(model)]
+            got = out.take_upto(t)
+            assert got is not None
+            held.append(got)
+            held_model.append({k: model.pop(k) for k in sorted(model) if k <= t})
+        elif op == "restore" and held:
+            out.restore(held.pop())
+            model.update(held_model.pop())
+            model = dict(sorted(model.items()))
+        assert list(out) == sorted(model)
+        assert len(out) == len(model)
+        assert out.oldest_at() == (model[min(model)][3] if model else None)
+    counted = list(model.values()) + [v for h in held_model for v in h.values()]
+    assert out.count == sum(1 for v in counted if v[2] is not None)
+    for q in queues:
+        assert q.unacked == sum(1 for v in counted if v[0] is q)
+    for c in consumers[:2]:
+        assert c.unacked == sum(1 for v in counted if v[2] is c)  # type: ignore[union-attr]
+
+
+def test_one_by_one_deliveries_join_ranges_of_a_bounded_size() -> None:
+    """An ack inside a range copies part of it: however many single deliveries follow on at one clock reading,
+    no range grows past RANGE_MAX (acking 100k of them out of order stays linear)."""
+    q: Queue = Queue("/", "q")
+    consumer = Sub()
+    out = Outstanding()
+    for tag in range(1, 1001):
+        out.add(tag, q, Entry(msg(b"x"), tag, None), consumer, 0.0)  # type: ignore[arg-type]
+    sizes = [len(r.entries) for r in out.ranges()]
+    assert sum(sizes) == 1000 and max(sizes) == RANGE_MAX and len(sizes) == -(-1000 // RANGE_MAX)

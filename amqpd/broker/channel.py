@@ -23,6 +23,7 @@ from amqpd.broker.queue import Queue
 from amqpd.broker.stream import StreamQueue
 from amqpd.broker.stream_args import check_consumer_arguments, parse_filter, parse_offset_spec
 from amqpd.broker.stream_log import now_ms
+from amqpd.broker.stream_unacked import StreamUnacked
 from amqpd.broker.unacked import Outstanding, Unacked
 from amqpd.broker.vhost import REPLY_TO, REPLY_TO_PREFIX, VirtualHost, server_generated_name
 from amqpd.protocol.assembler import Assembled, ContentAssembler
@@ -104,6 +105,7 @@ class Channel:
         # deliveries
         self.last_tag = 0  # the delivery tag given last; basic.deliver and basic.get-ok count from 1
         self.unacked = Outstanding()  # by tag; it keeps every unacked count (unacked.py)
+        self.stream_unacked: StreamUnacked | None = None  # a stream's batched deliveries as tag runs
         self.consumers: dict[str, Consumer] = {}
         self.prefetch_count = 0  # for consumers created from now on (basic.qos global=false)
         self.global_prefetch = 0  # shared by all consumers of the channel (global=true)
@@ -553,23 +555,29 @@ class Channel:
     def _collect(self, tag: int, multiple: bool) -> list[tuple[int, Unacked]]:
         """The unacked deliveries an ack/nack/reject names, removed from the channel (RabbitMQ's rules:
         the tag must be outstanding, except multiple with tag 0, which means all)."""
-        unacked = self.unacked
+        unacked, runs = self.unacked, self.stream_unacked
         if multiple and tag == 0:
             taken = list(unacked.items())
             unacked.clear()
-            return taken
+            return taken if runs is None else taken + runs.take_upto(None)
         if tag not in unacked:
-            raise errors.precondition_failed(f"unknown delivery tag {tag}")
+            if runs is None or tag not in runs:
+                raise errors.precondition_failed(f"unknown delivery tag {tag}")
+            if not multiple:
+                return runs.take_one(tag)
         if not multiple:
             return [(tag, unacked.pop(tag))]
-        return [(t, unacked.pop(t)) for t in list(itertools.takewhile(tag.__ge__, unacked))]
+        taken = [(t, unacked.pop(t)) for t in list(itertools.takewhile(tag.__ge__, unacked))]
+        return taken if runs is None else taken + runs.take_upto(tag)
 
     def _apply_settle(self, kind: str, taken: list[tuple[int, Unacked]], requeue: bool) -> None:
+        if kind != "ack" and kind != "requeue":
+            _check_not_stream(kind, taken)
+        if self.stream_unacked is not None:
+            taken = self.stream_unacked.settle(taken, kind == "ack")
         if kind == "ack":
             self._apply_acks(taken)
             return
-        if kind != "requeue":
-            _check_not_stream(kind, taken)
         by_queue: dict[Queue, list[Entry]] = {}
         for _tag, (queue, entry, consumer, _at) in taken:
             self.unacked.release(queue, consumer)
@@ -601,13 +609,14 @@ class Channel:
     def overdue_ack(self, now: float, timeout_s: float) -> bool:
         """RabbitMQ's consumer_timeout: a delivery left unacked this long closes the channel."""
         oldest = next(iter(self.unacked.values()), None)
-        return oldest is not None and now - oldest[3] > timeout_s
+        if oldest is not None and now - oldest[3] > timeout_s:
+            return True
+        at = self.stream_unacked.oldest_at() if self.stream_unacked is not None else None
+        return at is not None and now - at > timeout_s
 
     def requeue_all(self) -> None:
         """Every unacked message goes back to its queue, in order, marked redelivered."""
-        taken = list(self.unacked.items())
-        self.unacked.clear()
-        self._apply_settle("requeue", taken, True)
+        self._apply_settle("requeue", self._collect(0, True), True)
 
     # -- method dispatch -----------------------------------------------------------------------------------
 
@@ -980,9 +989,14 @@ class Channel:
         if not self.tx:
             raise errors.precondition_failed("channel is not transactional")
         for _kind, taken, _requeue in self.tx_acks:
-            self.unacked.restore(taken)
+            self._restore(taken)
         self.tx_publishes, self.tx_acks = [], []
         self.reply(commands.Tx.RollbackOk())
+
+    def _restore(self, taken: list[tuple[int, Unacked]]) -> None:
+        if self.stream_unacked is not None:
+            taken = self.stream_unacked.restore(taken)
+        self.unacked.restore(taken)
 
     # -- teardown -----------------------------------------------------------------------------------------
 
@@ -995,16 +1009,14 @@ class Channel:
         self.broker.closed_totals.add(self)
         self.assembler.reset()
         for _kind, taken, _requeue in self.tx_acks:
-            self.unacked.restore(taken)
+            self._restore(taken)
         self.tx_publishes, self.tx_acks = [], []
         consumers = list(self.consumers.values())
         self.consumers.clear()
         for consumer in consumers:
             consumer.queue.remove_consumer(consumer)
             self._release_reply_queue(consumer)
-        taken = sorted(self.unacked.items())
-        self.unacked.clear()
-        self._apply_settle("requeue", taken, True)
+        self._apply_settle("requeue", sorted(self._collect(0, True)), True)
         for consumer in consumers:
             self.vhost.consumer_gone(consumer.queue)
 

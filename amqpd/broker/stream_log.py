@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from amqpd.broker.message import Message
 from store import MessageRecord
 from store.queue_reader import FIRST_KEY, FIRST_POSITION
+from store.record_codec import encode_record
 
 
 def now_ms() -> int:
@@ -43,6 +44,12 @@ class StreamLog(Protocol):
     def append(self, msg: Message) -> int: ...
     def read(self, start: int, limit: int) -> list[tuple[int, MessageRecord]]:
         """Up to `limit` committed records from `start` (or the first kept), with their offsets."""
+        ...
+
+    def read_raw(self, start: int, limit: int, shared: bool = False) -> tuple[int, list[bytes | None]]:
+        """read's records as their stored bytes (store/record_codec.py's layout), undecoded, for offsets from
+        the first returned on (start, or the first kept); None for a record that failed its checks on disk.
+        shared: other consumers may read the same stretch soon (keep it a while)."""
         ...
 
     def offset_at_time(self, timestamp_ms: int) -> int: ...
@@ -73,6 +80,10 @@ class MemoryLog:
         start = max(start, self.first)
         stop = min(self.end, start + limit)
         return [(o, self._messages[o - self.first]) for o in range(start, stop)]
+
+    def read_raw(self, start: int, limit: int, shared: bool = False) -> tuple[int, list[bytes | None]]:
+        start = max(start, self.first)
+        return start, [encode_record(0, record, []) for _, record in self.read(start, limit)]
 
     def offset_at_time(self, timestamp_ms: int) -> int:
         for i, msg in enumerate(self._messages):
@@ -158,6 +169,7 @@ class StoreLog:
         self._runs = OffsetRuns(first)
         # Records read lately, by offset: consumers replaying near each other read each record once.
         self._recent: dict[int, MessageRecord | None] = {}
+        self._recent_raw: dict[int, bytes | None] = {}  # the same for the batched replay's raw reads
         self._on_commit = on_commit
         if on_commit is not None:
             store.add_commit_listener(on_commit)
@@ -217,6 +229,23 @@ class StoreLog:
         pairs = zip(range(start, stop), records, strict=True)
         return [(dense, record) for dense, record in pairs if record is not None]
 
+    def read_raw(self, start: int, limit: int, shared: bool = False) -> tuple[int, list[bytes | None]]:
+        start = max(start, self.first)
+        stop = min(self.committed, start + limit)
+        if start >= stop:
+            return start, []
+        if not shared:
+            return start, self._store.read_raw_many(self._runs.store_offsets(start, stop))
+        recent = self._recent_raw
+        try:  # the stretch another consumer just read
+            return start, [recent[dense] for dense in range(start, stop)]
+        except KeyError:
+            payloads = self._store.read_raw_many(self._runs.store_offsets(start, stop))
+            if len(recent) + len(payloads) > RECENT_RECORDS:
+                recent.clear()
+            recent.update(zip(range(start, stop), payloads, strict=True))
+            return start, payloads
+
     def offset_at_time(self, timestamp_ms: int) -> int:
         found = self._store.find_offset_by_time(timestamp_ms)
         if found is None:
@@ -234,6 +263,7 @@ class StoreLog:
 
     def drop_before(self, offset: int) -> None:
         self._recent.clear()
+        self._recent_raw.clear()
         gone = self._runs.drop_before(offset)
         if not gone:
             return

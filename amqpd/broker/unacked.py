@@ -49,6 +49,13 @@ class Outstanding(dict[int, Unacked]):
             consumer.unacked -= 1
             self.count -= 1
 
+    def count_run(self, queue: Queue, consumer: Consumer, n: int) -> None:
+        """n deliveries to a consumer kept as one run outside this table (stream_unacked.py) were made, or
+        (n < 0) released: they count here all the same."""
+        queue.unacked += n
+        consumer.unacked += n
+        self.count += n
+
     def restore(self, taken: list[tuple[int, Unacked]]) -> None:
         """Deliveries taken out but not released (a transaction's acks, rolled back or abandoned) are back,
         in tag order."""

@@ -294,11 +294,10 @@ class StreamQueue(Queue["Consumer"]):
             room = consumer.prefetch - consumer.unacked if consumer.prefetch else READ_BATCH
             limit = min(max(room, 1), READ_BATCH, end - start)
             if cursor.filter is None:  # the batched replay, straight from the records' bytes
-                cursor.next = start + limit  # past records that failed their checks on disk too
-                stream_replay.replay(self, cursor, start, limit)
+                cursor.next = stream_replay.replay(self, cursor, start, limit)
                 continue
             batch = log.read(start, limit)
-            cursor.next = start + limit
+            cursor.next = start + limit  # past records that failed their checks on disk too
             entries: list[Entry] = []
             for offset, record in batch:
                 if cursor.wants(record):

@@ -46,10 +46,10 @@ class StreamLog(Protocol):
         """Up to `limit` committed records from `start` (or the first kept), with their offsets."""
         ...
 
-    def read_raw(self, start: int, limit: int, shared: bool = False) -> tuple[int, list[bytes | None]]:
+    def read_raw(self, start: int, limit: int) -> tuple[int, list[bytes | None]]:
         """read's records as their stored bytes (store/record_codec.py's layout), undecoded, for offsets from
         the first returned on (start, or the first kept); None for a record that failed its checks on disk.
-        shared: other consumers may read the same stretch soon (keep it a while)."""
+        Maybe fewer than `limit` though more are committed."""
         ...
 
     def offset_at_time(self, timestamp_ms: int) -> int: ...
@@ -81,7 +81,7 @@ class MemoryLog:
         stop = min(self.end, start + limit)
         return [(o, self._messages[o - self.first]) for o in range(start, stop)]
 
-    def read_raw(self, start: int, limit: int, shared: bool = False) -> tuple[int, list[bytes | None]]:
+    def read_raw(self, start: int, limit: int) -> tuple[int, list[bytes | None]]:
         start = max(start, self.first)
         return start, [encode_record(0, record, []) for _, record in self.read(start, limit)]
 
@@ -160,6 +160,11 @@ class OffsetRuns:
 
 
 RECENT_RECORDS = 4096
+# The batched replay reads whole aligned chunks of a stream's offsets (below the committed end) and keeps the
+# last few: consumers replaying near each other read each record from disk once. At ~250 bytes a record,
+# 64 chunks of 256 hold ~4 MB, whatever the stream's length.
+RAW_CHUNK = 256
+RAW_CHUNKS_KEPT = 64
 
 
 class StoreLog:
@@ -169,7 +174,7 @@ class StoreLog:
         self._runs = OffsetRuns(first)
         # Records read lately, by offset: consumers replaying near each other read each record once.
         self._recent: dict[int, MessageRecord | None] = {}
-        self._recent_raw: dict[int, bytes | None] = {}  # the same for the batched replay's raw reads
+        self._chunks: dict[int, list[bytes | None]] = {}  # the same for raw reads, by chunk (read order)
         self._on_commit = on_commit
         if on_commit is not None:
             store.add_commit_listener(on_commit)
@@ -229,22 +234,33 @@ class StoreLog:
         pairs = zip(range(start, stop), records, strict=True)
         return [(dense, record) for dense, record in pairs if record is not None]
 
-    def read_raw(self, start: int, limit: int, shared: bool = False) -> tuple[int, list[bytes | None]]:
+    def read_raw(self, start: int, limit: int) -> tuple[int, list[bytes | None]]:
         start = max(start, self.first)
-        stop = min(self.committed, start + limit)
+        committed = self.committed
+        stop = min(committed, start + limit)
         if start >= stop:
             return start, []
-        if not shared:
-            return start, self._store.read_raw_many(self._runs.store_offsets(start, stop))
-        recent = self._recent_raw
-        try:  # the stretch another consumer just read
-            return start, [recent[dense] for dense in range(start, stop)]
-        except KeyError:
-            payloads = self._store.read_raw_many(self._runs.store_offsets(start, stop))
-            if len(recent) + len(payloads) > RECENT_RECORDS:
-                recent.clear()
-            recent.update(zip(range(start, stop), payloads, strict=True))
-            return start, payloads
+        chunk = start // RAW_CHUNK
+        if (chunk + 1) * RAW_CHUNK > committed or chunk * RAW_CHUNK < self.first:
+            return start, self._store.read_raw_many(self._runs.store_offsets(start, stop))  # a partial chunk
+        payloads = self._chunk(chunk)
+        base = chunk * RAW_CHUNK
+        if stop <= base + RAW_CHUNK:
+            return start, payloads[start - base : stop - base]
+        if (chunk + 2) * RAW_CHUNK > committed:
+            return start, payloads[start - base :]  # to the chunk's end: the caller comes back for the rest
+        return start, payloads[start - base :] + self._chunk(chunk + 1)[: stop - base - RAW_CHUNK]
+
+    def _chunk(self, chunk: int) -> list[bytes | None]:
+        """The raw records of one whole aligned chunk of offsets, read once for every consumer that passes
+        (they read the same records at nearby times, each in its own steps)."""
+        found = self._chunks.get(chunk)
+        if found is None:
+            base = chunk * RAW_CHUNK
+            found = self._chunks[chunk] = self._store.read_raw_many(self._runs.store_offsets(base, base + RAW_CHUNK))
+            if len(self._chunks) > RAW_CHUNKS_KEPT:
+                del self._chunks[next(iter(self._chunks))]  # the one read longest ago
+        return found
 
     def offset_at_time(self, timestamp_ms: int) -> int:
         found = self._store.find_offset_by_time(timestamp_ms)
@@ -263,7 +279,7 @@ class StoreLog:
 
     def drop_before(self, offset: int) -> None:
         self._recent.clear()
-        self._recent_raw.clear()
+        self._chunks.clear()
         gone = self._runs.drop_before(offset)
         if not gone:
             return

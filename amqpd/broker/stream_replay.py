@@ -40,10 +40,12 @@ _OFFSET_FIELD = struct.Struct(f">{len(_OFFSET_NAME)}sq")
 _BOTH_FIELDS = struct.Struct(f">{len(_OFFSET_NAME)}sq{len(_TIMESTAMP_NAME)}sq")
 
 
-def replay(stream: StreamQueue, cursor: Cursor, start: int, limit: int) -> None:
-    """Deliver the records [start, start + limit) that are readable (a damaged one is skipped, its offset
-    unused) to the cursor's consumer: one encoding pass, one write, one tag run."""
-    start, payloads = stream.log.read_raw(start, limit, len(stream.cursors) > 1)
+def replay(stream: StreamQueue, cursor: Cursor, start: int, limit: int) -> int:
+    """Deliver up to `limit` records from `start` (or the first kept) to the cursor's consumer: one encoding
+    pass, one write, one tag run. A record damaged on disk is skipped, its offset unused. Returns the offset
+    to go on from."""
+    start, payloads = stream.log.read_raw(start, limit)
+    next_offset = start + len(payloads)
     consumer = cursor.consumer
     channel = consumer.channel
     first_tag = channel.last_tag + 1
@@ -51,12 +53,13 @@ def replay(stream: StreamQueue, cursor: Cursor, start: int, limit: int) -> None:
         channel.id, consumer.ctag, first_tag, start, payloads, cursor.with_time, channel.conn.frame_max
     )
     if not offsets:
-        return
+        return next_offset
     channel.last_tag = first_tag + len(offsets) - 1
     stream.delivered += len(offsets)
     cursor.outstanding.add_offsets(offsets)
     stream_unacked(channel).add(TagRun(first_tag, offsets, stream, consumer, cursor, channel.broker.clock))
     channel.conn.send(data)
+    return next_offset
 
 
 def encode_replay(

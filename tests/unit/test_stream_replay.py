@@ -15,6 +15,7 @@ import tempfile
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
+from unittest.mock import patch
 
 import anyio
 from fakes import FakeTransport, publish_frames
@@ -22,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pamqp import commands, frame
 
+from amqpd.broker import stream_log
 from amqpd.broker.broker import Broker
 from amqpd.broker.session import Session
 from amqpd.broker.stream import StreamQueue
@@ -150,6 +152,7 @@ def test_the_batched_replay_sends_what_the_per_message_path_sends(data: st.DataO
     with_time = data.draw(st.booleans(), "x-stream-timestamp")
     tracking = data.draw(st.booleans(), "tracking")
     stored = data.draw(st.booleans(), "with a store")
+    chunk = data.draw(st.sampled_from([2, 3, 7, stream_log.RAW_CHUNK]), "raw chunk")  # small: chunk edges
 
     async def scenario(store: MessageStore | None) -> None:
         broker = Broker(Settings(), store=store)
@@ -210,7 +213,8 @@ def test_the_batched_replay_sends_what_the_per_message_path_sends(data: st.DataO
         assert q.tracked.get("ca") == q.tracked.get("cb")
         assert q.unacked == 0
 
-    run(scenario, stored)
+    with patch.object(stream_log, "RAW_CHUNK", chunk), patch.object(stream_log, "RAW_CHUNKS_KEPT", 2):
+        run(scenario, stored)
 
 
 def test_a_record_damaged_on_disk_is_skipped_by_both_paths_and_its_offset_stays_unused() -> None:

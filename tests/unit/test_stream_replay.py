@@ -18,7 +18,8 @@ from typing import Any
 from unittest.mock import patch
 
 import anyio
-from fakes import FakeTransport, publish_frames
+from fakes import ClientChannel, FakeTransport, new_broker, publish_frames
+from fakes import messages as grouped
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pamqp import commands, frame
@@ -269,3 +270,31 @@ def test_a_cursors_unacked_offsets_are_the_set_they_model(ops: list[tuple[str, i
         assert bool(unacked) == bool(model)
         assert {o for a, b in zip(unacked.starts, unacked.stops, strict=True) for o in range(a, b)} == model
         assert all(a < b for a, b in zip(unacked.starts, unacked.stops, strict=True))
+
+
+def test_stream_acks_in_a_transaction_take_effect_at_commit_and_come_back_on_rollback() -> None:
+    """A tx channel holds a stream consumer's acks until commit: the credit and the tracked offset move then;
+    a rollback gives the acked deliveries back (acking them again is no unknown tag)."""
+    broker = new_broker()
+    c = ClientChannel(broker)
+    c.declare_queue("s", durable=True, arguments={"x-queue-type": "stream"})
+    for n in range(10):
+        c.publish("", "s", b"m%d" % n)
+    c.call(commands.Basic.Qos(prefetch_count=4))
+    c.call(commands.Tx.Select())
+    c.consume("s", "t", arguments={"x-stream-offset": "first", "x-stream-automatic-offset-tracking": True})
+    assert [m.delivery_tag for m, _ in c.deliveries()] == [1, 2, 3, 4]
+    q = broker.vhosts["/"].queues["s"]
+    assert isinstance(q, StreamQueue)
+    c.ack(2, multiple=True)
+    c.ack(4)
+    assert c.deliveries() == []  # held by the transaction: no credit back yet
+    c.call(commands.Tx.Rollback())
+    c.ack(3)
+    c.ack(1)
+    committed = c.call(commands.Tx.Commit())
+    assert [m.delivery_tag for m, _ in grouped(committed)] == [5, 6]  # two slots came back: 2 and 4 unacked
+    assert q.stream_stats()["consumers"]["t"]["offset"] == 1  # tag 2's offset, the oldest unacked
+    c.ack(6, multiple=True)
+    assert [m.delivery_tag for m, _ in grouped(c.call(commands.Tx.Commit()))] == [7, 8, 9, 10]
+    assert q.stream_stats()["consumers"]["t"]["offset"] == 6

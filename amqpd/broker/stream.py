@@ -402,8 +402,9 @@ class _Length:
 
 class StreamDelivery(Message):
     """A record as one consumer gets it: its headers carry its offset. Built without scanning properties
-    (a stream applies no TTL, priority or routing to what it delivers): the replay's per-message cost. What
-    is the same for every delivery is read from the class (these never change after delivery)."""
+    (a stream applies no TTL, priority or routing to what it delivers): the per-message path's cost, which
+    only filtered consumers take now (the others get stream_replay.py's batches). What is the same for
+    every delivery is read from the class (these never change after delivery)."""
 
     __slots__ = ()
     persistent = True

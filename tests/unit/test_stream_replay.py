@@ -298,3 +298,19 @@ def test_stream_acks_in_a_transaction_take_effect_at_commit_and_come_back_on_rol
     c.ack(6, multiple=True)
     assert [m.delivery_tag for m, _ in grouped(c.call(commands.Tx.Commit()))] == [7, 8, 9, 10]
     assert q.stream_stats()["consumers"]["t"]["offset"] == 6
+
+
+def test_a_stream_delivery_left_unacked_past_the_consumer_timeout_is_overdue_until_acked() -> None:
+    broker = new_broker()
+    c = ClientChannel(broker)
+    c.declare_queue("s", durable=True, arguments={"x-queue-type": "stream"})
+    for n in range(3):
+        c.publish("", "s", b"m%d" % n)
+    c.call(commands.Basic.Qos(prefetch_count=10))
+    broker.clock = 1000.0
+    c.consume("s", "t", arguments={"x-stream-offset": "first"})
+    assert len(c.deliveries()) == 3
+    assert not c.ch.overdue_ack(1000.0 + 30, 60)
+    assert c.ch.overdue_ack(1000.0 + 61, 60)
+    c.ack(3, multiple=True)
+    assert not c.ch.overdue_ack(1000.0 + 61, 60)

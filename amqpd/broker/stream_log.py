@@ -161,10 +161,17 @@ class OffsetRuns:
 
 RECENT_RECORDS = 4096
 # The batched replay reads whole aligned chunks of a stream's offsets (below the committed end) and keeps the
-# last few: consumers replaying near each other read each record from disk once. At ~250 bytes a record,
-# 64 chunks of 256 hold ~4 MB, whatever the stream's length.
+# last few: consumers replaying near each other read each record from disk once. Bounded in bytes whatever
+# the stream's length (64 chunks of 256 records of ~250 bytes: ~4 MB); records averaging over 4 KiB are
+# read as asked for, never a chunk ahead (a consumer with prefetch 1 must not pull 256 big messages).
 RAW_CHUNK = 256
 RAW_CHUNKS_KEPT = 64
+RAW_CHUNK_BYTES = 1 << 20
+RAW_CACHE_BYTES = 16 << 20
+
+
+def _mean_size(payloads: list[bytes | None]) -> int:
+    return sum(len(p) for p in payloads if p is not None) // max(len(payloads), 1)
 
 
 class StoreLog:
@@ -174,7 +181,9 @@ class StoreLog:
         self._runs = OffsetRuns(first)
         # Records read lately, by offset: consumers replaying near each other read each record once.
         self._recent: dict[int, MessageRecord | None] = {}
-        self._chunks: dict[int, list[bytes | None]] = {}  # the same for raw reads, by chunk (read order)
+        self._chunks: dict[int, tuple[list[bytes | None], int]] = {}  # raw reads by chunk, with their bytes
+        self._chunk_bytes = 0
+        self._record_bytes = RAW_CHUNK_BYTES  # a raw record's size lately; unknown: read only what is asked
         self._on_commit = on_commit
         if on_commit is not None:
             store.add_commit_listener(on_commit)
@@ -241,8 +250,14 @@ class StoreLog:
         if start >= stop:
             return start, []
         chunk = start // RAW_CHUNK
-        if (chunk + 1) * RAW_CHUNK > committed or chunk * RAW_CHUNK < self.first:
-            return start, self._store.read_raw_many(self._runs.store_offsets(start, stop))  # a partial chunk
+        if (
+            (chunk + 1) * RAW_CHUNK > committed  # a partial chunk (at the tail)
+            or chunk * RAW_CHUNK < self.first
+            or self._record_bytes * RAW_CHUNK > RAW_CHUNK_BYTES  # big records: no more than asked for
+        ):
+            payloads = self._store.read_raw_many(self._runs.store_offsets(start, stop))
+            self._record_bytes = _mean_size(payloads)
+            return start, payloads
         payloads = self._chunk(chunk)
         base = chunk * RAW_CHUNK
         if stop <= base + RAW_CHUNK:
@@ -254,13 +269,20 @@ class StoreLog:
     def _chunk(self, chunk: int) -> list[bytes | None]:
         """The raw records of one whole aligned chunk of offsets, read once for every consumer that passes
         (they read the same records at nearby times, each in its own steps)."""
-        found = self._chunks.get(chunk)
+        chunks = self._chunks
+        found = chunks.get(chunk)
         if found is None:
             base = chunk * RAW_CHUNK
-            found = self._chunks[chunk] = self._store.read_raw_many(self._runs.store_offsets(base, base + RAW_CHUNK))
-            if len(self._chunks) > RAW_CHUNKS_KEPT:
-                del self._chunks[next(iter(self._chunks))]  # the one read longest ago
-        return found
+            found = self._store.read_raw_many(self._runs.store_offsets(base, base + RAW_CHUNK))
+            size = sum(len(p) for p in found if p is not None)
+            self._record_bytes = size // RAW_CHUNK
+            chunks[chunk] = (found, size)
+            self._chunk_bytes += size
+            while len(chunks) > RAW_CHUNKS_KEPT or (self._chunk_bytes > RAW_CACHE_BYTES and len(chunks) > 1):
+                oldest = next(iter(chunks))  # the one read longest ago
+                self._chunk_bytes -= chunks.pop(oldest)[1]
+            return found
+        return found[0]
 
     def offset_at_time(self, timestamp_ms: int) -> int:
         found = self._store.find_offset_by_time(timestamp_ms)
@@ -280,6 +302,7 @@ class StoreLog:
     def drop_before(self, offset: int) -> None:
         self._recent.clear()
         self._chunks.clear()
+        self._chunk_bytes = 0
         gone = self._runs.drop_before(offset)
         if not gone:
             return

@@ -314,3 +314,56 @@ def test_a_stream_delivery_left_unacked_past_the_consumer_timeout_is_overdue_unt
     assert c.ch.overdue_ack(1000.0 + 61, 60)
     c.ack(3, multiple=True)
     assert not c.ch.overdue_ack(1000.0 + 61, 60)
+
+
+def replay_counting_reads(body_size: int, count: int, consumers: int, prefetch: int) -> list[int]:
+    """Publish `count` messages into a stored stream and replay them all with `consumers` consumers that
+    ack each delivery: how many records each read of the store asked for."""
+    asked: list[int] = []
+
+    async def scenario(store: MessageStore | None) -> None:
+        assert store is not None
+        broker = Broker(Settings(), store=store)
+        pub = open_session(broker, 131072)
+        pub.feed(
+            frame.marshal(commands.Queue.Declare(queue="s", durable=True, arguments={"x-queue-type": "stream"}), 1)
+        )
+        for n in range(count):
+            pub.feed(publish_frames(1, "", "s", b"%06d" % n + b"z" * body_size))
+        await settle(store)
+        read_raw_many = store.read_raw_many
+
+        def counting(offsets: list[int]) -> list[bytes | None]:
+            asked.append(len(offsets))
+            return read_raw_many(offsets)
+
+        store.read_raw_many = counting  # type: ignore[method-assign]
+        sessions = [open_session(broker, 131072) for _ in range(consumers)]
+        for s in sessions:
+            s.feed(frame.marshal(commands.Basic.Qos(prefetch_count=prefetch), 1))
+            arguments = {"x-stream-offset": "first"}
+            s.feed(frame.marshal(commands.Basic.Consume(queue="s", consumer_tag="c", arguments=arguments), 1))
+        received = [0] * consumers
+        while min(received) < count:
+            for i, s in enumerate(sessions):
+                tags = delivery_tags(frames(s.take_output(), b"c"))
+                assert tags or received[i] == count, "the replay stalled"
+                received[i] += len(tags)
+                for tag in tags:
+                    s.feed(ack(tag, False))
+
+    run(scenario, True)
+    return asked
+
+
+def test_consumers_replaying_together_read_each_small_record_from_the_store_once() -> None:
+    asked = replay_counting_reads(100, 4 * 256, consumers=3, prefetch=50)
+    assert sum(asked) <= 4 * 256 + 50  # the first read, before record sizes are known, is the consumer's own
+    assert max(asked) == 256  # whole chunks
+
+
+def test_big_records_are_read_as_asked_for_never_a_chunk_ahead() -> None:
+    """A consumer with prefetch 1 on a stream of 20 KiB messages: one record per read, not 256 (5 MiB)."""
+    asked = replay_counting_reads(20_000, 300, consumers=1, prefetch=1)
+    assert sum(asked) == 300
+    assert max(asked) == 1

@@ -314,6 +314,10 @@ class StoreLog:
         self._store.purge(self._queue_id, gone)
 
     def close(self) -> None:
+        # A closed stream may live on a while in its consumers' unacked runs: not its read caches.
+        self._recent.clear()
+        self._chunks.clear()
+        self._chunk_bytes = 0
         if self._on_commit is not None:
             self._store.remove_commit_listener(self._on_commit)
             self._on_commit = None

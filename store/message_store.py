@@ -517,6 +517,14 @@ class MessageStore:
             found.extend([None] * len(run) if base is None else self._read_run(base, run, ahead))
         return found
 
+    def read_raw_many(self, offsets: list[int]) -> list[bytes | None]:
+        """read_many's records as their frame payloads, undecoded (record_codec's layout), every frame check
+        done: for a reader that slices out only what it sends (a stream's batched replay)."""
+        found: list[bytes | None] = []
+        for base, run in self._by_segment(offsets):
+            found.extend([None] * len(run) if base is None else self._read_run_raw(base, run))
+        return found
+
     def read_ahead(self, offsets: list[int]) -> Callable[[], ReadAhead]:
         """On the loop: the work, for a worker thread, of reading the file stretches that hold these ascending
         offsets into memory, for read_many to decode on the loop without waiting on the disk. Offsets not
@@ -545,9 +553,7 @@ class MessageStore:
         while i < len(offsets):
             s = bisect_right(bases, offsets[i]) - 1
             end = bases[s + 1] if s + 1 < len(bases) else None
-            j = i
-            while j < len(offsets) and (end is None or offsets[j] < end):
-                j += 1
+            j = len(offsets) if end is None else bisect_left(offsets, end, i)
             yield (bases[s] if s >= 0 else None), offsets[i:j]
             i = j
 
@@ -562,6 +568,18 @@ class MessageStore:
         except DamagedFrame:  # damage somewhere in the stretch: fall back to one record at a time
             return [self._read_or_none(offset) for offset in offsets]
         return [decode_record(p)[2] if p is not None else None for p in payloads]
+
+    def _read_run_raw(self, base: int, offsets: list[int]) -> list[bytes | None]:
+        if offsets[-1] in self._unwritten or (self._volatile and not self._volatile.keys().isdisjoint(offsets)):
+            return [self._raw_or_none(offset) for offset in offsets]  # as in _read_run
+        try:
+            return read_payloads(self._read_fd(base), self._indexes[base], offsets, pread=self._io.pread)
+        except DamagedFrame:
+            return [self._raw_or_none(offset) for offset in offsets]
+
+    def _raw_or_none(self, offset: int) -> bytes | None:
+        record = self._read_or_none(offset)
+        return None if record is None else encode_record(0, record, [])
 
     def _read_or_none(self, offset: int) -> MessageRecord | None:
         try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from xxhash import xxh3_64_intdigest, xxh32_intdigest
@@ -91,6 +91,28 @@ def read_payload(
 READ_RUN_BLOCK = 1 << 20
 
 
+def _walk_next(block: bytes, rel: int, want: Iterator[int], target: int, found: list[bytes | None]) -> tuple[int, int]:
+    """read_payloads' inner loop for wanted records that are the next frames of the block (a stream reads
+    runs): (where it stopped in the block, the next wanted offset, -1 when all are found). It stops at
+    anything else (a gap, a frame past the block, a bad header) for the general walk to take over."""
+    unpack = HEADER.unpack_from
+    size = len(block)
+    while rel + HEADER_SIZE <= size:
+        length, sequence, payload_hash, check = unpack(block, rel)
+        stop = rel + HEADER_SIZE + length
+        if sequence != target or stop > size or xxh32_intdigest(block[rel : rel + 20]) != check:
+            break
+        payload = block[rel + HEADER_SIZE : stop]
+        if xxh3_64_intdigest(payload) != payload_hash:
+            raise DamagedFrame(f"record {sequence} fails its checksum")
+        found.append(payload)
+        target = next(want, -1)
+        rel = stop
+        if target != sequence + 1:
+            break
+    return rel, target
+
+
 def read_payloads(
     fd: int,
     index: SegmentIndex,
@@ -151,6 +173,13 @@ def read_payloads(
                 return found
             if target != sequence + 1:  # the next one is the next frame: nothing to jump over
                 jump = index.floor(target)
+            else:
+                pos, target = _walk_next(block, pos - block_start + HEADER_SIZE + length, want, target, found)
+                pos += block_start
+                if target < 0:
+                    return found
+                jump = index.floor(target)  # past a gap, if it stopped at one
+                continue
         pos += HEADER_SIZE + length
     found.extend([None] * (len(offsets) - len(found)))
     return found

@@ -7,7 +7,7 @@ raised as AMQPError; the session turns them into channel.close or connection.clo
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from pamqp import base, commands
 
@@ -22,6 +22,7 @@ from amqpd.broker.queue import Queue
 from amqpd.broker.stream import StreamQueue
 from amqpd.broker.stream_args import check_consumer_arguments, parse_filter, parse_offset_spec
 from amqpd.broker.stream_log import now_ms
+from amqpd.broker.stream_unacked import Settled, StreamUnacked
 from amqpd.broker.unacked import Outstanding, Unacked
 from amqpd.broker.vhost import REPLY_TO, REPLY_TO_PREFIX, VirtualHost, server_generated_name
 from amqpd.protocol.assembler import Assembled, ContentAssembler
@@ -113,6 +114,7 @@ class Channel:
         # None: acks resume deliveries at once; else the session will once the acks it is reading end, and
         # True says some did (Session._resume_acked).
         self.resume_after_acks: bool | None = None
+        self.stream_unacked: StreamUnacked | None = None  # a stream's batched deliveries as tag runs
         self.consumers: dict[str, Consumer] = {}
         self.prefetch_count = 0  # for consumers created from now on (basic.qos global=false)
         self.global_prefetch = 0  # shared by all consumers of the channel (global=true)
@@ -125,7 +127,7 @@ class Channel:
         # transactions
         self.tx = False
         self.tx_publishes: list[tuple[str, bool, Message]] = []
-        self.tx_acks: list[tuple[str, list[Unacked], bool]] = []
+        self.tx_acks: list[tuple[str, list[Settled], bool]] = []
         self.assembler = ContentAssembler(broker.settings.max_message_size)
         # Counters for the management API (deliveries and gets are last_tag, confirms confirmed_upto).
         self.published = 0
@@ -643,22 +645,37 @@ class Channel:
             return
         self._apply_settle(kind, taken, requeue)
 
-    def _collect(self, tag: int, multiple: bool) -> list[Unacked]:
+    def _collect(self, tag: int, multiple: bool) -> list[Settled]:
         """The unacked deliveries an ack/nack/reject names, removed from the channel (RabbitMQ's rules:
         the tag must be outstanding, except multiple with tag 0, which means all)."""
+        unacked, runs = self.unacked, self.stream_unacked
         if multiple and tag == 0:
-            return self.unacked.take_all()
-        taken = self.unacked.take_upto(tag) if multiple else self.unacked.take(tag)
-        if taken is None:
-            raise errors.precondition_failed(f"unknown delivery tag {tag}")
-        return taken
+            everything: list[Settled] = [*unacked.take_all()]
+            return everything if runs is None else [*everything, *runs.take_upto(None)]
+        if runs is None or not runs.runs:
+            taken = unacked.take_upto(tag) if multiple else unacked.take(tag)
+            if taken is None:
+                raise errors.precondition_failed(f"unknown delivery tag {tag}")
+            return list(taken)
+        # a channel with a stream's tag runs too: the tag is in one of the two tables
+        if tag not in runs:
+            found = unacked.take_upto(tag) if multiple else unacked.take(tag)
+            if found is None:
+                raise errors.precondition_failed(f"unknown delivery tag {tag}")
+            return [*found, *runs.take_upto(tag)] if multiple else list(found)
+        if not multiple:
+            return list(runs.take_one(tag))
+        return [*(unacked.take_upto(tag, must_hold=False) or ()), *runs.take_upto(tag)]
 
-    def _apply_settle(self, kind: str, taken: list[Unacked], requeue: bool) -> None:
+    def _apply_settle(self, kind: str, settled: list[Settled], requeue: bool) -> None:
+        if kind != "ack" and kind != "requeue":
+            _check_not_stream(kind, settled)
+        stream = self.stream_unacked
+        # a stream's tag runs are settled there (counts, credit, tracking); the rest below
+        taken = stream.settle(settled, kind == "ack") if stream is not None else cast("list[Unacked]", settled)
         if kind == "ack":
             self._apply_acks(taken)
             return
-        if kind != "requeue":
-            _check_not_stream(kind, taken)
         by_queue: dict[Queue, list[Entry]] = {}
         for run in taken:
             queue = run.queue
@@ -697,11 +714,14 @@ class Channel:
     def overdue_ack(self, now: float, timeout_s: float) -> bool:
         """RabbitMQ's consumer_timeout: a delivery left unacked this long closes the channel."""
         oldest = self.unacked.oldest_at()
-        return oldest is not None and now - oldest > timeout_s
+        if oldest is not None and now - oldest > timeout_s:
+            return True
+        at = self.stream_unacked.oldest_at() if self.stream_unacked is not None else None
+        return at is not None and now - at > timeout_s
 
     def requeue_all(self) -> None:
         """Every unacked message goes back to its queue, in order, marked redelivered."""
-        self._apply_settle("requeue", self.unacked.take_all(), True)
+        self._apply_settle("requeue", self._collect(0, True), True)
 
     # -- method dispatch -----------------------------------------------------------------------------------
 
@@ -1074,9 +1094,13 @@ class Channel:
         if not self.tx:
             raise errors.precondition_failed("channel is not transactional")
         for _kind, taken, _requeue in self.tx_acks:
-            self.unacked.restore(taken)
+            self._restore(taken)
         self.tx_publishes, self.tx_acks = [], []
         self.reply(commands.Tx.RollbackOk())
+
+    def _restore(self, settled: list[Settled]) -> None:
+        stream = self.stream_unacked
+        self.unacked.restore(stream.restore(settled) if stream is not None else cast("list[Unacked]", settled))
 
     # -- teardown -----------------------------------------------------------------------------------------
 
@@ -1089,19 +1113,19 @@ class Channel:
         self.broker.closed_totals.add(self)
         self.assembler.reset()
         for _kind, taken, _requeue in self.tx_acks:
-            self.unacked.restore(taken)
+            self._restore(taken)
         self.tx_publishes, self.tx_acks = [], []
         consumers = list(self.consumers.values())
         self.consumers.clear()
         for consumer in consumers:
             consumer.queue.remove_consumer(consumer)
             self._release_reply_queue(consumer)
-        self._apply_settle("requeue", self.unacked.take_all(), True)
+        self._apply_settle("requeue", self._collect(0, True), True)
         for consumer in consumers:
             self.vhost.consumer_gone(consumer.queue)
 
 
-def _check_not_stream(kind: str, taken: list[Unacked]) -> None:
+def _check_not_stream(kind: str, taken: list[Settled]) -> None:
     for run in taken:
         queue = run.queue
         if queue.is_stream:

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from amqpd import errors
+from amqpd.broker import stream_replay
 from amqpd.broker.entry import Entry
 from amqpd.broker.message import Message
 from amqpd.broker.queue import Queue
@@ -21,6 +22,7 @@ from amqpd.broker.queue_hooks import QueueHooks
 from amqpd.broker.stored_message import route_of
 from amqpd.broker.stream_args import FIRST, LAST, NEXT, OffsetSpec, Retention
 from amqpd.broker.stream_log import MemoryLog, StoreLog, StreamLog, now_ms
+from amqpd.broker.stream_unacked import Offsets, OffsetSet
 from amqpd.protocol.constants import FLAG_CONTENT_ENCODING, FLAG_CONTENT_TYPE, FLAG_HEADERS
 from amqpd.protocol.fastpath import shortstr
 from amqpd.protocol.methods import decode_table
@@ -72,7 +74,7 @@ class Cursor:
         self.filter = filter_values
         self.match_unfiltered = match_unfiltered
         self.tracking = tracking
-        self.outstanding: dict[int, None] = {}  # delivered, not yet acked, in offset order
+        self.outstanding = OffsetSet()  # delivered, not yet acked
         self.with_time = consumer.arguments.get(TIMESTAMP_ARG) is True
 
     def wants(self, record: MessageRecord) -> bool:
@@ -86,7 +88,8 @@ class Cursor:
     def resume_offset(self) -> int:
         """Where this consumer would go on after a restart: no gap (the oldest unacked delivery), no repeat
         (past everything acked or filtered out)."""
-        return next(iter(self.outstanding), self.next)
+        first = self.outstanding.first()
+        return self.next if first is None else first
 
 
 class _StreamHooks(QueueHooks):
@@ -292,12 +295,15 @@ class StreamQueue(Queue["Consumer"]):
             budget -= 1
             room = consumer.prefetch - consumer.unacked if consumer.prefetch else READ_BATCH
             limit = min(max(room, 1), READ_BATCH, end - start)
+            if cursor.filter is None:  # the batched replay, straight from the records' bytes
+                cursor.next = stream_replay.replay(self, cursor, start, limit)
+                continue
             batch = log.read(start, limit)
             cursor.next = start + limit  # past records that failed their checks on disk too
             entries: list[Entry] = []
             for offset, record in batch:
                 if cursor.wants(record):
-                    cursor.outstanding[offset] = None
+                    cursor.outstanding.add(offset, offset + 1)
                     entries.append(StreamEntry(StreamDelivery(record, offset, cursor.with_time), offset, cursor))
             if entries:
                 consumer.channel.deliver_many(consumer, self, entries)
@@ -306,7 +312,13 @@ class StreamQueue(Queue["Consumer"]):
 
     def entry_acked(self, entry: StreamEntry) -> None:
         cursor = entry.cursor
-        cursor.outstanding.pop(entry.seq, None)
+        cursor.outstanding.discard(entry.seq, entry.seq + 1)
+        if cursor.tracking:
+            self._track(cursor)
+
+    def run_acked(self, cursor: Cursor, offsets: Offsets) -> None:
+        """A run of batched deliveries (stream_replay.py) was acked."""
+        cursor.outstanding.discard_offsets(offsets)
         if cursor.tracking:
             self._track(cursor)
 
@@ -392,8 +404,9 @@ class _Length:
 
 class StreamDelivery(Message):
     """A record as one consumer gets it: its headers carry its offset. Built without scanning properties
-    (a stream applies no TTL, priority or routing to what it delivers): the replay's per-message cost. What
-    is the same for every delivery is read from the class (these never change after delivery)."""
+    (a stream applies no TTL, priority or routing to what it delivers): the per-message path's cost, which
+    only filtered consumers take now (the others get stream_replay.py's batches). What is the same for
+    every delivery is read from the class (these never change after delivery)."""
 
     __slots__ = ()
     persistent = True

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from amqpd.broker.message import Message
 from store import MessageRecord
 from store.queue_reader import FIRST_KEY, FIRST_POSITION
+from store.record_codec import encode_record
 
 
 def now_ms() -> int:
@@ -43,6 +44,12 @@ class StreamLog(Protocol):
     def append(self, msg: Message) -> int: ...
     def read(self, start: int, limit: int) -> list[tuple[int, MessageRecord]]:
         """Up to `limit` committed records from `start` (or the first kept), with their offsets."""
+        ...
+
+    def read_raw(self, start: int, limit: int) -> tuple[int, list[bytes | None]]:
+        """read's records as their stored bytes (store/record_codec.py's layout), undecoded, for offsets from
+        the first returned on (start, or the first kept); None for a record that failed its checks on disk.
+        Maybe fewer than `limit` though more are committed."""
         ...
 
     def offset_at_time(self, timestamp_ms: int) -> int: ...
@@ -73,6 +80,10 @@ class MemoryLog:
         start = max(start, self.first)
         stop = min(self.end, start + limit)
         return [(o, self._messages[o - self.first]) for o in range(start, stop)]
+
+    def read_raw(self, start: int, limit: int) -> tuple[int, list[bytes | None]]:
+        start = max(start, self.first)
+        return start, [encode_record(0, record, []) for _, record in self.read(start, limit)]
 
     def offset_at_time(self, timestamp_ms: int) -> int:
         for i, msg in enumerate(self._messages):
@@ -149,6 +160,18 @@ class OffsetRuns:
 
 
 RECENT_RECORDS = 4096
+# The batched replay reads whole aligned chunks of a stream's offsets (below the committed end) and keeps the
+# last few: consumers replaying near each other read each record from disk once. Bounded in bytes whatever
+# the stream's length (64 chunks of 256 records of ~250 bytes: ~4 MB); records averaging over 4 KiB are
+# read as asked for, never a chunk ahead (a consumer with prefetch 1 must not pull 256 big messages).
+RAW_CHUNK = 256
+RAW_CHUNKS_KEPT = 64
+RAW_CHUNK_BYTES = 1 << 20
+RAW_CACHE_BYTES = 16 << 20
+
+
+def _mean_size(payloads: list[bytes | None]) -> int:
+    return sum(len(p) for p in payloads if p is not None) // max(len(payloads), 1)
 
 
 class StoreLog:
@@ -158,6 +181,9 @@ class StoreLog:
         self._runs = OffsetRuns(first)
         # Records read lately, by offset: consumers replaying near each other read each record once.
         self._recent: dict[int, MessageRecord | None] = {}
+        self._chunks: dict[int, tuple[list[bytes | None], int]] = {}  # raw reads by chunk, with their bytes
+        self._chunk_bytes = 0
+        self._record_bytes = RAW_CHUNK_BYTES  # a raw record's size lately; unknown: read only what is asked
         self._on_commit = on_commit
         if on_commit is not None:
             store.add_commit_listener(on_commit)
@@ -220,6 +246,47 @@ class StoreLog:
         pairs = zip(range(start, stop), records, strict=True)
         return [(dense, record) for dense, record in pairs if record is not None]
 
+    def read_raw(self, start: int, limit: int) -> tuple[int, list[bytes | None]]:
+        start = max(start, self.first)
+        committed = self.committed
+        stop = min(committed, start + limit)
+        if start >= stop:
+            return start, []
+        chunk = start // RAW_CHUNK
+        if (
+            (chunk + 1) * RAW_CHUNK > committed  # a partial chunk (at the tail)
+            or chunk * RAW_CHUNK < self.first
+            or self._record_bytes * RAW_CHUNK > RAW_CHUNK_BYTES  # big records: no more than asked for
+        ):
+            payloads = self._store.read_raw_many(self._runs.store_offsets(start, stop))
+            self._record_bytes = _mean_size(payloads)
+            return start, payloads
+        payloads = self._chunk(chunk)
+        base = chunk * RAW_CHUNK
+        if stop <= base + RAW_CHUNK:
+            return start, payloads[start - base : stop - base]
+        if (chunk + 2) * RAW_CHUNK > committed:
+            return start, payloads[start - base :]  # to the chunk's end: the caller comes back for the rest
+        return start, payloads[start - base :] + self._chunk(chunk + 1)[: stop - base - RAW_CHUNK]
+
+    def _chunk(self, chunk: int) -> list[bytes | None]:
+        """The raw records of one whole aligned chunk of offsets, read once for every consumer that passes
+        (they read the same records at nearby times, each in its own steps)."""
+        chunks = self._chunks
+        found = chunks.get(chunk)
+        if found is None:
+            base = chunk * RAW_CHUNK
+            found = self._store.read_raw_many(self._runs.store_offsets(base, base + RAW_CHUNK))
+            size = sum(len(p) for p in found if p is not None)
+            self._record_bytes = size // RAW_CHUNK
+            chunks[chunk] = (found, size)
+            self._chunk_bytes += size
+            while len(chunks) > RAW_CHUNKS_KEPT or (self._chunk_bytes > RAW_CACHE_BYTES and len(chunks) > 1):
+                oldest = next(iter(chunks))  # the one read longest ago
+                self._chunk_bytes -= chunks.pop(oldest)[1]
+            return found
+        return found[0]
+
     def offset_at_time(self, timestamp_ms: int) -> int:
         found = self._store.find_offset_by_time(timestamp_ms)
         if found is None:
@@ -237,6 +304,8 @@ class StoreLog:
 
     def drop_before(self, offset: int) -> None:
         self._recent.clear()
+        self._chunks.clear()
+        self._chunk_bytes = 0
         gone = self._runs.drop_before(offset)
         if not gone:
             return
@@ -248,6 +317,10 @@ class StoreLog:
         self._store.purge(self._queue_id, gone)
 
     def close(self) -> None:
+        # A closed stream may live on a while in its consumers' unacked runs: not its read caches.
+        self._recent.clear()
+        self._chunks.clear()
+        self._chunk_bytes = 0
         if self._on_commit is not None:
             self._store.remove_commit_listener(self._on_commit)
             self._on_commit = None

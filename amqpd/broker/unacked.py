@@ -155,17 +155,19 @@ class Outstanding:
             self._lasts.insert(i, tag - 1)
         return [Unacked(tag, run.queue, [entry], run.consumer, run.at)]
 
-    def take_upto(self, tag: int) -> list[Unacked] | None:
+    def take_upto(self, tag: int, must_hold: bool = True) -> list[Unacked] | None:
         """Every delivery with a tag up to this one, out of the table, in tag order; None when this tag is not
-        outstanding (basic.ack multiple names an outstanding tag)."""
+        outstanding (basic.ack multiple names an outstanding tag) unless must_hold is false (the tag is a
+        stream's, held in the channel's tag runs)."""
         lasts, head = self._lasts, self._head
         i = bisect_left(lasts, tag, head)
-        if i == len(lasts) or tag < self._by_last[lasts[i]].first:
+        holds = i < len(lasts) and tag >= self._by_last[lasts[i]].first
+        if not holds and must_hold:
             return None
-        whole = i + 1 if lasts[i] == tag else i
+        whole = i + 1 if holds and lasts[i] == tag else i
         taken = [self._by_last.pop(last) for last in lasts[head:whole]]
         self._head = whole
-        if whole == i:  # the range holding the tag goes on after it
+        if holds and whole == i:  # the range holding the tag goes on after it
             taken.append(self._by_last[lasts[i]].split_off(tag))
         self._size -= sum(len(run.entries) for run in taken)
         self._compact()
@@ -206,6 +208,13 @@ class Outstanding:
         if consumer is not None:
             consumer.unacked -= n
             self.count -= n
+
+    def count_run(self, queue: Queue, consumer: Consumer, n: int) -> None:
+        """n deliveries to a consumer kept as one run outside this table (stream_unacked.py) were made, or
+        (n < 0) released: they count here all the same."""
+        queue.unacked += n
+        consumer.unacked += n
+        self.count += n
 
     def restore(self, taken: list[Unacked]) -> None:
         """Deliveries taken out but not released (a transaction's acks, rolled back or abandoned) are back,

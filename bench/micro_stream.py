@@ -1,0 +1,134 @@
+"""In-process cost per message of a stream replay, without sockets: `python -m bench.micro_stream`.
+
+Publishes `--messages` messages (each with its own properties, as the bench's headline publisher sends them)
+into a stream of a real store (no fsync), then replays them from `first` with `--consumers` consumers the
+way `python -m bench ST` does (prefetch 1000, a multiple-ack every 100th delivery) and prints the CPU µs per
+replayed message of the replay alone. `--profile` adds a cProfile table. A/B: run it with PYTHONPATH set to
+each checkout in turn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import gc
+import pstats
+import struct
+import tempfile
+import time
+
+import anyio
+from pamqp import commands, frame
+
+from amqpd.broker.broker import Broker
+from amqpd.config import Settings
+from bench.codec import AppPublish, basic_ack
+from bench.micro import open_session
+
+PREFETCH = 1000
+ACK_EVERY = 100
+_FRAME = struct.Struct(">BHI")
+_DELIVER = b"\x00\x3c\x00\x3c"
+
+
+def deliveries(out: bytes) -> list[int]:
+    """The delivery tags of the basic.deliver frames in a consumer's output."""
+    tags, pos = [], 0
+    while pos < len(out):
+        kind, _channel, size = _FRAME.unpack_from(out, pos)
+        if kind == 1 and out[pos + 7 : pos + 11] == _DELIVER:
+            ctag_len = out[pos + 11]
+            tags.append(struct.unpack_from(">Q", out, pos + 12 + ctag_len)[0])
+        pos += 8 + size
+    return tags
+
+
+async def fill(broker: Broker, store: object, messages: int) -> None:
+    pub = open_session(broker)
+    args = {"x-queue-type": "stream"}
+    pub.feed(frame.marshal(commands.Queue.Declare(queue="st", durable=True, arguments=args), 1))
+    app = AppPublish(1, "", ("st",), 100, delivery_mode=2, tag="st")
+    for i in range(messages // 100):
+        pub.feed(app.batch(100, 1_790_000_000 + i))
+        pub.take_output()
+        if i % 50 == 0:
+            await store.flush()  # type: ignore[attr-defined]
+    await store.flush()  # type: ignore[attr-defined]
+
+
+def replay(broker: Broker, messages: int, consumers: int) -> float:
+    """CPU seconds of the broker's work while `consumers` consumers each replay `messages`."""
+    sessions = []
+    for _ in range(consumers):
+        con = open_session(broker)
+        con.feed(frame.marshal(commands.Basic.Qos(prefetch_count=PREFETCH), 1))
+        sessions.append(con)
+    cpu = 0.0
+    state = [[0] for _ in sessions]  # received
+    t = time.process_time()
+    for con in sessions:
+        con.feed(
+            frame.marshal(
+                commands.Basic.Consume(queue="st", consumer_tag="c", arguments={"x-stream-offset": "first"}), 1
+            )
+        )
+    cpu += time.process_time() - t
+    while any(s[0] < messages for s in state):
+        for con, s in zip(sessions, state, strict=True):
+            t = time.process_time()
+            out = con.take_output()
+            cpu += time.process_time() - t
+            tags = deliveries(out)
+            if not tags and s[0] < messages:
+                raise RuntimeError(f"the replay stalled at {s[0]} of {messages}")
+            s[0] += len(tags)
+            acks = [basic_ack(1, tag, True) for tag in tags if tag % ACK_EVERY == 0]
+            if tags and s[0] >= messages and tags[-1] % ACK_EVERY:
+                acks.append(basic_ack(1, tags[-1], True))  # the last ones
+            t = time.process_time()
+            for ack in acks:
+                con.feed(ack)
+            cpu += time.process_time() - t
+    return cpu
+
+
+async def measure(messages: int, consumers: int, profile: bool) -> float:
+    with tempfile.TemporaryDirectory() as d:
+        from store import MessageStore
+
+        store = MessageStore(d, fsync="none")
+        await store.open()
+        try:
+            broker = Broker(Settings(), store=store)
+            await fill(broker, store, messages)
+            gc.collect()
+            gc.freeze()
+            gc.set_threshold(50_000, 20, 10)  # as amqpd/server/listener.py
+            prof = cProfile.Profile() if profile else None
+            if prof is not None:
+                prof.enable()
+            cpu = replay(broker, messages, consumers)
+            if prof is not None:
+                prof.disable()
+                pstats.Stats(prof).sort_stats("tottime").print_stats(30)
+            return cpu / (messages * consumers) * 1e6
+        finally:
+            await store.close()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(prog="python -m bench.micro_stream", description=__doc__)
+    p.add_argument("--messages", type=int, default=200_000)
+    p.add_argument("--consumers", type=int, default=1)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--profile", action="store_true")
+    args = p.parse_args()
+    results = sorted(anyio.run(measure, args.messages, args.consumers, False) for _ in range(args.rounds))
+    mid, low = results[len(results) // 2], results[0]
+    print(f"replay x{args.consumers}: {mid:.2f} µs/msg (median of {args.rounds}; min {low:.2f})")
+    if args.profile:
+        anyio.run(measure, args.messages, args.consumers, True)
+
+
+if __name__ == "__main__":
+    main()

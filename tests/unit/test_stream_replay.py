@@ -367,3 +367,34 @@ def test_big_records_are_read_as_asked_for_never_a_chunk_ahead() -> None:
     asked = replay_counting_reads(20_000, 300, consumers=1, prefetch=1)
     assert sum(asked) == 300
     assert max(asked) == 1
+
+
+def test_one_channel_acking_a_queue_and_a_stream_together_settles_both() -> None:
+    """A channel consuming a classic queue and a stream keeps their unacked deliveries in two tables (ranges,
+    tag runs); a multiple-ack settles every tag up to the one it names in both, whichever holds that tag."""
+    broker = new_broker()
+    c = ClientChannel(broker)
+    c.declare_queue("q")
+    c.declare_queue("s", durable=True, arguments={"x-queue-type": "stream"})
+    for n in range(3):
+        c.publish("", "q", b"q%d" % n)
+    for n in range(5):
+        c.publish("", "s", b"s%d" % n)
+    c.call(commands.Basic.Qos(prefetch_count=100))
+    c.consume("q", "cq")
+    c.consume("s", "cs", arguments={"x-stream-offset": "first"})
+    c.publish("", "q", b"q3")
+    c.publish("", "q", b"q4")
+    got = [(m.delivery_tag, body) for m, body in c.deliveries()]
+    assert got == [(1, b"q0"), (2, b"q1"), (3, b"q2")] + [(4 + n, b"s%d" % n) for n in range(5)] + [
+        (9, b"q3"),
+        (10, b"q4"),
+    ]
+    assert c.ch.stream_unacked is not None  # the stream's deliveries went out as tag runs
+    queues = broker.vhosts["/"].queues
+    c.ack(5, multiple=True)  # a stream's tag: the queue's 1-3 go with the stream's 4-5
+    assert (queues["q"].unacked, queues["s"].unacked) == (2, 3)
+    c.ack(9, multiple=True)  # a queue's tag: the stream's 6-8 go with it
+    assert (queues["q"].unacked, queues["s"].unacked) == (1, 0)
+    c.ack(10)
+    assert (queues["q"].unacked, queues["s"].unacked, len(queues["q"].ready)) == (0, 0, 0)

@@ -404,44 +404,64 @@ class MessageStore:
         """Buffer one record for the queues named; return its offset. `on_durable` fires on the loop once
         the fsync covering the record is done (after the write, with fsync "none"); if the write or fsync
         fails, `on_failed` fires instead (the record stays readable from memory, but is not durable)."""
+        return self.append_many([record], queue_ids, on_durable, on_failed)
+
+    def append_many(
+        self,
+        records: list[MessageRecord],
+        queue_ids: list[int],
+        on_durable: Callable[[], None] | None = None,
+        on_failed: Callable[[], None] | None = None,
+    ) -> int:
+        """Buffer records for the same queues at consecutive offsets; return the first. They land in the
+        pending batch together, so one `on_durable` (or `on_failed`) settles them all, as `append` does one."""
         queues = self._queues
         if len(queue_ids) == 1:  # the common case, without building a list
             holders = queue_ids if queue_ids[0] in queues else []
         else:
             # a queue named twice holds the message once
             holders = list(dict.fromkeys(qid for qid in queue_ids if qid in queues))
-        offset = self._next_offset
-        self._last_message_id = message_id = max(self._last_message_id + 1, self._clock() // 1_000_000 << 16)
-        payload = encode_record(message_id, record, holders)
-        size = HEADER_SIZE + len(payload)
-        if self._active is None or (self._tail + size > self._segment_size and self._tail > FILE_HEADER_SIZE):
-            self._roll(offset)
-        active = self._active
-        assert active is not None
+        held = [queues[qid].live for qid in holders]
+        first = offset = self._next_offset
+        # Ids are time-ordered and unique: one clock read for the records buffered together.
+        message_id = max(self._last_message_id + 1, self._clock() // 1_000_000 << 16)
+        unwritten, refs = self._unwritten, self._refs
         batch = self._pending
-        frames = self._frames
-        if frames is None:  # first record of this batch in this segment
-            frames = self._frames = batch.frames_for(active)
-        append_frame(frames, offset, payload)
-        self._indexes[active].observe(offset, self._tail, record.timestamp_ms)
-        self._tail += size
-        self._next_offset = offset + 1
-        for qid in holders:
-            queues[qid].live[offset] = None
-        self._refs[active] += len(holders)
-        self._unwritten[offset] = record
+        appended = 0
+        for record in records:
+            payload = encode_record(message_id, record, holders)
+            size = HEADER_SIZE + len(payload)
+            if self._active is None or (self._tail + size > self._segment_size and self._tail > FILE_HEADER_SIZE):
+                self._roll(offset)
+            active = self._active
+            assert active is not None
+            frames = self._frames
+            if frames is None:  # first record of this batch in this segment
+                frames = self._frames = batch.frames_for(active)
+            append_frame(frames, offset, payload)
+            self._indexes[active].observe(offset, self._tail, record.timestamp_ms)
+            self._tail += size
+            for live in held:
+                live[offset] = None
+            refs[active] += len(holders)
+            unwritten[offset] = record
+            appended += size
+            offset += 1
+            message_id += 1
+        self._next_offset = offset
+        self._last_message_id = message_id - 1
         if on_durable is not None:
             batch.callbacks.append(on_durable)
         if on_failed is not None:
             batch.failures.append(on_failed)
-        batch.size += size
-        self._unwritten_bytes += size
+        batch.size += appended
+        self._unwritten_bytes += appended
         if self._unwritten_bytes > self._max_unwritten and not self.pressure:
             self._set_pressure(True)
-        self._since_checkpoint += size
+        self._since_checkpoint += appended
         if not self._woken:
             self._poke()
-        return offset
+        return first
 
     def mark_delivered(self, queue_id: int, offset: int) -> None:
         """Remember that the message went out, so that after a crash it comes back redelivered=True."""

@@ -146,7 +146,10 @@ class Channel:
     def on_publish_run(self, method: bytes, header: bytes, bodies: list[bytes]) -> bool:
         """Publishes that differ only by body (FrameReader's PUBLISH_RUN), delivered in one pass when their
         publish plan sends them straight to a queue that hands each, as it comes, to the same no-ack consumer.
-        False, with nothing done, otherwise: the caller then publishes them one by one."""
+        False, with nothing done, otherwise: the caller then publishes them one by one. In confirm mode, as
+        on_publish_group: with one header the plan takes all of them or none."""
+        if self.confirm and not self.tx:
+            return self._publish_stored_group(method, [header] * len(bodies), bodies) > 0
         target = self._straight_target(method)
         if target is None or not self._goes_straight(target, header):
             return False

@@ -467,6 +467,19 @@ CONFIRMED: dict[str, Confirmed] = {
         mandatory=True,
         each=[{"headers": {"to": "q"}}, {"headers": {"to": "q"}}, {}, {"headers": {"to": "q"}}, {}],
     ),
+    "headers exchange, a header routing one publish to a second queue": Confirmed(
+        2,
+        [
+            exchange("hx", "headers"),
+            declare(durable=True),
+            declare("q2", durable=True),
+            ("pub", commands.Queue.Bind(queue="q", exchange="hx", arguments={"x-match": "all"})),
+            ("pub", commands.Queue.Bind(queue="q2", exchange="hx", arguments={"x-match": "any", "to": "q2"})),
+        ],
+        exchange="hx",
+        each=[{}, {}, {"headers": {"to": "q2"}}, {}, {}],
+        grouped_equal=4,
+    ),
     "dedup in a group, durable queue": Confirmed(
         0,
         [declare(durable=True, arguments={"x-message-deduplication": True})],

@@ -1,11 +1,12 @@
 """In-process cost per message of the broker's protocol and semantics, without sockets or an event loop.
 
-`python -m bench.micro [S1|S2] [--messages N] [--batch N] [--equal-properties] [--profile]` drives two Sessions
-(a publisher and a consumer) with pre-encoded frames, each message with its own properties as in the bench's
+`python -m bench.micro [S1|S2|ST] [--messages N] [--batch N] [--equal-properties] [--profile]` drives two Sessions
+(a publisher and a consumer; ST: persistent publishes with confirms into a stream that nobody reads, as the
+fill phase of `python -m bench ST`) with pre-encoded frames, each message with its own properties as in the bench's
 headline (`--equal-properties`: the same property bytes every time, which takes the publish-run path), the
 way the server's Protocol does: one feed() per read of `--batch` publishes, then one take_output() per
 connection (the per-loop-turn flush). It prints CPU µs per message; `--profile` adds a cProfile table of where
-they go. S2 uses a real store in a temporary directory (no fsync thread: appends and commits are timed, the
+they go. S2 and ST use a real store in a temporary directory (no fsync thread: appends and commits are timed, the
 disk wait is not).
 """
 
@@ -66,13 +67,15 @@ DISTINCT_CHUNKS = 200  # pre-encoded batches cycled through: ids repeat only eve
 
 def setup(scenario: str, store: Any) -> tuple[Broker, Session, Session]:
     broker = Broker(Settings(), store=store)
-    durable = scenario == "S2"
+    durable = scenario != "S1"
     pub, con = open_session(broker), open_session(broker)
-    pub.feed(frame.marshal(commands.Queue.Declare(queue="micro", durable=durable), 1))
+    arguments = {"x-queue-type": "stream"} if scenario == "ST" else {}
+    pub.feed(frame.marshal(commands.Queue.Declare(queue="micro", durable=durable, arguments=arguments), 1))
     if durable:
         pub.feed(frame.marshal(commands.Confirm.Select(), 1))
         con.feed(frame.marshal(commands.Basic.Qos(prefetch_count=200), 1))
-    con.feed(frame.marshal(commands.Basic.Consume(queue="micro", consumer_tag="c", no_ack=not durable), 1))
+    if scenario != "ST":
+        con.feed(frame.marshal(commands.Basic.Consume(queue="micro", consumer_tag="c", no_ack=not durable), 1))
     pub.take_output()
     con.take_output()
     return broker, pub, con
@@ -80,7 +83,7 @@ def setup(scenario: str, store: Any) -> tuple[Broker, Session, Session]:
 
 def chunks(scenario: str, batch: int, equal_properties: bool) -> list[bytes]:
     """What the publisher's reads carry: `batch` publishes each, encoded before the clock starts."""
-    mode = 2 if scenario == "S2" else None
+    mode = 2 if scenario != "S1" else None
     if equal_properties:
         return [publish_frames(1, "", "micro", b"x" * 100, delivery_mode=mode) * batch]
     app = AppPublish(1, "", ("micro",), 100, delivery_mode=mode, tag="micro")
@@ -113,7 +116,7 @@ async def run(scenario: str, messages: int, batch: int, store: Any, equal_proper
 
 def main() -> None:
     p = argparse.ArgumentParser(prog="python -m bench.micro", description=__doc__)
-    p.add_argument("scenario", nargs="?", default="S1", choices=("S1", "S2"))
+    p.add_argument("scenario", nargs="?", default="S1", choices=("S1", "S2", "ST"))
     p.add_argument("--messages", type=int, default=300_000)
     p.add_argument("--batch", type=int, default=100, help="publishes per read")
     p.add_argument("--rounds", type=int, default=5)
@@ -137,7 +140,7 @@ async def _measure(
 ) -> tuple[float, float]:
     with tempfile.TemporaryDirectory() as d:
         store = None
-        if scenario == "S2":
+        if scenario != "S1":
             from store import MessageStore
 
             store = MessageStore(d, fsync="none")

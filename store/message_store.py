@@ -59,9 +59,9 @@ from store.catalog import (
 )
 from store.commit import Batch, FileIO, WriteFailed, Writer
 from store.frame import HEADER_SIZE, ScanReport, append_frame, scan_frames
-from store.queue_state import OffsetRuns, QueueState, encode_runs
+from store.queue_state import OffsetRuns, QueueState, encode_runs, hold_range
 from store.read_ahead import ReadAhead, SegmentBytes, stretches_of
-from store.record_codec import decode_record, encode_record
+from store.record_codec import decode_record, encode_records
 from store.records import MessageRecord, QueueEntry, Recovered, RecoveredMessage
 from store.recovery import RecoveryResult, recover_files
 from store.retention import AGE, RetentionPolicy, SegmentInfo, select_for_deletion
@@ -421,15 +421,14 @@ class MessageStore:
         else:
             # a queue named twice holds the message once
             holders = list(dict.fromkeys(qid for qid in queue_ids if qid in queues))
-        held = [queues[qid].live for qid in holders]
         first = offset = self._next_offset
         # Ids are time-ordered and unique: one clock read for the records buffered together.
-        message_id = max(self._last_message_id + 1, self._clock() // 1_000_000 << 16)
+        first_id = max(self._last_message_id + 1, self._clock() // 1_000_000 << 16)
+        payloads = encode_records(first_id, records, holders)
         unwritten, refs = self._unwritten, self._refs
         batch = self._pending
         appended = 0
-        for record in records:
-            payload = encode_record(message_id, record, holders)
+        for record, payload in zip(records, payloads, strict=True):
             size = HEADER_SIZE + len(payload)
             if self._active is None or (self._tail + size > self._segment_size and self._tail > FILE_HEADER_SIZE):
                 self._roll(offset)
@@ -441,15 +440,14 @@ class MessageStore:
             append_frame(frames, offset, payload)
             self._indexes[active].observe(offset, self._tail, record.timestamp_ms)
             self._tail += size
-            for live in held:
-                live[offset] = None
             refs[active] += len(holders)
             unwritten[offset] = record
             appended += size
             offset += 1
-            message_id += 1
+        for qid in holders:
+            hold_range(queues[qid].live, first, offset)
         self._next_offset = offset
-        self._last_message_id = message_id - 1
+        self._last_message_id = first_id + len(records) - 1
         if on_durable is not None:
             batch.callbacks.append(on_durable)
         if on_failed is not None:

@@ -39,38 +39,52 @@ def _head_struct(count: int, expires: bool) -> struct.Struct:
 
 
 def encode_record(message_id: int, record: MessageRecord, queue_ids: list[int]) -> bytes:
-    # Names are bytes in AMQP: invalid UTF-8 arrives as surrogates (surrogateescape) and goes back as sent.
-    exchange = record.exchange.encode("utf-8", "surrogateescape")
-    routing_key = record.routing_key.encode("utf-8", "surrogateescape")
-    if len(exchange) > MAX_SHORT or len(routing_key) > MAX_SHORT:
-        raise ValueError("exchange and routing key are limited to 255 bytes")
-    # The fields as pack's arguments directly: no intermediate tuples on the per-message path.
-    expires = record.expires_at_ms
+    return encode_records(message_id, [record], queue_ids)[0]
+
+
+def encode_records(first_id: int, records: list[MessageRecord], queue_ids: list[int]) -> list[bytes]:
+    """The payloads of records with consecutive message ids from `first_id`, for the same queues. Records
+    published together share their exchange and routing key: those are encoded once for all of them."""
     count = len(queue_ids)
-    if expires is None:
-        head = _head_struct(count, False).pack(
-            message_id,
-            record.timestamp_ms,
-            0,
-            len(exchange),
-            len(routing_key),
-            count,
-            len(record.properties),
-            *queue_ids,
-        )
-    else:
-        head = _head_struct(count, True).pack(
-            message_id,
-            record.timestamp_ms,
-            FLAG_EXPIRES,
-            len(exchange),
-            len(routing_key),
-            count,
-            len(record.properties),
-            expires,
-            *queue_ids,
-        )
-    return b"".join((head, exchange, routing_key, record.properties, record.body))
+    plain, expiring = _head_struct(count, False).pack, _head_struct(count, True).pack
+    names_of = ("", "")
+    names = b""
+    ex_len = rk_len = 0
+    out = []
+    message_id = first_id
+    for record in records:
+        if (record.exchange, record.routing_key) != names_of:
+            names_of = (record.exchange, record.routing_key)
+            ex_len, rk_len, names = _names(record.exchange, record.routing_key)
+        # The fields as pack's arguments directly: no intermediate tuples on the per-message path.
+        properties = record.properties
+        expires = record.expires_at_ms
+        if expires is None:
+            head = plain(message_id, record.timestamp_ms, 0, ex_len, rk_len, count, len(properties), *queue_ids)
+        else:
+            head = expiring(
+                message_id,
+                record.timestamp_ms,
+                FLAG_EXPIRES,
+                ex_len,
+                rk_len,
+                count,
+                len(properties),
+                expires,
+                *queue_ids,
+            )
+        out.append(b"".join((head, names, properties, record.body)))
+        message_id += 1
+    return out
+
+
+def _names(exchange: str, routing_key: str) -> tuple[int, int, bytes]:
+    # Names are bytes in AMQP: invalid UTF-8 arrives as surrogates (surrogateescape) and goes back as sent.
+    ex = exchange.encode("utf-8", "surrogateescape")
+    rk = routing_key.encode("utf-8", "surrogateescape")
+    if len(ex) > MAX_SHORT or len(rk) > MAX_SHORT:
+        raise ValueError("exchange and routing key are limited to 255 bytes")
+    return len(ex), len(rk), ex + rk
 
 
 def decode_record(payload: bytes) -> tuple[int, tuple[int, ...], MessageRecord]:

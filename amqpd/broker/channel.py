@@ -226,8 +226,7 @@ class Channel:
             self.conn.confirms_pending(self)
 
         self.broker.store_group(msgs, queue, lambda: settle(True), lambda: settle(False))
-        for msg in msgs:
-            queue.push(msg)
+        queue.push_many(msgs)
         if len(queue.ready) > queue.FLOW_HIGH and queue.consumers and self.broker.busy:
             self.conn.throttle(queue)
             self.broker.throttling.add(queue)

@@ -445,6 +445,19 @@ CONFIRMED: dict[str, Confirmed] = {
     ),
     "stream": Confirmed(5, [STREAM]),
     "stream, transient messages": Confirmed(5, [STREAM], properties={}),
+    "stream, segments sealed and dropped by retention mid-group": Confirmed(
+        5,
+        [
+            declare(
+                durable=True,
+                arguments={
+                    "x-queue-type": "stream",
+                    "x-stream-max-segment-size-bytes": 250,
+                    "x-max-length-bytes": 500,
+                },
+            )
+        ],
+    ),
     "stream, a consumer from the first offset": Confirmed(5, [STREAM, *FROM_FIRST]),
     "transient message mid-group to a durable queue": Confirmed(
         2, [declare(durable=True)], each=[{}, {}, {"delivery_mode": 1}, {}, {}], grouped_equal=4

@@ -39,43 +39,40 @@ def _head_struct(count: int, expires: bool) -> struct.Struct:
 
 
 def encode_record(message_id: int, record: MessageRecord, queue_ids: list[int]) -> bytes:
-    return encode_records(message_id, [record], queue_ids)[0]
+    ex_len, rk_len, names = _names(record.exchange, record.routing_key)
+    return _payload(message_id, record, queue_ids, ex_len, rk_len, names)
 
 
 def encode_records(first_id: int, records: list[MessageRecord], queue_ids: list[int]) -> list[bytes]:
     """The payloads of records with consecutive message ids from `first_id`, for the same queues. Records
     published together share their exchange and routing key: those are encoded once for all of them."""
-    count = len(queue_ids)
-    plain, expiring = _head_struct(count, False).pack, _head_struct(count, True).pack
     names_of = ("", "")
-    names = b""
-    ex_len = rk_len = 0
+    names = (0, 0, b"")
     out = []
-    message_id = first_id
-    for record in records:
+    for message_id, record in enumerate(records, first_id):
         if (record.exchange, record.routing_key) != names_of:
             names_of = (record.exchange, record.routing_key)
-            ex_len, rk_len, names = _names(record.exchange, record.routing_key)
-        # The fields as pack's arguments directly: no intermediate tuples on the per-message path.
-        properties = record.properties
-        expires = record.expires_at_ms
-        if expires is None:
-            head = plain(message_id, record.timestamp_ms, 0, ex_len, rk_len, count, len(properties), *queue_ids)
-        else:
-            head = expiring(
-                message_id,
-                record.timestamp_ms,
-                FLAG_EXPIRES,
-                ex_len,
-                rk_len,
-                count,
-                len(properties),
-                expires,
-                *queue_ids,
-            )
-        out.append(b"".join((head, names, properties, record.body)))
-        message_id += 1
+            names = _names(record.exchange, record.routing_key)
+        out.append(_payload(message_id, record, queue_ids, *names))
     return out
+
+
+def _payload(
+    message_id: int, record: MessageRecord, queue_ids: list[int], ex_len: int, rk_len: int, names: bytes
+) -> bytes:
+    # The fields as pack's arguments directly: no intermediate tuples on the per-message path.
+    expires = record.expires_at_ms
+    count = len(queue_ids)
+    properties = record.properties
+    if expires is None:
+        head = _head_struct(count, False).pack(
+            message_id, record.timestamp_ms, 0, ex_len, rk_len, count, len(properties), *queue_ids
+        )
+    else:
+        head = _head_struct(count, True).pack(
+            message_id, record.timestamp_ms, FLAG_EXPIRES, ex_len, rk_len, count, len(properties), expires, *queue_ids
+        )
+    return b"".join((head, names, properties, record.body))
 
 
 def _names(exchange: str, routing_key: str) -> tuple[int, int, bytes]:

@@ -1,14 +1,15 @@
 """In-process cost per message of the broker's protocol and semantics, without sockets or an event loop.
 
-`python -m bench.micro [S1|S2|S3] [--messages N] [--batch N] [--equal-properties] [--profile]` drives two Sessions
-(a publisher and a consumer) with pre-encoded frames, each message with its own properties as in the bench's
-headline (`--equal-properties`: the same property bytes every time, which takes the publish-run path), the
+`python -m bench.micro [S1|S2|S3|ST] [--messages N] [--batch N] [--equal-properties] [--profile]` drives two
+Sessions (a publisher and a consumer) with pre-encoded frames, each message with its own properties as in the
+bench's headline (`--equal-properties`: the same property bytes every time, which takes the publish-run path), the
 way the server's Protocol does: one feed() per read of `--batch` publishes, then one take_output() per
 connection (the per-loop-turn flush). It prints CPU µs per message; `--profile` adds a cProfile table of where
-they go. S2 uses a real store in a temporary directory (no fsync thread: appends and commits are timed, the
+they go. S2 and ST use a real store in a temporary directory (no fsync thread: appends and commits are timed, the
 disk wait is not). S3 is one of the bench's four S3 lanes in its steady state: 1 KiB transient messages into a
 queue that holds a backlog (BACKLOG, filled before the clock starts), a manual-ack consumer with prefetch 100
-that multiple-acks every 10th delivery, so publishes are queued and deliveries follow the acks.
+that multiple-acks every 10th delivery, so publishes are queued and deliveries follow the acks. ST: persistent
+publishes with confirms into a stream that nobody reads, as the fill phase of `python -m bench ST`.
 """
 
 from __future__ import annotations
@@ -66,16 +67,18 @@ def open_session(broker: Broker) -> Session:
 DISTINCT_CHUNKS = 200  # pre-encoded batches cycled through: ids repeat only every DISTINCT_CHUNKS * batch
 BACKLOG = 10_000  # S3: messages in the queue before the clock starts
 PREFETCH = {"S2": 200, "S3": 100}
-BODY_SIZE = {"S1": 100, "S2": 100, "S3": 1024}
+BODY_SIZE = {"S1": 100, "S2": 100, "S3": 1024, "ST": 100}
+STORED = ("S2", "ST")  # persistent, durable, confirm mode, a real store
 _DELIVER = b"\x00\x3c\x00\x3c\x01c"  # a basic.deliver to consumer tag "c"
 
 
 def setup(scenario: str, store: Any, reads: list[bytes]) -> tuple[Broker, Session, Session, int]:
     """The broker and both sessions, and how many deliveries the consumer has had before the clock starts."""
     broker = Broker(Settings(), store=store)
-    durable = scenario == "S2"
+    durable = scenario in STORED
     pub, con = open_session(broker), open_session(broker)
-    pub.feed(frame.marshal(commands.Queue.Declare(queue="micro", durable=durable), 1))
+    arguments = {"x-queue-type": "stream"} if scenario == "ST" else {}
+    pub.feed(frame.marshal(commands.Queue.Declare(queue="micro", durable=durable, arguments=arguments), 1))
     if durable:
         pub.feed(frame.marshal(commands.Confirm.Select(), 1))
     for i in range(BACKLOG if scenario == "S3" else 0):
@@ -84,14 +87,15 @@ def setup(scenario: str, store: Any, reads: list[bytes]) -> tuple[Broker, Sessio
             break
     if scenario in PREFETCH:
         con.feed(frame.marshal(commands.Basic.Qos(prefetch_count=PREFETCH[scenario]), 1))
-    con.feed(frame.marshal(commands.Basic.Consume(queue="micro", consumer_tag="c", no_ack=scenario == "S1"), 1))
+    if scenario != "ST":
+        con.feed(frame.marshal(commands.Basic.Consume(queue="micro", consumer_tag="c", no_ack=scenario == "S1"), 1))
     pub.take_output()
     return broker, pub, con, con.take_output().count(_DELIVER)
 
 
 def chunks(scenario: str, batch: int, equal_properties: bool) -> list[bytes]:
     """What the publisher's reads carry: `batch` publishes each, encoded before the clock starts."""
-    mode = 2 if scenario == "S2" else None
+    mode = 2 if scenario in STORED else None
     size = BODY_SIZE[scenario]
     if equal_properties:
         return [publish_frames(1, "", "micro", b"x" * size, delivery_mode=mode) * batch]
@@ -107,7 +111,7 @@ async def run(
     where a consumer reading slower than the broker writes fills the socket's buffer)."""
     reads = chunks(scenario, batch, equal_properties)
     broker, pub, con, delivered = setup(scenario, store, reads)
-    acking = scenario != "S1"
+    acking = scenario in ("S2", "S3")
     acked = 0
     start, start_loop = time.process_time(), time.thread_time()
     for i in range(messages // batch):
@@ -135,7 +139,7 @@ async def run(
 
 def main() -> None:
     p = argparse.ArgumentParser(prog="python -m bench.micro", description=__doc__)
-    p.add_argument("scenario", nargs="?", default="S1", choices=("S1", "S2", "S3"))
+    p.add_argument("scenario", nargs="?", default="S1", choices=("S1", "S2", "S3", "ST"))
     p.add_argument("--messages", type=int, default=300_000)
     p.add_argument("--batch", type=int, default=100, help="publishes per read")
     p.add_argument("--rounds", type=int, default=5)
@@ -160,7 +164,7 @@ async def _measure(
 ) -> tuple[float, float]:
     with tempfile.TemporaryDirectory() as d:
         store = None
-        if scenario == "S2":
+        if scenario in STORED:
             from store import MessageStore
 
             store = MessageStore(d, fsync="none")

@@ -59,9 +59,9 @@ from store.catalog import (
 )
 from store.commit import Batch, FileIO, WriteFailed, Writer
 from store.frame import HEADER_SIZE, ScanReport, append_frame, scan_frames
-from store.queue_state import OffsetRuns, QueueState, encode_runs
+from store.queue_state import OffsetRuns, QueueState, encode_runs, hold_range
 from store.read_ahead import ReadAhead, SegmentBytes, stretches_of
-from store.record_codec import decode_record, encode_record
+from store.record_codec import decode_record, encode_record, encode_records
 from store.records import MessageRecord, QueueEntry, Recovered, RecoveredMessage
 from store.recovery import HoldsLog, RecoveryResult, recover_files
 from store.retention import AGE, RetentionPolicy, SegmentInfo, select_for_deletion
@@ -414,32 +414,72 @@ class MessageStore:
         """Buffer one record for the queues named; return its offset. `on_durable` fires on the loop once
         the fsync covering the record is done (after the write, with fsync "none"); if the write or fsync
         fails, `on_failed` fires instead (the record stays readable from memory, but is not durable)."""
-        queues = self._queues
-        if len(queue_ids) == 1:  # the common case, without building a list
-            holders = queue_ids if queue_ids[0] in queues else []
-        else:
-            # a queue named twice holds the message once
-            holders = list(dict.fromkeys(qid for qid in queue_ids if qid in queues))
+        # one queue (the common case) without a call
+        holders = queue_ids if len(queue_ids) == 1 and queue_ids[0] in self._queues else self._holders(queue_ids)
         offset = self._next_offset
         self._last_message_id = message_id = max(self._last_message_id + 1, self._clock() // 1_000_000 << 16)
-        payload = encode_record(message_id, record, holders)
+        size = self._buffer(offset, record, encode_record(message_id, record, holders), len(holders))
+        self._next_offset = offset + 1
+        queues = self._queues
+        for qid in holders:
+            queues[qid].live[offset] = None
+        self._buffered(size, on_durable, on_failed)
+        return offset
+
+    def append_many(
+        self,
+        records: list[MessageRecord],
+        queue_ids: list[int],
+        on_durable: Callable[[], None] | None = None,
+        on_failed: Callable[[], None] | None = None,
+    ) -> int:
+        """Buffer records for the same queues at consecutive offsets; return the first. They land in the
+        pending batch together, so one `on_durable` (or `on_failed`) settles them all, as `append` does one."""
+        holders = self._holders(queue_ids)
+        first = offset = self._next_offset
+        # Ids are time-ordered and unique: one clock read for the records buffered together.
+        first_id = max(self._last_message_id + 1, self._clock() // 1_000_000 << 16)
+        size = 0
+        for record, payload in zip(records, encode_records(first_id, records, holders), strict=True):
+            size += self._buffer(offset, record, payload, len(holders))
+            offset += 1
+        self._next_offset = offset
+        self._last_message_id = first_id + len(records) - 1
+        queues = self._queues
+        for qid in holders:
+            hold_range(queues[qid].live, first, offset)
+        self._buffered(size, on_durable, on_failed)
+        return first
+
+    def _holders(self, queue_ids: list[int]) -> list[int]:
+        """The queues named that exist, each once (a queue named twice holds the message once)."""
+        queues = self._queues
+        if len(queue_ids) == 1:  # the common case, without building a list
+            return queue_ids if queue_ids[0] in queues else []
+        return list(dict.fromkeys(qid for qid in queue_ids if qid in queues))
+
+    def _buffer(self, offset: int, record: MessageRecord, payload: bytes, holders: int) -> int:
+        """Lay one encoded record into the pending batch at `offset`, in the active segment (rolled when full);
+        its size on disk."""
         size = HEADER_SIZE + len(payload)
         if self._active is None or (self._tail + size > self._segment_size and self._tail > FILE_HEADER_SIZE):
             self._roll(offset)
         active = self._active
         assert active is not None
-        batch = self._pending
         frames = self._frames
         if frames is None:  # first record of this batch in this segment
-            frames = self._frames = batch.frames_for(active)
+            frames = self._frames = self._pending.frames_for(active)
         append_frame(frames, offset, payload)
         self._indexes[active].observe(offset, self._tail, record.timestamp_ms)
         self._tail += size
-        self._next_offset = offset + 1
-        for qid in holders:
-            queues[qid].live[offset] = None
-        self._refs[active] += len(holders)
+        self._refs[active] += holders
         self._unwritten[offset] = record
+        return size
+
+    def _buffered(self, size: int, on_durable: Callable[[], None] | None, on_failed: Callable[[], None] | None) -> None:
+        """What was just buffered (`size` bytes of frames) settles with the pending batch; past
+        max_unwritten_bytes publishers are asked to pause."""
+        batch = self._pending
         if on_durable is not None:
             batch.callbacks.append(on_durable)
         if on_failed is not None:
@@ -451,7 +491,6 @@ class MessageStore:
         self._since_checkpoint += size
         if not self._woken:
             self._poke()
-        return offset
 
     def mark_delivered(self, queue_id: int, offset: int) -> None:
         """Remember that the message went out, so that after a crash it comes back redelivered=True."""

@@ -89,6 +89,20 @@ class OffsetRuns(MutableMapping[int, None]):
             self._insert(offset)
         self._count += 1
 
+    def append_range(self, start: int, stop: int) -> None:
+        """Add [start, stop), past every offset held (the next records of the log)."""
+        if start >= stop:
+            return
+        starts, stops = self._starts, self._stops
+        if stops and start < stops[-1]:
+            raise ValueError(f"offsets from {start} are not past the last one held ({stops[-1] - 1})")
+        if stops and start == stops[-1]:
+            stops[-1] = stop
+        else:
+            starts.append(start)
+            stops.append(stop)
+        self._count += stop - start
+
     def _insert(self, offset: int) -> None:
         starts, stops = self._starts, self._stops
         i = bisect_right(starts, offset)  # runs[:i] start at or before offset (and end before it)
@@ -161,3 +175,11 @@ def decode_runs(data: bytes) -> Iterator[int]:
         runs.byteswap()
     for i in range(0, len(runs), 2):
         yield from range(runs[i], runs[i + 1])
+
+
+def hold_range(live: MutableMapping[int, None], start: int, stop: int) -> None:
+    """Add offsets [start, stop), all past every offset `live` holds (appended records), in one step."""
+    if isinstance(live, OffsetRuns):
+        live.append_range(start, stop)
+    else:
+        live.update(dict.fromkeys(range(start, stop)))

@@ -39,38 +39,49 @@ def _head_struct(count: int, expires: bool) -> struct.Struct:
 
 
 def encode_record(message_id: int, record: MessageRecord, queue_ids: list[int]) -> bytes:
-    # Names are bytes in AMQP: invalid UTF-8 arrives as surrogates (surrogateescape) and goes back as sent.
-    exchange = record.exchange.encode("utf-8", "surrogateescape")
-    routing_key = record.routing_key.encode("utf-8", "surrogateescape")
-    if len(exchange) > MAX_SHORT or len(routing_key) > MAX_SHORT:
-        raise ValueError("exchange and routing key are limited to 255 bytes")
+    ex_len, rk_len, names = _names(record.exchange, record.routing_key)
+    return _payload(message_id, record, queue_ids, ex_len, rk_len, names)
+
+
+def encode_records(first_id: int, records: list[MessageRecord], queue_ids: list[int]) -> list[bytes]:
+    """The payloads of records with consecutive message ids from `first_id`, for the same queues. Records
+    published together share their exchange and routing key: those are encoded once for all of them."""
+    names_of = ("", "")
+    names = (0, 0, b"")
+    out = []
+    for message_id, record in enumerate(records, first_id):
+        if (record.exchange, record.routing_key) != names_of:
+            names_of = (record.exchange, record.routing_key)
+            names = _names(record.exchange, record.routing_key)
+        out.append(_payload(message_id, record, queue_ids, *names))
+    return out
+
+
+def _payload(
+    message_id: int, record: MessageRecord, queue_ids: list[int], ex_len: int, rk_len: int, names: bytes
+) -> bytes:
     # The fields as pack's arguments directly: no intermediate tuples on the per-message path.
     expires = record.expires_at_ms
     count = len(queue_ids)
+    properties = record.properties
     if expires is None:
         head = _head_struct(count, False).pack(
-            message_id,
-            record.timestamp_ms,
-            0,
-            len(exchange),
-            len(routing_key),
-            count,
-            len(record.properties),
-            *queue_ids,
+            message_id, record.timestamp_ms, 0, ex_len, rk_len, count, len(properties), *queue_ids
         )
     else:
         head = _head_struct(count, True).pack(
-            message_id,
-            record.timestamp_ms,
-            FLAG_EXPIRES,
-            len(exchange),
-            len(routing_key),
-            count,
-            len(record.properties),
-            expires,
-            *queue_ids,
+            message_id, record.timestamp_ms, FLAG_EXPIRES, ex_len, rk_len, count, len(properties), expires, *queue_ids
         )
-    return b"".join((head, exchange, routing_key, record.properties, record.body))
+    return b"".join((head, names, properties, record.body))
+
+
+def _names(exchange: str, routing_key: str) -> tuple[int, int, bytes]:
+    # Names are bytes in AMQP: invalid UTF-8 arrives as surrogates (surrogateescape) and goes back as sent.
+    ex = exchange.encode("utf-8", "surrogateescape")
+    rk = routing_key.encode("utf-8", "surrogateescape")
+    if len(ex) > MAX_SHORT or len(rk) > MAX_SHORT:
+        raise ValueError("exchange and routing key are limited to 255 bytes")
+    return len(ex), len(rk), ex + rk
 
 
 def decode_record(payload: bytes) -> tuple[int, tuple[int, ...], MessageRecord]:

@@ -49,6 +49,22 @@ class Once:
             fail()
 
 
+class Countdown:
+    """Calls `fn` on its n-th call: a group's confirm (Once), when the queue's consumers have acked every
+    message of the group before the fsync did (each message's on_settled, see BrokerHooks.settled)."""
+
+    __slots__ = ("n", "fn")
+
+    def __init__(self, n: int, fn: Callable[[], None]) -> None:
+        self.n = n
+        self.fn = fn
+
+    def __call__(self) -> None:
+        self.n -= 1
+        if self.n == 0:
+            self.fn()
+
+
 class ChannelTotals:
     """Message counts of closed channels, so that the broker-wide totals do not go down when one closes."""
 
@@ -347,6 +363,36 @@ class Broker:
         msg.for_streams = not msg.persistent
         msg.pageable = len(ids) == len(queues)
         return on_durable is not None
+
+    def store_group(
+        self,
+        msgs: list[Message],
+        queue: Queue,
+        on_durable: Callable[[], None],
+        on_failed: Callable[[], None],
+    ) -> None:
+        """Write messages that all go to one durable queue or stream alone (each persistent, or the queue a
+        stream), as store_message writes one, in one append: one on_durable (or on_failed) for them all, once
+        the fsync covering them is done. The confirm also goes once the queue's consumers have acked every one
+        of them, as store_message's does for one message."""
+        assert self.store is not None and queue.store_id is not None
+        now = self.now_ms()
+        records = []
+        for msg in msgs:
+            if msg.timestamp_ms == 0:
+                msg.timestamp_ms = now
+            expires = msg.timestamp_ms + msg.ttl_ms if msg.ttl_ms is not None else None
+            body = msg.body if msg.body is not None else self.body_of(msg)
+            records.append(MessageRecord(msg.exchange, msg.routing_key, msg.header, body, msg.timestamp_ms, expires))
+        once = Once(on_durable, on_failed)
+        settled = Countdown(len(msgs), once)
+        offset = self.store.append_many(records, [queue.store_id], once, once.failed)
+        for msg in msgs:
+            msg.on_settled, msg.holders = settled, 1
+            msg.store_offset = offset
+            msg.for_streams = not msg.persistent
+            msg.pageable = True
+            offset += 1
 
     def save_redelivered_flags(self) -> None:
         """At a clean stop, once every connection has returned its unacked messages: tell the store which

@@ -157,7 +157,10 @@ class Channel:
     def on_publish_run(self, method: bytes, header: bytes, bodies: list[bytes]) -> bool:
         """Publishes that differ only by body (FrameReader's PUBLISH_RUN), delivered in one pass when their
         publish plan sends them straight to a queue that hands each, as it comes, to the same no-ack consumer.
-        False, with nothing done, otherwise: the caller then publishes them one by one."""
+        False, with nothing done, otherwise: the caller then publishes them one by one. In confirm mode, as
+        on_publish_group: with one header the plan takes all of them or none."""
+        if self.confirm and not self.tx:
+            return self._publish_stored_group(method, [header] * len(bodies), bodies) > 0
         target = self._straight_target(method)
         if target is None or not self._goes_straight(target[0], target[2], header):
             return False
@@ -171,7 +174,10 @@ class Channel:
         """Publishes to one place, each with its own properties (FrameReader's PUBLISH_GROUP): the leading ones
         that the publish plan sends straight to one queue go in one pass. To the queue's no-ack consumer as
         on_publish_run does, when it would hand each to that one as it comes; else into the queue at once
-        (_queue_group). How many; the caller publishes the others one by one."""
+        (_queue_group). In confirm mode: _publish_stored_group. How many; the caller publishes the others one
+        by one."""
+        if self.confirm and not self.tx:
+            return self._publish_stored_group(method, headers, bodies)
         target = self._group_target(method)
         if target is None:
             return 0
@@ -209,6 +215,55 @@ class Channel:
             queue.take_group(msgs)
             self._flow(queue)
         return len(msgs)
+
+    def _publish_stored_group(self, method: bytes, headers: list[bytes], bodies: list[bytes]) -> int:
+        """Confirm mode: the leading publishes of a group that the publish plan sends to one durable queue or
+        stream with nothing on the way but the store and the push (PublishPlan.stored_to) are stored in one
+        append and confirmed together once the fsync covering them is done; each is then pushed as
+        _deliver_published pushes one. How many; the caller publishes the others one by one."""
+        try:
+            exchange, routing_key, route, bits = parse_publish_route(method)
+        except errors.AMQPError:
+            return 0
+        ex = self.vhost.exchanges.get(exchange)
+        if bits & 2 or ex is None or self.broker.store is None or not self._cleared(ex, exchange, 0):
+            return 0
+        plan = self.vhost.plan(ex, routing_key)
+        if plan.stored is None:
+            return 0
+        max_size = self.assembler.max_size
+        msgs: list[Message] = []
+        for header, body in zip(headers, bodies, strict=True):
+            msg = _stored_message(plan, exchange, routing_key, route, header, body, max_size)
+            if msg is None:
+                break
+            msgs.append(msg)
+        if msgs:
+            self._store_and_push(plan.stored, msgs)
+        return len(msgs)
+
+    def _store_and_push(self, queue: Queue, msgs: list[Message]) -> None:
+        """Publish messages that go to `queue` alone and are stored (see _publish_stored_group): one append,
+        one confirm for all, each pushed in order."""
+        n = len(msgs)
+        self.published += n
+        first = self.publish_seq + 1
+        self.publish_seq += n
+        # Only the group's first sequence number waits: emit_confirms acks up to the lowest one waiting.
+        self.pending_confirms[first] = None
+        self.conn.unconfirmed_changed(n)
+
+        def settle(ok: bool) -> None:
+            if first in self.pending_confirms:
+                del self.pending_confirms[first]
+                self.conn.unconfirmed_changed(-n)
+            if not ok:
+                self.nacks.update(range(first, first + n))
+            self.conn.confirms_pending(self)
+
+        self.broker.store_group(msgs, queue, lambda: settle(True), lambda: settle(False))
+        queue.push_many(msgs)
+        self._flow(queue)
 
     def _straight_message(
         self, plan: PublishPlan, exchange: str, routing_key: str, route: bytes, header: bytes, body: bytes
@@ -1133,6 +1188,22 @@ def _check_not_stream(kind: str, taken: list[Settled]) -> None:
                 f"basic.nack and basic.reject not supported by stream queues queue '{queue.name}' "
                 f"in vhost '{queue.vhost}'"
             ).with_method(60, 120 if kind == "nack" else 90)
+
+
+def _stored_message(
+    plan: PublishPlan, exchange: str, routing_key: str, route: bytes, header: bytes, body: bytes, max_size: int
+) -> Message | None:
+    """The message on_whole_publish would make of this publish when the plan stores it in its one queue with
+    no other step (PublishPlan.stored_to); None otherwise, and when either would refuse it (the single path
+    then reports the error)."""
+    try:
+        class_id, body_size, flags = parse_content_header(header)
+        if class_id != 60 or body_size > max_size:
+            return None
+        msg = Message(exchange, routing_key, route, checked_header(header), body, flags)
+    except errors.AMQPError:
+        return None
+    return msg if plan.stored_to(flags, msg.persistent, msg.may_carry_cc) is not None else None
 
 
 def _any_stored(queues: list[Queue]) -> bool:

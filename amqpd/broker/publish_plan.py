@@ -5,7 +5,8 @@ delaying exchange, queues with length limits or deduplication (Channel._admit), 
 (message_ids.py), the store (durable queues for persistent messages, streams for any). The single-message
 path (Channel._deliver_published) applies the plan to one message; back-to-back publishes to one place
 (Channel.on_publish_run with equal properties, on_publish_group with each its own) apply it to many at once when
-it says "straight to this queue", which it says only when none of those steps applies. So a new rule is a field
+it says "straight to this queue", which it says only when none of those steps applies, or, in confirm mode,
+"stored to this queue" (`stored_to`), when the store is the only one. So a new rule is a field
 here that the single path reads and that `plain` or `straight_to` takes into account: both paths then follow it
 (tests/unit/test_publish_run.py checks that they agree).
 
@@ -34,7 +35,17 @@ class PublishPlan:
     """The route of (exchange, routing key) for a message whose headers do not change it, and the publish
     steps it takes on that route."""
 
-    __slots__ = ("queues", "needs_headers", "delays", "limited", "stamps", "always_stored", "durable", "plain")
+    __slots__ = (
+        "queues",
+        "needs_headers",
+        "delays",
+        "limited",
+        "stamps",
+        "always_stored",
+        "durable",
+        "plain",
+        "stored",
+    )
 
     def __init__(self, ex: Exchange | None, queues: list[Queue], needs_headers: bool) -> None:
         self.queues = queues  # shared with every user of the plan: never changed
@@ -49,6 +60,11 @@ class PublishPlan:
         # headers: straight_to refuses those).
         plain = len(queues) == 1 and not (self.limited or self.stamps or self.always_stored)
         self.plain = queues[0] if plain and queues[0].takes_as_sent() else None
+        # The one durable queue or stream where a message goes with nothing done on the way but the store and
+        # the push (Channel.on_publish_group in confirm mode stores many in one append); None when any other
+        # step applies.
+        alone = len(queues) == 1 and not (self.limited or self.stamps) and queues[0].store_id is not None
+        self.stored = queues[0] if alone else None
 
     def straight_to(self, flags: int, persistent: bool, names_keys: bool) -> Queue | None:
         """The queue that a message of this property class goes to with no step applied but the push; None when
@@ -59,6 +75,17 @@ class PublishPlan:
         if flags & FLAG_HEADERS and (names_keys or self.needs_headers or self.delays):
             return None
         return self.plain
+
+    def stored_to(self, flags: int, persistent: bool, names_keys: bool) -> Queue | None:
+        """The queue that a message of this property class goes to with no step applied but the store and the
+        push; None when some other step may apply, or when it would not be stored (a transient message to a
+        queue that is not a stream). Arguments as for straight_to."""
+        queue = self.stored
+        if queue is None or flags & PER_MESSAGE_FLAGS or not (persistent or queue.always_stored):
+            return None
+        if flags & FLAG_HEADERS and (names_keys or self.needs_headers or self.delays):
+            return None
+        return queue
 
 
 NOWHERE = PublishPlan(None, [], False)  # no such exchange (it went while a transaction waited to commit)

@@ -230,6 +230,11 @@ class Queue(Generic[S]):
         if expires is not None:
             self._arm_ttl_timer()
 
+    def push_many(self, msgs: list[Message]) -> None:
+        """Newly routed messages published together, in order (a stream gives their offsets in one step)."""
+        for msg in msgs:
+            self.push(msg)
+
     def _spills(self, msg: Message, redelivered: bool) -> bool:
         """Whether a stored message can wait as its offset alone. Not with a TTL: read back, its expiry
         would count from the record's publish time, which a dead-lettered message keeps from its first life."""

@@ -167,13 +167,26 @@ class StreamQueue(Queue["Consumer"]):
 
     def push(self, msg: Message, redelivered: bool = False, enqueued_ms: int | None = None) -> None:
         self.log.append(msg)
+        self._count_in(msg, self.log.end)
+        if self.store is None:
+            self.dispatch()  # in memory: readable at once
+
+    def push_many(self, msgs: list[Message]) -> None:
+        """Messages published together (a confirmed group): their offsets are given in one step."""
+        offset = self.log.append_many(msgs)
+        for msg in msgs:
+            offset += 1
+            self._count_in(msg, offset)
+        if self.store is None:
+            self.dispatch()
+
+    def _count_in(self, msg: Message, after: int) -> None:
+        """The open segment grows by the message (`after`: the offset past it); a full one is sealed."""
         segment = self._segments[-1]
         segment[1] += msg.size + len(msg.header)
         segment[2] = msg.timestamp_ms or now_ms()
         if segment[1] >= self.retention.segment_bytes:
-            self._roll()
-        if self.store is None:
-            self.dispatch()  # in memory: readable at once
+            self._roll(after)
 
     def _on_commit(self) -> None:
         """The store made more records durable: consumers at the tail get them (once per loop turn). The open
@@ -205,8 +218,8 @@ class StreamQueue(Queue["Consumer"]):
 
     # -- retention -----------------------------------------------------------------------------------------
 
-    def _roll(self) -> None:
-        self._segments.append([self.log.end, 0, 0])
+    def _roll(self, start: int) -> None:
+        self._segments.append([start, 0, 0])
         self.apply_retention(now_ms())
         self._save_segments()
 

@@ -42,6 +42,10 @@ class StreamLog(Protocol):
         ...
 
     def append(self, msg: Message) -> int: ...
+    def append_many(self, msgs: list[Message]) -> int:
+        """Append in order; the first one's offset (the others follow it)."""
+        ...
+
     def read(self, start: int, limit: int) -> list[tuple[int, MessageRecord]]:
         """Up to `limit` committed records from `start` (or the first kept), with their offsets."""
         ...
@@ -75,6 +79,12 @@ class MemoryLog:
         self._messages.append(MessageRecord(msg.exchange, msg.routing_key, msg.header, body, msg.timestamp_ms))
         self.end += 1
         return self.end - 1
+
+    def append_many(self, msgs: list[Message]) -> int:
+        first = self.end
+        for msg in msgs:
+            self.append(msg)
+        return first
 
     def read(self, start: int, limit: int) -> list[tuple[int, MessageRecord]]:
         start = max(start, self.first)
@@ -121,6 +131,18 @@ class OffsetRuns:
             self._length.append(1)
         self.end += 1
         return self.end - 1
+
+    def extend(self, store_offset: int, count: int) -> int:
+        """Append `count` consecutive store offsets from `store_offset` in one step; the first's dense offset."""
+        first = self.end
+        if self._store and self._store[-1] + self._length[-1] == store_offset:
+            self._length[-1] += count
+        else:
+            self._dense.append(first)
+            self._store.append(store_offset)
+            self._length.append(count)
+        self.end += count
+        return first
 
     def store_offsets(self, start: int, stop: int) -> list[int]:
         out: list[int] = []
@@ -228,6 +250,16 @@ class StoreLog:
             record = MessageRecord(msg.exchange, msg.routing_key, msg.header, body, msg.timestamp_ms)
             offset = self._store.append(record, [self._queue_id])
         return self._runs.append(offset)
+
+    def append_many(self, msgs: list[Message]) -> int:
+        """Messages the broker stored together (consecutive store offsets) take their dense offsets in one step."""
+        first = msgs[0].store_offset
+        if first is None or msgs[-1].store_offset != first + len(msgs) - 1:
+            dense = self.end
+            for msg in msgs:
+                self.append(msg)
+            return dense
+        return self._runs.extend(first, len(msgs))
 
     def read(self, start: int, limit: int) -> list[tuple[int, MessageRecord]]:
         start = max(start, self.first)

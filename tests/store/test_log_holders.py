@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from store import MessageRecord, MessageStore, QueueEntry
 from store.queue_state import OffsetRuns, encode_runs
 
-ops = st.lists(st.tuples(st.sampled_from(["add", "next", "del", "pop"]), st.integers(0, 60)), max_size=120)
+ops = st.lists(st.tuples(st.sampled_from(["add", "next", "range", "del", "pop"]), st.integers(0, 60)), max_size=120)
 
 
 @given(ops)
@@ -24,7 +24,11 @@ def test_runs_answer_like_an_ordered_dict_of_offsets(steps: list[tuple[str, int]
     for op, offset in steps:
         if op == "next":  # what a log does: the next offset
             offset = max(model, default=-1) + 1
-        if op in ("add", "next"):
+        if op == "range":  # what a group of appended records does: the next offsets, maybe after a gap
+            start = max(model, default=-1) + 1 + offset % 3
+            runs.append_range(start, start + offset % 7)
+            model.update(dict.fromkeys(range(start, start + offset % 7)))
+        elif op in ("add", "next"):
             runs[offset] = None
             model[offset] = None
         elif op == "del":

@@ -24,9 +24,9 @@ CUTS = 40
 
 
 async def workload(root: Path, seed: int, fsync: str) -> tuple[RecordingIO, dict[bytes, int], dict[bytes, int]]:
-    """Publish RECORDS records in small bursts, acking a third of the confirmed ones, with small segments and
-    checkpoints so rolls, deletions and checkpoints happen. Returns the recorder and, per body, the I/O
-    event count when its confirm (on_durable) and its ack happened."""
+    """Publish RECORDS records in small bursts (one by one or together), acking a third of the confirmed ones,
+    with small segments and checkpoints so rolls, deletions and checkpoints happen. Returns the recorder and,
+    per body, the I/O event count when its confirm (on_durable) and its ack happened."""
     rng = random.Random(seed)
     io = RecordingIO(root, cut_at=set(rng.sample(range(1, 180), CUTS)))
     store = MessageStore(root, segment_size=8 * 1024, checkpoint_bytes=16 * 1024, fsync=fsync, io=io)
@@ -46,11 +46,17 @@ async def workload(root: Path, seed: int, fsync: str) -> tuple[RecordingIO, dict
         tg.start_soon(store.run)
         n = 0
         while n < RECORDS:
+            burst = []
             for _ in range(rng.randint(1, 12)):
                 body = b"m%05d" % n + b"." * rng.randint(0, 300)
-                record = MessageRecord("", "q", b"", body, 1_700_000_000_000 + n)
-                offsets[body] = store.append(record, [qid], lambda body=body: durable(body))
+                burst.append(MessageRecord("", "q", b"", body, 1_700_000_000_000 + n))
                 n += 1
+            if rng.random() < 0.5:  # one by one, each with its confirm
+                for record in burst:
+                    offsets[record.body] = store.append(record, [qid], lambda body=record.body: durable(body))
+            else:  # together, one confirm for all (a publish group)
+                first = store.append_many(burst, [qid], lambda burst=burst: [durable(r.body) for r in burst])
+                offsets.update((record.body, first + i) for i, record in enumerate(burst))
             await anyio.sleep(0.001)
         await store.flush()
         tg.cancel_scope.cancel()

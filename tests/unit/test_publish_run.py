@@ -591,3 +591,213 @@ def test_deliveries_resume_once_after_the_acks_of_one_read(monkeypatch: pytest.M
     outputs, *_ = run_acks(acks_in_one_read(case, 4), True, monkeypatch)
     assert len(dispatches) == 1 + 1  # one at basic.consume, one for the four acks
     assert [tag for tag, *_ in deliveries(outputs)] == list(range(1, 9))
+
+
+# -- confirm mode: groups stored in one append ------------------------------------------------------------------
+#
+# With publisher confirms, publishes to one durable queue or stream are stored with one store append and
+# confirmed together (Channel._publish_stored_group). A real store (tmp_path) writes them; the publisher must read
+# the same confirms (tags, multiple flags, acks and nacks, in the same reads), the consumer the same deliveries,
+# and the queue or stream must hold the same messages at the same offsets, as when each publish arrives alone.
+
+
+@dataclass
+class Confirmed:
+    grouped: int  # how many of the five publishes are stored by the one-append path
+    setup: list[tuple[str, Any]] = field(default_factory=list)
+    exchange: str = ""
+    routing_key: str = "q"
+    mandatory: bool = False
+    properties: dict[str, Any] = field(default_factory=lambda: {"delivery_mode": 2})
+    each: list[dict[str, Any]] = field(default_factory=lambda: [{}] * 5)  # per-publish properties on top
+    fail_write: int = 0  # this segment write fails (1 is a new segment's file header)
+    # before the store's commit: what the clients do while the publishes wait for their fsync
+    before_commit: Callable[[Conn, Conn], None] | None = None
+    grouped_equal: int | None = None  # the same with equal properties where they differ (runs), if not `grouped`
+
+
+STREAM = declare(durable=True, arguments={"x-queue-type": "stream"})
+FROM_FIRST = [
+    ("con", commands.Basic.Qos(prefetch_count=100)),
+    consume(no_ack=False, arguments={"x-stream-offset": "first"}),
+]
+
+
+def _ack_all(pub: Conn, con: Conn) -> None:
+    con.send(frame.marshal(commands.Basic.Ack(delivery_tag=0, multiple=True), 1))
+
+
+CONFIRMED: dict[str, Confirmed] = {
+    "durable queue": Confirmed(5, [declare(durable=True)]),
+    "durable queue, manual-ack consumer": Confirmed(5, [declare(durable=True), consume(no_ack=False)]),
+    "durable queue, no-ack consumer": Confirmed(5, [declare(durable=True), consume()]),
+    "durable queue, all consumed and acked before the fsync": Confirmed(
+        5, [declare(durable=True), consume(no_ack=False)], before_commit=_ack_all
+    ),
+    "stream": Confirmed(5, [STREAM]),
+    "stream, transient messages": Confirmed(5, [STREAM], properties={}),
+    "stream, segments sealed and dropped by retention mid-group": Confirmed(
+        5,
+        [
+            declare(
+                durable=True,
+                arguments={
+                    "x-queue-type": "stream",
+                    "x-stream-max-segment-size-bytes": 250,
+                    "x-max-length-bytes": 500,
+                },
+            )
+        ],
+    ),
+    "stream, a consumer from the first offset": Confirmed(5, [STREAM, *FROM_FIRST]),
+    "transient message mid-group to a durable queue": Confirmed(
+        2, [declare(durable=True)], each=[{}, {}, {"delivery_mode": 1}, {}, {}], grouped_equal=4
+    ),
+    "CC header mid-group": Confirmed(
+        2,
+        [declare(durable=True), declare("q2", durable=True)],
+        each=[{}, {}, {"headers": {"CC": ["q2"]}}, {}, {}],
+        grouped_equal=4,
+    ),
+    "mandatory, routed": Confirmed(5, [declare(durable=True)], mandatory=True),
+    "unroutable mandatory mid-group": Confirmed(
+        0,
+        [
+            exchange("hx", "headers"),
+            declare(durable=True),
+            ("pub", commands.Queue.Bind(queue="q", exchange="hx", arguments={"x-match": "any", "to": "q"})),
+        ],
+        exchange="hx",
+        mandatory=True,
+        each=[{"headers": {"to": "q"}}, {"headers": {"to": "q"}}, {}, {"headers": {"to": "q"}}, {}],
+    ),
+    "headers exchange, a header routing one publish to a second queue": Confirmed(
+        2,
+        [
+            exchange("hx", "headers"),
+            declare(durable=True),
+            declare("q2", durable=True),
+            ("pub", commands.Queue.Bind(queue="q", exchange="hx", arguments={"x-match": "all"})),
+            ("pub", commands.Queue.Bind(queue="q2", exchange="hx", arguments={"x-match": "any", "to": "q2"})),
+        ],
+        exchange="hx",
+        each=[{}, {}, {"headers": {"to": "q2"}}, {}, {}],
+        grouped_equal=4,
+    ),
+    "dedup in a group, durable queue": Confirmed(
+        0,
+        [declare(durable=True, arguments={"x-message-deduplication": True})],
+        each=[{"message_id": i} for i in ("a", "b", "a", "c", "b")],
+    ),
+    "dedup in a group, stream": Confirmed(
+        0,
+        [declare(durable=True, arguments={"x-queue-type": "stream", "x-message-deduplication": True})],
+        each=[{"message_id": i} for i in ("a", "b", "a", "c", "b")],
+    ),
+    "full queue with reject-publish mid-group": Confirmed(
+        0, [declare(durable=True, arguments={"x-max-length": 2, "x-overflow": "reject-publish"})]
+    ),
+    "store failure": Confirmed(5, [declare(durable=True)], fail_write=2),
+    "store failure, transient message mid-group": Confirmed(
+        2, [declare(durable=True)], each=[{}, {}, {"delivery_mode": 1}, {}, {}], fail_write=2, grouped_equal=4
+    ),
+    "store failure, stream": Confirmed(5, [STREAM, *FROM_FIRST], fail_write=2),
+}
+
+
+async def confirmed_run(
+    case: Confirmed, together: bool, varied: bool, data_dir: Any, monkeypatch: pytest.MonkeyPatch
+) -> tuple[bytes, bytes, bytes, bytes, list, int]:
+    """What the publisher reads before and after the commit, what the consumer reads before and after it,
+    what q holds afterwards (offset and body), and how many publishes the one-append path stored."""
+    from store import MessageStore
+    from tests.store.faulty_io import FailingIO
+
+    store = MessageStore(data_dir, io=FailingIO(fail_write=case.fail_write), fsync="none")
+    await store.open()
+    broker = Broker(Settings(data_dir=str(data_dir)), store=store)
+    pub, con = Conn(broker), Conn(broker)
+    for who, method in [*case.setup, ("pub", commands.Confirm.Select())]:
+        (pub if who == "pub" else con).send(frame.marshal(method, 1))
+    pub.session.take_output()
+    con.session.take_output()
+    grouped: list[int] = []
+    original = Broker.store_group
+    monkeypatch.setattr(
+        Broker, "store_group", lambda self, msgs, *a: (grouped.append(len(msgs)), original(self, msgs, *a))[1]
+    )
+    data = []
+    for i, (each, body) in enumerate(zip(case.each, BODIES, strict=True)):
+        properties = {**case.properties, **({"message_id": f"m{i}"} if varied else {}), **each}
+        data.append(publish_frames(1, case.exchange, case.routing_key, body, mandatory=case.mandatory, **properties))
+    for chunk in [b"".join(data)] if together else data:
+        pub.send(chunk)
+    if case.before_commit is not None:
+        case.before_commit(pub, con)
+    pub_early, con_early = pub.session.take_output(), con.session.take_output()
+    await store.flush()
+    pub_late, con_late = pub.session.take_output(), con.session.take_output()
+    queue = broker.vhosts["/"].queues["q"]
+    if queue.is_stream:
+        stream: Any = queue
+        left = [(offset, record.body) for offset, record in stream.log.read(0, 100)]
+        left.append(("segments: first offset, bytes", [s[:2] for s in stream._segments]))  # noqa: SLF001
+    else:
+        left = []
+        while (entry := queue.get()) is not None:
+            left.append((entry.msg.store_offset, entry.msg.body))
+    await store.close()
+    return pub_early, pub_late, con_early, con_late, left, sum(grouped)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.parametrize("varied", [False, True], ids=["equal properties", "each its own properties"])
+@pytest.mark.parametrize("name", CONFIRMED)
+async def test_confirmed_publishes_in_one_read_look_the_same_to_clients_as_one_per_read(
+    name: str, varied: bool, tmp_path: Any, monkeypatch: pytest.MonkeyPatch, anyio_backend: str
+) -> None:
+    case = CONFIRMED[name]
+    *one, grouped_one = await confirmed_run(case, False, varied, tmp_path / "one", monkeypatch)
+    *together, grouped = await confirmed_run(case, True, varied, tmp_path / "together", monkeypatch)
+    assert together == one
+    assert grouped_one == 0
+    assert grouped == (case.grouped if varied or case.grouped_equal is None else case.grouped_equal)
+
+
+def _confirms(data: bytes) -> list[tuple[str, int, bool]]:
+    return [
+        (type(obj).__name__, obj.delivery_tag, obj.multiple)
+        for _, obj in decode_frames(data)
+        if isinstance(obj, (commands.Basic.Ack, commands.Basic.Nack))
+    ]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_stored_group_is_confirmed_only_after_the_commit_with_one_multiple_ack(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, anyio_backend: str
+) -> None:
+    pub_early, pub_late, _, _, left, grouped = await confirmed_run(
+        CONFIRMED["stream"], True, True, tmp_path, monkeypatch
+    )
+    assert grouped == 5
+    assert _confirms(pub_early) == []
+    assert _confirms(pub_late) == [("Ack", 5, True)]
+    assert left[:-1] == [(i, b) for i, b in enumerate(BODIES)]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_stored_group_the_store_could_not_write_is_nacked_tag_by_tag(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, anyio_backend: str
+) -> None:
+    case = CONFIRMED["store failure, transient message mid-group"]
+    pub_early, pub_late, _, _, left, grouped = await confirmed_run(case, True, True, tmp_path, monkeypatch)
+    assert grouped == 2
+    assert _confirms(pub_early) == []
+    assert _confirms(pub_late) == [("Nack", 1, False), ("Nack", 2, False), ("Ack", 3, False)] + [
+        ("Nack", 4, False),
+        ("Nack", 5, False),
+    ]
+    assert [body for _, body in left] == BODIES  # still in the queue, from memory

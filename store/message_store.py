@@ -507,6 +507,26 @@ class MessageStore:
             found.extend([None] * len(run) if base is None else self._read_run(base, run, ahead))
         return found
 
+    def read_payloads(self, offsets: list[int]) -> list[bytes | None]:
+        """As read_many, but each record's payload as stored (FORMAT.md's Record), not decoded: what a stream
+        sends as it is in a chunk delivery. A record still only in memory is encoded (its message id 0)."""
+        found: list[bytes | None] = []
+        for base, run in self._by_segment(offsets):
+            found.extend([None] * len(run) if base is None else self._payload_run(base, run))
+        return found
+
+    def _payload_run(self, base: int, offsets: list[int]) -> list[bytes | None]:
+        if offsets[-1] in self._unwritten or (self._volatile and not self._volatile.keys().isdisjoint(offsets)):
+            return [self._payload_or_none(offset) for offset in offsets]
+        try:
+            return read_payloads(self._read_fd(base), self._indexes[base], offsets, pread=self._io.pread)
+        except DamagedFrame:  # damage somewhere in the stretch: one record at a time
+            return [self._payload_or_none(offset) for offset in offsets]
+
+    def _payload_or_none(self, offset: int) -> bytes | None:
+        record = self._read_or_none(offset)
+        return None if record is None else encode_record(0, record, [])
+
     def read_ahead(self, offsets: list[int]) -> Callable[[], ReadAhead]:
         """On the loop: the work, for a worker thread, of reading the file stretches that hold these ascending
         offsets into memory, for read_many to decode on the loop without waiting on the disk. Offsets not

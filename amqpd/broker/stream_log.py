@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from amqpd.broker.message import Message
 from store import MessageRecord
 from store.queue_reader import FIRST_KEY, FIRST_POSITION
+from store.record_codec import encode_record
 
 
 def now_ms() -> int:
@@ -43,6 +44,11 @@ class StreamLog(Protocol):
     def append(self, msg: Message) -> int: ...
     def read(self, start: int, limit: int) -> list[tuple[int, MessageRecord]]:
         """Up to `limit` committed records from `start` (or the first kept), with their offsets."""
+        ...
+
+    def read_payloads(self, start: int, limit: int) -> list[bytes | None]:
+        """The records of committed offsets [start, start + limit) as stored (store/FORMAT.md's Record), one
+        per offset, None for one that failed its checks (the caller clips start and limit)."""
         ...
 
     def offset_at_time(self, timestamp_ms: int) -> int: ...
@@ -73,6 +79,9 @@ class MemoryLog:
         start = max(start, self.first)
         stop = min(self.end, start + limit)
         return [(o, self._messages[o - self.first]) for o in range(start, stop)]
+
+    def read_payloads(self, start: int, limit: int) -> list[bytes | None]:
+        return [encode_record(0, record, []) for _, record in self.read(start, limit)]
 
     def offset_at_time(self, timestamp_ms: int) -> int:
         for i, msg in enumerate(self._messages):
@@ -216,6 +225,9 @@ class StoreLog:
         # A record damaged on disk is skipped; the others keep their numbers.
         pairs = zip(range(start, stop), records, strict=True)
         return [(dense, record) for dense, record in pairs if record is not None]
+
+    def read_payloads(self, start: int, limit: int) -> list[bytes | None]:
+        return self._store.read_payloads(self._runs.store_offsets(start, start + limit))  # type: ignore[no-any-return]
 
     def offset_at_time(self, timestamp_ms: int) -> int:
         found = self._store.find_offset_by_time(timestamp_ms)

@@ -67,7 +67,7 @@ def read_range(part: OffsetRange) -> Iterator[pa.RecordBatch]:
     for cols in reader.batches():
         if not checked:
             checked = True
-            first = cols.offset[0]
+            first = reader.first_offset if reader.first_offset is not None else part.start
             if first > part.start and part.fail_on_data_loss:
                 raise DataLossError(
                     f"amqpd stream '{part.stream}': offsets {part.start}..{first - 1} were deleted by retention "

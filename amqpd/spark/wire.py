@@ -58,6 +58,7 @@ OWN_HEADERS = ("x-stream-offset", "x-stream-timestamp")
 F_CONTENT_TYPE, F_CONTENT_ENCODING, F_HEADERS, F_DELIVERY_MODE = 0x8000, 0x4000, 0x2000, 0x1000
 F_PRIORITY, F_CORRELATION_ID, F_REPLY_TO, F_EXPIRATION = 0x0800, 0x0400, 0x0200, 0x0100
 F_MESSAGE_ID, F_TIMESTAMP, F_TYPE, F_USER_ID, F_APP_ID, F_CLUSTER_ID = 0x80, 0x40, 0x20, 0x10, 0x08, 0x04
+_SHOWN = F_CONTENT_TYPE | F_HEADERS | F_CORRELATION_ID | F_MESSAGE_ID  # properties with a column
 
 
 class BrokerError(RuntimeError):
@@ -339,10 +340,12 @@ def read_records(chunk: bytes, first: int, stop: int, with_headers: bool, out: C
     """Append the rows of a chunk delivery's body (amqpd/broker/stream_chunks.py: per offset from `first`,
     a u32 length and the record as stored, length 0 for one skipped) whose offsets are below `stop`."""
     unpack_length, unpack_record = _U32.unpack_from, _RECORD.unpack_from
-    names: dict[bytes, str] = {}  # exchange names and routing keys repeat: each decoded once per chunk
-    plain = ~(F_CONTENT_TYPE | F_HEADERS | F_CORRELATION_ID | F_MESSAGE_ID)
     offsets, stamps, bodies = out.offset, out.timestamp, out.body
     exchanges, routing_keys = out.exchange, out.routing_key
+    rich: list[tuple[int, int]] = []  # (row, property flags) of rows with a property the columns show
+    row0 = len(offsets)
+    names = b""  # exchange and routing key bytes of the row before: mostly the same, decoded once
+    exchange = routing_key = ""
     pos, offset, size = 0, first, len(chunk)
     while pos < size and offset < stop:
         (n,) = unpack_length(chunk, pos)
@@ -350,41 +353,42 @@ def read_records(chunk: bytes, first: int, stop: int, with_headers: bool, out: C
         if n:
             _, stamp, record_flags, ex_len, rk_len, queues, props_len = unpack_record(chunk, pos)
             at = pos + 25 + 4 * queues + (8 if record_flags & 1 else 0)
-            raw = chunk[at : at + ex_len]
-            exchange = names.get(raw) or names.setdefault(raw, raw.decode("utf-8", "replace"))
-            at += ex_len
-            raw = chunk[at : at + rk_len]
-            routing_key = names.get(raw) or names.setdefault(raw, raw.decode("utf-8", "replace"))
-            at += rk_len
-            flags = chunk[at + 12] << 8 | chunk[at + 13]
-            if flags & plain == flags:
-                out.content_type.append(None)
-                out.correlation_id.append(None)
-                out.message_id.append(None)
-                out.headers.append({} if with_headers else None)
-            else:
-                _record_properties(chunk, at + 14, flags, with_headers, out)
+            props = at + ex_len + rk_len
+            if chunk[at:props] != names:
+                names = chunk[at:props]
+                exchange = names[:ex_len].decode("utf-8", "replace")
+                routing_key = names[ex_len:].decode("utf-8", "replace")
+            flags = chunk[props + 12] << 8 | chunk[props + 13]
+            if flags & _SHOWN:
+                rich.append((len(offsets), props))
             offsets.append(offset)
             stamps.append(stamp)
             exchanges.append(exchange)
             routing_keys.append(routing_key)
-            bodies.append(chunk[at + props_len : pos + n])
+            bodies.append(chunk[props + props_len : pos + n])
         pos += n
         offset += 1
+    added = len(offsets) - row0
+    out.content_type += [None] * added
+    out.correlation_id += [None] * added
+    out.message_id += [None] * added
+    out.headers += [{} for _ in range(added)] if with_headers else [None] * added
+    for row, props in rich:
+        _record_properties(chunk, props, with_headers, out, row)
 
 
-def _record_properties(chunk: bytes, pos: int, flags: int, with_headers: bool, out: Columns) -> None:
-    content_type, table, end, correlation_id, message_id = scan_properties(chunk, pos, flags)
-    out.content_type.append(content_type)
-    out.correlation_id.append(correlation_id)
-    out.message_id.append(message_id)
-    if not with_headers:
-        out.headers.append(None)
-        return
-    headers = decode.field_table(chunk[table:end])[1] if table else {}
-    for name in OWN_HEADERS:  # as a per-message delivery shows them: the broker's own fields left out
-        headers.pop(name, None)
-    out.headers.append(headers)
+def _record_properties(chunk: bytes, props: int, with_headers: bool, out: Columns, row: int) -> None:
+    """Fill in row `row`'s property columns from its record's content header bytes at `props`."""
+    flags = chunk[props + 12] << 8 | chunk[props + 13]
+    content_type, table, end, correlation_id, message_id = scan_properties(chunk, props + 14, flags)
+    out.content_type[row] = content_type
+    out.correlation_id[row] = correlation_id
+    out.message_id[row] = message_id
+    if with_headers and table:
+        headers = decode.field_table(chunk[table:end])[1]
+        for name in OWN_HEADERS:  # as a per-message delivery shows them: the broker's own fields left out
+            headers.pop(name, None)
+        out.headers[row] = headers
 
 
 class StreamReader:

@@ -509,14 +509,15 @@ class MessageStore:
 
     def read_payloads(self, offsets: list[int]) -> list[bytes | None]:
         """As read_many, but each record's payload as stored (FORMAT.md's Record), not decoded: what a stream
-        sends as it is in a chunk delivery. A record still only in memory is encoded (its message id 0)."""
+        sends as it is in a chunk delivery. Where read_many goes one record at a time (a record still only in
+        memory, a stretch with damage in it), each is encoded again with message id 0 and no queue ids."""
         found: list[bytes | None] = []
         for base, run in self._by_segment(offsets):
             found.extend([None] * len(run) if base is None else self._payload_run(base, run))
         return found
 
     def _payload_run(self, base: int, offsets: list[int]) -> list[bytes | None]:
-        if offsets[-1] in self._unwritten or (self._volatile and not self._volatile.keys().isdisjoint(offsets)):
+        if self._in_memory(offsets):
             return [self._payload_or_none(offset) for offset in offsets]
         try:
             return read_payloads(self._read_fd(base), self._indexes[base], offsets, pread=self._io.pread)
@@ -562,8 +563,7 @@ class MessageStore:
             i = j
 
     def _read_run(self, base: int, offsets: list[int], ahead: ReadAhead | None = None) -> list[MessageRecord | None]:
-        if offsets[-1] in self._unwritten or (self._volatile and not self._volatile.keys().isdisjoint(offsets)):
-            # the newest are not in the file yet (they are a suffix), or some never made it to disk
+        if self._in_memory(offsets):
             return [self._read_or_none(offset) for offset in offsets]
         fd = self._read_fd(base)
         pread = self._io.pread if ahead is None else ahead.pread_for(base, self._io.pread)
@@ -572,6 +572,10 @@ class MessageStore:
         except DamagedFrame:  # damage somewhere in the stretch: fall back to one record at a time
             return [self._read_or_none(offset) for offset in offsets]
         return [decode_record(p)[2] if p is not None else None for p in payloads]
+
+    def _in_memory(self, offsets: list[int]) -> bool:
+        """The newest are not in the file yet (they are a suffix), or some never made it to disk."""
+        return offsets[-1] in self._unwritten or bool(self._volatile and not self._volatile.keys().isdisjoint(offsets))
 
     def _read_or_none(self, offset: int) -> MessageRecord | None:
         try:

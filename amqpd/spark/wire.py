@@ -342,7 +342,7 @@ def read_records(chunk: bytes, first: int, stop: int, with_headers: bool, out: C
     unpack_length, unpack_record = _U32.unpack_from, _RECORD.unpack_from
     offsets, stamps, bodies = out.offset, out.timestamp, out.body
     exchanges, routing_keys = out.exchange, out.routing_key
-    rich: list[tuple[int, int]] = []  # (row, property flags) of rows with a property the columns show
+    rich: list[tuple[int, int]] = []  # (row, where its properties are) of rows with a property that has a column
     row0 = len(offsets)
     names = b""  # exchange and routing key bytes of the row before: mostly the same, decoded once
     exchange = routing_key = ""

@@ -556,13 +556,26 @@ class MessageStore:
             found.extend([None] * len(run) if base is None else self._read_run(base, run, ahead))
         return found
 
-    def read_raw_many(self, offsets: list[int]) -> list[bytes | None]:
-        """read_many's records as their frame payloads, undecoded (record_codec's layout), every frame check
-        done: for a reader that slices out only what it sends (a stream's batched replay)."""
+    def read_payloads(self, offsets: list[int]) -> list[bytes | None]:
+        """As read_many, but each record's payload as stored (FORMAT.md's Record), not decoded: what a stream
+        sends as it is in a chunk delivery. Where read_many goes one record at a time (a record still only in
+        memory, a stretch with damage in it), each is encoded again with message id 0 and no queue ids."""
         found: list[bytes | None] = []
         for base, run in self._by_segment(offsets):
-            found.extend([None] * len(run) if base is None else self._read_run_raw(base, run))
+            found.extend([None] * len(run) if base is None else self._payload_run(base, run))
         return found
+
+    def _payload_run(self, base: int, offsets: list[int]) -> list[bytes | None]:
+        if self._in_memory(offsets):
+            return [self._payload_or_none(offset) for offset in offsets]
+        try:
+            return read_payloads(self._read_fd(base), self._indexes[base], offsets, pread=self._io.pread)
+        except DamagedFrame:  # damage somewhere in the stretch: one record at a time
+            return [self._payload_or_none(offset) for offset in offsets]
+
+    def _payload_or_none(self, offset: int) -> bytes | None:
+        record = self._read_or_none(offset)
+        return None if record is None else encode_record(0, record, [])
 
     def read_ahead(self, offsets: list[int]) -> Callable[[], ReadAhead]:
         """On the loop: the work, for a worker thread, of reading the file stretches that hold these ascending
@@ -597,8 +610,7 @@ class MessageStore:
             i = j
 
     def _read_run(self, base: int, offsets: list[int], ahead: ReadAhead | None = None) -> list[MessageRecord | None]:
-        if offsets[-1] in self._unwritten or (self._volatile and not self._volatile.keys().isdisjoint(offsets)):
-            # the newest are not in the file yet (they are a suffix), or some never made it to disk
+        if self._in_memory(offsets):
             return [self._read_or_none(offset) for offset in offsets]
         fd = self._read_fd(base)
         pread = self._io.pread if ahead is None else ahead.pread_for(base, self._io.pread)
@@ -608,17 +620,9 @@ class MessageStore:
             return [self._read_or_none(offset) for offset in offsets]
         return [decode_record(p)[2] if p is not None else None for p in payloads]
 
-    def _read_run_raw(self, base: int, offsets: list[int]) -> list[bytes | None]:
-        if offsets[-1] in self._unwritten or (self._volatile and not self._volatile.keys().isdisjoint(offsets)):
-            return [self._raw_or_none(offset) for offset in offsets]  # as in _read_run
-        try:
-            return read_payloads(self._read_fd(base), self._indexes[base], offsets, pread=self._io.pread)
-        except DamagedFrame:
-            return [self._raw_or_none(offset) for offset in offsets]
-
-    def _raw_or_none(self, offset: int) -> bytes | None:
-        record = self._read_or_none(offset)
-        return None if record is None else encode_record(0, record, [])
+    def _in_memory(self, offsets: list[int]) -> bool:
+        """The newest are not in the file yet (they are a suffix), or some never made it to disk."""
+        return offsets[-1] in self._unwritten or bool(self._volatile and not self._volatile.keys().isdisjoint(offsets))
 
     def _read_or_none(self, offset: int) -> MessageRecord | None:
         try:

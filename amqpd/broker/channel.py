@@ -21,6 +21,7 @@ from amqpd.broker.publish_plan import NOWHERE, PER_MESSAGE_FLAGS, PublishPlan
 from amqpd.broker.queue import Queue
 from amqpd.broker.stream import StreamQueue
 from amqpd.broker.stream_args import check_consumer_arguments, parse_filter, parse_offset_spec
+from amqpd.broker.stream_chunks import chunk_records
 from amqpd.broker.stream_log import now_ms
 from amqpd.broker.stream_unacked import Settled, StreamUnacked
 from amqpd.broker.unacked import Outstanding, Unacked
@@ -1005,6 +1006,7 @@ class Channel:
         )
         if "x-stream-offset" in args and args["x-stream-offset"] is None:
             spec = parse_offset_spec("first", q.name, self.vhost.name, 0)
+        chunk_records(args, filter_values is not None, tracking, q.name, self.vhost.name)
         self.consumers[consumer.tag] = consumer
         if not nowait:
             self.reply(build(commands.Basic.ConsumeOk, consumer.tag))

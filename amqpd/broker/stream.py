@@ -21,6 +21,7 @@ from amqpd.broker.queue import Queue
 from amqpd.broker.queue_hooks import QueueHooks
 from amqpd.broker.stored_message import route_of
 from amqpd.broker.stream_args import FIRST, LAST, NEXT, OffsetSpec, Retention
+from amqpd.broker.stream_chunks import CHUNK_ARG, feed_chunks
 from amqpd.broker.stream_log import MemoryLog, StoreLog, StreamLog, now_ms
 from amqpd.broker.stream_unacked import Offsets, OffsetSet
 from amqpd.protocol.constants import FLAG_CONTENT_ENCODING, FLAG_CONTENT_TYPE, FLAG_HEADERS
@@ -59,7 +60,7 @@ class StreamEntry(Entry):
 class Cursor:
     """One consumer's place in the stream."""
 
-    __slots__ = ("consumer", "next", "filter", "match_unfiltered", "tracking", "outstanding", "with_time")
+    __slots__ = ("consumer", "next", "filter", "match_unfiltered", "tracking", "outstanding", "with_time", "chunk")
 
     def __init__(
         self,
@@ -76,6 +77,7 @@ class Cursor:
         self.tracking = tracking
         self.outstanding = OffsetSet()  # delivered, not yet acked
         self.with_time = consumer.arguments.get(TIMESTAMP_ARG) is True
+        self.chunk: int = consumer.arguments.get(CHUNK_ARG) or 0  # records per chunk delivery (checked), 0: none
 
     def wants(self, record: MessageRecord) -> bool:
         if self.filter is None:
@@ -292,6 +294,9 @@ class StreamQueue(Queue["Consumer"]):
     def _feed(self, cursor: Cursor) -> None:
         """Deliver from the cursor while its consumer has room, at most FEED_BATCHES reads per call (a filter
         that matches little must not hold the loop for a whole replay: the rest goes on next turn)."""
+        if cursor.chunk:
+            feed_chunks(self, cursor, StreamEntry)
+            return
         consumer = cursor.consumer
         log = self.log
         budget = FEED_BATCHES

@@ -290,7 +290,7 @@ class StoreLog:
             or chunk * RAW_CHUNK < self.first
             or self._record_bytes * RAW_CHUNK > RAW_CHUNK_BYTES  # big records: no more than asked for
         ):
-            payloads = self._store.read_raw_many(self._runs.store_offsets(start, stop))
+            payloads = self._store.read_payloads(self._runs.store_offsets(start, stop))
             self._record_bytes = _mean_size(payloads)
             return start, payloads
         payloads = self._chunk(chunk)
@@ -308,7 +308,7 @@ class StoreLog:
         found = chunks.get(chunk)
         if found is None:
             base = chunk * RAW_CHUNK
-            found = self._store.read_raw_many(self._runs.store_offsets(base, base + RAW_CHUNK))
+            found = self._store.read_payloads(self._runs.store_offsets(base, base + RAW_CHUNK))
             size = sum(len(p) for p in found if p is not None)
             self._record_bytes = size // RAW_CHUNK
             chunks[chunk] = (found, size)

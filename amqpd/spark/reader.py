@@ -43,19 +43,18 @@ class OffsetRange(InputPartition):
 
 def split(opts: ReadOptions, ranges: dict[str, tuple[int, int]]) -> list[OffsetRange]:
     """Each stream's range in pieces of at most maxOffsetsPerPartition offsets, and more pieces while there
-    are fewer than minPartitions, so local[N] reads in parallel."""
+    are fewer than minPartitions, so local[N] reads in parallel. A range's pieces are of equal size (give or
+    take one): a short last piece would leave a core idle while the others finish."""
     total = sum(max(e - s, 0) for s, e in ranges.values())
     size = opts.partition_offsets
     if opts.min_partitions > 1 and total:
         size = min(size, max(-(-total // opts.min_partitions), 1))
     parts: list[OffsetRange] = []
     for stream, (start, end) in ranges.items():
-        for lo in range(start, end, size):
-            parts.append(
-                OffsetRange(
-                    opts.endpoint, stream, lo, min(lo + size, end), opts.include_headers, opts.fail_on_data_loss
-                )
-            )
+        count = -(-(end - start) // size) if end > start else 0
+        bounds = [start + (end - start) * k // count for k in range(count)] + [end]
+        for lo, hi in zip(bounds, bounds[1:], strict=False):
+            parts.append(OffsetRange(opts.endpoint, stream, lo, hi, opts.include_headers, opts.fail_on_data_loss))
     return parts
 
 
@@ -67,7 +66,7 @@ def read_range(part: OffsetRange) -> Iterator[pa.RecordBatch]:
     for cols in reader.batches():
         if not checked:
             checked = True
-            first = cols.offset[0]
+            first = reader.first_offset if reader.first_offset is not None else part.start
             if first > part.start and part.fail_on_data_loss:
                 raise DataLossError(
                     f"amqpd stream '{part.stream}': offsets {part.start}..{first - 1} were deleted by retention "

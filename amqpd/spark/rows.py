@@ -21,6 +21,10 @@ BASE_COLUMNS = (
 )
 
 
+_MS = pa.timestamp("ms", tz="UTC")
+_US = pa.timestamp("us", tz="UTC")
+
+
 def schema_ddl(include_headers: bool) -> str:
     return BASE_COLUMNS + (", headers map<string,string>" if include_headers else "") + ", body binary"
 
@@ -67,8 +71,8 @@ def record_batch(stream: str, cols: Columns, include_headers: bool, keep: slice 
     n = len(cols.offset[keep])
     arrays = [
         pa.array(cols.offset[keep], pa.int64()),
-        pa.array([t * 1000 for t in cols.timestamp[keep]], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-        pa.array([stream] * n, pa.string()),
+        pa.array(cols.timestamp[keep], _MS).cast(_US),  # the broker's ms, as Spark's timestamp (µs)
+        pa.repeat(pa.scalar(stream, pa.string()), n),
         pa.array(cols.exchange[keep], pa.string()),
         pa.array(cols.routing_key[keep], pa.string()),
         pa.array(cols.message_id[keep], pa.string()),

@@ -14,7 +14,14 @@ from pyspark.sql.types import StructType
 from amqpd.spark.options import ReadOptions
 from amqpd.spark.reader import BatchReader, StreamingReader
 from amqpd.spark.rows import schema_ddl
-from amqpd.spark.writer import OVERWRITE_REFUSED, BatchWriter, StreamingWriter, WriteOptions
+from amqpd.spark.writer import (
+    OVERWRITE_REFUSED,
+    ArrowBatchWriter,
+    BatchWriter,
+    StreamingWriter,
+    WriteOptions,
+    arrow_columns,
+)
 
 
 class AmqpdDataSource(DataSource):
@@ -35,9 +42,17 @@ class AmqpdDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         if overwrite:
             raise ValueError(OVERWRITE_REFUSED)
-        return BatchWriter(WriteOptions.parse(dict(self.options)))
+        opts = WriteOptions.parse(dict(self.options))
+        columns = arrow_columns(schema, opts, streaming=False)
+        return BatchWriter(opts) if columns is None else ArrowBatchWriter(opts, columns)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         if overwrite:
             raise ValueError(OVERWRITE_REFUSED)
-        return StreamingWriter(WriteOptions.parse(dict(self.options)))
+        opts = WriteOptions.parse(dict(self.options))
+        columns = arrow_columns(schema, opts, streaming=True)
+        if columns is None:
+            return StreamingWriter(opts)
+        from amqpd.spark.writer import ArrowStreamingWriter  # defined where pyspark has it (>= 4.1)
+
+        return ArrowStreamingWriter(opts, columns)

@@ -30,7 +30,12 @@ BASIC_DELIVER = (60 << 16) | 60
 BASIC_ACK = (60 << 16) | 80
 BASIC_NACK = (60 << 16) | 120
 BASIC_RETURN = (60 << 16) | 50
+CHANNEL_CLOSE_OK = (20 << 16) | 41
 PREFETCH = 20_000  # a stream consumer's window (basic.qos prefetch_count is 16 bits)
+CHUNK_ARG = "x-amqpd-chunk"  # amqpd's chunk deliveries (amqpd/broker/stream_chunks.py)
+CHUNK_RECORDS = 2_000  # records per chunk delivery asked for
+CHUNK_PREFETCH = 4  # chunks in flight
+CHUNK_TYPE = b"application/vnd.amqpd.stream-chunk"
 RECV_BYTES = 1 << 20
 IDLE_TIMEOUT_S = 60.0  # a read that sees nothing for this long is an error, never a silent hang
 
@@ -41,19 +46,27 @@ _U64 = struct.Struct(">Q")
 _I64 = struct.Struct(">q")
 _CONTENT_HEADER = struct.Struct(">HHQH")
 _ACK = struct.Struct(">HHQB")
+_RECORD = struct.Struct("<QQBBBHI")  # store/FORMAT.md's Record: its fixed fields, little-endian
 _OFFSET_TAIL = b"\x0fx-stream-offsetl"  # then 8 bytes; the broker appends it to the headers table
 _TIME_TAIL = b"\x12x-stream-timestampl"  # then 8 bytes; appended after the offset when asked for
 _TAIL = len(_OFFSET_TAIL) + 8 + len(_TIME_TAIL) + 8
+_CHUNK_TABLE = struct.Struct(">I17sq15sq")  # a chunk's headers: x-stream-offset and x-amqpd-chunk, in that order
+_CHUNK_NAMES = (b"\x0fx-stream-offsetl", b"\x0dx-amqpd-chunkl")
 OWN_HEADERS = ("x-stream-offset", "x-stream-timestamp")
 
 # basic properties flag bits, in the order their fields follow
 F_CONTENT_TYPE, F_CONTENT_ENCODING, F_HEADERS, F_DELIVERY_MODE = 0x8000, 0x4000, 0x2000, 0x1000
 F_PRIORITY, F_CORRELATION_ID, F_REPLY_TO, F_EXPIRATION = 0x0800, 0x0400, 0x0200, 0x0100
 F_MESSAGE_ID, F_TIMESTAMP, F_TYPE, F_USER_ID, F_APP_ID, F_CLUSTER_ID = 0x80, 0x40, 0x20, 0x10, 0x08, 0x04
+_SHOWN = F_CONTENT_TYPE | F_HEADERS | F_CORRELATION_ID | F_MESSAGE_ID  # properties with a column
 
 
 class BrokerError(RuntimeError):
     """The broker closed the channel or connection (its reply text is the message), or the link broke."""
+
+
+class NotChunked(Exception):
+    """The broker delivered message by message although chunks were asked for (it ignored x-amqpd-chunk)."""
 
 
 @dataclass(frozen=True)
@@ -195,6 +208,16 @@ class Link:
                 return method
             raise_unexpected(self, method)
 
+    def reopen_channel(self) -> None:
+        """Close channel 1 (what the broker sent on it meanwhile is dropped) and open it afresh."""
+        self.send_method(commands.Channel.Close(reply_code=200, reply_text="", class_id=0, method_id=0))
+        while True:
+            kind, start, _ = self.next_frame()
+            if kind == FRAME_METHOD and _U32.unpack_from(self.buf, start)[0] == CHANNEL_CLOSE_OK:
+                break
+        self.send_method(commands.Channel.Open())
+        self.expect(commands.Channel.OpenOk)
+
     def close(self) -> None:
         try:
             self.send_method(commands.Connection.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0), 0)
@@ -231,23 +254,49 @@ class Columns:
         return len(self.offset)
 
 
-def _shortstr_at(buf: bytearray, pos: int) -> tuple[str, int]:
+def _shortstr_at(buf: bytes | bytearray, pos: int) -> tuple[str, int]:
     n = buf[pos]
     return buf[pos + 1 : pos + 1 + n].decode("utf-8", "replace"), pos + 1 + n
 
 
-def read_properties(buf: bytearray, pos: int, flags: int, with_headers: bool, out: Columns) -> None:
-    """Append one message's properties (its header frame from `pos`, after the flags) to the columns."""
+def scan_properties(
+    buf: bytes | bytearray, pos: int, flags: int
+) -> tuple[str | None, int, int, str | None, str | None]:
+    """The properties the columns show, from a content header's property list at `pos` (after the flags):
+    content type, where the headers table is (start of its size field, end; 0, 0 without), correlation id,
+    message id."""
     content_type = correlation_id = message_id = None
-    headers: dict[str, Any] | None = None
-    offset = stamp = -1
+    table = table_end = 0
     if flags & F_CONTENT_TYPE:
         content_type, pos = _shortstr_at(buf, pos)
     if flags & F_CONTENT_ENCODING:
         pos += 1 + buf[pos]
     if flags & F_HEADERS:
-        size = _U32.unpack_from(buf, pos)[0]
-        end = pos + 4 + size
+        table = pos
+        table_end = pos = pos + 4 + _U32.unpack_from(buf, pos)[0]
+    if flags & F_DELIVERY_MODE:
+        pos += 1
+    if flags & F_PRIORITY:
+        pos += 1
+    if flags & F_CORRELATION_ID:
+        correlation_id, pos = _shortstr_at(buf, pos)
+    if flags & F_REPLY_TO:
+        pos += 1 + buf[pos]
+    if flags & F_EXPIRATION:
+        pos += 1 + buf[pos]
+    if flags & F_MESSAGE_ID:
+        message_id, pos = _shortstr_at(buf, pos)
+    return content_type, table, table_end, correlation_id, message_id
+
+
+def read_properties(buf: bytearray, pos: int, flags: int, with_headers: bool, out: Columns) -> None:
+    """Append one message's properties (its header frame from `pos`, after the flags) to the columns."""
+    content_type, table_at, end, correlation_id, message_id = scan_properties(buf, pos, flags)
+    headers: dict[str, Any] | None = None
+    offset = stamp = -1
+    if flags & F_HEADERS:
+        pos = table_at
+        size = end - pos - 4
         if size >= _TAIL and buf[end - _TAIL : end - _TAIL + len(_OFFSET_TAIL)] == _OFFSET_TAIL:
             offset = _I64.unpack_from(buf, end - _TAIL + len(_OFFSET_TAIL))[0]
             stamp = _I64.unpack_from(buf, end - 8)[0]
@@ -265,19 +314,6 @@ def read_properties(buf: bytearray, pos: int, flags: int, with_headers: bool, ou
                 )
             offset, stamp = int(table.pop("x-stream-offset", -1)), int(table.pop("x-stream-timestamp"))  # type: ignore[arg-type]
             headers = table if with_headers else None
-        pos = end
-    if flags & F_DELIVERY_MODE:
-        pos += 1
-    if flags & F_PRIORITY:
-        pos += 1
-    if flags & F_CORRELATION_ID:
-        correlation_id, pos = _shortstr_at(buf, pos)
-    if flags & F_REPLY_TO:
-        pos += 1 + buf[pos]
-    if flags & F_EXPIRATION:
-        pos += 1 + buf[pos]
-    if flags & F_MESSAGE_ID:
-        message_id, pos = _shortstr_at(buf, pos)
     if offset < 0:
         raise BrokerError("a delivery without x-stream-offset: is the queue a stream?")
     out.offset.append(offset)
@@ -286,6 +322,73 @@ def read_properties(buf: bytearray, pos: int, flags: int, with_headers: bool, ou
     out.correlation_id.append(correlation_id)
     out.message_id.append(message_id)
     out.headers.append(headers if with_headers else None)
+
+
+def chunk_position(buf: bytearray, pos: int, flags: int) -> tuple[int, int]:
+    """A chunk delivery's first offset and count, from its content header's properties at `pos`; NotChunked
+    when the delivery is a single message (a broker that ignored x-amqpd-chunk)."""
+    n = len(CHUNK_TYPE)
+    if not flags & F_CONTENT_TYPE or buf[pos] != n or buf[pos + 1 : pos + 1 + n] != CHUNK_TYPE:
+        raise NotChunked
+    _, name1, first, name2, count = _CHUNK_TABLE.unpack_from(buf, pos + 1 + n)
+    if (name1, name2) != _CHUNK_NAMES:
+        raise BrokerError("a chunk delivery whose headers are not x-stream-offset and x-amqpd-chunk")
+    return first, count
+
+
+def read_records(chunk: bytes, first: int, stop: int, with_headers: bool, out: Columns) -> None:
+    """Append the rows of a chunk delivery's body (amqpd/broker/stream_chunks.py: per offset from `first`,
+    a u32 length and the record as stored, length 0 for one skipped) whose offsets are below `stop`."""
+    unpack_length, unpack_record = _U32.unpack_from, _RECORD.unpack_from
+    offsets, stamps, bodies = out.offset, out.timestamp, out.body
+    exchanges, routing_keys = out.exchange, out.routing_key
+    rich: list[tuple[int, int]] = []  # (row, where its properties are) of rows with a property that has a column
+    row0 = len(offsets)
+    names = b""  # exchange and routing key bytes of the row before: mostly the same, decoded once
+    exchange = routing_key = ""
+    pos, offset, size = 0, first, len(chunk)
+    while pos < size and offset < stop:
+        (n,) = unpack_length(chunk, pos)
+        pos += 4
+        if n:
+            _, stamp, record_flags, ex_len, rk_len, queues, props_len = unpack_record(chunk, pos)
+            at = pos + 25 + 4 * queues + (8 if record_flags & 1 else 0)
+            props = at + ex_len + rk_len
+            if chunk[at:props] != names:
+                names = chunk[at:props]
+                exchange = names[:ex_len].decode("utf-8", "replace")
+                routing_key = names[ex_len:].decode("utf-8", "replace")
+            flags = chunk[props + 12] << 8 | chunk[props + 13]
+            if flags & _SHOWN:
+                rich.append((len(offsets), props))
+            offsets.append(offset)
+            stamps.append(stamp)
+            exchanges.append(exchange)
+            routing_keys.append(routing_key)
+            bodies.append(chunk[props + props_len : pos + n])
+        pos += n
+        offset += 1
+    added = len(offsets) - row0
+    out.content_type += [None] * added
+    out.correlation_id += [None] * added
+    out.message_id += [None] * added
+    out.headers += [{} for _ in range(added)] if with_headers else [None] * added
+    for row, props in rich:
+        _record_properties(chunk, props, with_headers, out, row)
+
+
+def _record_properties(chunk: bytes, props: int, with_headers: bool, out: Columns, row: int) -> None:
+    """Fill in row `row`'s property columns from its record's content header bytes at `props`."""
+    flags = chunk[props + 12] << 8 | chunk[props + 13]
+    content_type, table, end, correlation_id, message_id = scan_properties(chunk, props + 14, flags)
+    out.content_type[row] = content_type
+    out.correlation_id[row] = correlation_id
+    out.message_id[row] = message_id
+    if with_headers and table:
+        headers = decode.field_table(chunk[table:end])[1]
+        for name in OWN_HEADERS:  # as a per-message delivery shows them: the broker's own fields left out
+            headers.pop(name, None)
+        out.headers[row] = headers
 
 
 class StreamReader:
@@ -301,6 +404,7 @@ class StreamReader:
         with_headers: bool,
         batch_rows: int = 32_768,
         prefetch: int = PREFETCH,
+        chunk_records: int = CHUNK_RECORDS,
     ) -> None:
         self.endpoint = endpoint
         self.stream = stream
@@ -309,28 +413,98 @@ class StreamReader:
         self.with_headers = with_headers
         self.batch_rows = batch_rows
         self.prefetch = prefetch
+        self.chunk_records = chunk_records  # 0: message by message only
+        self.first_offset: int | None = None  # where the broker began: above start when retention deleted it
 
     def batches(self) -> Iterator[Columns]:
+        """Chunk deliveries when asked for and the broker honours them (nothing is yielded before the first
+        delivery tells which), else message by message on a fresh channel."""
         if self.start >= self.end:
             return
         link = Link(self.endpoint)
         try:
-            link.send_method(commands.Basic.Qos(prefetch_count=self._window()))
-            link.expect(commands.Basic.QosOk)
-            link.send_method(
-                commands.Basic.Consume(
-                    queue=self.stream,
-                    consumer_tag="amqpd.spark",
-                    arguments={"x-stream-offset": self.start, "x-stream-timestamp": True},
-                )
-            )
-            link.expect(commands.Basic.ConsumeOk)
+            if self.chunk_records:
+                try:
+                    self._consume(link, self._chunk_prefetch(), {CHUNK_ARG: self._chunk()})
+                    yield from self._scan_chunks(link)
+                    return
+                except NotChunked:
+                    link.reopen_channel()
+            self._consume(link, self._window(), {})
             yield from self._scan(link)
         finally:
             link.close()
 
+    def _consume(self, link: Link, prefetch: int, arguments: dict[str, Any]) -> None:
+        link.send_method(commands.Basic.Qos(prefetch_count=prefetch))
+        link.expect(commands.Basic.QosOk)
+        arguments = {"x-stream-offset": self.start, "x-stream-timestamp": True, **arguments}
+        link.send_method(commands.Basic.Consume(queue=self.stream, consumer_tag="amqpd.spark", arguments=arguments))
+        link.expect(commands.Basic.ConsumeOk)
+
+    def _span(self) -> int:
+        return self.end - self.start
+
     def _window(self) -> int:
-        return max(min(self.prefetch, self.end - self.start), 1)
+        return max(min(self.prefetch, self._span()), 1)
+
+    def _chunk(self) -> int:
+        return max(min(self.chunk_records, self._span()), 1)
+
+    def _chunk_prefetch(self) -> int:
+        return min(CHUNK_PREFETCH, -(-self._span() // self._chunk()))
+
+    def _scan_chunks(self, link: Link) -> Iterator[Columns]:
+        """Chunk by chunk. Credit as in _scan, counted in chunks: an ack of the chunk ending at X lets the
+        broker send `prefetch` more chunks past it, so acks stop once full chunks would reach the range's end.
+        Chunks may be shorter (the broker stops one at a size in bytes): once all the credit is held, the
+        reader acks whatever the estimate says, so it never waits for a chunk the broker may not send."""
+        last = self.end - 1
+        prefetch = self._chunk_prefetch()
+        enough_at = last - prefetch * self._chunk()
+        covered = enough_at < self.start
+        held = 0
+        out = Columns()
+        parts: list[bytes] = []
+        tag = first = count = body_size = 0
+        while True:
+            kind, start, end = link.next_frame()
+            buf = link.buf
+            if kind == FRAME_METHOD:
+                if _U32.unpack_from(buf, start)[0] != BASIC_DELIVER:
+                    _, _, method = pamqp_frame.unmarshal(bytes(buf[start - 7 : end + 1]))
+                    raise_unexpected(link, method)
+                pos = start + 4
+                tag = _U64.unpack_from(buf, pos + 1 + buf[pos])[0]
+                continue
+            if kind == FRAME_HEADER:
+                _, _, body_size, flags = _CONTENT_HEADER.unpack_from(buf, start)
+                first, count = chunk_position(buf, start + 14, flags)
+                if self.first_offset is None:
+                    self.first_offset = first
+                parts = []
+                if body_size:
+                    continue
+            elif kind == FRAME_BODY:
+                parts.append(bytes(buf[start:end]))
+                if sum(map(len, parts)) < body_size:
+                    continue
+            else:
+                continue
+            read_records(parts[0] if len(parts) == 1 else b"".join(parts), first, self.end, self.with_headers, out)
+            reached = first + count - 1
+            done = reached >= last
+            held += 1
+            if done or not covered or held >= prefetch:
+                link.sock.sendall(_frame(FRAME_METHOD, 1, _ACK.pack(60, 80, tag, 1)))
+                held = 0
+                covered = reached >= enough_at
+            if done:
+                yield out
+                return
+            if len(out) >= self.batch_rows:
+                yield out
+                out = Columns()
 
     def _scan(self, link: Link) -> Iterator[Columns]:
         last = self.end - 1
@@ -379,6 +553,8 @@ class StreamReader:
                 continue
             unacked += 1
             offset = out.offset[-1]
+            if self.first_offset is None:
+                self.first_offset = offset
             done = offset >= last
             if done or (not covered and (unacked >= ack_every or offset >= enough_at)):
                 link.sock.sendall(_frame(FRAME_METHOD, 1, _ACK.pack(60, 80, tag, 1)))

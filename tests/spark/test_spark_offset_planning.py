@@ -10,7 +10,7 @@ import pytest
 from broker_streams import declare_stream, publish
 
 from amqpd.spark.options import DataLossError, ReadOptions
-from amqpd.spark.reader import ReadAllAvailable, ReadMaxRows, StreamingReader, read_range
+from amqpd.spark.reader import ReadAllAvailable, ReadMaxRows, StreamingReader, read_range, split
 from amqpd.testing import BrokerProcess
 
 # ReadLimit came with pyspark 4.2; on 4.0/4.1 (run by hand in venvs, CI has the newest) only the tests of the
@@ -110,3 +110,13 @@ def test_offsets_deleted_after_planning_are_data_loss_when_the_executor_reads(
     with pytest.raises(DataLossError, match=f"stream '{name}': offsets 0\\.\\."):
         list(read_range(strict[0]))  # type: ignore[arg-type]
     assert list(read_range(lenient[0])) == []  # type: ignore[arg-type]  # what is left of 0..9: nothing
+
+
+def test_a_range_is_split_into_partitions_of_equal_size_so_no_core_waits_on_a_short_last_one() -> None:
+    opts = ReadOptions.parse({"uri": "amqp://localhost/", "queue": "a,b", "maxOffsetsPerPartition": "250"}, False)
+    parts = split(opts, {"a": (1000, 1600), "b": (5, 5)})
+    assert [(p.stream, p.start, p.end) for p in parts] == [("a", 1000, 1200), ("a", 1200, 1400), ("a", 1400, 1600)]
+    opts = ReadOptions.parse({"uri": "amqp://localhost/", "queue": "a,b", "minPartitions": "4"}, False)
+    parts = split(opts, {"a": (0, 1000), "b": (0, 10)})
+    assert [(p.start, p.end) for p in parts if p.stream == "a"] == [(0, 250), (250, 500), (500, 750), (750, 1000)]
+    assert [(p.start, p.end) for p in parts if p.stream == "b"] == [(0, 10)]

@@ -4,6 +4,7 @@ x-message-deduplication drops."""
 
 from __future__ import annotations
 
+import datetime
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +16,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType
 
+from amqpd.spark.writer import _derived_id
 from amqpd.testing import BrokerProcess
 
 pytestmark = pytest.mark.timeout(300)  # a Spark job on a busy 2-core machine can take a while
@@ -58,6 +60,21 @@ def test_message_ids_default_to_the_source_stream_and_offset(
     _write(reader(spark, broker, source).select("stream", "offset", "body"), broker, routing_key=target)
     ids = sorted(r.message_id for r in reader(spark, broker, target).collect())
     assert ids == sorted(f"{source}:{o}" for o in range(20))
+
+
+def test_ids_from_a_timestamp_column_are_derived_from_the_value_a_row_holds(
+    spark: SparkSession, broker: BrokerProcess, stream_name: Callable[[str], str]
+) -> None:
+    # Rows reach the writer as Arrow batches where their values read the same as a Row's; a timestamp's Arrow
+    # value carries a zone a Row's lacks, so the id would change (and a retried or upgraded job duplicate)
+    target = stream_name("ts-ids")
+    declare_stream(broker, target)
+    df = spark.createDataFrame(
+        [(f"b{i}", datetime.datetime(2026, 1, 1, 0, 0, i)) for i in range(3)], "body string, ts timestamp"
+    )
+    _write(df, broker, routing_key=target, messageIdColumns="ts")
+    expected = {_derived_id(r.asDict(), ["ts"]) for r in df.collect()}
+    assert {r.message_id for r in reader(spark, broker, target).collect()} == expected
 
 
 def test_overwrite_is_refused_with_a_clear_message(spark: SparkSession, broker: BrokerProcess) -> None:

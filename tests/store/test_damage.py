@@ -12,6 +12,7 @@ import pytest
 
 from store import MessageRecord, MessageStore, Recovered
 from store.frame import HEADER_SIZE, ScanReport, scan_frames
+from store.record_codec import decode_record
 from store.segment import FILE_HEADER_SIZE
 
 pytestmark = pytest.mark.anyio
@@ -247,4 +248,25 @@ async def test_a_large_zero_filled_tail_is_cut_quickly(tmp_path: Path) -> None:
     assert time.perf_counter() - started < 5  # byte-by-byte resync over 8 MiB would take far longer
     assert recovered_offsets(recovered) == offsets
     assert recovered.stats["torn_bytes_truncated"] == 8 << 20
+    await store.close()
+
+
+async def test_read_payloads_are_the_records_as_stored_and_none_for_a_damaged_one(tmp_path: Path) -> None:
+    store = MessageStore(tmp_path, fsync="none")
+    await store.open()
+    qid = store.put_queue("/", "q", False, {})
+    offsets = [store.append(record(i), [qid]) for i in range(N)]
+    await store.flush()
+    _, start, _ = frames(only_segment(tmp_path))[7]
+    flip_byte(only_segment(tmp_path), start + HEADER_SIZE + 30)  # record 7's payload fails its checksum
+    payloads = store.read_payloads(offsets)
+    assert payloads[7] is None
+    decoded = [decode_record(p) for p in payloads if p is not None]
+    assert [d[2] for d in decoded] == [record(i) for i in range(N) if i != 7]
+    clean = [decode_record(p) for p in store.read_payloads(offsets[:7]) if p is not None]
+    assert [(d[1], d[2]) for d in clean] == [((qid,), record(i)) for i in range(7)]  # as stored, queue ids too
+    assert store.read_many(offsets) == [*[d[2] for d in decoded[:7]], None, *[d[2] for d in decoded[7:]]]
+    unwritten = store.append(record(N), [qid])  # still only in memory: encoded from the record
+    (payload,) = store.read_payloads([unwritten])
+    assert payload is not None and decode_record(payload)[2] == record(N)
     await store.close()

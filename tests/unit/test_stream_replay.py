@@ -331,13 +331,13 @@ def replay_counting_reads(body_size: int, count: int, consumers: int, prefetch: 
         for n in range(count):
             pub.feed(publish_frames(1, "", "s", b"%06d" % n + b"z" * body_size))
         await settle(store)
-        read_raw_many = store.read_raw_many
+        read_payloads = store.read_payloads
 
         def counting(offsets: list[int]) -> list[bytes | None]:
             asked.append(len(offsets))
-            return read_raw_many(offsets)
+            return read_payloads(offsets)
 
-        store.read_raw_many = counting  # type: ignore[method-assign]
+        store.read_payloads = counting  # type: ignore[method-assign]
         sessions = [open_session(broker, 131072) for _ in range(consumers)]
         for s in sessions:
             s.feed(frame.marshal(commands.Basic.Qos(prefetch_count=prefetch), 1))

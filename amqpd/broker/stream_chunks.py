@@ -1,0 +1,149 @@
+"""Chunk deliveries from a stream (amqpd's own consumer argument `x-amqpd-chunk`): a run of records in one
+basic.deliver, as RabbitMQ's stream protocol delivers osiris chunks, so that a bulk reader (the PySpark
+connector) costs the broker almost nothing per message.
+
+A consumer asks with `x-amqpd-chunk` = the most records it wants per delivery (1 … MAX_RECORDS). Each
+delivery then carries:
+
+- exchange "" and the stream's name as routing key;
+- content type `application/vnd.amqpd.stream-chunk`, and a headers table with `x-stream-offset` (the first
+  record's offset) and `x-amqpd-chunk` (how many offsets the chunk covers), both signed 64-bit integers;
+- a body of `count` entries, one per offset from the first: a u32 length (big-endian) and that many bytes of
+  the record as the store keeps it (store/FORMAT.md, "Record": little-endian fields, then exchange, routing
+  key, the content header's bytes as published, and the body). Length 0: the record at that offset failed
+  its checks on disk and is skipped, as a per-message consumer skips it.
+
+A chunk is one delivery for credit and acks: basic.qos prefetch counts chunks, an ack of its tag settles
+all of it. A chunk holds what is committed when it is read (at the tail, a short chunk rather than a
+wait) and stops after CHUNK_BYTES. Filtered and offset-tracking consumers get per-message deliveries only:
+asking for both is refused (406), as RabbitMQ refuses arguments it cannot honour together. RabbitMQ, which
+does not know the argument, ignores it and delivers message by message: a reader detects the mode by the
+first delivery's content type.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import TYPE_CHECKING, Any
+
+from amqpd import errors
+from amqpd.broker.arguments import amqp_type_name
+from amqpd.broker.message import Message
+from amqpd.broker.stored_message import route_of
+from amqpd.protocol.constants import FLAG_CONTENT_TYPE, FLAG_HEADERS
+from amqpd.protocol.fastpath import shortstr
+
+if TYPE_CHECKING:
+    from amqpd.broker.stream import Cursor, StreamEntry, StreamQueue
+
+CHUNK_ARG = "x-amqpd-chunk"
+MAX_RECORDS = 65_536
+CHUNK_BYTES = 1 << 20  # a chunk stops at the read step that takes it past this many bytes
+READ_STEP = 256  # records read from the log at a time while filling a chunk, at most
+FIRST_STEP = 16
+FEED_CHUNKS = 16  # chunks per consumer per dispatch before yielding to the loop
+CONTENT_TYPE = "application/vnd.amqpd.stream-chunk"
+
+_LENGTH = struct.Struct(">I")
+_HEADER_HEAD = struct.Struct(">HHQH")  # class id, weight, body size, property flags
+_TABLE = shortstr("x-stream-offset") + b"l%s" + shortstr(CHUNK_ARG) + b"l%s"
+_I64 = struct.Struct(">q")
+_PROPERTIES_HEAD = shortstr(CONTENT_TYPE)
+
+
+def chunk_records(args: dict[str, Any], filtered: bool, tracking: bool, queue: str, vhost: str) -> int | None:
+    """The consumer's x-amqpd-chunk (records per delivery), None when not asked for; 406 for a value that
+    is not an integer in 1 … MAX_RECORDS, or with a filter or offset tracking."""
+    value = args.get(CHUNK_ARG)
+    if value is None:
+        return None
+    where = f"for queue '{queue}' in vhost '{vhost}'"
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_RECORDS:
+        raise errors.precondition_failed(
+            f"invalid arg '{CHUNK_ARG}' {where}: {{expected_integer_1_to_{MAX_RECORDS},{amqp_type_name(value)}}}"
+        )
+    if filtered or tracking:
+        other = "x-stream-filter" if filtered else "offset tracking"
+        raise errors.precondition_failed(f"invalid arg '{CHUNK_ARG}' {where}: not supported with {other}")
+    return value
+
+
+class ChunkDelivery(Message):
+    """One chunk as its consumer gets it (see the module's docstring for the layout)."""
+
+    __slots__ = ()
+    persistent = True
+    priority = ttl_ms = store_offset = on_settled = None  # type: ignore[assignment]
+    _headers = False  # type: ignore[assignment]
+    pageable = for_streams = False  # type: ignore[assignment]
+    holders = 0  # type: ignore[assignment]
+    bcc = ()  # type: ignore[assignment]
+
+    def __init__(self, stream: str, first: int, payloads: list[bytes | None]) -> None:  # noqa: D107
+        body = encode_chunk(payloads)
+        self.exchange = ""
+        self.routing_key = stream
+        self.route = route_of("", stream)
+        self.header = chunk_header(first, len(payloads), len(body))
+        self.body = body
+        self.size = len(body)
+        self.flags = FLAG_CONTENT_TYPE | FLAG_HEADERS
+        self.timestamp_ms = 0
+
+
+def encode_chunk(payloads: list[bytes | None]) -> bytes:
+    pack = _LENGTH.pack
+    parts: list[bytes] = []
+    for payload in payloads:
+        if payload is None:
+            parts.append(b"\x00\x00\x00\x00")
+        else:
+            parts += (pack(len(payload)), payload)
+    return b"".join(parts)
+
+
+def chunk_header(first: int, count: int, body_size: int) -> bytes:
+    table = _TABLE % (_I64.pack(first), _I64.pack(count))
+    flags = FLAG_CONTENT_TYPE | FLAG_HEADERS
+    return _HEADER_HEAD.pack(60, 0, body_size, flags) + _PROPERTIES_HEAD + _LENGTH.pack(len(table)) + table
+
+
+def feed_chunks(stream: StreamQueue, cursor: Cursor, entry: type[StreamEntry]) -> None:
+    """Deliver chunks from the cursor while its consumer has room, at most FEED_CHUNKS per call (the rest
+    on the loop's next turn). `entry`: stream.py's StreamEntry (which imports this module), whose ack
+    moves the cursor as a single delivery's does."""
+    consumer = cursor.consumer
+    log = stream.log
+    budget = FEED_CHUNKS
+    while consumer.can_accept():
+        start = max(cursor.next, log.first)
+        cursor.next = start
+        end = min(log.committed, start + cursor.chunk)
+        if start >= end:
+            return
+        if budget == 0:
+            if stream._schedule_dispatch():  # the stream's own once-per-turn dispatch
+                return
+            budget = FEED_CHUNKS
+        budget -= 1
+        payloads = _read_chunk(stream, start, end)
+        cursor.next = start + len(payloads)
+        cursor.outstanding.add(start, start + 1)
+        delivery = ChunkDelivery(stream.name, start, payloads)
+        consumer.channel.deliver_many(consumer, stream, [entry(delivery, start, cursor)])
+
+
+def _read_chunk(stream: StreamQueue, start: int, end: int) -> list[bytes | None]:
+    """Records [start, end), or fewer: the read stops once it holds CHUNK_BYTES. Steps are sized by the
+    records read so far (a first small one), so large records are not read far past the limit."""
+    payloads: list[bytes | None] = []
+    size = 0
+    at = start
+    step = FIRST_STEP
+    while at < end and size < CHUNK_BYTES:
+        read = stream.log.read_raw(at, min(step, end - at))[1]  # `at` is kept: the caller clipped start
+        payloads += read
+        size += sum(len(p) for p in read if p is not None)
+        at += len(read)
+        step = min(READ_STEP, (CHUNK_BYTES - size) * len(payloads) // max(size, 1) + 1)
+    return payloads

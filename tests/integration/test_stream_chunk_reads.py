@@ -1,0 +1,93 @@
+"""Chunk deliveries (x-amqpd-chunk) from a broker with its store, over a socket: what pika receives, and the
+connector's reader getting the same rows in chunks as message by message, with another queue's records in
+between, bodies over frame_max, and a record damaged on disk."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+from typing import Any
+
+import pika
+
+from amqpd.spark.wire import Columns, Endpoint, StreamReader
+from amqpd.testing import BrokerProcess
+
+STREAM = {"x-queue-type": "stream"}
+
+
+def read_all(url: str, start: int, end: int, chunk_records: int) -> Columns:
+    out = Columns()
+    reader = StreamReader(Endpoint.parse(url), "s", start, end, with_headers=True, chunk_records=chunk_records)
+    for cols in reader.batches():
+        for name in Columns.__dataclass_fields__:
+            getattr(out, name).extend(getattr(cols, name))
+    return out
+
+
+def raw_chunks(url: str, chunk: int, count: int) -> list[tuple[Any, bytes]]:
+    """The first `count` chunk deliveries pika receives from offset 0: (properties, body)."""
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    ch = conn.channel()
+    ch.basic_qos(prefetch_count=count)
+    got: list[tuple[Any, bytes]] = []
+    args = {"x-stream-offset": 0, "x-amqpd-chunk": chunk}
+    for _method, props, body in ch.consume("s", arguments=args, inactivity_timeout=10):
+        assert props is not None, "no chunk delivery within 10 s"
+        got.append((props, body))
+        if len(got) == count:
+            break
+    conn.close()
+    return got
+
+
+def entry_lengths(body: bytes) -> list[int]:
+    lengths, pos = [], 0
+    while pos < len(body):
+        (n,) = struct.unpack_from(">I", body, pos)
+        lengths.append(n)
+        pos += 4 + n
+    return lengths
+
+
+def test_the_reader_gets_the_same_rows_in_chunks_as_message_by_message(tmp_path: Path) -> None:
+    with BrokerProcess(data_dir=str(tmp_path)) as broker:
+        conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+        ch = conn.channel()
+        ch.queue_declare("s", durable=True, arguments=STREAM)
+        ch.queue_declare("other", durable=True)
+        ch.confirm_delivery()
+        for i in range(300):  # another queue's records in between, and some bodies over frame_max
+            body = bytes([i % 256]) * (300_000 if i % 50 == 7 else 20)
+            props = pika.BasicProperties(message_id=f"id{i}", headers={"n": i}, content_type="t")
+            ch.basic_publish("", "s", body, props)
+            ch.basic_publish("", "other", b"x", pika.BasicProperties(delivery_mode=2))
+        conn.close()
+        chunked = read_all(broker.url, 10, 290, chunk_records=64)
+        plain = read_all(broker.url, 10, 290, chunk_records=0)
+        assert chunked.offset == list(range(10, 290))
+        assert chunked == plain
+        (props, body), *_ = raw_chunks(broker.url, 64, 1)
+        assert props.content_type == "application/vnd.amqpd.stream-chunk"
+        assert props.headers == {"x-stream-offset": 0, "x-amqpd-chunk": 64}
+        assert len(entry_lengths(body)) == 64
+
+
+def test_a_record_damaged_on_disk_is_an_empty_entry_and_its_offset_is_skipped(tmp_path: Path) -> None:
+    with BrokerProcess(data_dir=str(tmp_path)) as broker:
+        conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+        ch = conn.channel()
+        ch.queue_declare("s", durable=True, arguments=STREAM)
+        ch.confirm_delivery()
+        for i in range(5):
+            ch.basic_publish("", "s", b"DAMAGE-ME" if i == 2 else b"body-%d" % i)
+        conn.close()
+        (segment,) = (tmp_path / "segments").glob("*.seg")
+        data = bytearray(segment.read_bytes())
+        data[data.index(b"DAMAGE-ME")] ^= 0xFF  # its checksum no longer matches
+        segment.write_bytes(bytes(data))
+        (_props, body), *_ = raw_chunks(broker.url, 100, 1)
+        assert [n > 0 for n in entry_lengths(body)] == [True, True, False, True, True]
+        chunked = read_all(broker.url, 0, 5, chunk_records=100)
+        assert chunked.offset == [0, 1, 3, 4]
+        assert chunked == read_all(broker.url, 0, 5, chunk_records=0)

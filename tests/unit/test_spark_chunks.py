@@ -1,0 +1,158 @@
+"""The connector's reader on chunk deliveries, against the broker's own channel and stream in process (the
+reader's frames go to the channel as a session would hand them over; what the broker sends comes back as
+bytes): the same rows as message by message for any messages and range (a differential test), and the
+fallback to per-message deliveries when the broker ignores x-amqpd-chunk."""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import pytest
+from fakes import ClientChannel, new_broker
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pamqp import commands
+from pamqp import frame as pamqp_frame
+
+import amqpd.broker.stream as stream_module
+import amqpd.broker.stream_chunks as chunks_module
+from amqpd.spark import wire
+from amqpd.spark.wire import Columns, Endpoint, StreamReader
+
+_FRAME_HEADER = struct.Struct(">BHI")
+LINK = wire.Link
+
+
+class InProcessSocket:
+    """The reader's socket, wired to a broker channel in this process."""
+
+    def __init__(self, client: ClientChannel) -> None:
+        self.client = client
+        self.consumes: list[dict[str, Any]] = []  # each basic.consume's arguments
+
+    def sendall(self, data: bytes) -> None:
+        pos = 0
+        while pos < len(data):
+            _, _, size = _FRAME_HEADER.unpack_from(data, pos)
+            raw = data[pos : pos + 8 + size]
+            pos += 8 + size
+            if raw[7:11] == b"\x00\x3c\x00\x50":  # basic.ack, as the session hands it over
+                self.client.ch.on_ack(raw[7:-1])
+                continue
+            _, _, method = pamqp_frame.unmarshal(raw)
+            self._method(method)
+
+    def _method(self, method: Any) -> None:
+        conn = self.client.conn
+        if isinstance(method, commands.Channel.Close):
+            self.client.ch.shutdown()
+            self.client = ClientChannel(self.client.broker, conn=conn)
+            conn.send(pamqp_frame.marshal(commands.Channel.CloseOk(), 1))
+        elif isinstance(method, commands.Channel.Open):
+            conn.send(pamqp_frame.marshal(commands.Channel.OpenOk(), 1))
+        elif isinstance(method, commands.Connection.Close):
+            self.client.ch.shutdown()
+        else:
+            if isinstance(method, commands.Basic.Consume):
+                self.consumes.append(dict(method.arguments))
+            self.client.ch.handle(method)
+
+    def recv(self, size: int) -> bytes:
+        data = b"".join(self.client.conn.sent)
+        self.client.conn.sent.clear()
+        if not data:
+            raise TimeoutError  # the reader waits for what the broker will never send
+        return data
+
+    def gettimeout(self) -> float:
+        return 0.0
+
+    def close(self) -> None:
+        pass
+
+
+def read(
+    client: ClientChannel, monkeypatch: pytest.MonkeyPatch, start: int, end: int, **options: Any
+) -> tuple[Columns, InProcessSocket]:
+    """Everything a StreamReader yields for [start, end) of stream "s", in one Columns."""
+    sock = InProcessSocket(ClientChannel(client.broker))  # a channel of its own, as a connection would have
+
+    def link(endpoint: Endpoint) -> wire.Link:
+        made = object.__new__(LINK)
+        made.sock, made.buf, made.pos, made.frame_max = sock, bytearray(), 0, 131072  # type: ignore[assignment]
+        return made
+
+    monkeypatch.setattr(wire, "Link", link)
+    reader = StreamReader(Endpoint.parse("amqp://localhost/"), "s", start, end, **options)
+    out = Columns()
+    for cols in reader.batches():
+        for name in Columns.__dataclass_fields__:
+            getattr(out, name).extend(getattr(cols, name))
+    return out, sock
+
+
+def stream_with(messages: list[tuple[bytes, dict[str, Any]]]) -> ClientChannel:
+    client = ClientChannel(new_broker())
+    client.declare_queue("s", durable=True, arguments={"x-queue-type": "stream"})
+    client.call(commands.Queue.Bind(queue="s", exchange="amq.fanout"))
+    for i, (body, properties) in enumerate(messages):
+        exchange, routing_key = ("amq.fanout", f"k{i}") if i % 3 == 1 else ("", "s")
+        client.publish(exchange, routing_key, body, **properties)
+    return client
+
+
+texts = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=8)
+header_values = st.one_of(texts, st.integers(-(2**31), 2**31 - 1), st.booleans(), st.binary(max_size=4).map(bytearray))
+properties = st.fixed_dictionaries(
+    {},
+    optional={
+        "content_type": texts,
+        "message_id": texts,
+        "correlation_id": texts,
+        "reply_to": texts,
+        "priority": st.integers(0, 9),
+        "headers": st.dictionaries(st.text(min_size=1, max_size=6), header_values, max_size=3),
+    },
+)
+bodies = st.one_of(st.binary(max_size=40), st.sampled_from([b"", b"\xff" * 140_000]))  # one over frame_max
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    messages=st.lists(st.tuples(bodies, properties), min_size=1, max_size=30),
+    data=st.data(),
+    chunk=st.integers(1, 9),
+    batch_rows=st.integers(1, 50),
+    with_headers=st.booleans(),
+)
+def test_chunk_deliveries_read_as_the_same_rows_as_message_by_message(
+    monkeypatch: pytest.MonkeyPatch,
+    messages: list[tuple[bytes, dict[str, Any]]],
+    data: st.DataObject,
+    chunk: int,
+    batch_rows: int,
+    with_headers: bool,
+) -> None:
+    start = data.draw(st.integers(0, len(messages) - 1))
+    end = data.draw(st.integers(start + 1, len(messages)))
+    options = {"with_headers": with_headers, "batch_rows": batch_rows}
+    client = stream_with(messages)
+    plain, _ = read(client, monkeypatch, start, end, chunk_records=0, **options)
+    chunked, sock = read(client, monkeypatch, start, end, chunk_records=chunk, **options)
+    assert sock.consumes[0]["x-amqpd-chunk"] == min(chunk, end - start)  # chunks were asked for and used
+    assert len(sock.consumes) == 1
+    assert plain.offset == list(range(start, end))
+    assert chunked == plain
+
+
+def test_a_broker_that_ignores_the_chunk_argument_is_read_message_by_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    # RabbitMQ ignores consumer arguments it does not know: the broker here, told another name, does the same
+    monkeypatch.setattr(stream_module, "CHUNK_ARG", "x-not-this")
+    monkeypatch.setattr(chunks_module, "CHUNK_ARG", "x-not-this")
+    client = stream_with([(f"m{i}".encode(), {"message_id": f"id{i}"}) for i in range(50)])
+    out, sock = read(client, monkeypatch, 5, 45, with_headers=False, chunk_records=8)
+    assert out.offset == list(range(5, 45))
+    assert out.body == [f"m{i}".encode() for i in range(5, 45)]
+    assert out.message_id == [f"id{i}" for i in range(5, 45)]
+    assert [a.get("x-amqpd-chunk") for a in sock.consumes] == [8, None]  # asked once, then per message

@@ -135,3 +135,17 @@ def parse_expiration(value: str) -> int:
 
 def _invalid(value: str, reason: str) -> errors.ChannelError:
     return errors.ChannelError(errors.PRECONDITION_FAILED, f"invalid expiration '{value}': {reason}", 60, 40)
+
+
+class LogDelivery(Message):
+    """A stream's record as one consumer gets it (stream.py's StreamDelivery, stream_chunks.py's ChunkDelivery):
+    persistent, with no TTL, priority, routing or store step of its own, so what every such delivery shares is
+    read from the class rather than set per message."""
+
+    __slots__ = ()
+    persistent = True
+    priority = ttl_ms = store_offset = on_settled = None  # type: ignore[assignment]
+    _headers = False  # type: ignore[assignment]
+    pageable = for_streams = False  # type: ignore[assignment]
+    holders = 0  # type: ignore[assignment]
+    bcc = ()  # type: ignore[assignment]

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from amqpd import errors
 from amqpd.broker import stream_replay
 from amqpd.broker.entry import Entry
-from amqpd.broker.message import Message
+from amqpd.broker.message import LogDelivery, Message
 from amqpd.broker.queue import Queue
 from amqpd.broker.queue_hooks import QueueHooks
 from amqpd.broker.stored_message import route_of
@@ -420,19 +420,13 @@ class _Length:
         return iter(())  # nothing waits to be delivered the way a queue's messages do
 
 
-class StreamDelivery(Message):
+class StreamDelivery(LogDelivery):
     """A record as one consumer gets it: its headers carry its offset. Built without scanning properties
     (a stream applies no TTL, priority or routing to what it delivers): the per-message path's cost, which
     only filtered consumers take now (the others get stream_replay.py's batches). What is the same for
     every delivery is read from the class (these never change after delivery)."""
 
     __slots__ = ()
-    persistent = True
-    priority = ttl_ms = store_offset = on_settled = None  # type: ignore[assignment]
-    _headers = False  # type: ignore[assignment]
-    pageable = for_streams = False  # type: ignore[assignment]
-    holders = 0  # type: ignore[assignment]
-    bcc = ()  # type: ignore[assignment]
 
     def __init__(self, record: MessageRecord, offset: int, with_time: bool = False) -> None:  # noqa: D107
         self.exchange = record.exchange

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from amqpd import errors
 from amqpd.broker.arguments import amqp_type_name
-from amqpd.broker.message import Message
+from amqpd.broker.message import LogDelivery
 from amqpd.broker.stored_message import route_of
 from amqpd.protocol.constants import FLAG_CONTENT_TYPE, FLAG_HEADERS
 from amqpd.protocol.fastpath import shortstr
@@ -68,16 +68,10 @@ def chunk_records(args: dict[str, Any], filtered: bool, tracking: bool, queue: s
     return value
 
 
-class ChunkDelivery(Message):
+class ChunkDelivery(LogDelivery):
     """One chunk as its consumer gets it (see the module's docstring for the layout)."""
 
     __slots__ = ()
-    persistent = True
-    priority = ttl_ms = store_offset = on_settled = None  # type: ignore[assignment]
-    _headers = False  # type: ignore[assignment]
-    pageable = for_streams = False  # type: ignore[assignment]
-    holders = 0  # type: ignore[assignment]
-    bcc = ()  # type: ignore[assignment]
 
     def __init__(self, stream: str, first: int, payloads: list[bytes | None]) -> None:  # noqa: D107
         body = encode_chunk(payloads)

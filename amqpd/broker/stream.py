@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import struct
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from amqpd import errors
@@ -299,18 +299,7 @@ class StreamQueue(Queue["Consumer"]):
             return
         consumer = cursor.consumer
         log = self.log
-        budget = FEED_BATCHES
-        while consumer.can_accept():
-            start = max(cursor.next, log.first)
-            cursor.next = start
-            end = log.committed
-            if start >= end:
-                return
-            if budget == 0:
-                if self._schedule_dispatch():
-                    return
-                budget = FEED_BATCHES
-            budget -= 1
+        for start, end in self.steps(cursor, FEED_BATCHES):
             room = consumer.prefetch - consumer.unacked if consumer.prefetch else READ_BATCH
             limit = min(max(room, 1), READ_BATCH, end - start)
             if cursor.filter is None:  # the batched replay, straight from the records' bytes
@@ -327,6 +316,25 @@ class StreamQueue(Queue["Consumer"]):
                 consumer.channel.deliver_many(consumer, self, entries)
             if cursor.filter is not None and not cursor.outstanding and cursor.tracking:
                 self._track(cursor)  # skipping filtered messages moves a tracked consumer along too
+
+    def steps(self, cursor: Cursor, budget: int, span: int | None = None) -> Iterator[tuple[int, int]]:
+        """[start, end) of each step its consumer has room for, from the cursor to the committed end (at most
+        `span` offsets a step), at most `budget` steps per call: the rest goes on at the loop's next turn.
+        The caller moves cursor.next past what each step took."""
+        consumer, log = cursor.consumer, self.log
+        left = budget
+        while consumer.can_accept():
+            start = max(cursor.next, log.first)
+            cursor.next = start
+            end = log.committed if span is None else min(log.committed, start + span)
+            if start >= end:
+                return
+            if left == 0:
+                if self._schedule_dispatch():
+                    return
+                left = budget
+            left -= 1
+            yield start, end
 
     def entry_acked(self, entry: StreamEntry) -> None:
         cursor = entry.cursor

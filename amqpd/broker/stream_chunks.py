@@ -107,19 +107,7 @@ def feed_chunks(stream: StreamQueue, cursor: Cursor, entry: type[StreamEntry]) -
     on the loop's next turn). `entry`: stream.py's StreamEntry (which imports this module), whose ack
     moves the cursor as a single delivery's does."""
     consumer = cursor.consumer
-    log = stream.log
-    budget = FEED_CHUNKS
-    while consumer.can_accept():
-        start = max(cursor.next, log.first)
-        cursor.next = start
-        end = min(log.committed, start + cursor.chunk)
-        if start >= end:
-            return
-        if budget == 0:
-            if stream._schedule_dispatch():  # the stream's own once-per-turn dispatch
-                return
-            budget = FEED_CHUNKS
-        budget -= 1
+    for start, end in stream.steps(cursor, FEED_CHUNKS, cursor.chunk):
         payloads = _read_chunk(stream, start, end)
         cursor.next = start + len(payloads)
         cursor.outstanding.add(start, start + 1)

@@ -21,6 +21,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from store import ack_log
 from store.catalog import CatalogOp, CheckpointData
 from store.frame import append_frame
 from store.segment import ACK_MAGIC, SEGMENT_MAGIC, Layout, file_header
@@ -149,9 +150,11 @@ class Writer:
                 self.start_ack_file(batch.start_ack)
             elif self._ack_fd is None and self._ack_wanted is not None:
                 self.start_ack_file(self._ack_wanted)
+            touched = []
+            if batch.acks:  # before the records: see ack_log.py (recovery checks the batch's records arrived)
+                touched.append(self._write_acks(batch))
             for base in batch.new_segments:
                 self._create_segment(base)
-            touched = []
             for base, frames in batch.chunks:
                 fd = self._segments[base]
                 if base not in batch.new_segments and base not in starts:
@@ -164,8 +167,6 @@ class Writer:
                 idx_fd, tix_fd = self._indexes[base]
                 self._write_all(idx_fd, offsets)
                 self._write_all(tix_fd, times)
-            if batch.acks:
-                touched.append(self._write_acks(batch.acks))
             if self._fsync:
                 stage = "fsync"
                 self._sync(touched, bool(batch.new_segments))
@@ -235,12 +236,15 @@ class Writer:
             if actual != end:
                 raise OSError(errno.EIO, f"segment {base}: file size {actual}, expected {end}")
 
-    def _write_acks(self, entries: bytearray) -> int:
+    def _write_acks(self, batch: Batch) -> int:
         if self._ack_fd is None:
             raise OSError(errno.EBADF, "no ack-log file open")
         self._ack_sequence += 1
+        entries = bytes(batch.acks)
+        if batch.end_offset > batch.first_offset:
+            entries = ack_log.batch_entry(batch.first_offset, batch.end_offset) + entries
         frame = bytearray()
-        append_frame(frame, self._ack_sequence, bytes(entries))
+        append_frame(frame, self._ack_sequence, entries)
         self._write_all(self._ack_fd, frame)
         return self._ack_fd
 

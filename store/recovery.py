@@ -67,6 +67,8 @@ def new_stats() -> dict[str, Any]:
         "retention_deleted_size": 0,
         "segments_missing": 0,
         "ack_entries_replayed": 0,
+        "torn_batches": 0,  # a crash cut them between their ack-log frame and their last record: undone
+        "torn_batch_records_dropped": 0,
         "seconds": 0.0,
     }
 
@@ -109,6 +111,7 @@ class _Recovery:
         self.sizes: dict[int, int] = {}
         self.max_offset = self.cp.next_offset - 1
         self.last_message_id = self.cp.last_message_id
+        self.tail_runs: list[list[int]] = []  # [start, stop) of the offsets scanned in the tail, in order
 
     def run(self) -> RecoveryResult:
         started = time.perf_counter()
@@ -206,6 +209,8 @@ class _Recovery:
         wanted, records, queues = self.wanted, self.records, self.queues
         observe = index.observe
         load = self.load_checkpointed
+        runs = self.tail_runs
+        run = runs[-1] if runs else [-1, -1]
         scanned = tail = 0
         message_id = offset = -1
         for pos, offset, payload in scan_frames(data, start, size, report):
@@ -216,6 +221,11 @@ class _Recovery:
                     records[offset] = decode_record(payload)[2]
                 continue
             tail += 1
+            if offset == run[1]:
+                run[1] += 1
+            else:
+                run = [offset, offset + 1]
+                runs.append(run)
             message_id, queue_ids, record = decode_record(payload)
             observe(offset, pos, record.timestamp_ms)
             for qid in queue_ids:
@@ -255,11 +265,48 @@ class _Recovery:
                 continue
             data = self.layout.ack_file(number).read_bytes()
             report = ScanReport()
-            for kind, qid, offset in ack_log.entries(data, number, report):
-                self._apply_ack_entry(kind, qid, offset)
+            for first, end, entries in ack_log.batches(data, number, report):
+                if end > first and not self._scanned(end - 1):
+                    self._undo_torn_batch(first, end)
+                    continue
+                for kind, qid, offset in entries:
+                    self._apply_ack_entry(kind, qid, offset)
             self.stats["corrupt_records_skipped"] += report.corrupt_frames
             stale.append(number)  # after recovery's own checkpoint, every existing file is covered
         return stale
+
+    def _scanned(self, offset: int) -> bool:
+        """Whether the tail scan met this offset's record."""
+        runs = self.tail_runs
+        i = bisect_left(runs, [offset + 1]) - 1
+        return i >= 0 and runs[i][0] <= offset < runs[i][1]
+
+    def _undo_torn_batch(self, first: int, end: int) -> None:
+        """A batch whose last record never reached the log: its ack-log entries are not applied, and if it was
+        the log's last batch (a crash cut it: nothing after it was written) the records of it that did arrive
+        are dropped too, so a moved message stays where it was. None of them was confirmed: that waits for
+        the whole batch. A batch in the middle of the log lost its end to damage or to a failed write (the
+        writer cut its records off): its surviving records stay, they may have been confirmed."""
+        self.stats["torn_batches"] += 1
+        last_scanned = self.tail_runs[-1][1] - 1 if self.tail_runs else -1
+        self.max_offset = max(self.max_offset, end - 1)  # never hand its offsets out again
+        if last_scanned >= end:
+            return
+        dropped: set[int] = set()
+        for state in self.queues.values():
+            live = state.live
+            if isinstance(live, OffsetRuns):
+                held = list(live.between(first, end))
+            else:
+                assert isinstance(live, dict)  # recovery's own states
+                held = [offset for offset in _newest_from(live, first) if offset < end]
+            for offset in held:
+                live.pop(offset, None)
+                state.delivered.discard(offset)
+            dropped.update(held)
+        for offset in dropped:
+            self.records.pop(offset, None)
+        self.stats["torn_batch_records_dropped"] += len(dropped)
 
     def _apply_ack_entry(self, kind: int, qid: int, offset: int) -> None:
         self.stats["ack_entries_replayed"] += 1

@@ -81,6 +81,7 @@ def latency(rate: int, seconds: float, size: int) -> None:
     from pyspark.sql import SparkSession
 
     from amqpd.spark import register
+    from amqpd.spark.reader import arrow_batches
 
     stream, out = "bench-latency", "bench-latency-out"
     warmup_s = 5.0
@@ -123,9 +124,9 @@ def latency(rate: int, seconds: float, size: int) -> None:
         def consume() -> None:
             reader = StreamReader(Endpoint.parse(broker.url), out, 0, 1 << 62, with_headers=False, batch_rows=100)
             try:
-                for cols in reader.batches():
+                for batch in arrow_batches(reader):
                     now = time.time_ns()
-                    stamps = [struct.unpack_from(">q", body)[0] for body in cols.body]
+                    stamps = [struct.unpack_from(">q", body)[0] for body in batch.column("body").to_pylist()]
                     seen.extend((now - s) / 1e6 for s in stamps if s - t0 > warmup_s * 1e9)
             except (BrokerError, OSError):
                 return  # the broker stopped at the end of the run

@@ -1,0 +1,165 @@
+"""Chunk deliveries (amqpd/broker/stream_chunks.py) straight into an Arrow record batch, with numpy doing the
+per-row work in bulk: Python touches each chunk, not each row.
+
+A chunk's body is a table of u32 lengths and the records after it, so one cumulative sum finds every record;
+a record's fixed fields (store/FORMAT.md, "Record") are gathered for all rows at once, and its exchange,
+routing key and body are variable-length slices of the received bytes. Those slices become Arrow *view*
+arrays (16 bytes per row: the length and either the bytes inline or where they are) built with numpy, then
+one cast per column copies them into the plain string/binary layout Spark takes. Only rows that carry a
+property with a column of its own (content type, correlation id, message id, headers) are read one by one,
+as the per-message path reads every row; the bench's rows and most streams have none of them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from numpy.lib.stride_tricks import sliding_window_view
+
+from amqpd.spark.rows import arrow_schema, headers_array
+from amqpd.spark.wire import SHOWN, BrokerError, Chunks, scan_properties, table_headers
+
+# store/FORMAT.md's Record, its fixed fields (little-endian, 25 bytes): id, timestamp_ms, flags, exchange
+# length, routing key length, queue count, properties length
+_FIXED = 25
+_RECORD = np.dtype(
+    {
+        "names": ["stamp", "flags", "ex_len", "rk_len", "queues", "props_len"],
+        "formats": ["<i8", "u1", "u1", "u1", "<u2", "<u4"],
+        "offsets": [8, 16, 17, 18, 19, 21],
+        "itemsize": _FIXED,
+    }
+)
+_INLINE = 12  # an Arrow view holds values up to 12 bytes inline, longer ones by buffer offset
+_MS_TO_US = 1000
+_US = pa.timestamp("us", tz="UTC")
+
+
+class Located:
+    """Where each kept row's record is in the chunks' bytes joined: start, end, and its offset."""
+
+    def __init__(self, chunks: Chunks) -> None:
+        # zero padding after the last record, so that every gather of a fixed width stays inside
+        self.data = b"".join([*chunks.bodies, bytes(_FIXED)])
+        starts, ends, offsets = [], [], []
+        base = 0
+        for body, first, count in zip(chunks.bodies, chunks.firsts, chunks.counts, strict=True):
+            lengths = np.frombuffer(body, ">u4", count).astype(np.int64)
+            end = np.cumsum(lengths)
+            if 4 * count + (int(end[-1]) if count else 0) != len(body):
+                raise BrokerError("a chunk delivery whose lengths do not add up to its body")
+            keep = lengths > 0  # length 0: the record failed its checks on disk, its offset is skipped
+            keep[max(chunks.stop - first, 0) :] = False  # past the range: only after data loss moved the start
+            end += base + 4 * count
+            starts.append((end - lengths)[keep])
+            ends.append(end[keep])
+            offsets.append(np.arange(first, first + count, dtype=np.int64)[keep])
+            base += len(body)
+        self.starts = np.concatenate(starts) if starts else np.zeros(0, np.int64)
+        self.ends = np.concatenate(ends) if ends else np.zeros(0, np.int64)
+        self.offsets = np.concatenate(offsets) if offsets else np.zeros(0, np.int64)
+
+
+def chunk_batch(stream: str, chunks: Chunks, include_headers: bool) -> pa.RecordBatch:
+    """The rows of the chunks (offsets below chunks.stop, skipped records left out) as one record batch with
+    rows.arrow_schema's columns: the same values as rows.record_batch gives for the same messages read one
+    by one."""
+    at = Located(chunks)
+    n = len(at.starts)
+    data = at.data
+    u8 = np.frombuffer(data, np.uint8)
+    fixed = _gather(u8, at.starts, _FIXED).view(_RECORD)[:, 0] if n else np.zeros(0, _RECORD)
+    ex_len = fixed["ex_len"].astype(np.int64)
+    rk_len = fixed["rk_len"].astype(np.int64)
+    names = at.starts + _FIXED + 4 * fixed["queues"].astype(np.int64) + 8 * (fixed["flags"] & 1)
+    props = names + ex_len + rk_len
+    body = props + fixed["props_len"].astype(np.int64)
+    # a record's fields must lie inside it (one shorter than the fixed fields ends before its body would
+    # start): Arrow would read whatever the views point at
+    if n and ((body > at.ends) | (fixed["props_len"] < 14)).any():
+        raise BrokerError("a chunk delivery with a record whose fields run past its end")
+    flags = u8[props + 12].astype(np.int64) << 8 | u8[props + 13]  # the content header's property flags
+    rich = np.flatnonzero(flags & SHOWN)
+    arrays = [
+        pa.array(at.offsets, pa.int64()),
+        pa.array(fixed["stamp"] * _MS_TO_US, _US),  # the broker's ms, as Spark's timestamp (µs)
+        pa.repeat(pa.scalar(stream, pa.string()), n),
+        _strings(u8, data, names, ex_len),
+        _strings(u8, data, names + ex_len, rk_len),
+        *_properties(data, props, rich, n, include_headers),
+        _slices(u8, data, body, at.ends - body, pa.binary_view()).cast(pa.binary()),
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(include_headers))
+
+
+def _gather(u8: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
+    """The `width` bytes from each start, as an (n, width) array: rows of a sliding-window view, so numpy
+    copies n × width bytes with n indexes (the bytes are padded past the end; callers mask what a short
+    value does not own)."""
+    return sliding_window_view(u8, width)[starts]
+
+
+def _slices(u8: np.ndarray, data: bytes, starts: np.ndarray, lengths: np.ndarray, kind: pa.DataType) -> pa.Array:
+    """data[start:start + length] for each row, as a binary_view or string_view array over `data` (no copy of
+    the values; Arrow's view layout: i32 length, then up to 12 bytes inline, or a 4-byte prefix, buffer index
+    0 and the i32 offset)."""
+    n = len(starts)
+    views = np.zeros((n, 16), np.uint8)
+    words = views.view(np.int32)
+    words[:, 0] = lengths
+    long = lengths > _INLINE
+    if long.all():  # a body column, mostly: a 4-byte prefix, buffer 0 and the offset
+        views[:, 4:8] = _gather(u8, starts, 4)
+        words[:, 3] = starts
+    elif n:
+        inline = _gather(u8, starts, _INLINE)
+        inline *= np.arange(_INLINE) < lengths[:, None]  # bytes past a short value are zero in a view
+        views[:, 4:] = inline
+        if long.any():
+            words[long, 2] = 0
+            words[long, 3] = starts[long]
+    return pa.Array.from_buffers(kind, n, [None, pa.py_buffer(views), pa.py_buffer(data)])
+
+
+def _strings(u8: np.ndarray, data: bytes, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
+    """As _slices, as UTF-8 strings; bytes that are not UTF-8 are decoded with replacement characters, as the
+    per-message path decodes them (Arrow would refuse them)."""
+    views = _slices(u8, data, starts, lengths, pa.string_view())
+    try:
+        views.validate(full=True)
+    except pa.ArrowInvalid:
+        return pa.array(
+            [
+                data[s : s + k].decode("utf-8", "replace")
+                for s, k in zip(starts.tolist(), lengths.tolist(), strict=True)
+            ],
+            pa.string(),
+        )
+    return views.cast(pa.string())
+
+
+def _properties(data: bytes, props: np.ndarray, rich: np.ndarray, n: int, include_headers: bool) -> list[pa.Array]:
+    """The message_id, correlation_id and content_type (and headers) columns: null (and empty maps) but for the `rich`
+    rows, whose content headers are scanned one by one."""
+    if not len(rich):
+        nulls = [pa.nulls(n, pa.string()) for _ in range(3)]
+        if include_headers:
+            empty = pa.array([], pa.string())
+            nulls.append(pa.MapArray.from_arrays(np.zeros(n + 1, np.int32), empty, empty))
+        return nulls
+    content_type: list[str | None] = [None] * n
+    correlation_id: list[str | None] = [None] * n
+    message_id: list[str | None] = [None] * n
+    headers: list[dict[str, Any] | None] = [{} for _ in range(n)] if include_headers else []
+    for row in rich.tolist():
+        at = int(props[row])
+        flags = data[at + 12] << 8 | data[at + 13]
+        content_type[row], table, end, correlation_id[row], message_id[row] = scan_properties(data, at + 14, flags)
+        if include_headers and table:
+            headers[row] = table_headers(data[table:end])
+    columns = [pa.array(c, pa.string()) for c in (message_id, correlation_id, content_type)]
+    if include_headers:
+        columns.append(headers_array(headers))
+    return columns

@@ -16,25 +16,26 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from numpy.lib.stride_tricks import sliding_window_view
 
 from amqpd.spark.rows import arrow_schema, headers_array
 from amqpd.spark.wire import SHOWN, BrokerError, Chunks, scan_properties, table_headers
 
-# store/FORMAT.md's Record, its fixed fields (little-endian, 25 bytes): id, timestamp_ms, flags, exchange
-# length, routing key length, queue count, properties length
-_FIXED = 25
-_RECORD = np.dtype(
-    {
-        "names": ["stamp", "flags", "ex_len", "rk_len", "queues", "props_len"],
-        "formats": ["<i8", "u1", "u1", "u1", "<u2", "<u4"],
-        "offsets": [8, 16, 17, 18, 19, 21],
-        "itemsize": _FIXED,
-    }
-)
+_FIXED = 25  # store/FORMAT.md's Record: the fixed fields' bytes (little-endian), before the queue ids
 _INLINE = 12  # an Arrow view holds values up to 12 bytes inline, longer ones by buffer offset
 _MS_TO_US = 1000
 _US = pa.timestamp("us", tz="UTC")
+# Arrow's view layout, 16 bytes: i32 length, then 12 bytes inline; or a 4-byte prefix, buffer index, offset
+_SHORT_VIEW = np.dtype({"names": ["length", "lo", "hi"], "formats": ["<i4", "<u8", "<u4"], "offsets": [0, 4, 12]})
+_LONG_VIEW = np.dtype(
+    {
+        "names": ["length", "prefix", "buffer", "offset"],
+        "formats": ["<i4", "<u4", "<i4", "<i4"],
+        "offsets": [0, 4, 8, 12],
+    }
+)
+# the inline bytes a value of each length owns (the rest are zero in a view): the first 8, then the last 4
+_LO_MASK = np.array([(1 << (8 * min(k, 8))) - 1 for k in range(_INLINE + 1)], np.uint64)
+_HI_MASK = np.array([(1 << (8 * max(min(k - 8, 4), 0))) - 1 for k in range(_INLINE + 1)], np.uint32)
 
 
 class Located:
@@ -70,63 +71,63 @@ def chunk_batch(stream: str, chunks: Chunks, include_headers: bool) -> pa.Record
     n = len(at.starts)
     data = at.data
     u8 = np.frombuffer(data, np.uint8)
-    fixed = _gather(u8, at.starts, _FIXED).view(_RECORD)[:, 0] if n else np.zeros(0, _RECORD)
-    ex_len = fixed["ex_len"].astype(np.int64)
-    rk_len = fixed["rk_len"].astype(np.int64)
-    names = at.starts + _FIXED + 4 * fixed["queues"].astype(np.int64) + 8 * (fixed["flags"] & 1)
+    starts = at.starts
+    ex_len = u8[starts + 17].astype(np.int64)
+    rk_len = u8[starts + 18].astype(np.int64)
+    queues = _loads(data, "<u2")[starts + 19].astype(np.int64)
+    props_len = _loads(data, "<u4")[starts + 21].astype(np.int64)
+    names = starts + _FIXED + 4 * queues + 8 * (u8[starts + 16] & 1)  # flag bit 0: an expiry before the ids
     props = names + ex_len + rk_len
-    body = props + fixed["props_len"].astype(np.int64)
+    body = props + props_len
     # a record's fields must lie inside it (one shorter than the fixed fields ends before its body would
     # start): Arrow would read whatever the views point at
-    if n and ((body > at.ends) | (fixed["props_len"] < 14)).any():
+    if n and ((body > at.ends) | (props_len < 14)).any():
         raise BrokerError("a chunk delivery with a record whose fields run past its end")
-    flags = u8[props + 12].astype(np.int64) << 8 | u8[props + 13]  # the content header's property flags
+    flags = _loads(data, ">u2")[props + 12]  # the content header's property flags
     rich = np.flatnonzero(flags & SHOWN)
     arrays = [
         pa.array(at.offsets, pa.int64()),
-        pa.array(fixed["stamp"] * _MS_TO_US, _US),  # the broker's ms, as Spark's timestamp (µs)
+        pa.array(_loads(data, "<i8")[starts + 8] * _MS_TO_US, _US),  # the broker's ms, as Spark's timestamp (µs)
         pa.repeat(pa.scalar(stream, pa.string()), n),
-        _strings(u8, data, names, ex_len),
-        _strings(u8, data, names + ex_len, rk_len),
+        _strings(data, names, ex_len),
+        _strings(data, names + ex_len, rk_len),
         *_properties(data, props, rich, n, include_headers),
-        _slices(u8, data, body, at.ends - body, pa.binary_view()).cast(pa.binary()),
+        _slices(data, body, at.ends - body, pa.binary_view()).cast(pa.binary()),
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(include_headers))
 
 
-def _gather(u8: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
-    """The `width` bytes from each start, as an (n, width) array: rows of a sliding-window view, so numpy
-    copies n × width bytes with n indexes (the bytes are padded past the end; callers mask what a short
-    value does not own)."""
-    return sliding_window_view(u8, width)[starts]
+def _loads(data: bytes, dtype: str) -> np.ndarray:
+    """Every byte position of `data` read as one `dtype` value (element i: the value whose bytes start at i),
+    a strided view without a copy: indexing it with n positions reads n unaligned fields at once."""
+    kind = np.dtype(dtype)
+    return np.ndarray((len(data) - kind.itemsize + 1,), kind, data, 0, (1,))
 
 
-def _slices(u8: np.ndarray, data: bytes, starts: np.ndarray, lengths: np.ndarray, kind: pa.DataType) -> pa.Array:
-    """data[start:start + length] for each row, as a binary_view or string_view array over `data` (no copy of
-    the values; Arrow's view layout: i32 length, then up to 12 bytes inline, or a 4-byte prefix, buffer index
-    0 and the i32 offset)."""
+def _slices(data: bytes, starts: np.ndarray, lengths: np.ndarray, kind: pa.DataType) -> pa.Array:
+    """data[start:start + length] for each row, as a binary_view or string_view array over `data` (the
+    values are not copied)."""
     n = len(starts)
-    views = np.zeros((n, 16), np.uint8)
-    words = views.view(np.int32)
-    words[:, 0] = lengths
+    views = np.zeros(n, _SHORT_VIEW)
+    views["length"] = lengths
     long = lengths > _INLINE
-    if long.all():  # a body column, mostly: a 4-byte prefix, buffer 0 and the offset
-        views[:, 4:8] = _gather(u8, starts, 4)
-        words[:, 3] = starts
-    elif n:
-        inline = _gather(u8, starts, _INLINE)
-        inline *= np.arange(_INLINE) < lengths[:, None]  # bytes past a short value are zero in a view
-        views[:, 4:] = inline
-        if long.any():
-            words[long, 2] = 0
-            words[long, 3] = starts[long]
+    if not long.all():
+        owned = np.minimum(lengths, _INLINE)
+        views["lo"] = _loads(data, "<u8")[starts] & _LO_MASK[owned]
+        views["hi"] = _loads(data, "<u4")[starts + 8] & _HI_MASK[owned]
+    if long.any():  # over what the inline fill wrote for them: their prefix, buffer 0, their offset
+        rows = np.flatnonzero(long)
+        out = views.view(_LONG_VIEW)
+        out["prefix"][rows] = _loads(data, "<u4")[starts[rows]]
+        out["buffer"][rows] = 0
+        out["offset"][rows] = starts[rows]
     return pa.Array.from_buffers(kind, n, [None, pa.py_buffer(views), pa.py_buffer(data)])
 
 
-def _strings(u8: np.ndarray, data: bytes, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
+def _strings(data: bytes, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
     """As _slices, as UTF-8 strings; bytes that are not UTF-8 are decoded with replacement characters, as the
     per-message path decodes them (Arrow would refuse them)."""
-    views = _slices(u8, data, starts, lengths, pa.string_view())
+    views = _slices(data, starts, lengths, pa.string_view())
     try:
         views.validate(full=True)
     except pa.ArrowInvalid:

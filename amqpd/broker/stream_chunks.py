@@ -28,7 +28,7 @@ first delivery's content type.
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from amqpd import errors
 from amqpd.broker.arguments import amqp_type_name
@@ -91,9 +91,9 @@ class ChunkDelivery(LogDelivery):
 
 def encode_chunk(payloads: list[bytes | None]) -> bytes:
     """The lengths table, then the records (a skipped one, None, is a length 0 and no bytes)."""
-    lengths = [0 if p is None else len(p) for p in payloads]
-    table = struct.pack(f">{len(lengths)}I", *lengths)
-    return table + b"".join([p for p in payloads if p is not None])
+    # mostly none is skipped: the list as it is, without a pass over it in Python
+    kept = [p or b"" for p in payloads] if None in payloads else cast("list[bytes]", payloads)
+    return struct.pack(f">{len(kept)}I", *map(len, kept)) + b"".join(kept)
 
 
 def chunk_header(first: int, count: int, body_size: int) -> bytes:
@@ -125,7 +125,7 @@ def _read_chunk(stream: StreamQueue, start: int, end: int) -> list[bytes | None]
     while at < end and size < CHUNK_BYTES:
         read = stream.log.read_raw(at, min(step, end - at))[1]  # `at` is kept: the caller clipped start
         payloads += read
-        size += sum(len(p) for p in read if p is not None)
+        size += sum(map(len, filter(None, read)))
         at += len(read)
         step = min(READ_STEP, (CHUNK_BYTES - size) * len(payloads) // max(size, 1) + 1)
     return payloads

@@ -42,7 +42,7 @@ class Located:
     """Where each kept row's record is in the chunks' bytes joined: start, end, and its offset."""
 
     def __init__(self, chunks: Chunks) -> None:
-        # zero padding after the last record, so that every gather of a fixed width stays inside
+        # zero padding after the last record, so that every fixed-width load (_loads) stays inside
         self.data = b"".join([*chunks.bodies, bytes(_FIXED)])
         starts, ends, offsets = [], [], []
         base = 0
@@ -52,7 +52,7 @@ class Located:
             if 4 * count + (int(end[-1]) if count else 0) != len(body):
                 raise BrokerError("a chunk delivery whose lengths do not add up to its body")
             keep = lengths > 0  # length 0: the record failed its checks on disk, its offset is skipped
-            keep[max(chunks.stop - first, 0) :] = False  # past the range: only after data loss moved the start
+            keep[max(chunks.stop - first, 0) :] = False  # from the range's end on: a last chunk may run past it
             end += base + 4 * count
             starts.append((end - lengths)[keep])
             ends.append(end[keep])
@@ -142,8 +142,8 @@ def _strings(data: bytes, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
 
 
 def _properties(data: bytes, props: np.ndarray, rich: np.ndarray, n: int, include_headers: bool) -> list[pa.Array]:
-    """The message_id, correlation_id and content_type (and headers) columns: null (and empty maps) but for the `rich`
-    rows, whose content headers are scanned one by one."""
+    """The message_id, correlation_id and content_type (and headers) columns: null (and empty maps) but
+    for the `rich` rows, whose content headers are scanned one by one."""
     if not len(rich):
         nulls = [pa.nulls(n, pa.string()) for _ in range(3)]
         if include_headers:

@@ -75,11 +75,10 @@ class InProcessSocket:
         pass
 
 
-def read(
+def in_process_reader(
     client: ClientChannel, monkeypatch: pytest.MonkeyPatch, start: int, end: int, **options: Any
-) -> tuple[dict[str, list[Any]], InProcessSocket]:
-    """Every row a StreamReader gives for [start, end) of stream "s", as Spark gets them (record batches),
-    column by column."""
+) -> tuple[StreamReader, InProcessSocket]:
+    """A StreamReader for [start, end) of stream "s" whose link is a channel of the in-process broker."""
     sock = InProcessSocket(ClientChannel(client.broker))  # a channel of its own, as a connection would have
 
     def link(endpoint: Endpoint) -> wire.Link:
@@ -88,7 +87,15 @@ def read(
         return made
 
     monkeypatch.setattr(wire, "Link", link)
-    reader = StreamReader(Endpoint.parse("amqp://localhost/"), "s", start, end, **options)
+    return StreamReader(Endpoint.parse("amqp://localhost/"), "s", start, end, **options), sock
+
+
+def read(
+    client: ClientChannel, monkeypatch: pytest.MonkeyPatch, start: int, end: int, **options: Any
+) -> tuple[dict[str, list[Any]], InProcessSocket]:
+    """Every row a StreamReader gives for [start, end) of stream "s", as Spark gets them (record batches),
+    column by column."""
+    reader, sock = in_process_reader(client, monkeypatch, start, end, **options)
     schema = arrow_schema(options["with_headers"])
     return pa.Table.from_batches(list(arrow_batches(reader)), schema=schema).to_pydict(), sock
 
@@ -166,3 +173,11 @@ def test_a_broker_that_ignores_the_chunk_argument_is_read_message_by_message(mon
     assert out["body"] == [f"m{i}".encode() for i in range(5, 45)]
     assert out["message_id"] == [f"id{i}" for i in range(5, 45)]
     assert [a.get("x-amqpd-chunk") for a in sock.consumes] == [8, None]  # asked once, then per message
+
+
+def test_a_record_batch_holds_no_more_than_batch_bytes_of_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(wire, "BATCH_BYTES", 1)  # every chunk is then a batch of its own
+    client = stream_with([(b"m%d" % i, {}) for i in range(20)])
+    reader, _ = in_process_reader(client, monkeypatch, 0, 18, with_headers=False, chunk_records=4, batch_rows=1000)
+    batches = [b.column("offset").to_pylist() for b in arrow_batches(reader)]
+    assert batches == [list(range(k, min(k + 4, 18))) for k in range(0, 18, 4)]

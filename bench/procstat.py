@@ -11,9 +11,7 @@ _TICKS = os.sysconf("SC_CLK_TCK")
 
 def cpu_seconds(pid: int) -> float:
     """utime + stime of the whole process (all threads: beam.smp's schedulers included)."""
-    raw = Path(f"/proc/{pid}/stat").read_text()
-    # the command name may contain spaces and parentheses: split after the last ')'
-    fields = raw[raw.rindex(")") + 2 :].split()
+    fields = _stat_fields(pid)
     return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
@@ -76,3 +74,48 @@ def named_pid(name: str) -> int | None:
             except OSError:
                 continue
     return None
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU time of a process and all its descendants, living or exited: its own utime + stime, plus the
+    cutime + cstime of children it has reaped, plus the same for each living child (Spark's Python workers
+    come and go under the JVM)."""
+    kids = _children()
+    total, stack = 0.0, [pid]
+    while stack:
+        current = stack.pop()
+        try:
+            fields = _stat_fields(current)
+        except OSError:
+            continue  # exited meanwhile: its time is in its parent's cutime once reaped
+        total += sum(int(f) for f in fields[11:15]) / _TICKS
+        stack += kids.get(current, [])
+    return total
+
+
+def children(pid: int) -> list[int]:
+    return _children().get(pid, [])
+
+
+def command_line(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
+def _stat_fields(pid: int) -> list[str]:
+    raw = Path(f"/proc/{pid}/stat").read_text()
+    # the command name may contain spaces and parentheses: split after the last ')'
+    return raw[raw.rindex(")") + 2 :].split()
+
+
+def _children() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                kids.setdefault(int(_stat_fields(int(proc.name))[1]), []).append(int(proc.name))
+            except OSError:
+                continue
+    return kids

@@ -6,25 +6,98 @@ same rows from a local Parquet file and beside a plain pika consumer loop, in th
 
 Starts its own amqpd (ephemeral ports, a temporary data directory), fills one stream with confirmed
 publishes, then times each reader over the whole stream (each forced to read every body). Prints rows/s
-and the ratios. Needs the `spark` extra and Java 17.
+and the ratios, and for each amqpd round the CPU per row of each share: the broker, Spark's JVM and its
+Python workers. A side row shows Spark's own floor for any Python data source on this machine: one that
+yields a ready record batch with the same schema and bodies over and over, with no I/O at all. Needs the
+`spark` extra and Java 17.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import struct
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pika
 
 from amqpd.spark.wire import BrokerError, Endpoint, Outgoing, Publisher, StreamReader
 from amqpd.testing import BrokerProcess
+from bench import procstat
 
 STREAM = "bench-spark"
+
+
+class Shares:
+    """CPU seconds so far of the broker, Spark's JVM (this process's java child) and the Python workers
+    under it, read from /proc before and after a timed read."""
+
+    def __init__(self, broker_pid: int) -> None:
+        self.broker_pid = broker_pid
+
+    def now(self) -> dict[str, float]:
+        jvm = [p for p in procstat.children(os.getpid()) if procstat.command_line(p)[0].endswith("java")]
+        own = sum(procstat.cpu_seconds(p) for p in jvm)
+        return {
+            "broker": procstat.cpu_seconds(self.broker_pid),
+            "JVM": own,
+            "Python workers": sum(procstat.tree_cpu_seconds(p) for p in jvm) - own,
+        }
+
+    @staticmethod
+    def per_row(before: dict[str, float], after: dict[str, float], rows: int) -> str:
+        used = {k: (after[k] - before[k]) / rows * 1e6 for k in before}
+        return "  ".join(f"{k} {v:.2f}" for k, v in used.items()) + f"  (all {sum(used.values()):.2f})"
+
+
+def floor_source(rows: int, size: int) -> type:
+    """A Python data source with amqpd's schema that yields one ready record batch again and again (two
+    partitions of rows/2): what Spark itself costs per row for a Python data source, with no I/O at all."""
+    import pyarrow as pa
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    from amqpd.spark.rows import arrow_schema, schema_ddl
+
+    class Reader(DataSourceReader):
+        def partitions(self) -> list[InputPartition]:
+            return [InputPartition(rows // 2), InputPartition(rows - rows // 2)]
+
+        def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+            n = 32_768
+            batch = pa.RecordBatch.from_arrays(
+                [
+                    pa.array(range(n), pa.int64()),
+                    pa.array([1_700_000_000_000_000] * n, pa.timestamp("us", tz="UTC")),
+                    pa.array([STREAM] * n),
+                    pa.array([""] * n),
+                    pa.array([STREAM] * n),
+                    *[pa.nulls(n, pa.string())] * 3,
+                    pa.array([b"x" * size] * n, pa.binary()),
+                ],
+                schema=arrow_schema(False),
+            )
+            left = partition.value
+            while left > 0:
+                yield batch.slice(0, min(n, left))
+                left -= n
+
+    class Floor(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "bench_floor"
+
+        def schema(self) -> str:
+            return schema_ddl(False)
+
+        def reader(self, schema: object) -> DataSourceReader:
+            return Reader()
+
+    return Floor
 
 
 def fill(url: str, messages: int, size: int) -> float:
@@ -81,6 +154,7 @@ def latency(rate: int, seconds: float, size: int) -> None:
     from pyspark.sql import SparkSession
 
     from amqpd.spark import register
+    from amqpd.spark.reader import arrow_batches
 
     stream, out = "bench-latency", "bench-latency-out"
     warmup_s = 5.0
@@ -123,9 +197,9 @@ def latency(rate: int, seconds: float, size: int) -> None:
         def consume() -> None:
             reader = StreamReader(Endpoint.parse(broker.url), out, 0, 1 << 62, with_headers=False, batch_rows=100)
             try:
-                for cols in reader.batches():
+                for batch in arrow_batches(reader):
                     now = time.time_ns()
-                    stamps = [struct.unpack_from(">q", body)[0] for body in cols.body]
+                    stamps = [struct.unpack_from(">q", body)[0] for body in batch.column("body").to_pylist()]
                     seen.extend((now - s) / 1e6 for s in stamps if s - t0 > warmup_s * 1e9)
             except (BrokerError, OSError):
                 return  # the broker stopped at the end of the run
@@ -194,23 +268,32 @@ def main() -> None:
         def amqpd_df():  # type: ignore[no-untyped-def]
             return amqpd_reader().load()
 
-        def timed(make) -> float:  # type: ignore[no-untyped-def]
+        def timed(make, shares: Shares | None = None) -> float:  # type: ignore[no-untyped-def]
             best = 0.0
-            for _ in range(args.rounds):
+            for round_ in range(args.rounds):
+                before = shares.now() if shares else {}
                 started = time.perf_counter()
                 row = make().agg(F.count("*").alias("n"), F.sum(F.length("body")).alias("bytes")).collect()[0]
                 rate = row.n / (time.perf_counter() - started)
                 assert row.n == args.messages, f"read {row.n} rows, expected {args.messages}"
+                if shares:
+                    used = Shares.per_row(before, shares.now(), row.n)
+                    print(f"  amqpd.spark round {round_ + 1}: {rate:,.0f} rows/s, µs CPU per row: {used}", flush=True)
                 best = max(best, rate)
             return best
 
         # The session's first job pays for the JVM's class loading and the Python workers' start (seconds):
-        # a small read first, so each reader is timed warm, as the Parquet read after it always was.
-        amqpd_reader().option("endingOffsets", json.dumps({STREAM: 10_000})).load().agg(F.count("*")).collect()
-        amqpd_rate = timed(amqpd_df)
+        # a small read first, in two partitions so that both Python workers local[2] runs are started, so
+        # each reader is timed warm, as the Parquet read after it always was.
+        warm = amqpd_reader().option("endingOffsets", json.dumps({STREAM: 20_000})).option("minPartitions", "2")
+        warm.load().agg(F.count("*")).collect()
+        assert broker.proc is not None
+        amqpd_rate = timed(amqpd_df, Shares(broker.proc.pid))
         parquet = str(Path(tmp) / "rows.parquet")
         amqpd_df().write.parquet(parquet)
         parquet_rate = timed(lambda: spark.read.parquet(parquet))
+        spark.dataSource.register(floor_source(args.messages, args.size))
+        floor_rate = timed(lambda: spark.read.format("bench_floor").load())
         spark.stop()
         pika_rate = pika_loop(broker.url, args.messages)
 
@@ -219,6 +302,7 @@ def main() -> None:
     for name, rate in (
         ("amqpd.spark (format amqpd)", amqpd_rate),
         ("Spark on local Parquet", parquet_rate),
+        ("Python source, no I/O", floor_rate),
         ("pika consumer loop", pika_rate),
     ):
         print(f"  {name:<28}{rate:>12,.0f}{rate / amqpd_rate:>16.2f}")

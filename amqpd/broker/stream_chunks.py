@@ -6,12 +6,16 @@ A consumer asks with `x-amqpd-chunk` = the most records it wants per delivery (1
 delivery then carries:
 
 - exchange "" and the stream's name as routing key;
-- content type `application/vnd.amqpd.stream-chunk`, and a headers table with `x-stream-offset` (the first
-  record's offset) and `x-amqpd-chunk` (how many offsets the chunk covers), both signed 64-bit integers;
-- a body of `count` entries, one per offset from the first: a u32 length (big-endian) and that many bytes of
-  the record as the store keeps it (store/FORMAT.md, "Record": little-endian fields, then exchange, routing
+- content type `application/vnd.amqpd.stream-chunk.v2`, and a headers table with `x-stream-offset` (the
+  first record's offset) and `x-amqpd-chunk` (how many offsets the chunk covers), both signed 64-bit integers;
+- a body of `count` u32 lengths (big-endian), one per offset from the first, then the records one after the
+  other, each as the store keeps it (store/FORMAT.md, "Record": little-endian fields, then exchange, routing
   key, the content header's bytes as published, and the body). Length 0: the record at that offset failed
-  its checks on disk and is skipped, as a per-message consumer skips it.
+  its checks on disk and is skipped, as a per-message consumer skips it; it has no bytes after the table.
+  The lengths come first so that a reader finds every record with one cumulative sum, without walking the
+  body record by record (amqpd/spark/chunk_rows.py does it with numpy). The first layout (`…stream-chunk`,
+  a length before each record) changed its content type with it, so a reader of either layout that gets
+  the other sees a delivery it does not know and falls back to message by message.
 
 A chunk is one delivery for credit and acks: basic.qos prefetch counts chunks, an ack of its tag settles
 all of it. A chunk holds what is committed when it is read (at the tail, a short chunk rather than a
@@ -24,7 +28,7 @@ first delivery's content type.
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from amqpd import errors
 from amqpd.broker.arguments import amqp_type_name
@@ -42,7 +46,7 @@ CHUNK_BYTES = 1 << 20  # a chunk stops at the read step that takes it past this 
 READ_STEP = 256  # records read from the log at a time while filling a chunk, at most
 FIRST_STEP = 16
 FEED_CHUNKS = 16  # chunks per consumer per dispatch before yielding to the loop
-CONTENT_TYPE = "application/vnd.amqpd.stream-chunk"
+CONTENT_TYPE = "application/vnd.amqpd.stream-chunk.v2"
 
 _LENGTH = struct.Struct(">I")
 _HEADER_HEAD = struct.Struct(">HHQH")  # class id, weight, body size, property flags
@@ -86,14 +90,10 @@ class ChunkDelivery(LogDelivery):
 
 
 def encode_chunk(payloads: list[bytes | None]) -> bytes:
-    pack = _LENGTH.pack
-    parts: list[bytes] = []
-    for payload in payloads:
-        if payload is None:
-            parts.append(b"\x00\x00\x00\x00")
-        else:
-            parts += (pack(len(payload)), payload)
-    return b"".join(parts)
+    """The lengths table, then the records (a skipped one, None, is a length 0 and no bytes)."""
+    # mostly none is skipped: the list as it is, without a pass over it in Python
+    kept = [p or b"" for p in payloads] if None in payloads else cast("list[bytes]", payloads)
+    return struct.pack(f">{len(kept)}I", *map(len, kept)) + b"".join(kept)
 
 
 def chunk_header(first: int, count: int, body_size: int) -> bytes:
@@ -125,7 +125,7 @@ def _read_chunk(stream: StreamQueue, start: int, end: int) -> list[bytes | None]
     while at < end and size < CHUNK_BYTES:
         read = stream.log.read_raw(at, min(step, end - at))[1]  # `at` is kept: the caller clipped start
         payloads += read
-        size += sum(len(p) for p in read if p is not None)
+        size += sum(map(len, filter(None, read)))
         at += len(read)
         step = min(READ_STEP, (CHUNK_BYTES - size) * len(payloads) // max(size, 1) + 1)
     return payloads

@@ -10,12 +10,14 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
+from amqpd.spark.chunk_rows import chunk_batch
 from amqpd.spark.options import DataLossError, ReadOptions
 from amqpd.spark.rows import record_batch
-from amqpd.spark.wire import Endpoint, StreamReader
+from amqpd.spark.wire import Chunks, Endpoint, StreamReader
 
 try:  # pyspark >= 4.2: admission control and Trigger.AvailableNow
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
@@ -63,7 +65,7 @@ def read_range(part: OffsetRange) -> Iterator[pa.RecordBatch]:
     was planned is data loss: an error with failOnDataLoss, otherwise what is left of it."""
     reader = StreamReader(part.endpoint, part.stream, part.start, part.end, with_headers=part.include_headers)
     checked = False
-    for cols in reader.batches():
+    for batch in arrow_batches(reader):
         if not checked:
             checked = True
             first = reader.first_offset if reader.first_offset is not None else part.start
@@ -72,13 +74,21 @@ def read_range(part: OffsetRange) -> Iterator[pa.RecordBatch]:
                     f"amqpd stream '{part.stream}': offsets {part.start}..{first - 1} were deleted by retention "
                     f"before they were read. Set failOnDataLoss=false to skip what is gone."
                 )
-        keep = len(cols.offset)
-        while keep and cols.offset[keep - 1] >= part.end:  # only after a loss: the stream went past the range
-            keep -= 1
+        # rows past the range come only after a loss (the stream went on past it): offsets are in order
+        keep = int(np.searchsorted(batch.column(0).to_numpy(), part.end))
         if keep:
-            yield record_batch(part.stream, cols, part.include_headers, slice(0, keep))
-        if keep < len(cols.offset):
+            yield batch.slice(0, keep)
+        if keep < batch.num_rows:
             return
+
+
+def arrow_batches(reader: StreamReader) -> Iterator[pa.RecordBatch]:
+    """The reader's rows as record batches, whichever way the broker delivered them."""
+    for got in reader.batches():
+        if isinstance(got, Chunks):
+            yield chunk_batch(reader.stream, got, reader.with_headers)
+        else:
+            yield record_batch(reader.stream, got, reader.with_headers)
 
 
 def read_partition(partition: InputPartition | None) -> Iterator[pa.RecordBatch]:

@@ -66,21 +66,26 @@ def header_text(value: Any) -> str | None:
     return json.dumps(value, default=_json_default, separators=(",", ":"))
 
 
-def record_batch(stream: str, cols: Columns, include_headers: bool, keep: slice = slice(None)) -> pa.RecordBatch:
-    """The columns as one record batch (rows `keep` of them)."""
-    n = len(cols.offset[keep])
+def record_batch(stream: str, cols: Columns, include_headers: bool) -> pa.RecordBatch:
+    """The columns as one record batch."""
+    n = len(cols.offset)
     arrays = [
-        pa.array(cols.offset[keep], pa.int64()),
-        pa.array(cols.timestamp[keep], _MS).cast(_US),  # the broker's ms, as Spark's timestamp (µs)
+        pa.array(cols.offset, pa.int64()),
+        pa.array(cols.timestamp, _MS).cast(_US),  # the broker's ms, as Spark's timestamp (µs)
         pa.repeat(pa.scalar(stream, pa.string()), n),
-        pa.array(cols.exchange[keep], pa.string()),
-        pa.array(cols.routing_key[keep], pa.string()),
-        pa.array(cols.message_id[keep], pa.string()),
-        pa.array(cols.correlation_id[keep], pa.string()),
-        pa.array(cols.content_type[keep], pa.string()),
+        pa.array(cols.exchange, pa.string()),
+        pa.array(cols.routing_key, pa.string()),
+        pa.array(cols.message_id, pa.string()),
+        pa.array(cols.correlation_id, pa.string()),
+        pa.array(cols.content_type, pa.string()),
     ]
     if include_headers:
-        maps = [None if h is None else [(k, header_text(v)) for k, v in h.items()] for h in cols.headers[keep]]
-        arrays.append(pa.array(maps, pa.map_(pa.string(), pa.string())))
-    arrays.append(pa.array(cols.body[keep], pa.binary()))
+        arrays.append(headers_array(cols.headers))
+    arrays.append(pa.array(cols.body, pa.binary()))
     return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(include_headers))
+
+
+def headers_array(headers: list[dict[str, Any] | None]) -> pa.Array:
+    """The headers column: each table as map<string,string> (values as header_text shows them)."""
+    maps = [None if h is None else [(k, header_text(v)) for k, v in h.items()] for h in headers]
+    return pa.array(maps, pa.map_(pa.string(), pa.string()))

@@ -35,8 +35,9 @@ PREFETCH = 20_000  # a stream consumer's window (basic.qos prefetch_count is 16 
 CHUNK_ARG = "x-amqpd-chunk"  # amqpd's chunk deliveries (amqpd/broker/stream_chunks.py)
 CHUNK_RECORDS = 2_000  # records per chunk delivery asked for
 CHUNK_PREFETCH = 4  # chunks in flight
-CHUNK_TYPE = b"application/vnd.amqpd.stream-chunk"
+CHUNK_TYPE = b"application/vnd.amqpd.stream-chunk.v2"
 RECV_BYTES = 1 << 20
+BATCH_BYTES = 64 << 20  # chunk bytes per record batch at most (and far below Arrow's 2 GiB of 32-bit offsets)
 IDLE_TIMEOUT_S = 60.0  # a read that sees nothing for this long is an error, never a silent hang
 
 _FRAME_HEADER = struct.Struct(">BHI")
@@ -46,7 +47,6 @@ _U64 = struct.Struct(">Q")
 _I64 = struct.Struct(">q")
 _CONTENT_HEADER = struct.Struct(">HHQH")
 _ACK = struct.Struct(">HHQB")
-_RECORD = struct.Struct("<QQBBBHI")  # store/FORMAT.md's Record: its fixed fields, little-endian
 _OFFSET_TAIL = b"\x0fx-stream-offsetl"  # then 8 bytes; the broker appends it to the headers table
 _TIME_TAIL = b"\x12x-stream-timestampl"  # then 8 bytes; appended after the offset when asked for
 _TAIL = len(_OFFSET_TAIL) + 8 + len(_TIME_TAIL) + 8
@@ -58,7 +58,7 @@ OWN_HEADERS = ("x-stream-offset", "x-stream-timestamp")
 F_CONTENT_TYPE, F_CONTENT_ENCODING, F_HEADERS, F_DELIVERY_MODE = 0x8000, 0x4000, 0x2000, 0x1000
 F_PRIORITY, F_CORRELATION_ID, F_REPLY_TO, F_EXPIRATION = 0x0800, 0x0400, 0x0200, 0x0100
 F_MESSAGE_ID, F_TIMESTAMP, F_TYPE, F_USER_ID, F_APP_ID, F_CLUSTER_ID = 0x80, 0x40, 0x20, 0x10, 0x08, 0x04
-_SHOWN = F_CONTENT_TYPE | F_HEADERS | F_CORRELATION_ID | F_MESSAGE_ID  # properties with a column
+SHOWN = F_CONTENT_TYPE | F_HEADERS | F_CORRELATION_ID | F_MESSAGE_ID  # properties with a column
 
 
 class BrokerError(RuntimeError):
@@ -254,6 +254,29 @@ class Columns:
         return len(self.offset)
 
 
+@dataclass
+class Chunks:
+    """Chunk deliveries as received, not parsed here (spark/chunk_rows.py turns them into columns in bulk):
+    each body with its first offset and count; rows at offsets from `stop` on are not part of the read."""
+
+    stop: int
+    bodies: list[bytes] = field(default_factory=list)
+    firsts: list[int] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)
+    rows: int = 0  # offsets below stop that the chunks cover (damaged records among them included)
+    size: int = 0  # bytes
+
+    def add(self, body: bytes, first: int, count: int) -> None:
+        self.size += len(body)
+        self.bodies.append(body)
+        self.firsts.append(first)
+        self.counts.append(count)
+        self.rows += max(min(count, self.stop - first), 0)
+
+    def __len__(self) -> int:
+        return self.rows
+
+
 def _shortstr_at(buf: bytes | bytearray, pos: int) -> tuple[str, int]:
     n = buf[pos]
     return buf[pos + 1 : pos + 1 + n].decode("utf-8", "replace"), pos + 1 + n
@@ -301,10 +324,7 @@ def read_properties(buf: bytearray, pos: int, flags: int, with_headers: bool, ou
             offset = _I64.unpack_from(buf, end - _TAIL + len(_OFFSET_TAIL))[0]
             stamp = _I64.unpack_from(buf, end - 8)[0]
             if with_headers:
-                table = decode.field_table(bytes(buf[pos:end]))[1]
-                for name in OWN_HEADERS:
-                    table.pop(name, None)
-                headers = table
+                headers = table_headers(bytes(buf[pos:end]))
         else:  # not laid out as the broker appends them: decode the table
             table = decode.field_table(bytes(buf[pos:end]))[1]
             if "x-stream-timestamp" not in table:
@@ -336,59 +356,13 @@ def chunk_position(buf: bytearray, pos: int, flags: int) -> tuple[int, int]:
     return first, count
 
 
-def read_records(chunk: bytes, first: int, stop: int, with_headers: bool, out: Columns) -> None:
-    """Append the rows of a chunk delivery's body (amqpd/broker/stream_chunks.py: per offset from `first`,
-    a u32 length and the record as stored, length 0 for one skipped) whose offsets are below `stop`."""
-    unpack_length, unpack_record = _U32.unpack_from, _RECORD.unpack_from
-    offsets, stamps, bodies = out.offset, out.timestamp, out.body
-    exchanges, routing_keys = out.exchange, out.routing_key
-    rich: list[tuple[int, int]] = []  # (row, where its properties are) of rows with a property that has a column
-    row0 = len(offsets)
-    names = b""  # exchange and routing key bytes of the row before: mostly the same, decoded once
-    exchange = routing_key = ""
-    pos, offset, size = 0, first, len(chunk)
-    while pos < size and offset < stop:
-        (n,) = unpack_length(chunk, pos)
-        pos += 4
-        if n:
-            _, stamp, record_flags, ex_len, rk_len, queues, props_len = unpack_record(chunk, pos)
-            at = pos + 25 + 4 * queues + (8 if record_flags & 1 else 0)
-            props = at + ex_len + rk_len
-            if chunk[at:props] != names:
-                names = chunk[at:props]
-                exchange = names[:ex_len].decode("utf-8", "replace")
-                routing_key = names[ex_len:].decode("utf-8", "replace")
-            flags = chunk[props + 12] << 8 | chunk[props + 13]
-            if flags & _SHOWN:
-                rich.append((len(offsets), props))
-            offsets.append(offset)
-            stamps.append(stamp)
-            exchanges.append(exchange)
-            routing_keys.append(routing_key)
-            bodies.append(chunk[props + props_len : pos + n])
-        pos += n
-        offset += 1
-    added = len(offsets) - row0
-    out.content_type += [None] * added
-    out.correlation_id += [None] * added
-    out.message_id += [None] * added
-    out.headers += [{} for _ in range(added)] if with_headers else [None] * added
-    for row, props in rich:
-        _record_properties(chunk, props, with_headers, out, row)
-
-
-def _record_properties(chunk: bytes, props: int, with_headers: bool, out: Columns, row: int) -> None:
-    """Fill in row `row`'s property columns from its record's content header bytes at `props`."""
-    flags = chunk[props + 12] << 8 | chunk[props + 13]
-    content_type, table, end, correlation_id, message_id = scan_properties(chunk, props + 14, flags)
-    out.content_type[row] = content_type
-    out.correlation_id[row] = correlation_id
-    out.message_id[row] = message_id
-    if with_headers and table:
-        headers = decode.field_table(chunk[table:end])[1]
-        for name in OWN_HEADERS:  # as a per-message delivery shows them: the broker's own fields left out
-            headers.pop(name, None)
-        out.headers[row] = headers
+def table_headers(raw: bytes) -> dict[str, Any]:
+    """A headers table (its size field first) as a per-message delivery shows it: the broker's own fields
+    left out."""
+    headers = decode.field_table(raw)[1]
+    for name in OWN_HEADERS:
+        headers.pop(name, None)
+    return headers
 
 
 class StreamReader:
@@ -416,7 +390,7 @@ class StreamReader:
         self.chunk_records = chunk_records  # 0: message by message only
         self.first_offset: int | None = None  # where the broker began: above start when retention deleted it
 
-    def batches(self) -> Iterator[Columns]:
+    def batches(self) -> Iterator[Columns | Chunks]:
         """Chunk deliveries when asked for and the broker honours them (nothing is yielded before the first
         delivery tells which), else message by message on a fresh channel."""
         if self.start >= self.end:
@@ -454,7 +428,7 @@ class StreamReader:
     def _chunk_prefetch(self) -> int:
         return min(CHUNK_PREFETCH, -(-self._span() // self._chunk()))
 
-    def _scan_chunks(self, link: Link) -> Iterator[Columns]:
+    def _scan_chunks(self, link: Link) -> Iterator[Chunks]:
         """Chunk by chunk. Credit as in _scan, counted in chunks: an ack of the chunk ending at X lets the
         broker send `prefetch` more chunks past it, so acks stop once full chunks would reach the range's end.
         Chunks may be shorter (the broker stops one at a size in bytes): once all the credit is held, the
@@ -464,7 +438,7 @@ class StreamReader:
         enough_at = last - prefetch * self._chunk()
         covered = enough_at < self.start
         held = 0
-        out = Columns()
+        out = Chunks(self.end)
         parts: list[bytes] = []
         tag = first = count = body_size = 0
         while True:
@@ -491,7 +465,7 @@ class StreamReader:
                     continue
             else:
                 continue
-            read_records(parts[0] if len(parts) == 1 else b"".join(parts), first, self.end, self.with_headers, out)
+            out.add(parts[0] if len(parts) == 1 else b"".join(parts), first, count)
             reached = first + count - 1
             done = reached >= last
             held += 1
@@ -502,9 +476,9 @@ class StreamReader:
             if done:
                 yield out
                 return
-            if len(out) >= self.batch_rows:
+            if len(out) >= self.batch_rows or out.size >= BATCH_BYTES:
                 yield out
-                out = Columns()
+                out = Chunks(self.end)
 
     def _scan(self, link: Link) -> Iterator[Columns]:
         last = self.end - 1

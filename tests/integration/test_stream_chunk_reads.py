@@ -10,18 +10,20 @@ from typing import Any
 
 import pika
 
-from amqpd.spark.wire import Columns, Endpoint, StreamReader
+from amqpd.spark.reader import arrow_batches
+from amqpd.spark.wire import Endpoint, StreamReader
 from amqpd.testing import BrokerProcess
 
 STREAM = {"x-queue-type": "stream"}
 
 
-def read_all(url: str, start: int, end: int, chunk_records: int) -> Columns:
-    out = Columns()
+def read_all(url: str, start: int, end: int, chunk_records: int) -> dict[str, list[Any]]:
+    """The rows as Spark gets them (record batches), column by column."""
     reader = StreamReader(Endpoint.parse(url), "s", start, end, with_headers=True, chunk_records=chunk_records)
-    for cols in reader.batches():
-        for name in Columns.__dataclass_fields__:
-            getattr(out, name).extend(getattr(cols, name))
+    out: dict[str, list[Any]] = {}
+    for batch in arrow_batches(reader):
+        for name, values in batch.to_pydict().items():
+            out.setdefault(name, []).extend(values)
     return out
 
 
@@ -41,12 +43,11 @@ def raw_chunks(url: str, chunk: int, count: int) -> list[tuple[Any, bytes]]:
     return got
 
 
-def entry_lengths(body: bytes) -> list[int]:
-    lengths, pos = [], 0
-    while pos < len(body):
-        (n,) = struct.unpack_from(">I", body, pos)
-        lengths.append(n)
-        pos += 4 + n
+def entry_lengths(props: Any, body: bytes) -> list[int]:
+    """The lengths table at the head of a chunk's body; the records after it fill the rest exactly."""
+    count = props.headers["x-amqpd-chunk"]
+    lengths = list(struct.unpack_from(f">{count}I", body))
+    assert 4 * count + sum(lengths) == len(body)
     return lengths
 
 
@@ -65,12 +66,12 @@ def test_the_reader_gets_the_same_rows_in_chunks_as_message_by_message(tmp_path:
         conn.close()
         chunked = read_all(broker.url, 10, 290, chunk_records=64)
         plain = read_all(broker.url, 10, 290, chunk_records=0)
-        assert chunked.offset == list(range(10, 290))
+        assert chunked["offset"] == list(range(10, 290))
         assert chunked == plain
         (props, body), *_ = raw_chunks(broker.url, 64, 1)
-        assert props.content_type == "application/vnd.amqpd.stream-chunk"
+        assert props.content_type == "application/vnd.amqpd.stream-chunk.v2"
         assert props.headers == {"x-stream-offset": 0, "x-amqpd-chunk": 64}
-        assert len(entry_lengths(body)) == 64
+        assert len(entry_lengths(props, body)) == 64
 
 
 def test_a_record_damaged_on_disk_is_an_empty_entry_and_its_offset_is_skipped(tmp_path: Path) -> None:
@@ -86,8 +87,8 @@ def test_a_record_damaged_on_disk_is_an_empty_entry_and_its_offset_is_skipped(tm
         data = bytearray(segment.read_bytes())
         data[data.index(b"DAMAGE-ME")] ^= 0xFF  # its checksum no longer matches
         segment.write_bytes(bytes(data))
-        (_props, body), *_ = raw_chunks(broker.url, 100, 1)
-        assert [n > 0 for n in entry_lengths(body)] == [True, True, False, True, True]
+        (props, body), *_ = raw_chunks(broker.url, 100, 1)
+        assert [n > 0 for n in entry_lengths(props, body)] == [True, True, False, True, True]
         chunked = read_all(broker.url, 0, 5, chunk_records=100)
-        assert chunked.offset == [0, 1, 3, 4]
+        assert chunked["offset"] == [0, 1, 3, 4]
         assert chunked == read_all(broker.url, 0, 5, chunk_records=0)

@@ -17,6 +17,7 @@ import pytest
 from test_tls import Certs
 
 from amqpd.spark.positions import Bounds, Positions
+from amqpd.spark.reader import arrow_batches
 from amqpd.spark.wire import Endpoint, Outgoing, Publisher, StreamReader
 from amqpd.testing import BrokerProcess
 
@@ -65,7 +66,7 @@ def _uri(broker: BrokerProcess, **query: str) -> str:
 
 def _read(endpoint: Endpoint, stream: str, end: int) -> list[bytes]:
     reader = StreamReader(endpoint, stream, 0, end, with_headers=False)
-    return [body for batch in reader.batches() for body in batch.body]
+    return [body for batch in arrow_batches(reader) for body in batch.column("body").to_pylist()]
 
 
 def test_an_amqps_uri_with_the_ca_reads_a_stream_and_https_gives_its_offsets(

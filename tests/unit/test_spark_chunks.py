@@ -8,6 +8,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from fakes import ClientChannel, new_broker
 from hypothesis import HealthCheck, given, settings
@@ -18,7 +19,9 @@ from pamqp import frame as pamqp_frame
 import amqpd.broker.stream as stream_module
 import amqpd.broker.stream_chunks as chunks_module
 from amqpd.spark import wire
-from amqpd.spark.wire import Columns, Endpoint, StreamReader
+from amqpd.spark.reader import arrow_batches
+from amqpd.spark.rows import arrow_schema
+from amqpd.spark.wire import Endpoint, StreamReader
 
 _FRAME_HEADER = struct.Struct(">BHI")
 LINK = wire.Link
@@ -72,10 +75,10 @@ class InProcessSocket:
         pass
 
 
-def read(
+def in_process_reader(
     client: ClientChannel, monkeypatch: pytest.MonkeyPatch, start: int, end: int, **options: Any
-) -> tuple[Columns, InProcessSocket]:
-    """Everything a StreamReader yields for [start, end) of stream "s", in one Columns."""
+) -> tuple[StreamReader, InProcessSocket]:
+    """A StreamReader for [start, end) of stream "s" whose link is a channel of the in-process broker."""
     sock = InProcessSocket(ClientChannel(client.broker))  # a channel of its own, as a connection would have
 
     def link(endpoint: Endpoint) -> wire.Link:
@@ -84,24 +87,36 @@ def read(
         return made
 
     monkeypatch.setattr(wire, "Link", link)
-    reader = StreamReader(Endpoint.parse("amqp://localhost/"), "s", start, end, **options)
-    out = Columns()
-    for cols in reader.batches():
-        for name in Columns.__dataclass_fields__:
-            getattr(out, name).extend(getattr(cols, name))
-    return out, sock
+    return StreamReader(Endpoint.parse("amqp://localhost/"), "s", start, end, **options), sock
 
 
-def stream_with(messages: list[tuple[bytes, dict[str, Any]]]) -> ClientChannel:
+def read(
+    client: ClientChannel, monkeypatch: pytest.MonkeyPatch, start: int, end: int, **options: Any
+) -> tuple[dict[str, list[Any]], InProcessSocket]:
+    """Every row a StreamReader gives for [start, end) of stream "s", as Spark gets them (record batches),
+    column by column."""
+    reader, sock = in_process_reader(client, monkeypatch, start, end, **options)
+    schema = arrow_schema(options["with_headers"])
+    return pa.Table.from_batches(list(arrow_batches(reader)), schema=schema).to_pydict(), sock
+
+
+def stream_with(
+    messages: list[tuple[bytes, dict[str, Any]]], routes: list[tuple[str, int]] | None = None
+) -> ClientChannel:
+    """Stream "s" with the messages; routes (exchange, routing key length), one per message, else ("", 1)."""
     client = ClientChannel(new_broker())
     client.declare_queue("s", durable=True, arguments={"x-queue-type": "stream"})
-    client.call(commands.Queue.Bind(queue="s", exchange="amq.fanout"))
+    client.call(commands.Exchange.Declare(exchange="a-fanout-named-at-length", exchange_type="fanout"))
+    for exchange in ("amq.fanout", "a-fanout-named-at-length"):
+        client.call(commands.Queue.Bind(queue="s", exchange=exchange))
     for i, (body, properties) in enumerate(messages):
-        exchange, routing_key = ("amq.fanout", f"k{i}") if i % 3 == 1 else ("", "s")
-        client.publish(exchange, routing_key, body, **properties)
+        exchange, length = routes[i] if routes else ("", 1)
+        client.publish(exchange, "s" if exchange == "" else "k" * length, body, **properties)
     return client
 
 
+# exchange and routing key names on either side of 12 bytes, what an Arrow view holds inline
+routes = st.tuples(st.sampled_from(["", "amq.fanout", "a-fanout-named-at-length"]), st.integers(0, 16))
 texts = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=8)
 header_values = st.one_of(texts, st.integers(-(2**31), 2**31 - 1), st.booleans(), st.binary(max_size=4).map(bytearray))
 properties = st.fixed_dictionaries(
@@ -121,6 +136,7 @@ bodies = st.one_of(st.binary(max_size=40), st.sampled_from([b"", b"\xff" * 140_0
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     messages=st.lists(st.tuples(bodies, properties), min_size=1, max_size=30),
+    route=st.lists(routes, min_size=30, max_size=30),
     data=st.data(),
     chunk=st.integers(1, 9),
     batch_rows=st.integers(1, 50),
@@ -129,6 +145,7 @@ bodies = st.one_of(st.binary(max_size=40), st.sampled_from([b"", b"\xff" * 140_0
 def test_chunk_deliveries_read_as_the_same_rows_as_message_by_message(
     monkeypatch: pytest.MonkeyPatch,
     messages: list[tuple[bytes, dict[str, Any]]],
+    route: list[tuple[str, int]],
     data: st.DataObject,
     chunk: int,
     batch_rows: int,
@@ -137,12 +154,12 @@ def test_chunk_deliveries_read_as_the_same_rows_as_message_by_message(
     start = data.draw(st.integers(0, len(messages) - 1))
     end = data.draw(st.integers(start + 1, len(messages)))
     options = {"with_headers": with_headers, "batch_rows": batch_rows}
-    client = stream_with(messages)
+    client = stream_with(messages, route)
     plain, _ = read(client, monkeypatch, start, end, chunk_records=0, **options)
     chunked, sock = read(client, monkeypatch, start, end, chunk_records=chunk, **options)
     assert sock.consumes[0]["x-amqpd-chunk"] == min(chunk, end - start)  # chunks were asked for and used
     assert len(sock.consumes) == 1
-    assert plain.offset == list(range(start, end))
+    assert plain["offset"] == list(range(start, end))
     assert chunked == plain
 
 
@@ -152,7 +169,15 @@ def test_a_broker_that_ignores_the_chunk_argument_is_read_message_by_message(mon
     monkeypatch.setattr(chunks_module, "CHUNK_ARG", "x-not-this")
     client = stream_with([(f"m{i}".encode(), {"message_id": f"id{i}"}) for i in range(50)])
     out, sock = read(client, monkeypatch, 5, 45, with_headers=False, chunk_records=8)
-    assert out.offset == list(range(5, 45))
-    assert out.body == [f"m{i}".encode() for i in range(5, 45)]
-    assert out.message_id == [f"id{i}" for i in range(5, 45)]
+    assert out["offset"] == list(range(5, 45))
+    assert out["body"] == [f"m{i}".encode() for i in range(5, 45)]
+    assert out["message_id"] == [f"id{i}" for i in range(5, 45)]
     assert [a.get("x-amqpd-chunk") for a in sock.consumes] == [8, None]  # asked once, then per message
+
+
+def test_a_record_batch_holds_no_more_than_batch_bytes_of_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(wire, "BATCH_BYTES", 1)  # every chunk is then a batch of its own
+    client = stream_with([(b"m%d" % i, {}) for i in range(20)])
+    reader, _ = in_process_reader(client, monkeypatch, 0, 18, with_headers=False, chunk_records=4, batch_rows=1000)
+    batches = [b.column("offset").to_pylist() for b in arrow_batches(reader)]
+    assert batches == [list(range(k, min(k + 4, 18))) for k in range(0, 18, 4)]

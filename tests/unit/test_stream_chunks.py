@@ -32,14 +32,14 @@ def publish(c: ClientChannel, *bodies: bytes, **properties: Any) -> None:
         c.publish("", "s", b, **properties)
 
 
-def records_of(body: bytes) -> list[MessageRecord | None]:
-    """A chunk's body: per offset a u32 length (big-endian) and the record as stored, 0 for one skipped."""
+def records_of(body: bytes, count: int) -> list[MessageRecord | None]:
+    """A chunk's body: `count` u32 lengths (big-endian), 0 for one skipped, then the records as stored."""
     out: list[MessageRecord | None] = []
-    pos = 0
-    while pos < len(body):
-        (n,) = struct.unpack_from(">I", body, pos)
-        out.append(decode_record(body[pos + 4 : pos + 4 + n])[2] if n else None)
-        pos += 4 + n
+    pos = 4 * count
+    for n in struct.unpack_from(f">{count}I", body):
+        out.append(decode_record(body[pos : pos + n])[2] if n else None)
+        pos += n
+    assert pos == len(body)
     return out
 
 
@@ -68,7 +68,7 @@ def chunks(c: ClientChannel) -> list[tuple[int, int, int, list[MessageRecord | N
 def _chunk(tag: int, props: Any, body: bytes) -> tuple[int, int, int, list[MessageRecord | None]]:
     assert props.content_type == CONTENT_TYPE
     first, count = props.headers["x-stream-offset"], props.headers["x-amqpd-chunk"]
-    records = records_of(body)
+    records = records_of(body, count)
     assert len(records) == count
     return tag, first, count, records
 

@@ -1,0 +1,166 @@
+"""Chunk deliveries (amqpd/broker/stream_chunks.py) straight into an Arrow record batch, with numpy doing the
+per-row work in bulk: Python touches each chunk, not each row.
+
+A chunk's body is a table of u32 lengths and the records after it, so one cumulative sum finds every record;
+a record's fixed fields (store/FORMAT.md, "Record") are gathered for all rows at once, and its exchange,
+routing key and body are variable-length slices of the received bytes. Those slices become Arrow *view*
+arrays (16 bytes per row: the length and either the bytes inline or where they are) built with numpy, then
+one cast per column copies them into the plain string/binary layout Spark takes. Only rows that carry a
+property with a column of its own (content type, correlation id, message id, headers) are read one by one,
+as the per-message path reads every row; the bench's rows and most streams have none of them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from amqpd.spark.rows import arrow_schema, headers_array
+from amqpd.spark.wire import SHOWN, BrokerError, Chunks, scan_properties, table_headers
+
+_FIXED = 25  # store/FORMAT.md's Record: the fixed fields' bytes (little-endian), before the queue ids
+_INLINE = 12  # an Arrow view holds values up to 12 bytes inline, longer ones by buffer offset
+_MS_TO_US = 1000
+_US = pa.timestamp("us", tz="UTC")
+# Arrow's view layout, 16 bytes: i32 length, then 12 bytes inline; or a 4-byte prefix, buffer index, offset
+_SHORT_VIEW = np.dtype({"names": ["length", "lo", "hi"], "formats": ["<i4", "<u8", "<u4"], "offsets": [0, 4, 12]})
+_LONG_VIEW = np.dtype(
+    {
+        "names": ["length", "prefix", "buffer", "offset"],
+        "formats": ["<i4", "<u4", "<i4", "<i4"],
+        "offsets": [0, 4, 8, 12],
+    }
+)
+# the inline bytes a value of each length owns (the rest are zero in a view): the first 8, then the last 4
+_LO_MASK = np.array([(1 << (8 * min(k, 8))) - 1 for k in range(_INLINE + 1)], np.uint64)
+_HI_MASK = np.array([(1 << (8 * max(min(k - 8, 4), 0))) - 1 for k in range(_INLINE + 1)], np.uint32)
+
+
+class Located:
+    """Where each kept row's record is in the chunks' bytes joined: start, end, and its offset."""
+
+    def __init__(self, chunks: Chunks) -> None:
+        # zero padding after the last record, so that every fixed-width load (_loads) stays inside
+        self.data = b"".join([*chunks.bodies, bytes(_FIXED)])
+        starts, ends, offsets = [], [], []
+        base = 0
+        for body, first, count in zip(chunks.bodies, chunks.firsts, chunks.counts, strict=True):
+            lengths = np.frombuffer(body, ">u4", count).astype(np.int64)
+            end = np.cumsum(lengths)
+            if 4 * count + (int(end[-1]) if count else 0) != len(body):
+                raise BrokerError("a chunk delivery whose lengths do not add up to its body")
+            keep = lengths > 0  # length 0: the record failed its checks on disk, its offset is skipped
+            keep[max(chunks.stop - first, 0) :] = False  # from the range's end on: a last chunk may run past it
+            end += base + 4 * count
+            starts.append((end - lengths)[keep])
+            ends.append(end[keep])
+            offsets.append(np.arange(first, first + count, dtype=np.int64)[keep])
+            base += len(body)
+        self.starts = np.concatenate(starts) if starts else np.zeros(0, np.int64)
+        self.ends = np.concatenate(ends) if ends else np.zeros(0, np.int64)
+        self.offsets = np.concatenate(offsets) if offsets else np.zeros(0, np.int64)
+
+
+def chunk_batch(stream: str, chunks: Chunks, include_headers: bool) -> pa.RecordBatch:
+    """The rows of the chunks (offsets below chunks.stop, skipped records left out) as one record batch with
+    rows.arrow_schema's columns: the same values as rows.record_batch gives for the same messages read one
+    by one."""
+    at = Located(chunks)
+    n = len(at.starts)
+    data = at.data
+    u8 = np.frombuffer(data, np.uint8)
+    starts = at.starts
+    ex_len = u8[starts + 17].astype(np.int64)
+    rk_len = u8[starts + 18].astype(np.int64)
+    queues = _loads(data, "<u2")[starts + 19].astype(np.int64)
+    props_len = _loads(data, "<u4")[starts + 21].astype(np.int64)
+    names = starts + _FIXED + 4 * queues + 8 * (u8[starts + 16] & 1)  # flag bit 0: an expiry before the ids
+    props = names + ex_len + rk_len
+    body = props + props_len
+    # a record's fields must lie inside it (one shorter than the fixed fields ends before its body would
+    # start): Arrow would read whatever the views point at
+    if n and ((body > at.ends) | (props_len < 14)).any():
+        raise BrokerError("a chunk delivery with a record whose fields run past its end")
+    flags = _loads(data, ">u2")[props + 12]  # the content header's property flags
+    rich = np.flatnonzero(flags & SHOWN)
+    arrays = [
+        pa.array(at.offsets, pa.int64()),
+        pa.array(_loads(data, "<i8")[starts + 8] * _MS_TO_US, _US),  # the broker's ms, as Spark's timestamp (µs)
+        pa.repeat(pa.scalar(stream, pa.string()), n),
+        _strings(data, names, ex_len),
+        _strings(data, names + ex_len, rk_len),
+        *_properties(data, props, rich, n, include_headers),
+        _slices(data, body, at.ends - body, pa.binary_view()).cast(pa.binary()),
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(include_headers))
+
+
+def _loads(data: bytes, dtype: str) -> np.ndarray:
+    """Every byte position of `data` read as one `dtype` value (element i: the value whose bytes start at i),
+    a strided view without a copy: indexing it with n positions reads n unaligned fields at once."""
+    kind = np.dtype(dtype)
+    return np.ndarray((len(data) - kind.itemsize + 1,), kind, data, 0, (1,))
+
+
+def _slices(data: bytes, starts: np.ndarray, lengths: np.ndarray, kind: pa.DataType) -> pa.Array:
+    """data[start:start + length] for each row, as a binary_view or string_view array over `data` (the
+    values are not copied)."""
+    n = len(starts)
+    views = np.zeros(n, _SHORT_VIEW)
+    views["length"] = lengths
+    long = lengths > _INLINE
+    if not long.all():
+        owned = np.minimum(lengths, _INLINE)
+        views["lo"] = _loads(data, "<u8")[starts] & _LO_MASK[owned]
+        views["hi"] = _loads(data, "<u4")[starts + 8] & _HI_MASK[owned]
+    if long.any():  # over what the inline fill wrote for them: their prefix, buffer 0, their offset
+        rows = np.flatnonzero(long)
+        out = views.view(_LONG_VIEW)
+        out["prefix"][rows] = _loads(data, "<u4")[starts[rows]]
+        out["buffer"][rows] = 0
+        out["offset"][rows] = starts[rows]
+    return pa.Array.from_buffers(kind, n, [None, pa.py_buffer(views), pa.py_buffer(data)])
+
+
+def _strings(data: bytes, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
+    """As _slices, as UTF-8 strings; bytes that are not UTF-8 are decoded with replacement characters, as the
+    per-message path decodes them (Arrow would refuse them)."""
+    views = _slices(data, starts, lengths, pa.string_view())
+    try:
+        views.validate(full=True)
+    except pa.ArrowInvalid:
+        return pa.array(
+            [
+                data[s : s + k].decode("utf-8", "replace")
+                for s, k in zip(starts.tolist(), lengths.tolist(), strict=True)
+            ],
+            pa.string(),
+        )
+    return views.cast(pa.string())
+
+
+def _properties(data: bytes, props: np.ndarray, rich: np.ndarray, n: int, include_headers: bool) -> list[pa.Array]:
+    """The message_id, correlation_id and content_type (and headers) columns: null (and empty maps) but
+    for the `rich` rows, whose content headers are scanned one by one."""
+    if not len(rich):
+        nulls = [pa.nulls(n, pa.string()) for _ in range(3)]
+        if include_headers:
+            empty = pa.array([], pa.string())
+            nulls.append(pa.MapArray.from_arrays(np.zeros(n + 1, np.int32), empty, empty))
+        return nulls
+    content_type: list[str | None] = [None] * n
+    correlation_id: list[str | None] = [None] * n
+    message_id: list[str | None] = [None] * n
+    headers: list[dict[str, Any] | None] = [{} for _ in range(n)] if include_headers else []
+    for row in rich.tolist():
+        at = int(props[row])
+        flags = data[at + 12] << 8 | data[at + 13]
+        content_type[row], table, end, correlation_id[row], message_id[row] = scan_properties(data, at + 14, flags)
+        if include_headers and table:
+            headers[row] = table_headers(data[table:end])
+    columns = [pa.array(c, pa.string()) for c in (message_id, correlation_id, content_type)]
+    if include_headers:
+        columns.append(headers_array(headers))
+    return columns

@@ -16,6 +16,7 @@ import mmap
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import chain, count
 
 from xxhash import xxh3_64_intdigest, xxh32_intdigest
 
@@ -34,6 +35,16 @@ def append_frame(out: bytearray, sequence: int, payload: bytes) -> int:
     out += _CHECK.pack(xxh32_intdigest(prefix))
     out += payload
     return HEADER_SIZE + len(payload)
+
+
+def append_frames(out: bytearray, first_sequence: int, payloads: list[bytes]) -> int:
+    """append_frame for each payload, with sequences from first_sequence on, in one step: each part of the
+    frames is made by a map over all of them, not a Python step per frame. Their size on disk."""
+    prefixes = list(map(PREFIX.pack, map(len, payloads), count(first_sequence), map(xxh3_64_intdigest, payloads)))
+    checks = map(_CHECK.pack, map(xxh32_intdigest, prefixes))
+    data = b"".join(chain.from_iterable(zip(prefixes, checks, payloads, strict=True)))
+    out += data
+    return len(data)
 
 
 def header_at(data: Buffer, pos: int, end: int) -> tuple[int, int, int] | None:

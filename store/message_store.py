@@ -16,6 +16,7 @@ The run() loop survives every I/O error. Appended bytes not yet written are boun
 
 from __future__ import annotations
 
+import itertools
 import logging
 import mmap
 import os
@@ -24,6 +25,7 @@ import time
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator, MutableMapping
 from functools import partial
+from operator import attrgetter
 from typing import Any
 
 import anyio
@@ -58,7 +60,7 @@ from store.catalog import (
     queue_value_ops,
 )
 from store.commit import Batch, FileIO, WriteFailed, Writer
-from store.frame import HEADER_SIZE, ScanReport, append_frame, scan_frames
+from store.frame import HEADER_SIZE, ScanReport, append_frame, append_frames, scan_frames
 from store.queue_state import OffsetRuns, QueueState, encode_runs, hold_range
 from store.read_ahead import ReadAhead, SegmentBytes, stretches_of
 from store.record_codec import decode_record, encode_record, encode_records
@@ -69,6 +71,7 @@ from store.segment import FILE_HEADER_SIZE, DamagedFrame, Layout, read_payload, 
 from store.segment_index import DEFAULT_INTERVAL, SegmentIndex, write_index_files
 
 log = logging.getLogger(__name__)
+_timestamp_of = attrgetter("timestamp_ms")
 
 FSYNC_POLICIES = ("always-batched", "none")
 MAX_SEGMENT_SIZE = 1 << 31  # index positions are u32; leave room for one oversized record past the limit
@@ -439,10 +442,8 @@ class MessageStore:
         first = offset = self._next_offset
         # Ids are time-ordered and unique: one clock read for the records buffered together.
         first_id = max(self._last_message_id + 1, self._clock() // 1_000_000 << 16)
-        size = 0
-        for record, payload in zip(records, encode_records(first_id, records, holders), strict=True):
-            size += self._buffer(offset, record, payload, len(holders))
-            offset += 1
+        size = self._buffer_run(first, records, encode_records(first_id, records, holders), len(holders))
+        offset += len(records)
         self._next_offset = offset
         self._last_message_id = first_id + len(records) - 1
         queues = self._queues
@@ -474,6 +475,25 @@ class MessageStore:
         self._tail += size
         self._refs[active] += holders
         self._unwritten[offset] = record
+        return size
+
+    def _buffer_run(self, first: int, records: list[MessageRecord], payloads: list[bytes], holders: int) -> int:
+        """_buffer for consecutive records from offset `first`; in one step when they all fit in the active
+        segment (append_frames, SegmentIndex.observe_run), else one by one (a roll among them). Their size on
+        disk."""
+        active = self._active
+        size = HEADER_SIZE * len(payloads) + sum(map(len, payloads))
+        if active is None or self._tail + size > self._segment_size:
+            return sum(map(self._buffer, itertools.count(first), records, payloads, itertools.repeat(holders)))
+        frames = self._frames
+        if frames is None:  # first records of this batch in this segment
+            frames = self._frames = self._pending.frames_for(active)
+        append_frames(frames, first, payloads)
+        sizes = list(map(HEADER_SIZE.__add__, map(len, payloads)))
+        self._indexes[active].observe_run(first, self._tail, sizes, map(_timestamp_of, records))
+        self._tail += size
+        self._refs[active] += holders * len(payloads)
+        self._unwritten.update(zip(itertools.count(first), records))
         return size
 
     def _buffered(self, size: int, on_durable: Callable[[], None] | None, on_failed: Callable[[], None] | None) -> None:

@@ -12,6 +12,8 @@ import os
 import struct
 from array import array
 from bisect import bisect_left, bisect_right
+from collections.abc import Iterable
+from itertools import accumulate
 from pathlib import Path
 
 INDEX_HEADER = struct.Struct("<8sHHIQ")  # magic, version, entry size, reserved, base offset
@@ -49,6 +51,25 @@ class SegmentIndex:
         self.max_timestamps.append(self.max_timestamp)
         self.unsaved_offsets += OFFSET_ENTRY.pack(rel, position)
         self.unsaved_times += TIME_ENTRY.pack(self.max_timestamp, rel)
+
+    def observe_run(self, first: int, position: int, sizes: list[int], timestamps: Iterable[int]) -> None:
+        """observe() for consecutive records from offset `first` at `position` on, of these sizes on disk and
+        timestamps: the same entries, with a Python step per entry instead of per record."""
+        starts = list(accumulate(sizes, initial=position))  # each record's position, then the end
+        newest = list(accumulate(timestamps, max, initial=self.max_timestamp))[1:]  # up to each record
+        positions = self.positions
+        count = len(sizes)
+        i = 0 if not positions else bisect_left(starts, positions[-1] + self.interval, 0, count)
+        while i < count:
+            rel = first + i - self.base
+            self.rel_offsets.append(rel)
+            positions.append(starts[i])
+            self.max_timestamps.append(newest[i])
+            self.unsaved_offsets += OFFSET_ENTRY.pack(rel, starts[i])
+            self.unsaved_times += TIME_ENTRY.pack(newest[i], rel)
+            i = bisect_left(starts, starts[i] + self.interval, i + 1, count)
+        if count:
+            self.max_timestamp = newest[-1]
 
     def floor(self, offset: int) -> tuple[int, int] | None:
         """(offset, position) of the last entry at or before `offset`, or None if there is none."""

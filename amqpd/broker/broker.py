@@ -20,6 +20,7 @@ from amqpd.broker.policy import QUEUE_KEYS, Policies, merge
 from amqpd.broker.queue import Queue
 from amqpd.broker.queue_hooks import QueueHooks, wall_clock_ms
 from amqpd.broker.recovery import message_from_record
+from amqpd.broker.stream import StreamQueue
 from amqpd.broker.vhost import VirtualHost
 from amqpd.config import Settings
 from store import AccessRows, MessageRecord
@@ -393,6 +394,14 @@ class Broker:
             msg.for_streams = not msg.persistent
             msg.pageable = True
             offset += 1
+
+    def save_stream_segments(self) -> None:
+        """At a clean stop: each stream's open segment as it is (commits save it only now and then, see
+        StreamQueue._on_commit), written by the store's closing commit."""
+        for vhost in self.vhosts.values():
+            for q in vhost.queues.values():
+                if isinstance(q, StreamQueue):
+                    q.save_active()
 
     def save_redelivered_flags(self) -> None:
         """At a clean stop, once every connection has returned its unacked messages: tell the store which

@@ -282,17 +282,11 @@ class Channel:
         """(flags, header as checked_header returns it, scan) of a publish that the plan sends straight to its
         queue, its header read as on_whole_publish and Message read it, its body no larger than max_body; None
         when any of them would refuse it or the plan would not send it straight."""
-        scanned = scan_published(header, PER_MESSAGE_FLAGS)
+        scanned = _group_scan(header, max_body)
         if scanned is None:
             return None
-        class_id, body_size, flags, header, scan = scanned
-        if class_id != 60 or body_size > max_body:
-            return None
-        mode = scan.delivery_mode
-        if mode is not None and mode != 1 and mode != 2:
-            return None  # refused, one message at a time
-        names_keys = scan.headers_raw is not None and may_name_keys(scan.headers_raw)
-        if plan.straight_to(flags, mode == 2, names_keys) is None:
+        flags, header, scan, persistent, names_keys = scanned
+        if plan.straight_to(flags, persistent, names_keys) is None:
             return None
         return flags, header, scan
 
@@ -1192,20 +1186,37 @@ def _check_not_stream(kind: str, taken: list[Settled]) -> None:
             ).with_method(60, 120 if kind == "nack" else 90)
 
 
+def _group_scan(header: bytes, max_body: int) -> tuple[int, bytes, PropertyScan, bool, bool] | None:
+    """(flags, header as checked_header returns it, scan, persistent, whether its headers may name CC or BCC
+    keys) of a publish in a group, its header read in one walk as on_whole_publish and Message read it, its
+    body no larger than max_body; None when any of them would refuse it, or when it has a property that only
+    the single path handles (PER_MESSAGE_FLAGS): the single path then takes it, and reports any error."""
+    scanned = scan_published(header, PER_MESSAGE_FLAGS)
+    if scanned is None:
+        return None
+    class_id, body_size, flags, header, scan = scanned
+    if class_id != 60 or body_size > max_body:
+        return None
+    mode = scan.delivery_mode
+    if mode is not None and mode != 1 and mode != 2:
+        return None  # refused, one message at a time
+    names_keys = scan.headers_raw is not None and may_name_keys(scan.headers_raw)
+    return flags, header, scan, mode == 2, names_keys
+
+
 def _stored_message(
     plan: PublishPlan, exchange: str, routing_key: str, route: bytes, header: bytes, body: bytes, max_size: int
 ) -> Message | None:
     """The message on_whole_publish would make of this publish when the plan stores it in its one queue with
     no other step (PublishPlan.stored_to); None otherwise, and when either would refuse it (the single path
     then reports the error)."""
-    try:
-        class_id, body_size, flags = parse_content_header(header)
-        if class_id != 60 or body_size > max_size:
-            return None
-        msg = Message(exchange, routing_key, route, checked_header(header), body, flags)
-    except errors.AMQPError:
+    scanned = _group_scan(header, max_size)
+    if scanned is None:
         return None
-    return msg if plan.stored_to(flags, msg.persistent, msg.may_carry_cc) is not None else None
+    flags, header, scan, persistent, names_keys = scanned
+    if plan.stored_to(flags, persistent, names_keys) is None:
+        return None
+    return Message(exchange, routing_key, route, header, body, flags, scan)
 
 
 def _any_stored(queues: list[Queue]) -> bool:

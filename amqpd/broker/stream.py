@@ -41,6 +41,7 @@ _OFFSET_FIELD = shortstr("x-stream-offset") + b"l"  # a signed 64-bit integer, a
 TIMESTAMP_ARG = "x-stream-timestamp"
 _TIMESTAMP_FIELD = shortstr(TIMESTAMP_ARG) + b"l"
 _ACTIVE = struct.Struct("<qqq")  # stream.active: the open segment's first offset, bytes, newest timestamp
+ACTIVE_SAVE_FRACTION = 16  # the open segment's size is saved each time it grows by this fraction of a segment
 TRACKED_PREFIX = "offset:"  # queue values: a tracked consumer's next offset, by consumer tag
 
 
@@ -149,7 +150,8 @@ class StreamQueue(Queue["Consumer"]):
         self.ready = _Length(self)  # type: ignore[assignment]
         self._segments: list[list[int]] = [[0, 0, 0]]  # [first offset, bytes, newest timestamp ms]
         self._dispatch_due = False
-        self._saved_active = b""
+        self._saved_active = [-1, 0, 0]  # the open segment as last saved
+        self._active_save_bytes = max(self.retention.segment_bytes // ACTIVE_SAVE_FRACTION, 1)
 
     # -- recovery ------------------------------------------------------------------------------------------
 
@@ -192,13 +194,23 @@ class StreamQueue(Queue["Consumer"]):
 
     def _on_commit(self) -> None:
         """The store made more records durable: consumers at the tail get them (once per loop turn). The open
-        segment's size is saved once per commit, not per message (after a crash it may lag one commit)."""
-        active = _ACTIVE.pack(*self._segments[-1])
-        if active != self._saved_active and self.store is not None:
-            self._saved_active = active
-            self.store.set_queue_value(self.store_id, "stream.active", active)
+        segment's size is saved with a commit once it has grown by 1/ACTIVE_SAVE_FRACTION of a segment since
+        it was last saved, not with every commit: each save is a catalogue transaction of its own (its own
+        fsync), which was half the cost of a confirmed publish. After a crash the open segment is counted at
+        most that much short, so it fills (and retention drops old segments) that much later, never sooner;
+        its newest timestamp is set again by the message that fills it. A clean stop saves it exactly."""
+        first, size, _newest = self._segments[-1]
+        if first != self._saved_active[0] or size - self._saved_active[1] >= self._active_save_bytes:
+            self.save_active()
         if self.cursors and not self._schedule_dispatch():
             self.dispatch()
+
+    def save_active(self) -> None:
+        """Save the open segment's first offset, size and newest timestamp with the next commit."""
+        segment = self._segments[-1]
+        if self.store is not None and segment != self._saved_active:
+            self._saved_active = list(segment)
+            self.store.set_queue_value(self.store_id, "stream.active", _ACTIVE.pack(*segment))
 
     def _schedule_dispatch(self) -> bool:
         """Dispatch on the loop's next turn (once however often asked); False without a loop to do it."""
@@ -251,7 +263,7 @@ class StreamQueue(Queue["Consumer"]):
             return
         sealed = array("q", [v for s in self._segments[:-1] for v in s])
         self.store.set_queue_value(self.store_id, "stream.segments", sealed.tobytes())
-        self.store.set_queue_value(self.store_id, "stream.active", _ACTIVE.pack(*self._segments[-1]))
+        self.save_active()
 
     # -- consuming -----------------------------------------------------------------------------------------
 

@@ -100,6 +100,7 @@ async def serve(settings: Settings) -> None:
         await _wait_closed(registry)
         if store is not None:
             broker.save_redelivered_flags()
+            broker.save_stream_segments()
             await store.close()
             _leave_clean_marker(settings)
         if lock is not None:

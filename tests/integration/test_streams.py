@@ -247,3 +247,32 @@ def test_messages_with_a_ttl_keep_their_offsets_after_kill_9(data_dir: str) -> N
         conn.close()
     finally:
         broker.close()
+
+
+def test_a_clean_restart_leaves_retention_where_it_would_have_been(tmp_path: Path) -> None:
+    """The open segment's size is saved only now and then while publishing (StreamQueue._on_commit) and
+    exactly at a clean stop: with a restart in the middle, retention drops the first segment at the same
+    offset as without one."""
+    args = {**STREAM, "x-max-length-bytes": 64_000, "x-stream-max-segment-size-bytes": 64_000}
+    bodies = [b"%05d" % i + b"." * 95 for i in range(700)]
+    firsts = []
+    for restart in (False, True):
+        data_dir = str(tmp_path / f"data-{restart}")
+        broker = BrokerProcess(data_dir=data_dir).start()
+        try:
+            conn, ch = channel(broker.url)
+            ch.queue_declare("s", durable=True, arguments=args)
+            conn.close()
+            publish(broker.url, "s", bodies[:30])  # well under 1/16 of a segment
+            if restart:
+                assert broker.stop() == 0
+                broker = BrokerProcess(data_dir=data_dir).start()
+            publish(broker.url, "s", bodies[30:])
+            conn, ch = channel(broker.url)
+            ((first, body),) = consume(ch, "s", 1, **{"x-stream-offset": "first"})
+            assert body == bodies[first]
+            firsts.append(first)
+            conn.close()
+        finally:
+            broker.close()
+    assert 0 < firsts[0] == firsts[1]

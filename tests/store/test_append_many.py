@@ -4,6 +4,7 @@ when the write fails."""
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
@@ -97,3 +98,38 @@ def test_a_range_before_the_last_offset_held_is_refused() -> None:
     runs = OffsetRuns([5])
     with pytest.raises(ValueError):
         runs.append_range(5, 7)
+
+
+async def _files_after(path: Path, groups: list[list[MessageRecord]], together: bool, segment_size: int) -> dict:
+    store = MessageStore(path, clock=fixed_clock, segment_size=segment_size, fsync="none")
+    await store.open()
+    queue = store.put_queue("/", "q", False, {})
+    for group in groups:
+        if together:
+            store.append_many(group, [queue])
+        else:
+            for record in group:
+                store.append(record, [queue])
+    await store.close()
+    return {f.name: f.read_bytes() for f in sorted((path / "segments").iterdir())}
+
+
+@pytest.mark.parametrize("segment_size", [1 << 20, 20_000], ids=["one segment", "new segments mid-group"])
+async def test_groups_of_many_records_leave_the_segments_and_their_indexes_of_records_appended_one_by_one(
+    tmp_path: Path, segment_size: int
+) -> None:
+    """Groups that fit in the active segment are laid out in one step (append_frames, observe_run): the
+    frames and the offset and time index entries (every 4 KiB, with the newest timestamp up to each, the
+    timestamps here out of order) must be those of one append at a time."""
+    rng = random.Random(16)
+    groups = [
+        [
+            MessageRecord("", "q", b"\x00\x00", b"x" * rng.randrange(0, 700), 1_700_000_000_000 + rng.randrange(10**6))
+            for _ in range(rng.randrange(1, 120))
+        ]
+        for _ in range(12)
+    ]
+    one = await _files_after(tmp_path / "one", groups, False, segment_size)
+    together = await _files_after(tmp_path / "together", groups, True, segment_size)
+    assert together == one
+    assert max(len(data) for name, data in one.items() if name.endswith(".idx")) >= 24 + 3 * 8  # 3+ entries

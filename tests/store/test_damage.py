@@ -251,6 +251,28 @@ async def test_a_large_zero_filled_tail_is_cut_quickly(tmp_path: Path) -> None:
     await store.close()
 
 
+@pytest.mark.parametrize("where", ["payload", "header check", "sequence"])
+async def test_a_damaged_record_among_records_of_one_size_is_none_and_the_others_are_read(
+    tmp_path: Path, where: str
+) -> None:
+    """Records of one size are checked many at once (segment._alike_frames): damage to any of them is still
+    found, and only that record is lost."""
+    store = MessageStore(tmp_path, fsync="none")
+    await store.open()
+    qid = store.put_queue("/", "q", False, {})
+    alike = [MessageRecord("ex", "rk", b"props", b"body-%03d" % i, 1000 + i) for i in range(200)]
+    offsets = [store.append(r, [qid]) for r in alike]
+    await store.flush()
+    _, start, _ = frames(only_segment(tmp_path))[150]
+    flip_byte(only_segment(tmp_path), start + {"payload": HEADER_SIZE + 30, "header check": 21, "sequence": 5}[where])
+    try:
+        payloads = store.read_payloads(offsets)
+    finally:
+        await store.close()
+    assert [i for i, p in enumerate(payloads) if p is None] == [150]
+    assert [decode_record(p)[2] for p in payloads if p is not None] == alike[:150] + alike[151:]
+
+
 async def test_read_payloads_are_the_records_as_stored_and_none_for_a_damaged_one(tmp_path: Path) -> None:
     store = MessageStore(tmp_path, fsync="none")
     await store.open()

@@ -22,15 +22,16 @@ from fakes import ClientChannel, FakeTransport, new_broker, publish_frames
 from fakes import messages as grouped
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pamqp import commands, frame
+from pamqp import commands, frame, header
 
-from amqpd.broker import stream_log
+from amqpd.broker import stream_log, stream_replay
 from amqpd.broker.broker import Broker
 from amqpd.broker.session import Session
 from amqpd.broker.stream import StreamQueue
 from amqpd.broker.stream_unacked import OffsetSet
 from amqpd.config import Settings
-from store import MessageStore
+from store import MessageRecord, MessageStore, segment
+from store.record_codec import encode_record
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 _FRAME = struct.Struct(">BHI")
@@ -107,14 +108,18 @@ FILTER_VALUES = ["x", "y"]
 
 @st.composite
 def messages(draw: st.DrawFn, frame_max: int) -> list[tuple[dict[str, Any], bytes]]:
-    out = []
-    for _ in range(draw(st.integers(1, 40))):
+    """1 to 40 messages, some in runs of one layout (the same properties and body size, other body bytes:
+    what stream_replay._encode_uniform and the store's _alike_frames take in one step)."""
+    out: list[tuple[dict[str, Any], bytes]] = []
+    count = draw(st.integers(1, 40))
+    while len(out) < count:
         props = draw(PROPERTIES)
         value = draw(st.sampled_from([None, *FILTER_VALUES]))
         if value is not None:
             props["headers"] = {**props.get("headers", {}), "x-stream-filter-value": value}
         size = draw(st.one_of(st.integers(0, 300), st.integers(frame_max - 10, 2 * frame_max + 20)))
-        out.append((props, bytes([65 + len(out) % 26]) * size))
+        for _ in range(min(draw(st.sampled_from([1, 1, 3, 12])), count - len(out))):
+            out.append((props, bytes([65 + len(out) % 26]) * size))
     return out
 
 
@@ -154,6 +159,8 @@ def test_the_batched_replay_sends_what_the_per_message_path_sends(data: st.DataO
     tracking = data.draw(st.booleans(), "tracking")
     stored = data.draw(st.booleans(), "with a store")
     chunk = data.draw(st.sampled_from([2, 3, 7, stream_log.RAW_CHUNK]), "raw chunk")  # small: chunk edges
+    uniform_min = data.draw(st.sampled_from([1, 2, stream_replay.UNIFORM_MIN]), "records for a uniform encoding")
+    alike_min = data.draw(st.sampled_from([1, 2, segment.ALIKE_MIN]), "frames for a check all at once")
 
     async def scenario(store: MessageStore | None) -> None:
         broker = Broker(Settings(), store=store)
@@ -214,7 +221,12 @@ def test_the_batched_replay_sends_what_the_per_message_path_sends(data: st.DataO
         assert q.tracked.get("ca") == q.tracked.get("cb")
         assert q.unacked == 0
 
-    with patch.object(stream_log, "RAW_CHUNK", chunk), patch.object(stream_log, "RAW_CHUNKS_KEPT", 2):
+    with (
+        patch.object(stream_log, "RAW_CHUNK", chunk),
+        patch.object(stream_log, "RAW_CHUNKS_KEPT", 2),
+        patch.object(stream_replay, "UNIFORM_MIN", uniform_min),
+        patch.object(segment, "ALIKE_MIN", alike_min),
+    ):
         run(scenario, stored)
 
 
@@ -398,3 +410,33 @@ def test_one_channel_acking_a_queue_and_a_stream_together_settles_both() -> None
     assert (queues["q"].unacked, queues["s"].unacked) == (1, 0)
     c.ack(10)
     assert (queues["q"].unacked, queues["s"].unacked, len(queues["q"].ready)) == (0, 0, 0)
+
+
+def stored(exchange: str, routing_key: str, body: bytes, **properties: Any) -> bytes:
+    """A record's payload as the store keeps it, with these properties."""
+    props = header.ContentHeader(0, len(body), commands.Basic.Properties(**properties)).marshal()
+    return encode_record(0, MessageRecord(exchange, routing_key, props, body, 1_790_000_000_000), [])
+
+
+def test_records_of_one_size_but_different_layouts_are_each_encoded_as_their_own() -> None:
+    """The uniform encoding takes a run only when every record's layout is the first one's: records of
+    equal length whose headers table, properties or route differ must come out as the general loop sends
+    them (itself held to the per-message path by the differential test above)."""
+    alike = [stored("", "s", b"body%d" % n, headers={"k": "ab"}, message_id="1234") for n in range(4)]
+    payloads: list[bytes | None] = [
+        *alike,
+        stored("", "s", b"body4", headers={"k": "abcd"}, message_id="12"),  # a longer table
+        stored("", "s", b"body5", headers={"k": "ab"}, content_type="1234"),  # another property
+        stored("s", "", b"body6", headers={"k": "ab"}, message_id="1234"),  # another route
+        *alike,
+    ]
+    assert len({len(p) for p in payloads if p is not None}) == 1
+    for with_time in (False, True):
+        with patch.object(stream_replay, "UNIFORM_MIN", 1):
+            fast = stream_replay.encode_replay(1, b"\x01c", 5, 10, payloads, with_time, 131072)
+            alone = stream_replay.encode_replay(1, b"\x01c", 5, 10, alike, with_time, 131072)
+        with patch.object(stream_replay, "UNIFORM_MIN", len(payloads) + 1):
+            plain = stream_replay.encode_replay(1, b"\x01c", 5, 10, payloads, with_time, 131072)
+            plain_alone = stream_replay.encode_replay(1, b"\x01c", 5, 10, alike, with_time, 131072)
+        assert fast == plain
+        assert alone == plain_alone

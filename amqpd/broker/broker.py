@@ -15,6 +15,7 @@ from amqpd.broker.dead_letter import dead_letter
 from amqpd.broker.delayed_delivery import DelayedDelivery
 from amqpd.broker.entry import Entry
 from amqpd.broker.exchanges import Exchange
+from amqpd.broker.flow import TurnClock
 from amqpd.broker.message import Message
 from amqpd.broker.policy import QUEUE_KEYS, Policies, merge
 from amqpd.broker.queue import Queue
@@ -114,6 +115,9 @@ class BrokerHooks(QueueHooks):
     def now_ms(self) -> int:
         return self.broker.now_ms()
 
+    def turn_clock(self) -> TurnClock:
+        return self.broker.turns
+
     def read_ahead(self, queue: Queue, offsets: list[int], done: Callable[[Any], None]) -> bool:
         store = self.broker.store
         if store is None:
@@ -210,7 +214,7 @@ class Broker:
         self.access.seed(settings.users, settings.vhosts)
         self.alarms: frozenset[str] = frozenset()  # resource alarms in force (server/alarms.py sets them)
         self.clock = time.monotonic()  # coarse, refreshed by the housekeeping timer: stamps deliveries cheaply
-        self.busy = False  # the loop's CPU is saturated (server/load.py): publishers to deep queues pause
+        self.turns = TurnClock()  # the event loop's turns: the unit of consumer pace (flow.py)
         self.throttling: set[Queue] = set()  # queues with paused publishers
         self.policies = Policies(store)
         self.policies.changed = self.apply_policies
@@ -229,14 +233,15 @@ class Broker:
             if session.publishes:
                 session.hold_reading_for("store", on)
 
-    def set_busy(self, busy: bool) -> None:
-        """Sampled load: when the broker has time to spare again, every paused publisher goes on. A backlog
-        then is the consumers' own pace (prefetch, slow processing), and RabbitMQ keeps accepting
-        publishes however deep it gets; pausing is only for when reading publishes starves deliveries."""
-        self.busy = busy
-        if not busy and self.throttling:
-            queues, self.throttling = self.throttling, set()
-            for q in queues:
+    def check_flow(self) -> None:
+        """Housekeeping: publishers paused behind a queue whose consumers stopped coming back for more (slow
+        now, or gone quiet) go on; the backlog is then the consumers' own pace, and RabbitMQ keeps accepting
+        publishes however deep it gets. One housekeeping round counts as a turn (flow.py), so this holds
+        when nothing else is read."""
+        self.turns.tick()
+        for q in list(self.throttling):
+            if not q.throttled or not q.pace.lagging():
+                self.throttling.discard(q)
                 q.release_publishers()
 
     def authenticate(self, user: str, password: str) -> bool:

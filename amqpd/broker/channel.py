@@ -482,8 +482,8 @@ class Channel:
         return stored
 
     def _flow(self, q: Queue) -> None:
-        """A queue with consumers that grows past FLOW_HIGH while the broker is busy pauses its publishers."""
-        if len(q.ready) > q.FLOW_HIGH and q.consumers and self.broker.busy:
+        """A queue grown past FLOW_HIGH whose consumers are waiting on the broker pauses its publishers (flow.py)."""
+        if len(q.ready) > q.FLOW_HIGH and q.consumers and q.pace.lagging():
             self.conn.throttle(q)
             self.broker.throttling.add(q)
 

@@ -89,7 +89,8 @@ class Queue(Generic[S]):
     always_stored = False  # True: the store takes its messages persistent or not (streams)
 
     # Ready messages, with consumers waiting on the broker (flow.py), before publishers pause; they go on
-    # when it drains to FLOW_LOW or the consumers stop coming back quickly.
+    # when it drains to FLOW_LOW, when its consumers leave, or when housekeeping (Broker.check_flow) finds
+    # them slow on their own. One slow return does not release them: the low-water mark is the hysteresis.
     FLOW_HIGH = 20_000
     FLOW_LOW = 10_000
     # Most deliveries handed to one consumer at once (dispatch): a batch is encoded as one buffer, and a few
@@ -354,7 +355,7 @@ class Queue(Generic[S]):
                 self.hooks.dropped(self, entry, "expired")
                 continue
             consumer.deliver(self, entry)
-        if self.throttled and (len(ready) < self.FLOW_LOW or not self.consumers or not self.pace.lagging()):
+        if self.throttled and len(ready) < self.FLOW_LOW:
             self.release_publishers()
         if ready and ready[0].expires_at is not None:
             self._arm_ttl_timer()

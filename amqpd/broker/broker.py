@@ -233,16 +233,21 @@ class Broker:
             if session.publishes:
                 session.hold_reading_for("store", on)
 
+    def throttled(self, q: Queue) -> None:
+        """A publisher into q was paused (Channel._flow)."""
+        self.throttling.add(q)
+
     def check_flow(self) -> None:
-        """Housekeeping: publishers paused behind a queue whose consumers stopped coming back for more (slow
-        now, or gone quiet) go on; the backlog is then the consumers' own pace, and RabbitMQ keeps accepting
-        publishes however deep it gets. One housekeeping round counts as a turn (flow.py), so this holds
-        when nothing else is read."""
-        self.turns.tick()
-        for q in list(self.throttling):
-            if not q.throttled or not q.pace.lagging():
-                self.throttling.discard(q)
-                q.release_publishers()
+        """Housekeeping: every paused publisher goes on, and its queue's consumers must show again that they
+        wait on the broker (come back within PACE_TURNS turns while it is read, flow.py) before it pauses
+        again. Behind consumers the broker starves, that takes a turn or two (one read of publishes). Behind
+        consumers slow on their own, whose acks came one turn apart only because nothing else was read while
+        the publisher was paused (a burst of tasks behind busy workers), it keeps going, as RabbitMQ's
+        publishers do; so it does behind consumers that went quiet."""
+        queues, self.throttling = self.throttling, set()
+        for q in queues:
+            q.pace.forget()
+            q.release_publishers()
 
     def authenticate(self, user: str, password: str) -> bool:
         """Does the password match the user's? (PLAIN/AMQPLAIN logins, connection.update-secret.)"""

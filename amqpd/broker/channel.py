@@ -485,7 +485,7 @@ class Channel:
         """A queue grown past FLOW_HIGH whose consumers are waiting on the broker pauses its publishers (flow.py)."""
         if len(q.ready) > q.FLOW_HIGH and q.consumers and q.pace.lagging():
             self.conn.throttle(q)
-            self.broker.throttling.add(q)
+            self.broker.throttled(q)
 
     def _delay(self, ex: Any, msg: Message, delay: int, seq: int, on_stored: Callable[[], None] | None) -> bool:
         """x-delayed-message: the message waits; it is confirmed once stored (or at once when transient).

@@ -27,7 +27,7 @@ PACE_TURNS = 3
 
 class TurnClock:
     """Counts turns of the event loop in which some connection was read (the socket layer starts a count
-    when it reads; housekeeping adds one per round, so a broker with nothing to read still moves on)."""
+    when it reads)."""
 
     __slots__ = ("now", "ticking")
 
@@ -64,6 +64,10 @@ class Pace:
     def came_back(self) -> None:
         """A consumer took a message that was waiting."""
         self.quick = self.clock.now - self.stalled_at <= PACE_TURNS
+
+    def forget(self) -> None:
+        """The consumers must come back quickly again before they count as waiting on the broker."""
+        self.quick = False
 
     def lagging(self) -> bool:
         """The consumers came back quickly last time and are not overdue now: they are waiting on the broker."""

@@ -89,8 +89,8 @@ class Queue(Generic[S]):
     always_stored = False  # True: the store takes its messages persistent or not (streams)
 
     # Ready messages, with consumers waiting on the broker (flow.py), before publishers pause; they go on
-    # when it drains to FLOW_LOW, when its consumers leave, or when housekeeping (Broker.check_flow) finds
-    # them slow on their own. One slow return does not release them: the low-water mark is the hysteresis.
+    # when it drains to FLOW_LOW, when its consumers leave, or at housekeeping (Broker.check_flow), until
+    # the consumers show again that they wait on the broker. One slow return does not release them.
     FLOW_HIGH = 20_000
     FLOW_LOW = 10_000
     # Most deliveries handed to one consumer at once (dispatch): a batch is encoded as one buffer, and a few

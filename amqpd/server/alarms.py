@@ -82,8 +82,8 @@ class Alarms:
                     session.apply_alarms()
 
     async def run(self) -> None:
-        """Housekeeping once per alarm_interval: the coarse clock, resource alarms, ack timeouts, publishers
-        paused behind consumers that stopped coming back."""
+        """Housekeeping once per alarm_interval: the coarse clock, resource alarms, ack timeouts, paused
+        publishers put to the test again (Broker.check_flow)."""
         while True:
             now = self.broker.clock = time.monotonic()
             self.check()

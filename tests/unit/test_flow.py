@@ -138,33 +138,53 @@ def test_a_paused_publisher_goes_on_once_the_backlog_drains_below_the_low_water_
     assert broker.vhosts["/"].queues["q"].throttled == set()
 
 
-def test_a_paused_publisher_goes_on_when_its_consumers_stop_coming_back(broker: Broker, pub: ClientChannel) -> None:
-    """Housekeeping (broker.check_flow, once per alarm_interval) releases a publisher held behind consumers
-    that have gone quiet: the backlog is then their own pace."""
+def test_housekeeping_lets_a_publisher_behind_quiet_consumers_go_on(broker: Broker, pub: ClientChannel) -> None:
+    """broker.check_flow (once per alarm_interval) releases every paused publisher; it pauses again only once
+    the consumers have come back quickly while it is read."""
     paused_publisher(broker, pub)
     broker.check_flow()
-    assert pub.conn.paused_by == {"q"}  # a turn or two is a round trip, not yet a slow consumer
-    for _ in range(PACE_TURNS):
-        broker.check_flow()
     assert pub.conn.paused_by == set()
-    publish(pub, 2)  # and it stays on: the consumers are overdue now
+    publish(pub, HIGH)  # the consumers have gone quiet: nothing shows they wait on the broker
     assert pub.conn.paused_by == set()
 
 
-def test_a_paused_publisher_goes_on_at_the_next_housekeeping_round_once_its_consumer_returns_slowly(
+def test_after_housekeeping_a_publisher_behind_consumers_the_broker_starves_pauses_again(
     broker: Broker, pub: ClientChannel
 ) -> None:
-    """One slow return does not release it at once (the queue stays above the low-water mark); housekeeping
-    then sees a consumer slow on its own."""
+    con = paused_publisher(broker, pub)
+    broker.check_flow()
+    publish(pub, HIGH)
+    turns(broker)
+    assert ack_all(con) == 2  # back within a turn while the publisher is read
+    assert pub.conn.paused_by == set()
+    publish(pub, 1)
+    assert pub.conn.paused_by == {"q"}
+
+
+def test_a_burst_behind_a_slow_consumer_goes_on_after_housekeeping(broker: Broker, pub: ClientChannel) -> None:
+    """While the publisher was paused, nothing else was read, so a slow consumer's acks came a turn apart
+    and looked quick. Once released, its publishes are read between the acks, which then come many turns
+    apart: tasks behind busy workers keep flowing in, as RabbitMQ takes them."""
+    con = paused_publisher(broker, pub)
+    for _ in range(3):
+        turns(broker)
+        assert ack_all(con) == 2  # nothing else read in between: a turn apart
+        assert pub.conn.paused_by == {"q"}
+    broker.check_flow()
+    for _ in range(3):
+        publish(pub, HIGH)
+        turns(broker, PACE_TURNS + 1)  # the publisher's reads between the worker's acks
+        assert ack_all(con) == 2
+        assert pub.conn.paused_by == set()
+
+
+def test_a_paused_publisher_stays_paused_after_one_slow_return(broker: Broker, pub: ClientChannel) -> None:
+    """One slow return does not release it (the queue stays above the low-water mark): hysteresis."""
     con = paused_publisher(broker, pub)
     turns(broker, PACE_TURNS + 1)
     assert ack_all(con) == 2
     assert depth(broker) >= LOW
     assert pub.conn.paused_by == {"q"}
-    broker.check_flow()
-    assert pub.conn.paused_by == set()
-    publish(pub, HIGH)
-    assert pub.conn.paused_by == set()
 
 
 def test_a_publisher_goes_on_when_the_consumer_cancels(broker: Broker, pub: ClientChannel) -> None:
@@ -245,3 +265,16 @@ def test_a_turn_in_which_many_connections_were_read_counts_once() -> None:
     scheduled.pop()()  # the loop comes round
     clock.start(scheduled.append)
     assert (clock.now, len(scheduled)) == (1, 1)
+
+
+def test_a_consumer_overdue_now_does_not_pause_publishers_for_having_been_quick(
+    broker: Broker, pub: ClientChannel
+) -> None:
+    con = consumer(broker, prefetch=2)
+    publish(pub, HIGH)
+    turns(broker)
+    assert ack_all(con) == 2  # quick once ...
+    turns(broker, PACE_TURNS + 1)  # ... and not back since, while the publisher is read
+    publish(pub, HIGH)
+    assert depth(broker) > HIGH
+    assert pub.conn.paused_by == set()

@@ -11,6 +11,10 @@ whose consumers ran out of room with messages waiting (a stall) and came back fo
 turns is lagging (they would take more if the broker got round to them sooner); consumers that need longer
 are slow on their own, whatever the machine's load. A CPU sample cannot tell these apart on a machine shared
 with other work (the broker gets part of a core and is "not busy" while its consumers starve).
+
+Turns count reads, so while a publisher is paused and little else is read, even a slow consumer's acks come
+a turn or two apart. Hence the retest (Broker.check_flow, once a second): every paused publisher goes on and
+pauses again only once its queue's consumers come back quickly while it is read.
 """
 
 from __future__ import annotations

@@ -215,6 +215,7 @@ class Broker:
         self.alarms: frozenset[str] = frozenset()  # resource alarms in force (server/alarms.py sets them)
         self.clock = time.monotonic()  # coarse, refreshed by the housekeeping timer: stamps deliveries cheaply
         self.turns = TurnClock()  # the event loop's turns: the unit of consumer pace (flow.py)
+        self.busy = False  # the loop's CPU is saturated (server/load.py): publishers to deep queues pause too
         self.throttling: set[Queue] = set()  # queues with paused publishers
         self.policies = Policies(store)
         self.policies.changed = self.apply_policies
@@ -236,6 +237,17 @@ class Broker:
     def throttled(self, q: Queue) -> None:
         """A publisher into q was paused (Channel._flow)."""
         self.throttling.add(q)
+
+    def set_busy(self, busy: bool) -> None:
+        """Sampled load (server/load.py), the second reason to pause: when the broker has time to spare again,
+        the publishers it paused go on; those paused because their queue's consumers wait on the broker
+        (flow.py) stay paused."""
+        self.busy = busy
+        if not busy and self.throttling:
+            for q in list(self.throttling):
+                if not q.pace.lagging():
+                    self.throttling.discard(q)
+                    q.release_publishers()
 
     def check_flow(self) -> None:
         """Housekeeping: every paused publisher goes on, and its queue's consumers must show again that they

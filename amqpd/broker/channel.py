@@ -482,8 +482,9 @@ class Channel:
         return stored
 
     def _flow(self, q: Queue) -> None:
-        """A queue grown past FLOW_HIGH whose consumers are waiting on the broker pauses its publishers (flow.py)."""
-        if len(q.ready) > q.FLOW_HIGH and q.consumers and q.pace.lagging():
+        """A queue grown past FLOW_HIGH with consumers pauses its publishers while those consumers are waiting
+        on the broker (flow.py), or while the broker's CPU is saturated (server/load.py)."""
+        if len(q.ready) > q.FLOW_HIGH and q.consumers and (q.pace.lagging() or self.broker.busy):
             self.conn.throttle(q)
             self.broker.throttled(q)
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from amqpd.broker.session import OPEN, Session
 from amqpd.protocol.frames import HEARTBEAT_FRAME
+from amqpd.server.load import LOOP
 from amqpd.server.tls import cert_login_name
 
 if TYPE_CHECKING:
@@ -60,10 +61,12 @@ class AMQPServerProtocol(asyncio.Protocol):
         self._timers.append(self.loop.call_later(s.handshake_timeout, self._handshake_deadline))
 
     def data_received(self, data: bytes) -> None:
+        start = time.perf_counter()
         self._last_recv = time.monotonic()
         assert self.session is not None
         self.broker.turns.start(self.loop.call_soon)  # this turn read something (flow.py: consumer pace)
         self.session.feed(data)
+        LOOP.busy += time.perf_counter() - start
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
@@ -106,10 +109,12 @@ class AMQPServerProtocol(asyncio.Protocol):
         self._flush_scheduled = False
         if self.session is None or self.transport is None or self.transport.is_closing():
             return
+        start = time.perf_counter()
         data = self.session.take_output()
         if data:
             self._last_send = time.monotonic()
             self.transport.write(data)
+        LOOP.busy += time.perf_counter() - start
 
     def close(self) -> None:
         """Write what is pending, then close; the peer gets our last frames."""

@@ -21,6 +21,7 @@ from amqpd.broker.stream_args import is_stream
 from amqpd.config import Settings
 from amqpd.server.alarms import Alarms
 from amqpd.server.connection import AMQPServerProtocol
+from amqpd.server.load import sample_load
 from amqpd.server.tls import TLSConfigError, reload_context, server_context, tls_enabled
 
 log = logging.getLogger("amqpd")
@@ -69,6 +70,7 @@ async def serve(settings: Settings) -> None:
         if store is not None:
             tg.start_soon(store.run)
         tg.start_soon(Alarms(broker, settings).run)
+        tg.start_soon(sample_load, broker)
         if management is not None:
             tg.start_soon(management.sample_rates)
         for server in servers:

@@ -278,3 +278,23 @@ def test_a_consumer_overdue_now_does_not_pause_publishers_for_having_been_quick(
     publish(pub, HIGH)
     assert depth(broker) > HIGH
     assert pub.conn.paused_by == set()
+
+
+def test_publishers_pause_while_the_broker_is_saturated_and_go_on_when_it_is_not(
+    broker: Broker, pub: ClientChannel
+) -> None:
+    """The second reason to pause (server/load.py): the broker's CPU is saturated, whatever the consumers' pace."""
+    consumer(broker, prefetch=1)  # never acks: slow on its own
+    broker.set_busy(True)
+    publish(pub, HIGH + 2)
+    assert pub.conn.paused_by == {"q"}  # reading more publishes would starve the deliveries
+    broker.set_busy(False)
+    assert pub.conn.paused_by == set()
+
+
+def test_a_publisher_paused_for_its_consumers_pace_stays_paused_when_the_broker_has_time_to_spare(
+    broker: Broker, pub: ClientChannel
+) -> None:
+    paused_publisher(broker, pub)
+    broker.set_busy(False)
+    assert pub.conn.paused_by == {"q"}

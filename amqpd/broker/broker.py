@@ -15,6 +15,7 @@ from amqpd.broker.dead_letter import dead_letter
 from amqpd.broker.delayed_delivery import DelayedDelivery
 from amqpd.broker.entry import Entry
 from amqpd.broker.exchanges import Exchange
+from amqpd.broker.flow import TurnClock
 from amqpd.broker.message import Message
 from amqpd.broker.policy import QUEUE_KEYS, Policies, merge
 from amqpd.broker.queue import Queue
@@ -115,6 +116,9 @@ class BrokerHooks(QueueHooks):
     def now_ms(self) -> int:
         return self.broker.now_ms()
 
+    def turn_clock(self) -> TurnClock:
+        return self.broker.turns
+
     def read_ahead(self, queue: Queue, offsets: list[int], done: Callable[[Any], None]) -> bool:
         store = self.broker.store
         if store is None:
@@ -211,7 +215,8 @@ class Broker:
         self.access.seed(settings.users, settings.vhosts)
         self.alarms: frozenset[str] = frozenset()  # resource alarms in force (server/alarms.py sets them)
         self.clock = time.monotonic()  # coarse, refreshed by the housekeeping timer: stamps deliveries cheaply
-        self.busy = False  # the loop's CPU is saturated (server/load.py): publishers to deep queues pause
+        self.turns = TurnClock()  # the event loop's turns: the unit of consumer pace (flow.py)
+        self.busy = False  # the loop's CPU is saturated (server/load.py): publishers to deep queues pause too
         self.throttling: set[Queue] = set()  # queues with paused publishers
         self.policies = Policies(store)
         self.policies.changed = self.apply_policies
@@ -230,15 +235,32 @@ class Broker:
             if session.publishes:
                 session.hold_reading_for("store", on)
 
+    def throttled(self, q: Queue) -> None:
+        """A publisher into q was paused (Channel._flow)."""
+        self.throttling.add(q)
+
     def set_busy(self, busy: bool) -> None:
-        """Sampled load: when the broker has time to spare again, every paused publisher goes on. A backlog
-        then is the consumers' own pace (prefetch, slow processing), and RabbitMQ keeps accepting
-        publishes however deep it gets; pausing is only for when reading publishes starves deliveries."""
+        """Sampled load (server/load.py), the second reason to pause: when the broker has time to spare again,
+        the publishers it paused go on; those paused because their queue's consumers wait on the broker
+        (flow.py) stay paused."""
         self.busy = busy
         if not busy and self.throttling:
-            queues, self.throttling = self.throttling, set()
-            for q in queues:
-                q.release_publishers()
+            for q in list(self.throttling):
+                if not q.pace.lagging():
+                    self.throttling.discard(q)
+                    q.release_publishers()
+
+    def check_flow(self) -> None:
+        """Housekeeping: every paused publisher goes on, and its queue's consumers must show again that they
+        wait on the broker (come back within PACE_TURNS turns while it is read, flow.py) before it pauses
+        again. Behind consumers the broker starves, that takes a turn or two (one read of publishes). Behind
+        consumers slow on their own, whose acks came one turn apart only because nothing else was read while
+        the publisher was paused (a burst of tasks behind busy workers), it keeps going, as RabbitMQ's
+        publishers do; so it does behind consumers that went quiet."""
+        queues, self.throttling = self.throttling, set()
+        for q in queues:
+            q.pace.forget()
+            q.release_publishers()
 
     def authenticate(self, user: str, password: str) -> bool:
         """Does the password match the user's? (PLAIN/AMQPLAIN logins, connection.update-secret.)"""

@@ -476,10 +476,11 @@ class Channel:
         return stored
 
     def _flow(self, q: Queue) -> None:
-        """A queue with consumers that grows past FLOW_HIGH while the broker is busy pauses its publishers."""
-        if len(q.ready) > q.FLOW_HIGH and q.consumers and self.broker.busy:
+        """A queue grown past FLOW_HIGH with consumers pauses its publishers while those consumers are waiting
+        on the broker (flow.py), or while the broker's CPU is saturated (server/load.py)."""
+        if len(q.ready) > q.FLOW_HIGH and q.consumers and (q.pace.lagging() or self.broker.busy):
             self.conn.throttle(q)
-            self.broker.throttling.add(q)
+            self.broker.throttled(q)
 
     def _delay(self, ex: Any, msg: Message, delay: int, seq: int, on_stored: Callable[[], None] | None) -> bool:
         """x-delayed-message: the message waits; it is confirmed once stored (or at once when transient).

@@ -16,6 +16,7 @@ from amqpd.broker.backlog import Backlog
 from amqpd.broker.dedup import Deduplicator
 from amqpd.broker.delivery_count import counts_deliveries, delivery_limit
 from amqpd.broker.entry import Entry
+from amqpd.broker.flow import Pace
 from amqpd.broker.message import Message
 from amqpd.broker.message_ids import wants_ids
 from amqpd.broker.queue_hooks import QueueHooks
@@ -70,6 +71,7 @@ class Queue(Generic[S]):
         self.limited = self.max_length is not None or self.max_length_bytes is not None or self.dedup is not None
         self.exclusive_consumer: S | None = None
         self.throttled: set[Any] = set()  # publishing connections paused until the backlog drains
+        self.pace = Pace(self.hooks.turn_clock())  # whether its consumers wait on the broker (flow.py)
         self.single_active = self.arguments.get("x-single-active-consumer") is True
         # Quorum queues, and any queue with x-delivery-limit, count returns and send x-delivery-count.
         self.counts_deliveries = counts_deliveries(self.arguments)
@@ -86,8 +88,9 @@ class Queue(Generic[S]):
     is_stream = False  # a StreamQueue (broker/stream.py) answers True
     always_stored = False  # True: the store takes its messages persistent or not (streams)
 
-    # Ready messages, with consumers attached and the broker's CPU saturated, before publishers pause (see
-    # server/load.py); they go on when it drains to FLOW_LOW or the broker has time to spare again.
+    # Ready messages, with consumers waiting on the broker (flow.py), before publishers pause; they go on
+    # when it drains to FLOW_LOW, when its consumers leave, or at housekeeping (Broker.check_flow), until
+    # the consumers show again that they wait on the broker. One slow return does not release them.
     FLOW_HIGH = 20_000
     FLOW_LOW = 10_000
     # Most deliveries handed to one consumer at once (dispatch): a batch is encoded as one buffer, and a few
@@ -165,6 +168,8 @@ class Queue(Generic[S]):
         done = 0
         if self.consumers and not self.ready:
             done = self._hand_out(entries)
+            if done < len(entries):
+                self.pace.stalled()
         ready = self.ready
         append = ready.append
         for entry in entries[done:] if done else entries:
@@ -221,6 +226,7 @@ class Queue(Generic[S]):
             if consumer is not None:
                 consumer.deliver(self, entry)
                 return
+            self.pace.stalled()
         self.ready.append(entry)
         self.ready_bytes += msg.size
         if msg.pageable and msg.size >= self.PAGE_MIN_BODY and len(self.ready) > self.PAGE_WINDOW:
@@ -330,10 +336,16 @@ class Queue(Generic[S]):
         """Deliver ready messages while some consumer has room: to a consumer that has no other to share them
         with, as many as it has room for in one hand-over."""
         ready = self.ready
+        waited = bool(ready)
         while ready:
             consumer = self._next_consumer()
             if consumer is None:
+                if not waited:  # they took what they could; the rest waits for them to come back
+                    self.pace.stalled()
                 break
+            if waited:
+                waited = False
+                self.pace.came_back()
             room = min(consumer.room(), self.HAND_OUT) if self.sole_consumer() is consumer else 1
             if room > 1 and ready[0].expires_at is None:
                 consumer.deliver_many(self, self._take_ready(room))
@@ -343,7 +355,7 @@ class Queue(Generic[S]):
                 self.hooks.dropped(self, entry, "expired")
                 continue
             consumer.deliver(self, entry)
-        if self.throttled and (len(ready) < self.FLOW_LOW or not self.consumers):
+        if self.throttled and len(ready) < self.FLOW_LOW:
             self.release_publishers()
         if ready and ready[0].expires_at is not None:
             self._arm_ttl_timer()

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from amqpd.broker.entry import Entry
+from amqpd.broker.flow import TurnClock
 from amqpd.broker.message import Message
 
 if TYPE_CHECKING:
@@ -64,3 +65,7 @@ class QueueHooks:
     def now_ms(self) -> int:
         """The wall clock in ms (TTL), injected so that tests can move it."""
         return wall_clock_ms()
+
+    def turn_clock(self) -> TurnClock:
+        """The event loop's turns (flow.py: consumer pace); a queue on its own gets a clock nobody moves."""
+        return TurnClock()

@@ -82,10 +82,12 @@ class Alarms:
                     session.apply_alarms()
 
     async def run(self) -> None:
-        """Housekeeping once per alarm_interval: the coarse clock, resource alarms, ack timeouts."""
+        """Housekeeping once per alarm_interval: the coarse clock, resource alarms, ack timeouts, paused
+        publishers put to the test again (Broker.check_flow)."""
         while True:
             now = self.broker.clock = time.monotonic()
             self.check()
+            self.broker.check_flow()
             for session in list(self.broker.connections):
                 session.check_ack_timeouts(now)
             await asyncio.sleep(self.settings.alarm_interval)

@@ -64,6 +64,7 @@ class AMQPServerProtocol(asyncio.Protocol):
         start = time.perf_counter()
         self._last_recv = time.monotonic()
         assert self.session is not None
+        self.broker.turns.start(self.loop.call_soon)  # this turn read something (flow.py: consumer pace)
         self.session.feed(data)
         LOOP.busy += time.perf_counter() - start
 

@@ -4,8 +4,12 @@ amqpd runs on one core. When it is saturated, every publish it reads takes CPU f
 of the queue's consumers, and a queue with consumers can grow without bound while they starve. RabbitMQ's
 credit flow pauses publishers in that case (a queue process that cannot keep up withholds credit), and only
 then: a backlog behind consumers that are slow on their own (prefetch full, processing) never blocks its
-publishers. So the broker pauses publishers to a deep consumed queue only while this sampler says it is
-busy, and lets them all go on at the first sample with time to spare.
+publishers. This sampler is the second of two reasons to pause publishers to a deep consumed queue; the
+first is consumer pace (broker/flow.py), which holds on a machine shared with other work, where this one
+misjudges. It stays for what pace cannot see: a no-ack consumer that the broker cannot write to fast enough
+is measured only when its socket drains from write_buffer_high to write_buffer_low, many turns apart, and
+looks slow on its own (without this sampler S1 delivered 40–70k msg/s while accepting 160–200k, against
+137–179k both ways with it). Publishers it paused go on at the first sample with time to spare.
 
 Busy is either of two shares of a sample reaching BUSY_SHARE:
 - the process's CPU time: on a quiet machine that is the loop's whole work, the socket calls made outside

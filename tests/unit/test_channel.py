@@ -658,50 +658,6 @@ def test_queue_declare_ok_reports_messages_and_consumers(client: ClientChannel) 
     assert (ok.queue, ok.message_count, ok.consumer_count) == ("q", 2, 0)
 
 
-# -- publisher flow control --------------------------------------------------------------------------------
-
-
-def deep_consumed_queue(client: ClientChannel, prefetch: int = 1) -> Any:
-    client.declare_queue("q")
-    q = queue_of(client, "q")
-    q.FLOW_HIGH, q.FLOW_LOW = 5, 2
-    client.call(commands.Basic.Qos(prefetch_count=prefetch))
-    client.consume("q", "slow")  # takes `prefetch` messages and never acks
-    return q
-
-
-def test_a_backlog_behind_consumers_at_their_prefetch_limit_does_not_pause_publishers(
-    client: ClientChannel,
-) -> None:
-    """RabbitMQ keeps accepting: the consumers' pace is theirs (a burst of tasks behind busy workers)."""
-    q = deep_consumed_queue(client)
-    fill(client, "q", *(b"%d" % i for i in range(20)))
-    assert q.message_count == 19
-    assert client.conn.paused_by == set()
-
-
-def test_publishers_pause_while_the_broker_is_saturated_and_go_on_when_it_is_not(client: ClientChannel) -> None:
-    q = deep_consumed_queue(client)
-    client.broker.set_busy(True)
-    fill(client, "q", *(b"%d" % i for i in range(8)))
-    assert client.conn.paused_by == {"q"}  # reading more publishes would starve the deliveries
-    client.broker.set_busy(False)
-    assert client.conn.paused_by == set()
-    assert q.throttled == set()
-
-
-def test_paused_publishers_go_on_when_the_backlog_drains(client: ClientChannel) -> None:
-    q = deep_consumed_queue(client, prefetch=100)
-    client.conn.writable = False  # deliveries wait for the socket
-    client.broker.set_busy(True)
-    fill(client, "q", *(b"%d" % i for i in range(8)))
-    assert client.conn.paused_by == {"q"}
-    client.conn.writable = True
-    q.dispatch()
-    assert q.message_count == 0
-    assert client.conn.paused_by == set()
-
-
 def test_a_queue_name_longer_than_max_queue_name_length_is_406() -> None:
     client = ClientChannel(new_broker(max_queue_name_length=20))
     assert client.declare_queue("q" * 20) == "q" * 20

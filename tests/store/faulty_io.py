@@ -169,34 +169,26 @@ def _catalog_bytes(path: Path) -> bytes:
         target.close()
 
 
-def restore(snapshot: Snapshot, root: Path, layout_root: Path, torn: dict[str, int] | None = None) -> None:
+def restore(
+    snapshot: Snapshot, root: Path, layout_root: Path, torn: dict[str, int] | None = None, killed: bool = False
+) -> None:
     """Write into `root` the data directory a power cut at the snapshot leaves: each store file with its
     synced content (plus the first `torn[path]` bytes of its unsynced rest), files whose directory entry was
-    never fsync'd missing, the catalogue as committed."""
+    never fsync'd missing, the catalogue as committed. killed=True: what a kill -9 leaves instead (the page
+    cache survives, so every file holds all that was written to it, synced or not)."""
     for path, image in snapshot.files.items():
         rel = Path(path).relative_to(layout_root)
         content = image.synced
         extra = (torn or {}).get(path, 0)
-        if extra:
+        if killed:
+            content = image.current
+        elif extra:
             content = image.current[: len(image.synced) + extra]
-        if not image.durable_entry:
+        if not (image.durable_entry or killed):
             continue
         target = root / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(content)
-    for sub in ("segments", "acklog"):
-        (root / sub).mkdir(parents=True, exist_ok=True)
-    if snapshot.catalog:
-        (root / "catalog.sqlite").write_bytes(snapshot.catalog)
-
-
-def restore_killed(snapshot: Snapshot, root: Path, layout_root: Path) -> None:
-    """Write into `root` the data directory a kill -9 at the snapshot leaves: the page cache survives, so
-    every file holds all that was written to it, synced or not."""
-    for path, image in snapshot.files.items():
-        target = root / Path(path).relative_to(layout_root)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(image.current)
     for sub in ("segments", "acklog"):
         (root / sub).mkdir(parents=True, exist_ok=True)
     if snapshot.catalog:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from store import MessageRecord, MessageStore
-from tests.store.faulty_io import RecordingIO, Snapshot, restore, restore_killed
+from tests.store.faulty_io import RecordingIO, Snapshot, restore
 
 pytestmark = pytest.mark.anyio
 
@@ -64,10 +64,7 @@ async def _holders_after(snapshot: Snapshot, root: Path, target: Path, killed: b
     if target.exists():
         shutil.rmtree(target)
     target.mkdir()
-    if killed:
-        restore_killed(snapshot, target, root)
-    else:
-        restore(snapshot, target, root, torn)
+    restore(snapshot, target, root, torn, killed)
     store = MessageStore(target)
     recovered = await store.open()
     await store.close()

@@ -52,6 +52,14 @@ def open_session(broker: Broker, frame_max: int) -> Session:
     return s
 
 
+def stream_session(store: MessageStore | None, frame_max: int) -> tuple[Broker, Session]:
+    """A broker on `store` with a session on channel 1 that has declared the stream "s"."""
+    broker = Broker(Settings(), store=store)
+    pub = open_session(broker, frame_max)
+    pub.feed(frame.marshal(commands.Queue.Declare(queue="s", durable=True, arguments={"x-queue-type": "stream"}), 1))
+    return broker, pub
+
+
 def frames(data: bytes, ctag: bytes) -> list[Frame]:
     """Every frame as (type, channel, payload), the consumer tag in basic.deliver and consume-ok cut out
     (the two consumers' tags differ; everything else must not)."""
@@ -163,11 +171,7 @@ def test_the_batched_replay_sends_what_the_per_message_path_sends(data: st.DataO
     alike_min = data.draw(st.sampled_from([1, 2, segment.ALIKE_MIN]), "frames for a check all at once")
 
     async def scenario(store: MessageStore | None) -> None:
-        broker = Broker(Settings(), store=store)
-        pub = open_session(broker, frame_max)
-        pub.feed(
-            frame.marshal(commands.Queue.Declare(queue="s", durable=True, arguments={"x-queue-type": "stream"}), 1)
-        )
+        broker, pub = stream_session(store, frame_max)
 
         def publish(batch: list[tuple[dict[str, Any], bytes]]) -> None:
             for props, body in batch:
@@ -233,11 +237,7 @@ def test_the_batched_replay_sends_what_the_per_message_path_sends(data: st.DataO
 def test_a_record_damaged_on_disk_is_skipped_by_both_paths_and_its_offset_stays_unused() -> None:
     async def scenario(store: MessageStore | None) -> None:
         assert store is not None
-        broker = Broker(Settings(), store=store)
-        pub = open_session(broker, 131072)
-        pub.feed(
-            frame.marshal(commands.Queue.Declare(queue="s", durable=True, arguments={"x-queue-type": "stream"}), 1)
-        )
+        broker, pub = stream_session(store, 131072)
         for n in range(10):
             pub.feed(publish_frames(1, "", "s", b"body-%d-" % n + b"z" * 50, headers={"n": n}))
         await settle(store)
@@ -335,11 +335,7 @@ def replay_counting_reads(body_size: int, count: int, consumers: int, prefetch: 
 
     async def scenario(store: MessageStore | None) -> None:
         assert store is not None
-        broker = Broker(Settings(), store=store)
-        pub = open_session(broker, 131072)
-        pub.feed(
-            frame.marshal(commands.Queue.Declare(queue="s", durable=True, arguments={"x-queue-type": "stream"}), 1)
-        )
+        broker, pub = stream_session(store, 131072)
         for n in range(count):
             pub.feed(publish_frames(1, "", "s", b"%06d" % n + b"z" * body_size))
         await settle(store)

@@ -10,12 +10,13 @@ from __future__ import annotations
 import os
 import struct
 from collections.abc import Callable, Iterator
-from itertools import islice, repeat
+from itertools import islice
 from pathlib import Path
 
 from xxhash import xxh3_64_intdigest, xxh32_intdigest
 
-from store.frame import HEADER, HEADER_SIZE, PREFIX
+from store.checked_runs import CheckedRuns
+from store.frame import HEADER, HEADER_SIZE
 from store.segment_index import SegmentIndex
 
 SEGMENT_HEADER = struct.Struct("<8sHHIQ")  # magic, version, reserved, reserved, base offset
@@ -96,31 +97,59 @@ READ_RUN_BLOCK = 1 << 20
 # most ALIKE_RUN at a time (a stream of mixed sizes finds out early, at a small cost).
 ALIKE_MIN = 8
 ALIKE_RUN = 128
-_ALIKE: dict[int, struct.Struct] = {}  # by payload length: (the header's first 20 bytes, its check, payload)
-_ALIKE_KEPT = 64
+_CUTS: dict[tuple[str, int, int], struct.Struct] = {}  # by (kind, payload length, frames)
+_CUTS_KEPT = 256
+
+
+def _cut(kind: str, length: int, count: int) -> struct.Struct:
+    """A Struct for `count` frames of `length`-byte payloads at once: "frames", each frame's header bytes
+    before its check, the check and the payload; "payloads", the payloads alone; "prefixes", the fields of
+    `count` such header bytes joined. Kept by shape: a stream of fixed-size records reads a few shapes."""
+    key = (kind, length, count)
+    cut = _CUTS.get(key)
+    if cut is None:
+        if len(_CUTS) >= _CUTS_KEPT:
+            _CUTS.clear()
+        one = {"frames": f"20sI{length}s", "payloads": f"{HEADER_SIZE}x{length}s", "prefixes": "IQQ"}[kind]
+        cut = _CUTS[key] = struct.Struct("<" + one * count)
+    return cut
 
 
 def _walk_next(
-    block: bytes, rel: int, offsets: list[int], want: Iterator[int], target: int, found: list[bytes | None]
+    block: bytes,
+    at: tuple[int, int],
+    offsets: list[int],
+    want: Iterator[int],
+    target: int,
+    found: list[bytes | None],
+    checked: CheckedRuns,
 ) -> tuple[int, int]:
     """read_payloads' inner loop for wanted records that are the next frames of the block (a stream reads
     runs): (where it stopped in the block, the next wanted offset, -1 when all are found). It stops at
     anything else (a gap, a frame past the block, a bad header) for the general walk to take over.
-    `offsets[len(found)]` is `target`, and `want` yields the ones after it."""
+    `at`: (the block's position in the file, where to start in it). `offsets[len(found)]` is `target`, and
+    `want` yields the ones after it. Runs of one size are checked many at once and noted in `checked`; a
+    run noted there before is cut out without its checks."""
+    block_start, rel = at
     size = len(block)
     unpack = HEADER.unpack_from
     while rel + HEADER_SIZE <= size:  # frames of one size (a publisher's fixed-size messages), many at once
-        length = unpack(block, rel)[0]
-        stride = HEADER_SIZE + length
         i = len(found)
-        k = min(ALIKE_RUN, len(offsets) - i, (size - rel) // stride)
+        run = checked.find(block_start + rel, target)
+        length, left = run if run is not None else (unpack(block, rel)[0], ALIKE_RUN)
+        stride = HEADER_SIZE + length
+        k = min(left, len(offsets) - i, (size - rel) // stride)
         last = target + k - 1
-        if k < ALIKE_MIN or offsets[i + k - 1] != last or unpack(block, rel + (k - 1) * stride)[:2] != (length, last):
+        if run is not None and k and offsets[i + k - 1] == last:
+            found += _cut("payloads", length, k).unpack_from(block, rel)
+        elif k < ALIKE_MIN or offsets[i + k - 1] != last or unpack(block, rel + (k - 1) * stride)[:2] != (length, last):
             break
-        payloads = _alike_frames(block, rel, length, target, k)
-        if payloads is None:
-            break  # damage among them: the walk below finds where
-        found += payloads
+        else:
+            payloads = _alike_frames(block, rel, length, target, k)
+            if payloads is None:
+                break  # damage among them: the walk below finds where
+            checked.add(block_start + rel, target, k, length)
+            found += payloads
         rel += k * stride
         target = next(islice(want, k - 1, None), -1)
         if target != last + 1:
@@ -141,21 +170,24 @@ def _walk_next(
     return rel, target
 
 
-def _alike_frames(block: bytes, rel: int, length: int, first: int, count: int) -> list[bytes] | None:
+def _alike_frames(block: bytes, rel: int, length: int, first: int, count: int) -> tuple[bytes, ...] | None:
     """The payloads of `count` frames of `length` bytes each from block[rel:], for records first, first + 1, …
     — when every one passes the checks the walk makes (its header's own checksum; the length, sequence and
     payload hash in it), else None. The checks are done over all of them together: one Struct cuts the
-    frames, and each check is a map over them instead of a Python step per frame."""
-    cut = _ALIKE.get(length)
-    if cut is None:
-        if len(_ALIKE) >= _ALIKE_KEPT:
-            _ALIKE.clear()
-        cut = _ALIKE[length] = struct.Struct(f"<20sI{length}s")
-    heads, checks, payloads = zip(*cut.iter_unpack(memoryview(block)[rel : rel + count * cut.size]), strict=True)
-    expected = map(PREFIX.pack, repeat(length), range(first, first + count), map(xxh3_64_intdigest, payloads))
-    if list(expected) != list(heads) or list(map(xxh32_intdigest, heads)) != list(checks):
+    frames, another reads the header fields of all of them, and each check compares whole tuples instead
+    of taking a Python step per frame."""
+    flat = _cut("frames", length, count).unpack_from(block, rel)
+    heads, payloads = flat[0::3], flat[2::3]
+    if tuple(map(xxh32_intdigest, heads)) != flat[1::3]:
         return None  # damage somewhere among them: the walk finds where
-    return list(payloads)
+    fields = _cut("prefixes", 0, count).unpack(b"".join(heads))
+    if (
+        fields[0::3] != (length,) * count
+        or fields[1::3] != tuple(range(first, first + count))
+        or fields[2::3] != tuple(map(xxh3_64_intdigest, payloads))
+    ):
+        return None
+    return payloads
 
 
 def read_payloads(
@@ -212,6 +244,7 @@ def read_payloads(
                 payload = pread(fd, length, pos + HEADER_SIZE)
             if xxh3_64_intdigest(payload) != payload_hash:
                 raise DamagedFrame(f"record {sequence} fails its checksum")
+            index.checked.add(pos, sequence, 1, length, join_only=True)  # a read's first frame, a block's
             found.append(payload)
             target = next(want, -1)
             if target < 0:
@@ -219,7 +252,8 @@ def read_payloads(
             if target != sequence + 1:  # the next one is the next frame: nothing to jump over
                 jump = index.floor(target)
             else:
-                pos, target = _walk_next(block, pos - block_start + HEADER_SIZE + length, offsets, want, target, found)
+                rel = pos - block_start + HEADER_SIZE + length
+                pos, target = _walk_next(block, (block_start, rel), offsets, want, target, found, index.checked)
                 pos += block_start
                 if target < 0:
                     return found

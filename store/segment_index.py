@@ -16,6 +16,8 @@ from collections.abc import Iterable
 from itertools import accumulate
 from pathlib import Path
 
+from store.checked_runs import CheckedRuns
+
 INDEX_HEADER = struct.Struct("<8sHHIQ")  # magic, version, entry size, reserved, base offset
 OFFSET_MAGIC = b"AMQPDIDX"
 TIME_MAGIC = b"AMQPDTIX"
@@ -37,6 +39,7 @@ class SegmentIndex:
         self.max_timestamp = 0
         self.unsaved_offsets = bytearray()  # entries for the .idx file, taken by the next commit
         self.unsaved_times = bytearray()
+        self.checked = CheckedRuns()  # runs of frames a read has checked (store/checked_runs.py)
 
     def observe(self, offset: int, position: int, timestamp_ms: int) -> None:
         """Called for every record of the segment, in order."""
@@ -94,6 +97,7 @@ class SegmentIndex:
     def drop_from(self, position: int) -> None:
         """Forget entries at or past `position` (the segment was truncated there)."""
         keep = bisect_left(self.positions, position)
+        self.checked.drop_from(position)
         del self.rel_offsets[keep:], self.positions[keep:], self.max_timestamps[keep:]
         self.max_timestamp = self.max_timestamps[-1] if keep else 0
 

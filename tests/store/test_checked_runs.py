@@ -1,0 +1,85 @@
+"""A run of records read once is not hashed again on the next read (store/checked_runs.py): a second reader
+of the same records gets the same payloads for the cost of cutting them out; a segment cut back and written
+again is read as it is now."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from unittest.mock import patch
+
+import pytest
+
+from store import MessageRecord, MessageStore, segment
+from store.frame import HEADER_SIZE, append_frames
+from store.record_codec import decode_record
+from store.segment import FILE_HEADER_SIZE, SEGMENT_MAGIC, file_header, read_payloads
+from store.segment_index import SegmentIndex
+
+pytestmark = pytest.mark.anyio
+
+
+def counting_hashes() -> tuple[list[int], object]:
+    """A patch of the payload hash the segment reader uses that counts its calls."""
+    calls = [0]
+    real = segment.xxh3_64_intdigest
+
+    def counted(data: bytes) -> int:
+        calls[0] += 1
+        return real(data)
+
+    return calls, patch.object(segment, "xxh3_64_intdigest", counted)
+
+
+async def test_a_second_read_of_the_same_records_gives_them_without_hashing_each_again(tmp_path: Path) -> None:
+    store = MessageStore(tmp_path, fsync="none")
+    await store.open()
+    qid = store.put_queue("/", "log", False, {})
+    offsets = [store.append(MessageRecord("", "log", b"", b"m%05d" % n + b"x" * 90, 1), [qid]) for n in range(3000)]
+    await store.flush()
+    calls, counting = counting_hashes()
+    try:
+        with counting:  # type: ignore[attr-defined]
+            first = [p for i in range(0, 3000, 256) for p in store.read_payloads(offsets[i : i + 256])]
+            hashed_first = calls[0]
+            again = [p for i in range(0, 3000, 256) for p in store.read_payloads(offsets[i : i + 256])]
+    finally:
+        await store.close()
+    assert again == first and None not in first
+    assert [decode_record(p)[2].body[:6] for p in again[::1000]] == [b"m00000", b"m01000", b"m02000"]  # type: ignore[arg-type]
+    assert hashed_first >= 3000  # every record checked on the first read
+    # then only a frame or two per read (where the general walk starts, or a block ends)
+    assert calls[0] - hashed_first < 3000 // 50
+    # a stream of fixed-size records keeps one run for the whole segment, whatever the steps it was read in
+    assert len(store._indexes[0].checked) == 1  # noqa: SLF001
+
+
+def write_frames(path: Path, index: SegmentIndex, first: int, payloads: list[bytes]) -> None:
+    out = bytearray()
+    append_frames(out, first, payloads)
+    with path.open("ab") as f:
+        position = f.tell()
+        f.write(out)
+    index.observe_run(first, position, [HEADER_SIZE + len(p) for p in payloads], [1] * len(payloads))
+
+
+def test_records_written_again_where_a_segment_was_cut_back_are_read_as_they_are_now(tmp_path: Path) -> None:
+    """A failed write cuts the segment back (SegmentIndex.drop_from) and the next records take the same
+    positions, in other sizes: what was checked there before must not be trusted for them."""
+    path = tmp_path / "0.seg"
+    path.write_bytes(file_header(SEGMENT_MAGIC, 0))
+    index = SegmentIndex(0, interval=4096)
+    write_frames(path, index, 0, [b"old-%03d" % n + b"o" * 93 for n in range(300)])
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert len(read_payloads(fd, index, list(range(300)))) == 300
+        cut = FILE_HEADER_SIZE + 100 * (HEADER_SIZE + 100)  # records 100 … 299 go
+        os.truncate(path, cut)
+        index.drop_from(cut)
+        new = [b"new-%03d" % n + b"n" * 53 for n in range(100, 300)]
+        write_frames(path, index, 100, new)
+        payloads = read_payloads(fd, index, list(range(300)))
+    finally:
+        os.close(fd)
+    assert [p[:7] for p in payloads[98:102]] == [b"old-098", b"old-099", b"new-100", b"new-101"]  # type: ignore[index]
+    assert payloads[100:] == new

@@ -184,9 +184,12 @@ class OffsetRuns:
 RECENT_RECORDS = 4096
 # The batched replay reads whole aligned chunks of a stream's offsets (below the committed end) and keeps the
 # last few: consumers replaying near each other read each record from disk once. Bounded in bytes whatever
-# the stream's length (64 chunks of 256 records of ~250 bytes: ~4 MB); records averaging over 4 KiB are
-# read as asked for, never a chunk ahead (a consumer with prefetch 1 must not pull 256 big messages).
-RAW_CHUNK = 256
+# the stream's length (RAW_CACHE_BYTES); a chunk read takes at most RAW_CHUNK_BYTES, so records averaging
+# over 1 KiB are read as asked for, never a chunk ahead (a consumer with prefetch 1 must not pull 1,024 big
+# messages). 1,024 records per read rather than 256: each store read has a fixed cost of ~20 µs (finding the
+# segment, the index jump, the first frames' own checks); at 256 a chunk delivery's reads of 100-byte
+# messages took 0.73 µs per record on a first read and 0.43 on a second, at 1,024 0.61 and 0.30 (in process).
+RAW_CHUNK = 1024
 RAW_CHUNKS_KEPT = 64
 RAW_CHUNK_BYTES = 1 << 20
 RAW_CACHE_BYTES = 16 << 20

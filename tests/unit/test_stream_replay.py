@@ -365,13 +365,14 @@ def replay_counting_reads(body_size: int, count: int, consumers: int, prefetch: 
 
 
 def test_consumers_replaying_together_read_each_small_record_from_the_store_once() -> None:
-    asked = replay_counting_reads(100, 4 * 256, consumers=3, prefetch=50)
-    assert sum(asked) <= 4 * 256 + 50  # the first read, before record sizes are known, is the consumer's own
-    assert max(asked) == 256  # whole chunks
+    chunk = stream_log.RAW_CHUNK
+    asked = replay_counting_reads(100, 4 * chunk, consumers=3, prefetch=50)
+    assert sum(asked) <= 4 * chunk + 50  # the first read, before record sizes are known, is the consumer's own
+    assert max(asked) == chunk  # whole chunks
 
 
 def test_big_records_are_read_as_asked_for_never_a_chunk_ahead() -> None:
-    """A consumer with prefetch 1 on a stream of 20 KiB messages: one record per read, not 256 (5 MiB)."""
+    """A consumer with prefetch 1 on a stream of 20 KiB messages: one record per read, not a chunk (20 MiB)."""
     asked = replay_counting_reads(20_000, 300, consumers=1, prefetch=1)
     assert sum(asked) == 300
     assert max(asked) == 1

@@ -28,12 +28,13 @@ first delivery's content type.
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from amqpd import errors
 from amqpd.broker.arguments import amqp_type_name
 from amqpd.broker.message import LogDelivery
 from amqpd.broker.stored_message import route_of
+from amqpd.broker.stream_log import payload_bytes
 from amqpd.protocol.constants import FLAG_CONTENT_TYPE, FLAG_HEADERS
 from amqpd.protocol.fastpath import shortstr
 
@@ -91,9 +92,11 @@ class ChunkDelivery(LogDelivery):
 
 def encode_chunk(payloads: list[bytes | None]) -> bytes:
     """The lengths table, then the records (a skipped one, None, is a length 0 and no bytes)."""
-    # mostly none is skipped: the list as it is, without a pass over it in Python
-    kept = [p or b"" for p in payloads] if None in payloads else cast("list[bytes]", payloads)
-    return struct.pack(f">{len(kept)}I", *map(len, kept)) + b"".join(kept)
+    try:  # mostly none is skipped: the list as it is (a `None in` test alone was a tenth of a re-read's cost)
+        return struct.pack(f">{len(payloads)}I", *map(len, payloads)) + b"".join(payloads)  # type: ignore[arg-type]
+    except TypeError:  # len(None): one was skipped
+        kept = [p or b"" for p in payloads]
+        return struct.pack(f">{len(kept)}I", *map(len, kept)) + b"".join(kept)
 
 
 def chunk_header(first: int, count: int, body_size: int) -> bytes:
@@ -125,7 +128,7 @@ def _read_chunk(stream: StreamQueue, start: int, end: int) -> list[bytes | None]
     while at < end and size < CHUNK_BYTES:
         read = stream.log.read_raw(at, min(step, end - at))[1]  # `at` is kept: the caller clipped start
         payloads += read
-        size += sum(map(len, filter(None, read)))
+        size += payload_bytes(read)
         at += len(read)
         step = min(READ_STEP, (CHUNK_BYTES - size) * len(payloads) // max(size, 1) + 1)
     return payloads

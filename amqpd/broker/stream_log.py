@@ -195,15 +195,17 @@ RAW_CHUNK_BYTES = 1 << 20
 RAW_CACHE_BYTES = 16 << 20
 
 
-def _size(payloads: list[bytes | None]) -> int:
-    """The bytes of the records read (None: a damaged one), without a Python step per record when none is."""
-    if None in payloads:
+def payload_bytes(payloads: list[bytes | None]) -> int:
+    """The bytes of the records read (None: a damaged one), without a Python step per record when none is
+    (nor a `None in` pass, which costs about what the sum does)."""
+    try:
+        return sum(map(len, payloads))  # type: ignore[arg-type]
+    except TypeError:  # len(None)
         return sum(len(p) for p in payloads if p is not None)
-    return sum(map(len, payloads))  # type: ignore[arg-type]
 
 
 def _mean_size(payloads: list[bytes | None]) -> int:
-    return _size(payloads) // max(len(payloads), 1)
+    return payload_bytes(payloads) // max(len(payloads), 1)
 
 
 class StoreLog:
@@ -319,7 +321,7 @@ class StoreLog:
         if found is None:
             base = chunk * RAW_CHUNK
             found = self._store.read_payloads(self._runs.store_offsets(base, base + RAW_CHUNK))
-            size = _size(found)
+            size = payload_bytes(found)
             self._record_bytes = size // RAW_CHUNK
             chunks[chunk] = (found, size)
             self._chunk_bytes += size

@@ -16,7 +16,7 @@ import struct
 import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from pamqp import commands, decode, encode
 from pamqp import frame as pamqp_frame
@@ -400,7 +400,7 @@ class StreamReader:
             if self.chunk_records:
                 try:
                     self._consume(link, self._chunk_prefetch(), {CHUNK_ARG: self._chunk()})
-                    yield from self._scan_chunks(link)
+                    yield from self._deliveries(link, _ByChunk(self))
                     return
                 except NotChunked:
                     link.reopen_channel()
@@ -428,74 +428,24 @@ class StreamReader:
     def _chunk_prefetch(self) -> int:
         return min(CHUNK_PREFETCH, -(-self._span() // self._chunk()))
 
-    def _scan_chunks(self, link: Link) -> Iterator[Chunks]:
-        """Chunk by chunk. Credit as in _scan, counted in chunks: an ack of the chunk ending at X lets the
-        broker send `prefetch` more chunks past it, so acks stop once full chunks would reach the range's end.
-        Chunks may be shorter (the broker stops one at a size in bytes): once all the credit is held, the
-        reader acks whatever the estimate says, so it never waits for a chunk the broker may not send."""
-        last = self.end - 1
-        prefetch = self._chunk_prefetch()
-        enough_at = last - prefetch * self._chunk()
-        covered = enough_at < self.start
-        held = 0
-        out = Chunks(self.end)
-        parts: list[bytes] = []
-        tag = first = count = body_size = 0
-        while True:
-            kind, start, end = link.next_frame()
-            buf = link.buf
-            if kind == FRAME_METHOD:
-                if _U32.unpack_from(buf, start)[0] != BASIC_DELIVER:
-                    _, _, method = pamqp_frame.unmarshal(bytes(buf[start - 7 : end + 1]))
-                    raise_unexpected(link, method)
-                pos = start + 4
-                tag = _U64.unpack_from(buf, pos + 1 + buf[pos])[0]
-                continue
-            if kind == FRAME_HEADER:
-                _, _, body_size, flags = _CONTENT_HEADER.unpack_from(buf, start)
-                first, count = chunk_position(buf, start + 14, flags)
-                if self.first_offset is None:
-                    self.first_offset = first
-                parts = []
-                if body_size:
-                    continue
-            elif kind == FRAME_BODY:
-                parts.append(bytes(buf[start:end]))
-                if sum(map(len, parts)) < body_size:
-                    continue
-            else:
-                continue
-            out.add(parts[0] if len(parts) == 1 else b"".join(parts), first, count)
-            reached = first + count - 1
-            done = reached >= last
-            held += 1
-            if done or not covered or held >= prefetch:
-                link.sock.sendall(_frame(FRAME_METHOD, 1, _ACK.pack(60, 80, tag, 1)))
-                held = 0
-                covered = reached >= enough_at
-            if done:
-                yield out
-                return
-            if len(out) >= self.batch_rows or out.size >= BATCH_BYTES:
-                yield out
-                out = Chunks(self.end)
-
     def _scan(self, link: Link) -> Iterator[Columns]:
+        return self._deliveries(link, _ByMessage(self))
+
+    def _deliveries(self, link: Link, rows: _Rows[B]) -> Iterator[B]:
+        """Deliveries as they arrive, in batches of rows (`rows`: chunk by chunk, or message by message).
+        Credit: an ack (multiple) of the delivery that reaches offset X lets the broker send `window` more
+        deliveries past it, so acks stop once those would reach the range's last offset (enough_at), and the
+        broker sends nothing past the range (it used to send up to a whole window more, read and dropped).
+        Until then the reader acks every `ack_every` deliveries. Chunks may be shorter than asked (the broker
+        stops one at a size in bytes): once all the credit is held, the reader acks whatever the estimate
+        says, so it never waits for a delivery the broker may not send."""
         last = self.end - 1
-        window = self._window()
-        ack_every = max(window // 2, 1)
-        # Credit is returned only until it reaches the range's last offset: an ack of offset X lets the broker
-        # send through X + window, so once X >= last - window no more acks go out before the end, and the
-        # broker sends nothing past the range (it used to send up to a whole window more, read and dropped).
-        enough_at = last - window
+        window, ack_every = rows.window, rows.ack_every
+        enough_at = last - window * rows.unit
         covered = enough_at < self.start
-        unacked = 0
-        tag = 0
-        out = Columns()
-        buf = link.buf
-        body_size = 0
+        held = tag = body_size = 0
         parts: list[bytes] = []
-        exchange = routing_key = ""
+        out = rows.batch()
         while True:
             kind, start, end = link.next_frame()
             buf = link.buf
@@ -506,40 +456,119 @@ class StreamReader:
                 pos = start + 4
                 pos += 1 + buf[pos]  # consumer tag
                 tag = _U64.unpack_from(buf, pos)[0]
-                exchange, pos = _shortstr_at(buf, pos + 9)
-                routing_key, pos = _shortstr_at(buf, pos)
-            elif kind == FRAME_HEADER:
+                rows.delivered(buf, pos + 9)  # after the tag and the redelivered flag
+                continue
+            if kind == FRAME_HEADER:
                 _, _, body_size, flags = _CONTENT_HEADER.unpack_from(buf, start)
-                read_properties(buf, start + 14, flags, self.with_headers, out)
-                out.exchange.append(exchange)
-                out.routing_key.append(routing_key)
+                rows.header(buf, start + 14, flags, out)
                 parts = []
-                if body_size == 0:
-                    out.body.append(b"")
+                if body_size:
+                    continue
             elif kind == FRAME_BODY:
                 parts.append(bytes(buf[start:end]))
                 if sum(map(len, parts)) < body_size:
                     continue
-                out.body.append(parts[0] if len(parts) == 1 else b"".join(parts))
             else:
                 continue
-            if len(out.body) != len(out.offset) or kind == FRAME_METHOD:
-                continue
-            unacked += 1
-            offset = out.offset[-1]
+            first, reached = rows.body(out, parts[0] if len(parts) == 1 else b"".join(parts))
             if self.first_offset is None:
-                self.first_offset = offset
-            done = offset >= last
-            if done or (not covered and (unacked >= ack_every or offset >= enough_at)):
+                self.first_offset = first
+            done = reached >= last
+            held += 1
+            if done or held >= window or (not covered and (held >= ack_every or reached >= enough_at)):
                 link.sock.sendall(_frame(FRAME_METHOD, 1, _ACK.pack(60, 80, tag, 1)))
-                unacked = 0
-                covered = covered or offset >= enough_at
+                held = 0
+                covered = covered or reached >= enough_at
             if done:
                 yield out
                 return
-            if len(out) >= self.batch_rows:
+            if rows.full(out):
                 yield out
-                out = Columns()
+                out = rows.batch()
+
+
+B = TypeVar("B", Columns, Chunks)
+
+
+class _Rows(Protocol[B]):
+    """How StreamReader._deliveries turns deliveries into rows, and counts credit, in one mode."""
+
+    window: int  # deliveries in flight (basic.qos)
+    ack_every: int  # deliveries per ack, until the acks would let the broker past the range
+    unit: int  # offsets per delivery, at most
+
+    def batch(self) -> B: ...
+    def delivered(self, buf: bytearray, pos: int) -> None:
+        """basic.deliver's fields after the delivery tag and the redelivered flag."""
+
+    def header(self, buf: bytearray, pos: int, flags: int, out: B) -> None:
+        """The content header's properties (from `pos`, after the flags)."""
+
+    def body(self, out: B, body: bytes) -> tuple[int, int]:
+        """The delivery is whole: (its first offset, its last)."""
+        ...
+
+    def full(self, out: B) -> bool: ...
+
+
+class _ByMessage:
+    """StreamReader._scan message by message: a row per delivery, its properties scanned here."""
+
+    def __init__(self, reader: StreamReader) -> None:
+        self.with_headers = reader.with_headers
+        self.batch_rows = reader.batch_rows
+        self.window = reader._window()  # noqa: SLF001
+        self.ack_every = max(self.window // 2, 1)
+        self.unit = 1  # offsets per delivery
+        self.exchange = self.routing_key = ""
+
+    def batch(self) -> Columns:
+        return Columns()
+
+    def delivered(self, buf: bytearray, pos: int) -> None:
+        self.exchange, pos = _shortstr_at(buf, pos)
+        self.routing_key, pos = _shortstr_at(buf, pos)
+
+    def header(self, buf: bytearray, pos: int, flags: int, out: Columns) -> None:
+        read_properties(buf, pos, flags, self.with_headers, out)
+        out.exchange.append(self.exchange)
+        out.routing_key.append(self.routing_key)
+
+    def body(self, out: Columns, body: bytes) -> tuple[int, int]:
+        out.body.append(body)
+        return out.offset[-1], out.offset[-1]
+
+    def full(self, out: Columns) -> bool:
+        return len(out) >= self.batch_rows
+
+
+class _ByChunk:
+    """StreamReader._scan chunk by chunk: the bodies are kept as they came (spark/chunk_rows.py reads them),
+    credit is counted in chunks."""
+
+    def __init__(self, reader: StreamReader) -> None:
+        self.stop = reader.end
+        self.batch_rows = reader.batch_rows
+        self.window = reader._chunk_prefetch()  # noqa: SLF001
+        self.ack_every = 1
+        self.unit = reader._chunk()  # noqa: SLF001
+        self.first = self.count = 0
+
+    def batch(self) -> Chunks:
+        return Chunks(self.stop)
+
+    def delivered(self, buf: bytearray, pos: int) -> None:
+        """A chunk's routing key is the stream's: nothing to read."""
+
+    def header(self, buf: bytearray, pos: int, flags: int, out: Chunks) -> None:
+        self.first, self.count = chunk_position(buf, pos, flags)
+
+    def body(self, out: Chunks, body: bytes) -> tuple[int, int]:
+        out.add(body, self.first, self.count)
+        return self.first, self.first + self.count - 1
+
+    def full(self, out: Chunks) -> bool:
+        return len(out) >= self.batch_rows or out.size >= BATCH_BYTES
 
 
 # -- publishing ---------------------------------------------------------------------------------------------------

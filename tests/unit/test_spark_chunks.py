@@ -181,3 +181,16 @@ def test_a_record_batch_holds_no_more_than_batch_bytes_of_chunks(monkeypatch: py
     reader, _ = in_process_reader(client, monkeypatch, 0, 18, with_headers=False, chunk_records=4, batch_rows=1000)
     batches = [b.column("offset").to_pylist() for b in arrow_batches(reader)]
     assert batches == [list(range(k, min(k + 4, 18))) for k in range(0, 18, 4)]
+
+
+def test_chunks_shorter_than_asked_for_still_bring_the_whole_range(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broker stops a chunk at a size in bytes: with chunks of 2 records where 10 were asked for, the
+    reader's estimate of when its acks reach the range's end is wrong by far; once it holds all its credit it
+    acks anyway, so the broker goes on sending."""
+    monkeypatch.setattr(chunks_module, "CHUNK_BYTES", 1)  # a chunk stops at the read step past 1 byte
+    monkeypatch.setattr(chunks_module, "FIRST_STEP", 2)
+    monkeypatch.setattr(chunks_module, "READ_STEP", 2)
+    client = stream_with([(b"m%d" % i, {}) for i in range(100)])
+    out, sock = read(client, monkeypatch, 0, 100, with_headers=False, chunk_records=10)
+    assert sock.consumes[0]["x-amqpd-chunk"] == 10
+    assert out["offset"] == list(range(100))

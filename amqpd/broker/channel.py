@@ -710,7 +710,12 @@ class Channel:
             self._apply_acks(taken)
             return
         if kind != "requeue":
-            _check_not_stream(kind, taken)
+            try:
+                _check_not_stream(kind, taken)
+            except errors.AMQPError:
+                # 540 closes the connection: back in the table, these go with the rest as its channels shut down
+                self.unacked.restore(taken)
+                raise
         by_queue: dict[Queue, list[Entry]] = {}
         for run in taken:
             self.unacked.release(run.queue, run.consumer, len(run.items))
@@ -1114,8 +1119,13 @@ class Channel:
             waiting[0] += 1
             if not self._deliver_published(msg, mandatory, 0, stored, not_stored):
                 waiting[0] -= 1
-        for kind, taken, requeue in acks:
-            self._apply_settle(kind, taken, requeue)
+        for i, (kind, taken, requeue) in enumerate(acks):
+            try:
+                self._apply_settle(kind, taken, requeue)
+            except errors.AMQPError:
+                for _kind, rest, _requeue in acks[i + 1 :]:  # not applied: back, as _apply_settle put this one
+                    self.unacked.restore(rest)
+                raise
         stored()
 
     def tx_rollback(self, m: commands.Tx.Rollback) -> None:

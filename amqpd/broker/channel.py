@@ -7,7 +7,7 @@ raised as AMQPError; the session turns them into channel.close or connection.clo
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pamqp import base, commands
 
@@ -23,8 +23,7 @@ from amqpd.broker.stream import StreamQueue
 from amqpd.broker.stream_args import check_consumer_arguments, parse_filter, parse_offset_spec
 from amqpd.broker.stream_chunks import chunk_records
 from amqpd.broker.stream_log import now_ms
-from amqpd.broker.stream_unacked import Settled, StreamUnacked
-from amqpd.broker.unacked import Outstanding, Unacked
+from amqpd.broker.unacked import Outstanding, Run
 from amqpd.broker.vhost import REPLY_TO, REPLY_TO_PREFIX, VirtualHost, server_generated_name
 from amqpd.protocol.assembler import Assembled, ContentAssembler
 from amqpd.protocol.constants import (
@@ -111,11 +110,10 @@ class Channel:
         self.reply_token: str | None = None  # direct reply-to: set while the channel consumes its replies
         # deliveries
         self.last_tag = 0  # the delivery tag given last; basic.deliver and basic.get-ok count from 1
-        self.unacked = Outstanding()  # by tag; it keeps every unacked count (unacked.py)
+        self.unacked = Outstanding()  # by tag, queues' and streams'; it keeps every unacked count (unacked.py)
         # None: acks resume deliveries at once; else the session will once the acks it is reading end, and
         # True says some did (Session._resume_acked).
         self.resume_after_acks: bool | None = None
-        self.stream_unacked: StreamUnacked | None = None  # a stream's batched deliveries as tag runs
         self.consumers: dict[str, Consumer] = {}
         self.prefetch_count = 0  # for consumers created from now on (basic.qos global=false)
         self.global_prefetch = 0  # shared by all consumers of the channel (global=true)
@@ -128,7 +126,7 @@ class Channel:
         # transactions
         self.tx = False
         self.tx_publishes: list[tuple[str, bool, Message]] = []
-        self.tx_acks: list[tuple[str, list[Settled], bool]] = []
+        self.tx_acks: list[tuple[str, list[Run[Any]], bool]] = []
         self.assembler = ContentAssembler(broker.settings.max_message_size)
         # Counters for the management API (deliveries and gets are last_tag, confirms confirmed_upto).
         self.published = 0
@@ -696,60 +694,46 @@ class Channel:
             return
         self._apply_settle(kind, taken, requeue)
 
-    def _collect(self, tag: int, multiple: bool) -> list[Settled]:
+    def _collect(self, tag: int, multiple: bool) -> list[Run[Any]]:
         """The unacked deliveries an ack/nack/reject names, removed from the channel (RabbitMQ's rules:
         the tag must be outstanding, except multiple with tag 0, which means all)."""
-        unacked, runs = self.unacked, self.stream_unacked
+        unacked = self.unacked
         if multiple and tag == 0:
-            everything: list[Settled] = [*unacked.take_all()]
-            return everything if runs is None else [*everything, *runs.take_upto(None)]
-        if runs is None or not runs.runs:
-            taken = unacked.take_upto(tag) if multiple else unacked.take(tag)
-            if taken is None:
-                raise errors.precondition_failed(f"unknown delivery tag {tag}")
-            return list(taken)
-        # a channel with a stream's tag runs too: the tag is in one of the two tables
-        if tag not in runs:
-            found = unacked.take_upto(tag) if multiple else unacked.take(tag)
-            if found is None:
-                raise errors.precondition_failed(f"unknown delivery tag {tag}")
-            return [*found, *runs.take_upto(tag)] if multiple else list(found)
-        if not multiple:
-            return list(runs.take_one(tag))
-        return [*(unacked.take_upto(tag, must_hold=False) or ()), *runs.take_upto(tag)]
+            return unacked.take_all()
+        taken = unacked.take_upto(tag) if multiple else unacked.take(tag)
+        if taken is None:
+            raise errors.precondition_failed(f"unknown delivery tag {tag}")
+        return taken
 
-    def _apply_settle(self, kind: str, settled: list[Settled], requeue: bool) -> None:
-        if kind != "ack" and kind != "requeue":
-            _check_not_stream(kind, settled)
-        stream = self.stream_unacked
-        # a stream's tag runs are settled there (counts, credit, tracking); the rest below
-        taken = stream.settle(settled, kind == "ack") if stream is not None else cast("list[Unacked]", settled)
+    def _apply_settle(self, kind: str, taken: list[Run[Any]], requeue: bool) -> None:
         if kind == "ack":
             self._apply_acks(taken)
             return
+        if kind != "requeue":
+            try:
+                _check_not_stream(kind, taken)
+            except errors.AMQPError:
+                # 540 closes the connection: back in the table, these go with the rest as its channels shut down
+                self.unacked.restore(taken)
+                raise
         by_queue: dict[Queue, list[Entry]] = {}
         for run in taken:
-            queue = run.queue
-            self.unacked.release(queue, run.consumer, len(run.entries))
-            if requeue and not queue.deleted:
-                by_queue.setdefault(queue, []).extend(run.entries)
-            else:
-                for entry in run.entries:
-                    queue.hooks.dropped(queue, entry, "rejected")
+            self.unacked.release(run.queue, run.consumer, len(run.items))
+            run.give_back(requeue, by_queue)
         for queue, entries in by_queue.items():
             queue.requeue(entries)
         self.resume_deliveries()
 
-    def _apply_acks(self, taken: list[Unacked]) -> None:
-        """_apply_settle for acks, the per-message path of every manually acking consumer: a range at a time."""
+    def _apply_acks(self, taken: list[Run[Any]]) -> None:
+        """_apply_settle for acks, the per-message path of every manually acking consumer: a run at a time."""
         release = self.unacked.release
         for run in taken:
-            queue, entries = run.queue, run.entries
-            n = len(entries)
+            queue = run.queue
+            n = len(run.items)
             self.acked += n
             release(queue, run.consumer, n)
             queue.acked += n
-            queue.hooks.settled_many(queue, entries)
+            run.acked()
         if self.resume_after_acks is None:
             self.resume_deliveries()
         else:  # the session resumes once the acks it is reading end (Session._resume_acked)
@@ -765,10 +749,7 @@ class Channel:
     def overdue_ack(self, now: float, timeout_s: float) -> bool:
         """RabbitMQ's consumer_timeout: a delivery left unacked this long closes the channel."""
         oldest = self.unacked.oldest_at()
-        if oldest is not None and now - oldest > timeout_s:
-            return True
-        at = self.stream_unacked.oldest_at() if self.stream_unacked is not None else None
-        return at is not None and now - at > timeout_s
+        return oldest is not None and now - oldest > timeout_s
 
     def requeue_all(self) -> None:
         """Every unacked message goes back to its queue, in order, marked redelivered."""
@@ -1138,21 +1119,22 @@ class Channel:
             waiting[0] += 1
             if not self._deliver_published(msg, mandatory, 0, stored, not_stored):
                 waiting[0] -= 1
-        for kind, taken, requeue in acks:
-            self._apply_settle(kind, taken, requeue)
+        for i, (kind, taken, requeue) in enumerate(acks):
+            try:
+                self._apply_settle(kind, taken, requeue)
+            except errors.AMQPError:
+                for _kind, rest, _requeue in acks[i + 1 :]:  # not applied: back, as _apply_settle put this one
+                    self.unacked.restore(rest)
+                raise
         stored()
 
     def tx_rollback(self, m: commands.Tx.Rollback) -> None:
         if not self.tx:
             raise errors.precondition_failed("channel is not transactional")
         for _kind, taken, _requeue in self.tx_acks:
-            self._restore(taken)
+            self.unacked.restore(taken)
         self.tx_publishes, self.tx_acks = [], []
         self.reply(commands.Tx.RollbackOk())
-
-    def _restore(self, settled: list[Settled]) -> None:
-        stream = self.stream_unacked
-        self.unacked.restore(stream.restore(settled) if stream is not None else cast("list[Unacked]", settled))
 
     # -- teardown -----------------------------------------------------------------------------------------
 
@@ -1165,7 +1147,7 @@ class Channel:
         self.broker.closed_totals.add(self)
         self.assembler.reset()
         for _kind, taken, _requeue in self.tx_acks:
-            self._restore(taken)
+            self.unacked.restore(taken)
         self.tx_publishes, self.tx_acks = [], []
         consumers = list(self.consumers.values())
         self.consumers.clear()
@@ -1177,7 +1159,7 @@ class Channel:
             self.vhost.consumer_gone(consumer.queue)
 
 
-def _check_not_stream(kind: str, taken: list[Settled]) -> None:
+def _check_not_stream(kind: str, taken: list[Run[Any]]) -> None:
     for run in taken:
         queue = run.queue
         if queue.is_stream:

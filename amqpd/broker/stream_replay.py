@@ -5,8 +5,8 @@ in a StreamDelivery and a StreamEntry and encodes it with encode_delivery: four 
 message, the replay's whole cost. Here a run of records is read as raw payloads (their frame checks done by
 the store), and each payload's fields are sliced out of it once, into one output buffer: basic.deliver, the
 content header with x-stream-offset (and x-stream-timestamp) spliced into its headers table exactly as
-`with_offset_header` does, and the body frames (split at frame_max). The deliveries are one tag run in the
-channel's StreamUnacked, not an entry per message. A run of records of one layout (a publisher's fixed-size
+`with_offset_header` does, and the body frames (split at frame_max). The deliveries are one StreamRun in the
+channel's unacked table, not an entry per message. A run of records of one layout (a publisher's fixed-size
 messages) is cut and packed by two Structs over the whole run (_encode_uniform), with no Python step per piece.
 
 Record layout (store/FORMAT.md): u64 message id | u64 timestamp_ms | u8 flags | u8 exchange length |
@@ -21,7 +21,7 @@ from itertools import count
 from typing import TYPE_CHECKING, cast
 
 from amqpd import errors
-from amqpd.broker.stream_unacked import Offsets, TagRun, stream_unacked
+from amqpd.broker.stream_unacked import Offsets, StreamRun
 from amqpd.protocol.constants import FLAG_CONTENT_ENCODING, FLAG_CONTENT_TYPE, FLAG_HEADERS
 from amqpd.protocol.fastpath import shortstr
 
@@ -49,7 +49,7 @@ _uniform_structs: dict[tuple[int, ...], tuple[struct.Struct, struct.Struct, stru
 
 def replay(stream: StreamQueue, cursor: Cursor, start: int, limit: int) -> int:
     """Deliver up to `limit` records from `start` (or the first kept) to the cursor's consumer: one encoding
-    pass, one write, one tag run. A record damaged on disk is skipped, its offset unused. Returns the offset
+    pass, one write, one unacked run. A record damaged on disk is skipped, its offset unused. Returns the offset
     to go on from."""
     start, payloads = stream.log.read_raw(start, limit)
     next_offset = start + len(payloads)
@@ -64,7 +64,7 @@ def replay(stream: StreamQueue, cursor: Cursor, start: int, limit: int) -> int:
     channel.last_tag = first_tag + len(offsets) - 1
     stream.delivered += len(offsets)
     cursor.outstanding.add_offsets(offsets)
-    stream_unacked(channel).add(TagRun(first_tag, offsets, stream, consumer, cursor, channel.broker.clock))
+    channel.unacked.add_run(StreamRun(first_tag, offsets, stream, consumer, cursor, channel.broker.clock))
     channel.conn.send(data)
     return next_offset
 

@@ -1,149 +1,62 @@
-"""A stream consumer's unacked deliveries as runs of delivery tags, and a cursor's unacked offsets as runs.
+"""A stream consumer's batched deliveries as one run of the channel's unacked table, and a cursor's unacked
+offsets as runs.
 
 A stream's ack removes nothing: it returns prefetch credit and moves offset tracking along. So the batched
-replay (stream_replay.py) records a batch as one TagRun — consecutive delivery tags, the offsets they carry
-— in the channel's StreamUnacked, beside the per-delivery Outstanding table, instead of an entry per message.
-An ack splits runs at its tag; the counts (the channel's, the consumer's, the queue's) change by whole runs,
-here as Outstanding changes them one by one. The channel asks StreamUnacked only once it holds runs
-(`Channel.stream_unacked` stays None on channels that never replayed a stream in batches).
+replay (stream_replay.py) records a batch as one StreamRun (consecutive delivery tags, the offsets they
+carry) in the channel's Outstanding table (unacked.py), instead of an entry per message; the table takes,
+splits and restores it as it does a queue's runs, and counts it the same.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING
+
+from amqpd.broker.unacked import Run
 
 if TYPE_CHECKING:
-    from amqpd.broker.channel import Channel
     from amqpd.broker.consumer import Consumer
+    from amqpd.broker.entry import Entry
+    from amqpd.broker.queue import Queue
     from amqpd.broker.stream import Cursor, StreamQueue
-    from amqpd.broker.unacked import Unacked
 
 Offsets = range | list[int]
-Settled: TypeAlias = "Unacked | TagRun"  # what Channel._collect takes out: a queue's range, or a stream's tag run
 
 
-class TagRun:
-    """Deliveries with consecutive tags from first_tag to one consumer of a stream; offsets[i] went out with
-    tag first_tag + i."""
+class StreamRun(Run[Offsets]):
+    """Deliveries of a stream to one consumer: items[i] is the offset that went out with tag first + i,
+    read for `cursor`."""
 
-    __slots__ = ("first_tag", "offsets", "queue", "consumer", "cursor", "at")
+    __slots__ = ("cursor",)
+    queue: StreamQueue
+    consumer: Consumer
 
     def __init__(
-        self, first_tag: int, offsets: Offsets, queue: StreamQueue, consumer: Consumer, cursor: Cursor, at: float
+        self, first: int, offsets: Offsets, queue: StreamQueue, consumer: Consumer, cursor: Cursor, at: float
     ) -> None:
-        self.first_tag = first_tag
-        self.offsets = offsets
-        self.queue = queue
-        self.consumer = consumer
+        super().__init__(first, offsets, queue, consumer, at)
         self.cursor = cursor
-        self.at = at
 
-    @property
-    def end_tag(self) -> int:
-        return self.first_tag + len(self.offsets)
-
-    def part(self, start_tag: int, stop_tag: int) -> TagRun:
-        """The deliveries with tags [start_tag, stop_tag) of this run."""
-        first = self.first_tag
-        offsets = self.offsets[start_tag - first : stop_tag - first]
-        return TagRun(start_tag, offsets, self.queue, self.consumer, self.cursor, self.at)
-
-
-class StreamUnacked:
-    """A channel's tag runs, in tag order (tags only grow, so a new run goes at the end)."""
-
-    __slots__ = ("channel", "runs", "count")
-
-    def __init__(self, channel: Channel) -> None:
-        self.channel = channel
-        self.runs: list[TagRun] = []
-        self.count = 0
-
-    def add(self, run: TagRun) -> None:
-        self.runs.append(run)
-        self._change(run, len(run.offsets))
-
-    def __contains__(self, tag: int) -> bool:
-        i = bisect_right(self.runs, tag, key=_first_tag) - 1
-        return i >= 0 and tag < self.runs[i].end_tag
-
-    def take_one(self, tag: int) -> list[TagRun]:
-        """The delivery with this tag (it is here), out of its run."""
-        runs = self.runs
-        i = bisect_right(runs, tag, key=_first_tag) - 1
-        run = runs[i]
-        pieces = [p for p in (run.part(run.first_tag, tag), run.part(tag + 1, run.end_tag)) if p.offsets]
-        runs[i : i + 1] = pieces
-        return [run.part(tag, tag + 1)]
-
-    def take_upto(self, tag: int | None) -> list[TagRun]:
-        """Every delivery with a tag up to this one (None: all), out of its run."""
-        runs = self.runs
-        if tag is None:
-            taken, self.runs = runs, []
-            return taken
-        n = bisect_right(runs, tag, key=_first_tag)
-        taken = runs[:n]
-        del runs[:n]
-        if taken and taken[-1].end_tag > tag + 1:  # the last one goes on past the tag: split it
-            last = taken[-1]
-            taken[-1] = last.part(last.first_tag, tag + 1)
-            runs.insert(0, last.part(tag + 1, last.end_tag))
+    def split_off(self, upto: int) -> StreamRun:
+        k = upto - self.first + 1
+        offsets = self.items
+        taken = StreamRun(self.first, offsets[:k], self.queue, self.consumer, self.cursor, self.at)
+        self.items = offsets[k:]  # a range is sliced without copying its offsets
+        self.first = upto + 1
         return taken
 
-    def settle(self, taken: list[Settled], acked: bool) -> list[Unacked]:
-        """Settle the runs among what Channel._collect took (their counts go; an ack moves their cursor
-        along); the per-delivery entries are left to the channel."""
-        rest = []
-        for run in taken:
-            if not isinstance(run, TagRun):
-                rest.append(run)
-                continue
-            n = len(run.offsets)
-            self._change(run, -n)
-            if acked:
-                self.channel.acked += n
-                run.queue.acked += n
-                run.queue.run_acked(run.cursor, run.offsets)
-        return rest
+    def split_last(self) -> StreamRun:
+        offsets = self.items
+        self.items = offsets[:-1]
+        return StreamRun(self.first + len(offsets) - 1, offsets[-1:], self.queue, self.consumer, self.cursor, self.at)
 
-    def restore(self, taken: list[Settled]) -> list[Unacked]:
-        """Runs taken out but not settled (a transaction's acks, rolled back or abandoned) are back, in tag
-        order; the per-delivery entries are left to the channel."""
-        rest = []
-        for run in taken:
-            if isinstance(run, TagRun):
-                self.runs.insert(bisect_left(self.runs, run.first_tag, key=_first_tag), run)
-            else:
-                rest.append(run)
-        return rest
+    def acked(self) -> None:
+        self.queue.run_acked(self.cursor, self.items)
 
-    def oldest_at(self) -> float | None:
-        return min((run.at for run in self.runs), default=None)
-
-    def _change(self, run: TagRun, n: int) -> None:
-        """Every unacked count moves with the run's length, in Outstanding (their one owner)."""
-        self.count += n
-        self.channel.unacked.count_run(run.queue, run.consumer, n)
-
-
-def _first_tag(run: TagRun) -> int:
-    return run.first_tag
-
-
-def taken_count(taken: list[Settled]) -> int:
-    """How many deliveries what Channel._collect took holds (a run or range holds several)."""
-    return sum(len(run.offsets) if isinstance(run, TagRun) else len(run.entries) for run in taken)
-
-
-def stream_unacked(channel: Channel) -> StreamUnacked:
-    """The channel's tag runs, made on its first batched stream delivery."""
-    found = channel.stream_unacked
-    if found is None:
-        found = channel.stream_unacked = StreamUnacked(channel)
-    return found
+    def give_back(self, requeue: bool, into: dict[Queue, list[Entry]]) -> None:
+        """A stream never redelivers: the offsets stay outstanding in the cursor, so a tracking consumer
+        resumes at the oldest of them."""
 
 
 class OffsetSet:
@@ -209,4 +122,4 @@ def _runs_of(offsets: Iterable[int]) -> list[tuple[int, int]]:
     return runs
 
 
-__all__ = ["OffsetSet", "Settled", "StreamUnacked", "TagRun", "stream_unacked", "taken_count"]
+__all__ = ["OffsetSet", "Offsets", "StreamRun"]

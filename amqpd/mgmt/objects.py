@@ -18,7 +18,7 @@ from amqpd.broker.exchanges import EXCHANGE_TYPES, DelayedExchange, Exchange
 from amqpd.broker.message_ids import VHOST_FIELD
 from amqpd.broker.queue import Queue
 from amqpd.broker.stream import StreamQueue
-from amqpd.broker.stream_unacked import taken_count
+from amqpd.broker.unacked import taken_count
 from amqpd.mgmt.stats import Rates, channel_counts, message_stats, queue_counts
 
 if TYPE_CHECKING:
@@ -231,7 +231,7 @@ def channel_info(ch: Channel, rates: Rates) -> dict[str, Any]:
         "connection_details": {"name": connection_name(s), "peer_host": peer_host, "peer_port": peer_port},
         "state": "running",
         "consumer_count": len(ch.consumers),
-        "messages_unacknowledged": len(ch.unacked) + (ch.stream_unacked.count if ch.stream_unacked else 0),
+        "messages_unacknowledged": len(ch.unacked),
         "messages_unconfirmed": len(ch.pending_confirms),
         "messages_uncommitted": len(ch.tx_publishes),
         "acks_uncommitted": sum(taken_count(taken) for _kind, taken, _requeue in ch.tx_acks),

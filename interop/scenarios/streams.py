@@ -9,6 +9,7 @@ parse) or drops header tables and arrays, the scenario asserts amqpd's documente
 from __future__ import annotations
 
 import datetime
+import time
 from typing import Any
 
 import pika
@@ -188,6 +189,37 @@ def _settle_refused(how: str) -> Any:
 
 add("streams", "nack_540", _settle_refused("nack"))
 add("streams", "reject_540", _settle_refused("reject"))
+
+
+@scenario("streams")
+def nack_over_a_queue_and_a_stream_540_requeues_the_queues(url: str) -> Any:
+    """A multiple nack naming a stream's delivery closes the connection with 540; the classic queue's
+    deliveries it named too come back to their queue, as every unacked delivery of a closed connection does."""
+    with pika_session(url) as (s, conn, ch):
+        queue = s.queue("q")
+        ch.queue_declare(queue)
+        name = _stream(s, ch)
+        _publish(conn.channel(), queue, 2)
+        _publish(conn.channel(), name, 2)
+        ch.basic_qos(prefetch_count=10)
+        got = [len(pt.consume_n(ch, queue, 2)), len(pt.consume_n(ch, name, 2, arguments={"x-stream-offset": "first"}))]
+
+        def settle() -> Any:
+            ch.basic_nack(4, multiple=True)  # tags 1-2 the queue's, 3-4 the stream's
+            pt.pump(conn, 1.0)
+
+        close = pt.expect_close(settle)
+        other = pt.connect(url)
+        try:
+            counts = other.channel()
+            deadline = time.monotonic() + 3.0  # the requeue on close may lag the close itself
+            while (n := counts.queue_declare(queue, passive=True).method.message_count) < 2:
+                if time.monotonic() > deadline:
+                    break
+                pt.pump(other, 0.1)
+        finally:
+            pt.close_quietly(other)
+        return {"got": got, "close": close, "back_in_queue": n}
 
 
 # --- reading ---------------------------------------------------------------------------------------------

@@ -16,10 +16,12 @@ from pamqp.base import Frame
 from amqpd.broker.broker import Broker
 from amqpd.broker.channel import Channel
 from amqpd.broker.message import Message
+from amqpd.broker.session import Session
 from amqpd.config import Settings
 from amqpd.protocol.fastpath import shortstr
 
 Decoded = tuple[int, Any]  # (channel id, pamqp frame object)
+PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 
 
 def decode_frames(data: bytes) -> list[Decoded]:
@@ -206,6 +208,25 @@ class FakeTransport:
 
     def can_write(self) -> bool:
         return self.writable
+
+
+class Conn:
+    """One client connection: bytes in, what the broker wrote back out."""
+
+    def __init__(self, broker: Broker, frame_max: int = 131072) -> None:
+        self.session = Session(broker, FakeTransport(), "test")
+        self.session.feed(PROTOCOL_HEADER)
+        for method in (
+            commands.Connection.StartOk({"capabilities": {}}, "PLAIN", "\0guest\0guest", "en_US"),
+            commands.Connection.TuneOk(2047, frame_max, 0),
+            commands.Connection.Open("/"),
+        ):
+            self.session.feed(frame.marshal(method, 0))
+        self.session.feed(frame.marshal(commands.Channel.Open(), 1))
+        self.session.take_output()
+
+    def send(self, data: bytes) -> None:
+        self.session.feed(data)
 
 
 def make_message(exchange: str, routing_key: str, payload: bytes = b"x", **properties: Any) -> Message:

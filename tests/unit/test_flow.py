@@ -10,9 +10,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from fakes import ClientChannel, new_broker, publish_frames
+from fakes import ClientChannel, Conn, new_broker, publish_frames
 from pamqp import commands, frame
-from test_publish_run import Conn
 
 from amqpd.broker.broker import Broker
 from amqpd.broker.flow import PACE_TURNS, TurnClock

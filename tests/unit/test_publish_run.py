@@ -9,42 +9,21 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
-from fakes import FakeTransport, decode_frames, messages, new_broker, publish_frames
+from fakes import Conn, decode_frames, messages, new_broker, publish_frames
 from pamqp import commands, frame
 from pamqp import header as header_frame
 
 from amqpd.broker.broker import Broker
 from amqpd.broker.channel import Channel
 from amqpd.broker.queue import Queue
-from amqpd.broker.session import Session
 from amqpd.config import Settings
 from store.records import MessageRecord
 
-PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 BODIES = [bytes([65 + i]) * 100 for i in range(5)]
 
 
 def bodies(size: int) -> list[bytes]:
     return [bytes([65 + i]) * size for i in range(5)]
-
-
-class Conn:
-    """One client connection: bytes in, what the broker wrote back out."""
-
-    def __init__(self, broker: Broker, frame_max: int = 131072) -> None:
-        self.session = Session(broker, FakeTransport(), "test")
-        self.session.feed(PROTOCOL_HEADER)
-        for method in (
-            commands.Connection.StartOk({"capabilities": {}}, "PLAIN", "\0guest\0guest", "en_US"),
-            commands.Connection.TuneOk(2047, frame_max, 0),
-            commands.Connection.Open("/"),
-        ):
-            self.session.feed(frame.marshal(method, 0))
-        self.session.feed(frame.marshal(commands.Channel.Open(), 1))
-        self.session.take_output()
-
-    def send(self, data: bytes) -> None:
-        self.session.feed(data)
 
 
 class FakeStore:

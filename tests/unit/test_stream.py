@@ -8,10 +8,10 @@ import datetime
 from typing import Any
 
 import pytest
-from fakes import ClientChannel, make_message, new_broker
+from fakes import ClientChannel, Conn, decode_frames, make_message, new_broker, publish_frames
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pamqp import commands
+from pamqp import commands, frame
 
 from amqpd import errors
 from amqpd.broker.broker import Broker
@@ -169,6 +169,39 @@ def test_nack_and_reject_close_the_connection_with_540(client: ClientChannel, se
     exc = error_of(getattr(client, settle), 1)
     assert (exc.code, exc.connection_level, exc.method_id) == (540, True, 120 if settle == "nack" else 90)
     assert "basic.nack and basic.reject not supported" in exc.text
+
+
+@pytest.mark.parametrize("settle", ["nack", "reject"])
+@pytest.mark.parametrize("in_tx", [False, True], ids=["plain", "in a transaction"])
+def test_a_refused_nack_leaves_nothing_unacked_once_its_connection_closes(settle: str, in_tx: bool) -> None:
+    """540 closes the connection over a nack or reject of a stream's delivery, and with it go all of the
+    connection's unacked deliveries: the named ones too (the stream's messages_unacknowledged back at 0, the
+    classic queue's requeued)."""
+    broker = new_broker()
+    con = Conn(broker)
+    for method in (
+        commands.Queue.Declare(queue="q"),
+        commands.Queue.Declare(queue="s", durable=True, arguments=STREAM),
+        commands.Basic.Qos(prefetch_count=10),
+        *([commands.Tx.Select()] if in_tx else []),
+    ):
+        con.send(frame.marshal(method, 1))
+    for n in range(3):
+        con.send(publish_frames(1, "", "q", b"q%d" % n) + publish_frames(1, "", "s", b"s%d" % n))
+    if in_tx:
+        con.send(frame.marshal(commands.Tx.Commit(), 1))
+    con.send(frame.marshal(commands.Basic.Consume(queue="q", consumer_tag="cq"), 1))
+    args = {"x-stream-offset": "first"}
+    con.send(frame.marshal(commands.Basic.Consume(queue="s", consumer_tag="cs", arguments=args), 1))
+    queues = broker.vhosts["/"].queues
+    assert (queues["q"].unacked, queues["s"].unacked) == (3, 3)  # tags 1-3 the queue's, 4-6 the stream's
+    settled = commands.Basic.Nack(5, multiple=True) if settle == "nack" else commands.Basic.Reject(5, requeue=True)
+    con.send(frame.marshal(settled, 1))
+    if in_tx:  # an ack after it in the transaction, never applied, is given back all the same
+        con.send(frame.marshal(commands.Basic.Ack(6), 1) + frame.marshal(commands.Tx.Commit(), 1))
+    closing = [f for _ch, f in decode_frames(con.session.take_output()) if isinstance(f, commands.Connection.Close)]
+    assert [f.reply_code for f in closing] == [540]
+    assert (queues["q"].unacked, queues["s"].unacked, len(queues["q"].ready)) == (0, 0, 3)
 
 
 @pytest.mark.parametrize("offset", ["1x", "foo", "5", True, 1.5])

@@ -1,7 +1,7 @@
 """The batched stream replay (amqpd/broker/stream_replay.py) against the per-message path it replaces.
 
 Two consumers of one stream, each on its own connection, are driven in lockstep: one unfiltered (the batched
-replay, straight from the stored bytes, its deliveries held as tag runs) and one with a filter that every
+replay, straight from the stored bytes, its deliveries held as runs of offsets) and one with a filter that every
 message passes (x-stream-match-unfiltered and every filter value used: the per-message path, one
 StreamDelivery and StreamEntry per message). They must receive byte for byte the same frames — delivery tags,
 the x-stream-offset (and x-stream-timestamp) header, every property, bodies split at frame_max, redelivered
@@ -28,7 +28,7 @@ from amqpd.broker import stream_log, stream_replay
 from amqpd.broker.broker import Broker
 from amqpd.broker.session import Session
 from amqpd.broker.stream import StreamQueue
-from amqpd.broker.stream_unacked import OffsetSet
+from amqpd.broker.stream_unacked import OffsetSet, StreamRun
 from amqpd.config import Settings
 from store import MessageRecord, MessageStore, segment
 from store.record_codec import encode_record
@@ -379,8 +379,9 @@ def test_big_records_are_read_as_asked_for_never_a_chunk_ahead() -> None:
 
 
 def test_one_channel_acking_a_queue_and_a_stream_together_settles_both() -> None:
-    """A channel consuming a classic queue and a stream keeps their unacked deliveries in two tables (ranges,
-    tag runs); a multiple-ack settles every tag up to the one it names in both, whichever holds that tag."""
+    """A channel consuming a classic queue and a stream keeps their unacked deliveries in one table (a queue's
+    runs of entries, a stream's runs of offsets); a multiple-ack settles every tag up to the one it names in
+    both, whichever holds that tag."""
     broker = new_broker()
     c = ClientChannel(broker)
     c.declare_queue("q")
@@ -399,7 +400,7 @@ def test_one_channel_acking_a_queue_and_a_stream_together_settles_both() -> None
         (9, b"q3"),
         (10, b"q4"),
     ]
-    assert c.ch.stream_unacked is not None  # the stream's deliveries went out as tag runs
+    assert any(isinstance(run, StreamRun) for run in c.ch.unacked.ranges())  # the stream's went out in runs
     queues = broker.vhosts["/"].queues
     c.ack(5, multiple=True)  # a stream's tag: the queue's 1-3 go with the stream's 4-5
     assert (queues["q"].unacked, queues["s"].unacked) == (2, 3)

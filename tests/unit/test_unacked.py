@@ -12,7 +12,8 @@ from test_queue import msg
 
 from amqpd.broker.entry import Entry
 from amqpd.broker.queue import Queue
-from amqpd.broker.unacked import RANGE_MAX, Outstanding, Unacked
+from amqpd.broker.stream_unacked import StreamRun
+from amqpd.broker.unacked import RANGE_MAX, Outstanding, Run
 
 AMQPD = Path(__file__).resolve().parents[2] / "amqpd"
 
@@ -55,39 +56,64 @@ def test_deliveries_count_until_released_and_come_back_in_tag_order() -> None:
     assert (out.count, consumer.unacked, q.unacked) == (2, 2, 3)
 
 
-def _flat(taken: list[Unacked]) -> list[tuple[int, object, object, object, float]]:
-    return [(t, r.queue, e, r.consumer, r.at) for r in taken for t, e in zip(r.tags(), r.entries, strict=True)]
+Delivery = tuple[object, object, object, float, object]  # queue, entry or offset, consumer, at, cursor
 
 
-@settings(max_examples=400, deadline=None)
+def _flat(taken: list[Run]) -> list[tuple[int, Delivery]]:
+    """What runs hold, one delivery per tag (a queue's run has no cursor)."""
+    return [
+        (t, (r.queue, item, r.consumer, r.at, getattr(r, "cursor", None)))
+        for r in taken
+        for t, item in zip(r.tags(), r.items, strict=True)
+    ]
+
+
+def _offsets(start: int, n: int) -> range | list[int]:
+    """A stream run's offsets: consecutive, or with gaps where records on disk were damaged."""
+    return range(start, start + n % 9 + 1) if n % 2 else [start + 2 * i for i in range(n % 9 + 1)]
+
+
+@settings(max_examples=600, deadline=None)
 @given(
     st.lists(
-        st.tuples(st.sampled_from(["add", "many", "take", "upto", "all", "hold", "restore"]), st.integers(0, 40)),
+        st.tuples(
+            st.sampled_from(["add", "many", "stream", "take", "upto", "all", "hold", "restore"]), st.integers(0, 40)
+        ),
         max_size=60,
     )
 )
-def test_ranges_hold_what_a_table_of_one_entry_per_tag_holds(ops: list[tuple[str, int]]) -> None:
-    """Outstanding against the plainest model: a dict of tag -> (queue, entry, consumer, at) in tag order. Every
-    operation leaves the same tags, takes out the same deliveries in the same order, and keeps the same counts."""
+def test_runs_of_queues_and_streams_hold_what_a_table_of_one_delivery_per_tag_holds(ops: list[tuple[str, int]]) -> None:
+    """Outstanding against the plainest model: a dict of tag -> (queue, entry or offset, consumer, at, cursor)
+    in tag order. Queues' runs and streams' runs mixed, deliveries one by one right after a stream's run of the
+    same consumer at the same clock reading, takes inside runs, multiple takes ending inside runs, transactions
+    held and restored in any order: every operation leaves the same tags, takes out the same deliveries in the
+    same order, and keeps the same counts."""
     queues: list[Queue] = [Queue("/", "a"), Queue("/", "b")]
     consumers = [Sub(), Sub(), None]
+    cursors = [object(), object()]
     out, model = Outstanding(), {}
-    held: list[list[Unacked]] = []
-    held_model: list[dict] = []
-    tag = 0
+    held: list[list[Run]] = []
+    held_model: list[dict[int, Delivery]] = []
+    tag = offset = 0
     for op, n in ops:
-        if op in ("add", "many"):
-            q, c, at = queues[n % 2], consumers[n % 3], float(n % 4 // 3)  # mostly equal clock readings
+        q, c, at = queues[n % 2], consumers[n % 3], float(n % 4 // 3)  # mostly equal clock readings
+        if op in ("add", "many", "stream"):
             tag += 1 + (n % 5 == 4)  # a gap: a no-ack delivery's tag, never outstanding
-            if op == "add":
-                e = Entry(msg(b"x"), tag, None)
-                out.add(tag, q, e, c, at)  # type: ignore[arg-type]
-                model[tag] = (q, e, c, at)
-            elif c is not None:
-                es = [Entry(msg(b"x"), tag + i, None) for i in range(n % 7 + 1)]
-                out.add_many(tag, q, es, c, at)  # type: ignore[arg-type]
-                model.update({tag + i: (q, e, c, at) for i, e in enumerate(es)})
-                tag += len(es) - 1
+        if op == "add":
+            e = Entry(msg(b"x"), tag, None)
+            out.add(tag, q, e, c, at)  # type: ignore[arg-type]
+            model[tag] = (q, e, c, at, None)
+        elif op == "many" and c is not None:
+            es = [Entry(msg(b"x"), tag + i, None) for i in range(n % 7 + 1)]
+            out.add_many(tag, q, es, c, at)  # type: ignore[arg-type]
+            model.update({tag + i: (q, e, c, at, None) for i, e in enumerate(es)})
+            tag += len(es) - 1
+        elif op == "stream":
+            c, cursor, offsets = consumers[n % 2], cursors[n % 2], _offsets(offset, n)
+            out.add_run(StreamRun(tag, offsets, q, c, cursor, at))  # type: ignore[arg-type]
+            model.update({tag + i: (q, o, c, at, cursor) for i, o in enumerate(offsets)})
+            tag += len(offsets) - 1
+            offset = offsets[-1] + 1
         elif op in ("take", "upto"):
             t = n if n % 3 else (sorted(model)[n % len(model)] if model else 1)
             got = out.take(t) if op == "take" else out.take_upto(t)
@@ -96,24 +122,24 @@ def test_ranges_hold_what_a_table_of_one_entry_per_tag_holds(ops: list[tuple[str
                 continue
             assert got is not None
             keys = [t] if op == "take" else [k for k in model if k <= t]
-            assert _flat(got) == [(k, *model.pop(k)) for k in sorted(keys)]
+            assert _flat(got) == [(k, model.pop(k)) for k in sorted(keys)]
             for r in got:
-                out.release(r.queue, r.consumer, len(r.entries))
+                out.release(r.queue, r.consumer, len(r.items))
         elif op == "all":
             got = out.take_all()
-            assert _flat(got) == [(k, *model[k]) for k in sorted(model)]
+            assert _flat(got) == sorted(model.items())
             for r in got:
-                out.release(r.queue, r.consumer, len(r.entries))
+                out.release(r.queue, r.consumer, len(r.items))
             model.clear()
-        elif op == "hold" and model:
+        elif op == "hold" and model:  # a transaction's multiple-ack
             t = sorted(model)[n % len(model)]
             got = out.take_upto(t)
             assert got is not None
             held.append(got)
             held_model.append({k: model.pop(k) for k in sorted(model) if k <= t})
-        elif op == "restore" and held:
-            out.restore(held.pop())
-            model.update(held_model.pop())
+        elif op == "restore" and held:  # its rollback
+            out.restore(held.pop(n % len(held)))
+            model.update(held_model.pop(n % len(held_model)))
             model = dict(sorted(model.items()))
         assert list(out) == sorted(model)
         assert len(out) == len(model)
@@ -134,5 +160,5 @@ def test_one_by_one_deliveries_join_ranges_of_a_bounded_size() -> None:
     out = Outstanding()
     for tag in range(1, 1001):
         out.add(tag, q, Entry(msg(b"x"), tag, None), consumer, 0.0)  # type: ignore[arg-type]
-    sizes = [len(r.entries) for r in out.ranges()]
+    sizes = [len(r.items) for r in out.ranges()]
     assert sum(sizes) == 1000 and max(sizes) == RANGE_MAX and len(sizes) == -(-1000 // RANGE_MAX)

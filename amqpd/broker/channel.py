@@ -234,11 +234,16 @@ class Channel:
             return 0
         max_size = self.assembler.max_size
         msgs: list[Message] = []
+        last: bytes | None = None
+        read: tuple[int, bytes, PropertyScan] | None = None
         for header, body in zip(headers, bodies, strict=True):
-            msg = _stored_message(plan, exchange, routing_key, route, header, body, max_size)
-            if msg is None:
+            # A publish run's publishes share one header object (on_publish_run): it is read once. What is
+            # read depends on the header alone (its body size included), so the answer holds for each.
+            if header is not last:
+                last, read = header, _stored_read(plan, header, max_size)
+            if read is None:
                 break
-            msgs.append(msg)
+            msgs.append(Message(exchange, routing_key, route, read[1], body, read[0], read[2]))
         if msgs:
             self._store_and_push(plan.stored, msgs)
         return len(msgs)
@@ -1205,19 +1210,18 @@ def _group_scan(header: bytes, max_body: int) -> tuple[int, bytes, PropertyScan,
     return flags, header, scan, mode == 2, names_keys
 
 
-def _stored_message(
-    plan: PublishPlan, exchange: str, routing_key: str, route: bytes, header: bytes, body: bytes, max_size: int
-) -> Message | None:
-    """The message on_whole_publish would make of this publish when the plan stores it in its one queue with
-    no other step (PublishPlan.stored_to); None otherwise, and when either would refuse it (the single path
-    then reports the error)."""
+def _stored_read(plan: PublishPlan, header: bytes, max_size: int) -> tuple[int, bytes, PropertyScan] | None:
+    """(flags, header as checked_header returns it, scan) of a publish with this header, from which
+    on_whole_publish would make the message it makes when the plan stores it in its one queue with no other
+    step (PublishPlan.stored_to); None otherwise, and when either would refuse it (the single path then reports
+    the error)."""
     scanned = _group_scan(header, max_size)
     if scanned is None:
         return None
     flags, header, scan, persistent, names_keys = scanned
     if plan.stored_to(flags, persistent, names_keys) is None:
         return None
-    return Message(exchange, routing_key, route, header, body, flags, scan)
+    return flags, header, scan
 
 
 def _any_stored(queues: list[Queue]) -> bool:

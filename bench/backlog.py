@@ -17,6 +17,10 @@ CONFIRM_WINDOW = 500
 DRAIN_PREFETCH = 1000
 DRAIN_ACK_EVERY = 100
 RSS_EVERY = 0.25
+# How often a phase checks whether its workers are done. It used to be RSS_EVERY: a phase's end was then seen
+# up to 0.25 s late, which cut a 3 s fill's rate by up to 8 % (rates came out in steps of N/0.25 s), and more
+# for the faster broker's shorter fill.
+DONE_EVERY = 0.005
 
 
 def run_backlog(target: Target, opts: Options, queue: str, depth: Callable[[], int]) -> Metrics:
@@ -104,12 +108,16 @@ def _phase(target: Target, opts: Options, specs: list[Spec]) -> tuple[Window, in
         a = group.snapshot()
         peak = a.broker_rss
         deadline = time.monotonic() + opts.backlog_timeout
+        next_rss = time.monotonic() + RSS_EVERY
         everyone = list(range(len(specs)))
         while not group.finished(everyone):
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if now > deadline:
                 raise WorkerFailed(f"S4 phase did not finish within {opts.backlog_timeout:.0f} s")
-            time.sleep(RSS_EVERY)
-            peak = max(peak, _rss(target.pid))
+            if now >= next_rss:
+                peak = max(peak, _rss(target.pid))
+                next_rss = now + RSS_EVERY
+            time.sleep(DONE_EVERY)
         b = group.snapshot()
         group.stop()
         return group.window(a, b), max(peak, b.broker_rss)

@@ -417,6 +417,26 @@ class Broker:
             msg.pageable = True
             offset += 1
 
+    def store_stream_group(
+        self,
+        stream: Queue,
+        exchange: str,
+        routing_key: str,
+        headers: list[bytes],
+        bodies: list[bytes],
+        on_durable: Callable[[], None],
+        on_failed: Callable[[], None],
+    ) -> None:
+        """store_group for publishes to one stream alone, from their checked headers and bodies: the records
+        store_group writes for their messages (none has an expiration), without the messages, which a stream
+        does not keep. The stream counts them in (StreamQueue.push_stored)."""
+        assert self.store is not None and stream.store_id is not None and isinstance(stream, StreamQueue)
+        now = self.now_ms()
+        records = [MessageRecord(exchange, routing_key, h, b, now) for h, b in zip(headers, bodies, strict=True)]
+        once = Once(on_durable, on_failed)
+        first = self.store.append_many(records, [stream.store_id], once, once.failed)
+        stream.push_stored(first, [len(h) + len(b) for h, b in zip(headers, bodies, strict=True)], now)
+
     def save_stream_segments(self) -> None:
         """At a clean stop: each stream's open segment as it is (commits save it only now and then, see
         StreamQueue._on_commit), written by the store's closing commit."""

@@ -230,13 +230,20 @@ class Channel:
         plan = self.vhost.plan(ex, routing_key)
         if plan.stored is None:
             return 0
+        if plan.stored.is_stream:
+            return self._store_stream_group(plan, plan.stored, exchange, routing_key, headers, bodies)
         max_size = self.assembler.max_size
         msgs: list[Message] = []
+        last: bytes | None = None
+        read: tuple[int, bytes, PropertyScan] | None = None
         for header, body in zip(headers, bodies, strict=True):
-            msg = _stored_message(plan, exchange, routing_key, route, header, body, max_size)
-            if msg is None:
+            # A publish run's publishes share one header object (on_publish_run): it is read once. What is
+            # read depends on the header alone (its body size included), so the answer holds for each.
+            if header is not last:
+                last, read = header, _stored_read(plan, header, max_size)
+            if read is None:
                 break
-            msgs.append(msg)
+            msgs.append(Message(exchange, routing_key, route, read[1], body, read[0], read[2]))
         if msgs:
             self._store_and_push(plan.stored, msgs)
         return len(msgs)
@@ -244,7 +251,45 @@ class Channel:
     def _store_and_push(self, queue: Queue, msgs: list[Message]) -> None:
         """Publish messages that go to `queue` alone and are stored (see _publish_stored_group): one append,
         one confirm for all, each pushed in order."""
-        n = len(msgs)
+        settle = self._group_confirm(len(msgs))
+        self.broker.store_group(msgs, queue, lambda: settle(True), lambda: settle(False))
+        queue.push_many(msgs)
+        self._flow(queue)
+
+    def _store_stream_group(
+        self,
+        plan: PublishPlan,
+        stream: Queue,
+        exchange: str,
+        routing_key: str,
+        headers: list[bytes],
+        bodies: list[bytes],
+    ) -> int:
+        """_publish_stored_group for a stream: a stream keeps nothing of a publish in memory (its readers read
+        the store), so the publishes are stored from their headers and bodies (Broker.store_stream_group), as
+        store_group stores the messages _store_and_push would make, without making them (none has an expiry:
+        a publish with an expiration is one of PER_MESSAGE_FLAGS, which end a group). How many."""
+        max_size = self.assembler.max_size
+        stored: list[bytes] = []  # the headers as checked_header returns them
+        last: bytes | None = None
+        read: tuple[int, bytes, PropertyScan] | None = None
+        for header in headers:
+            if header is not last:
+                last, read = header, _stored_read(plan, header, max_size)
+            if read is None:
+                break
+            stored.append(read[1])
+        n = len(stored)
+        if n:
+            settle = self._group_confirm(n)
+            self.broker.store_stream_group(
+                stream, exchange, routing_key, stored, bodies[:n], lambda: settle(True), lambda: settle(False)
+            )
+            self._flow(stream)
+        return n
+
+    def _group_confirm(self, n: int) -> Callable[[bool], None]:
+        """The next n publishes, stored together: one confirm for all. Its settle(ok) acks (or nacks) them."""
         self.published += n
         first = self.publish_seq + 1
         self.publish_seq += n
@@ -260,9 +305,7 @@ class Channel:
                 self.nacks.update(range(first, first + n))
             self.conn.confirms_pending(self)
 
-        self.broker.store_group(msgs, queue, lambda: settle(True), lambda: settle(False))
-        queue.push_many(msgs)
-        self._flow(queue)
+        return settle
 
     def _straight_message(
         self, plan: PublishPlan, exchange: str, routing_key: str, route: bytes, header: bytes, body: bytes
@@ -1187,19 +1230,18 @@ def _group_scan(header: bytes, max_body: int) -> tuple[int, bytes, PropertyScan,
     return flags, header, scan, mode == 2, names_keys
 
 
-def _stored_message(
-    plan: PublishPlan, exchange: str, routing_key: str, route: bytes, header: bytes, body: bytes, max_size: int
-) -> Message | None:
-    """The message on_whole_publish would make of this publish when the plan stores it in its one queue with
-    no other step (PublishPlan.stored_to); None otherwise, and when either would refuse it (the single path
-    then reports the error)."""
+def _stored_read(plan: PublishPlan, header: bytes, max_size: int) -> tuple[int, bytes, PropertyScan] | None:
+    """(flags, header as checked_header returns it, scan) of a publish with this header, from which
+    on_whole_publish would make the message it makes when the plan stores it in its one queue with no other
+    step (PublishPlan.stored_to); None otherwise, and when either would refuse it (the single path then reports
+    the error)."""
     scanned = _group_scan(header, max_size)
     if scanned is None:
         return None
     flags, header, scan, persistent, names_keys = scanned
     if plan.stored_to(flags, persistent, names_keys) is None:
         return None
-    return Message(exchange, routing_key, route, header, body, flags, scan)
+    return flags, header, scan
 
 
 def _any_stored(queues: list[Queue]) -> bool:

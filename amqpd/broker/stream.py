@@ -184,6 +184,21 @@ class StreamQueue(Queue["Consumer"]):
         if self.store is None:
             self.dispatch()
 
+    def push_stored(self, first: int, sizes: list[int], timestamp_ms: int) -> None:
+        """Records the broker stored together for this stream (Broker.store_stream_group: consecutive store
+        offsets from `first`, of sizes[i] bytes of header and body, stamped timestamp_ms) take their offsets
+        and are counted into the open segment, as push_many does for messages."""
+        assert isinstance(self.log, StoreLog)
+        offset = self.log.extend(first, len(sizes))
+        limit = self.retention.segment_bytes
+        for size in sizes:
+            offset += 1
+            segment = self._segments[-1]
+            segment[1] += size
+            segment[2] = timestamp_ms
+            if segment[1] >= limit:
+                self._roll(offset)
+
     def _count_in(self, msg: Message, after: int) -> None:
         """The open segment grows by the message (`after`: the offset past it); a full one is sealed."""
         segment = self._segments[-1]

@@ -263,6 +263,11 @@ class StoreLog:
             offset = self._store.append(record, [self._queue_id])
         return self._runs.append(offset)
 
+    def extend(self, first: int, count: int) -> int:
+        """Records the broker stored together at store offsets first .. first + count - 1: their dense offsets,
+        in one step; the first one's."""
+        return self._runs.extend(first, count)
+
     def append_many(self, msgs: list[Message]) -> int:
         """Messages the broker stored together (consecutive store offsets) take their dense offsets in one step."""
         first = msgs[0].store_offset

@@ -275,6 +275,7 @@ class MessageStore:
         self._closing = True
         self._pending = Batch(number=self._pending.number, first_offset=self._next_offset)
         self._frames = None
+        self._wake.set()  # an idle run() waits for work: it must see that there is none and return
         await self._release_files()
 
     async def _release_files(self) -> None:

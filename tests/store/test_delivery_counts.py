@@ -80,3 +80,16 @@ async def test_a_count_for_an_offset_the_queue_does_not_hold_is_ignored(tmp_path
     await run_and(tmp_path, publish)
     recovered = await run_and(tmp_path, lambda s, r: None)
     assert counts(recovered, "q") == {}
+
+
+async def test_abort_ends_a_commit_loop_that_waits_for_work(tmp_path: Path) -> None:
+    """A crash simulated with abort() while run() sits idle: run() returns (it used to wait for a wake-up
+    that nothing sent, and the test around it hung)."""
+    store = MessageStore(tmp_path, fsync="none")
+    await store.open()
+    with anyio.fail_after(30):  # a bound on a hang, not a timing assertion
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(store.run)
+            await store.flush()
+            await anyio.wait_all_tasks_blocked()  # run() is parked, waiting for work
+            await store.abort()

@@ -6,7 +6,7 @@ raised as AMQPError; the session turns them into channel.close or connection.clo
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pamqp import base, commands
@@ -232,18 +232,11 @@ class Channel:
             return 0
         if plan.stored.is_stream:
             return self._store_stream_group(plan, plan.stored, exchange, routing_key, headers, bodies)
-        max_size = self.assembler.max_size
-        msgs: list[Message] = []
-        last: bytes | None = None
-        read: tuple[int, bytes, PropertyScan] | None = None
-        for header, body in zip(headers, bodies, strict=True):
-            # A publish run's publishes share one header object (on_publish_run): it is read once. What is
-            # read depends on the header alone (its body size included), so the answer holds for each.
-            if header is not last:
-                last, read = header, _stored_read(plan, header, max_size)
-            if read is None:
-                break
-            msgs.append(Message(exchange, routing_key, route, read[1], body, read[0], read[2]))
+        reads = _stored_reads(plan, headers, self.assembler.max_size)
+        msgs = [
+            Message(exchange, routing_key, route, header, body, flags, scan)
+            for (flags, header, scan), body in zip(reads, bodies, strict=False)  # the reads may stop early
+        ]
         if msgs:
             self._store_and_push(plan.stored, msgs)
         return len(msgs)
@@ -269,16 +262,8 @@ class Channel:
         the store), so the publishes are stored from their headers and bodies (Broker.store_stream_group), as
         store_group stores the messages _store_and_push would make, without making them (none has an expiry:
         a publish with an expiration is one of PER_MESSAGE_FLAGS, which end a group). How many."""
-        max_size = self.assembler.max_size
-        stored: list[bytes] = []  # the headers as checked_header returns them
-        last: bytes | None = None
-        read: tuple[int, bytes, PropertyScan] | None = None
-        for header in headers:
-            if header is not last:
-                last, read = header, _stored_read(plan, header, max_size)
-            if read is None:
-                break
-            stored.append(read[1])
+        # the headers as checked_header returns them
+        stored = [header for _flags, header, _scan in _stored_reads(plan, headers, self.assembler.max_size)]
         n = len(stored)
         if n:
             settle = self._group_confirm(n)
@@ -1228,6 +1213,20 @@ def _group_scan(header: bytes, max_body: int) -> tuple[int, bytes, PropertyScan,
         return None  # refused, one message at a time
     names_keys = scan.headers_raw is not None and may_name_keys(scan.headers_raw)
     return flags, header, scan, mode == 2, names_keys
+
+
+def _stored_reads(plan: PublishPlan, headers: list[bytes], max_size: int) -> Iterator[tuple[int, bytes, PropertyScan]]:
+    """_stored_read of each of the leading headers, up to the first it refuses. A publish run's publishes
+    share one header object (on_publish_run): it is read once. What is read depends on the header alone (its
+    body size included), so the answer holds for each."""
+    last: bytes | None = None
+    read: tuple[int, bytes, PropertyScan] | None = None
+    for header in headers:
+        if header is not last:
+            last, read = header, _stored_read(plan, header, max_size)
+        if read is None:
+            return
+        yield read
 
 
 def _stored_read(plan: PublishPlan, header: bytes, max_size: int) -> tuple[int, bytes, PropertyScan] | None:

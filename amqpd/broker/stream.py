@@ -171,7 +171,7 @@ class StreamQueue(Queue["Consumer"]):
 
     def push(self, msg: Message, redelivered: bool = False, enqueued_ms: int | None = None) -> None:
         self.log.append(msg)
-        self._count_in(msg, self.log.end)
+        self._count_in(msg.size + len(msg.header), msg.timestamp_ms or now_ms(), self.log.end)
         if self.store is None:
             self.dispatch()  # in memory: readable at once
 
@@ -180,7 +180,7 @@ class StreamQueue(Queue["Consumer"]):
         offset = self.log.append_many(msgs)
         for msg in msgs:
             offset += 1
-            self._count_in(msg, offset)
+            self._count_in(msg.size + len(msg.header), msg.timestamp_ms or now_ms(), offset)
         if self.store is None:
             self.dispatch()
 
@@ -190,20 +190,16 @@ class StreamQueue(Queue["Consumer"]):
         and are counted into the open segment, as push_many does for messages."""
         assert isinstance(self.log, StoreLog)
         offset = self.log.extend(first, len(sizes))
-        limit = self.retention.segment_bytes
         for size in sizes:
             offset += 1
-            segment = self._segments[-1]
-            segment[1] += size
-            segment[2] = timestamp_ms
-            if segment[1] >= limit:
-                self._roll(offset)
+            self._count_in(size, timestamp_ms, offset)
 
-    def _count_in(self, msg: Message, after: int) -> None:
-        """The open segment grows by the message (`after`: the offset past it); a full one is sealed."""
+    def _count_in(self, size: int, timestamp_ms: int, after: int) -> None:
+        """The open segment grows by a record of `size` bytes of header and body, appended at timestamp_ms
+        (`after`: the offset past it); a full one is sealed."""
         segment = self._segments[-1]
-        segment[1] += msg.size + len(msg.header)
-        segment[2] = msg.timestamp_ms or now_ms()
+        segment[1] += size
+        segment[2] = timestamp_ms
         if segment[1] >= self.retention.segment_bytes:
             self._roll(after)
 

@@ -216,7 +216,7 @@ class Outstanding:
         self._head = whole
         if whole == i:  # the run holding the tag goes on after it
             taken.append(self._by_last[lasts[i]].split_off(tag))
-        self._size -= sum(len(run.items) for run in taken)
+        self._size -= taken_count(taken)
         self._compact()
         return taken
 

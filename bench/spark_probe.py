@@ -129,6 +129,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--parts", type=int, default=4, help="partitions per read")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting")
     parser.add_argument("--modes", default="floor,chunks,each,slow", help="sources, each as mode[:partitions]")
     args = parser.parse_args()
 
@@ -138,8 +139,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-probe-") as tmp:
         path = Path(tmp) / "chunks.pickle"
         capture(path, args.capture, args.size)
+        builder = SparkSession.builder
+        for setting in args.conf:
+            builder = builder.config(*setting.split("=", 1))
         spark = (
-            SparkSession.builder.master("local[2]")
+            builder.master("local[2]")
             .appName("bench.spark_probe")
             .config("spark.ui.enabled", "false")
             .config("spark.ui.showConsoleProgress", "false")

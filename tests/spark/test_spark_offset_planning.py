@@ -120,3 +120,10 @@ def test_a_range_is_split_into_partitions_of_equal_size_so_no_core_waits_on_a_sh
     parts = split(opts, {"a": (0, 1000), "b": (0, 10)})
     assert [(p.start, p.end) for p in parts if p.stream == "a"] == [(0, 250), (250, 500), (500, 750), (750, 1000)]
     assert [(p.start, p.end) for p in parts if p.stream == "b"] == [(0, 10)]
+
+
+def test_without_options_a_million_offsets_are_read_in_two_partitions_of_500_000() -> None:
+    """The documented default: Spark's cost per task favours long tasks (amqpd/spark/options.py)."""
+    opts = ReadOptions.parse({"uri": "amqp://localhost/", "queue": "a"}, False)
+    parts = split(opts, {"a": (7, 1_000_007)})
+    assert [(p.start, p.end) for p in parts] == [(7, 500_007), (500_007, 1_000_007)]

@@ -183,6 +183,21 @@ def test_a_record_batch_holds_no_more_than_batch_bytes_of_chunks(monkeypatch: py
     assert batches == [list(range(k, min(k + 4, 18))) for k in range(0, 18, 4)]
 
 
+@pytest.mark.parametrize("chunk_records", [4, 0])
+def test_a_read_starts_with_a_small_batch_and_doubles_it_up_to_batch_rows(
+    monkeypatch: pytest.MonkeyPatch, chunk_records: int
+) -> None:
+    """Spark starts on a read's first rows once they are in, not once a whole batch is: the first batch holds
+    FIRST_BATCH_ROWS (whole chunks), each next twice as many, up to batch_rows; chunks or message by message."""
+    monkeypatch.setattr(wire, "FIRST_BATCH_ROWS", 4)
+    client = stream_with([(b"m%d" % i, {}) for i in range(100)])
+    options = {"with_headers": False, "chunk_records": chunk_records, "batch_rows": 32}
+    reader, _ = in_process_reader(client, monkeypatch, 0, 100, **options)
+    batches = [b.column("offset").to_pylist() for b in arrow_batches(reader)]
+    assert [len(b) for b in batches] == [4, 8, 16, 32, 32, 8]
+    assert sum(batches, []) == list(range(100))
+
+
 def test_chunks_shorter_than_asked_for_still_bring_the_whole_range(monkeypatch: pytest.MonkeyPatch) -> None:
     """The broker stops a chunk at a size in bytes: with chunks of 2 records where 10 were asked for, the
     reader's estimate of when its acks reach the range's end is wrong by far; once it holds all its credit it

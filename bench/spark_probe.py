@@ -1,0 +1,187 @@
+"""`python -m bench.spark_probe`: what Spark's JVM and its Python workers cost per row for the record batches
+amqpd.spark yields, with no I/O, beside the bench's floor batch, in one Spark session on local[2].
+
+    python -m bench.spark_probe [--rows 1000000] [--rounds 3]
+
+Fills a broker with `--capture` 100-byte messages, keeps the chunk deliveries a real read receives, stops the
+broker, then has Spark read `--rows` rows through no-I/O Python sources that each yield:
+  floor   the bench's floor batch (bench/spark.py floor_source), 32,768 rows again and again;
+  chunks  chunk_batch's batches of the captured chunks, built once per worker and yielded again and again
+          (what read_range yields, without the socket and the broker);
+  each    the same, with chunk_batch run again for every batch (its cost lands in the workers' share);
+  slow    as chunks, with a sleep of 0.2 µs per row after each batch: a worker as slow as `each` without
+          its CPU, to tell the JVM's cost of waiting for a slow worker from its cost of sharing the cores.
+A mode given as mode:N reads in N partitions instead of --parts (Spark's own cost per task shows). Each
+round prints the CPU µs per row of the JVM and of the Python workers, the sources alternating, so a difference
+between floor and chunks is the batches' own cost to Spark, not the machine's load. The JVM's share falls
+over the first rounds whatever the source (its JIT): compare sources within a round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pickle
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from amqpd.spark.wire import Chunks, Endpoint, StreamReader
+from amqpd.testing import BrokerProcess
+from bench import procstat
+from bench.spark import STREAM, fill
+
+_CACHE: dict[str, list] = {}  # per Python worker (Spark reuses them): the batches built from the capture
+
+
+def capture(path: Path, messages: int, size: int) -> None:
+    """The chunk deliveries of one read of `messages` messages, as StreamReader yields them, pickled."""
+    with BrokerProcess() as broker:
+        fill(broker.url, messages, size)
+        reader = StreamReader(Endpoint.parse(broker.url), STREAM, 0, messages, with_headers=False)
+        got = [(c.stop, c.bodies, c.firsts, c.counts) for c in reader.batches() if isinstance(c, Chunks)]
+    path.write_bytes(pickle.dumps(got))
+
+
+def _captured(path: str) -> list[Chunks]:
+    out = []
+    for stop, bodies, firsts, counts in pickle.loads(Path(path).read_bytes()):
+        chunks = Chunks(stop)
+        for body, first, count in zip(bodies, firsts, counts, strict=True):
+            chunks.add(body, first, count)
+        out.append(chunks)
+    return out
+
+
+def probe_source(size: int) -> type:
+    import pyarrow as pa
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    from amqpd.spark.chunk_rows import chunk_batch
+    from amqpd.spark.rows import schema_ddl
+    from bench.spark import floor_source
+
+    floor_reader = floor_source(0, size)({}).reader(None)
+
+    class Part(InputPartition):
+        def __init__(self, mode: str, rows: int, path: str) -> None:
+            super().__init__(rows)
+            self.mode, self.rows, self.path = mode, rows, path
+
+    class Reader(DataSourceReader):
+        def __init__(self, options: dict[str, str]) -> None:
+            self.mode, self.path = options["mode"], options["path"]
+            self.rows, self.parts = int(options["rows"]), int(options["parts"])
+
+        def partitions(self) -> list[InputPartition]:
+            each = [self.rows // self.parts] * self.parts
+            each[-1] += self.rows - sum(each)
+            return [Part(self.mode, n, self.path) for n in each]
+
+        def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+            assert isinstance(partition, Part)
+            if partition.mode == "floor":
+                yield from floor_reader.read(InputPartition(partition.rows))
+                return
+            # this module by name: run with -m it is __main__, whose globals Spark ships with each task
+            from bench import spark_probe
+
+            cache = spark_probe._CACHE  # noqa: SLF001
+            if partition.path not in cache:
+                cache[partition.path] = _captured(partition.path)
+                cache[partition.path + "#built"] = [chunk_batch(STREAM, c, False) for c in cache[partition.path]]
+            captured, built = cache[partition.path], cache[partition.path + "#built"]
+            left, k = partition.rows, 0
+            while left > 0:
+                batch = built[k] if partition.mode != "each" else chunk_batch(STREAM, captured[k], False)
+                if partition.mode == "slow":  # as slow as `each`, without its CPU
+                    time.sleep(batch.num_rows * 0.2e-6)
+                k = (k + 1) % len(captured)
+                keep = min(batch.num_rows, left)
+                yield batch.slice(0, keep)  # as read_range cuts a partition's last batch
+                left -= keep
+
+    class Probe(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "bench_probe"
+
+        def schema(self) -> str:
+            return schema_ddl(False)
+
+        def reader(self, schema: object) -> DataSourceReader:
+            return Reader(dict(self.options))
+
+    return Probe
+
+
+def jvm_shares() -> dict[str, float]:
+    jvm = [p for p in procstat.children(os.getpid()) if procstat.command_line(p)[0].endswith("java")]
+    own = sum(procstat.cpu_seconds(p) for p in jvm)
+    return {"JVM": own, "workers": sum(procstat.tree_cpu_seconds(p) for p in jvm) - own}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--capture", type=int, default=250_000, help="messages read once from a broker")
+    parser.add_argument("--size", type=int, default=100)
+    parser.add_argument("--parts", type=int, default=4, help="partitions per read")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting")
+    parser.add_argument("--modes", default="floor,chunks,each,slow", help="sources, each as mode[:partitions]")
+    args = parser.parse_args()
+
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    with tempfile.TemporaryDirectory(prefix="bench-probe-") as tmp:
+        path = Path(tmp) / "chunks.pickle"
+        capture(path, args.capture, args.size)
+        builder = SparkSession.builder
+        for setting in args.conf:
+            builder = builder.config(*setting.split("=", 1))
+        spark = (
+            builder.master("local[2]")
+            .appName("bench.spark_probe")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.shuffle.partitions", "2")
+            .config("spark.driver.memory", "2g")
+            .getOrCreate()
+        )
+        spark.sparkContext.setLogLevel("ERROR")
+        spark.dataSource.register(probe_source(args.size))
+        modes = args.modes.split(",")
+
+        def read(spec: str, rows: int) -> tuple[float, dict[str, float]]:
+            mode, _, parts = spec.partition(":")
+            before = jvm_shares()
+            started = time.perf_counter()
+            df = (
+                spark.read.format("bench_probe")
+                .option("mode", mode)
+                .option("rows", str(rows))
+                .option("parts", parts or str(args.parts))
+                .option("path", str(path))
+                .load()
+            )
+            row = df.agg(F.count("*").alias("n"), F.sum(F.length("body")).alias("b")).collect()[0]
+            elapsed = time.perf_counter() - started
+            assert row.n == rows, (row.n, rows)
+            after = jvm_shares()
+            return rows / elapsed, {k: (after[k] - before[k]) / rows * 1e6 for k in before}
+
+        for mode in modes:  # warm: the workers' imports, the capture's load and the JIT
+            read(mode, min(args.rows, 200_000))
+        for round_ in range(args.rounds):
+            for mode in modes:
+                rate, used = read(mode, args.rows)
+                shares = "  ".join(f"{k} {v:.2f}" for k, v in used.items())
+                print(f"round {round_ + 1} {mode:<7}{rate:>12,.0f} rows/s  µs CPU per row: {shares}", flush=True)
+        spark.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -143,8 +143,12 @@ def _walk_next(
         if run is not None and k and offsets[i + k - 1] == last:
             found += _cut("payloads", length, k).unpack_from(block, rel)
         else:
-            if k >= ALIKE_MIN and offsets[i + k - 1] == last:  # wanted, one after the other: as many of one size
-                k = _alike_count(block, rel, length, target, k)
+            if (
+                k >= ALIKE_MIN
+                and offsets[i + k - 1] == last
+                and unpack(block, rel + (k - 1) * stride)[:2] != (length, last)
+            ):
+                k = _alike_count(block, rel, length, target, k)  # wanted, one after the other: as many of one size
                 last = target + k - 1
             if k < ALIKE_MIN or offsets[i + k - 1] != last:
                 break

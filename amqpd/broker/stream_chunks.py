@@ -203,6 +203,7 @@ def _read_runs(stream: StreamQueue, start: int, end: int) -> tuple[int, bytes]:
             parts.append(data)
             size += len(data)
             at += sum(count for count, _ in frames)
+            step = FIRST_STEP  # past these, on a first read, the read cache checked its stretch: read few bare
             continue
         # a few among checked ones (a record of another size): those alone, not a cached stretch around them
         read = log.read_raw(at, min(step, end - at, unchecked), cached=unchecked >= READ_STEP)[1]

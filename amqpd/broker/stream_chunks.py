@@ -101,8 +101,12 @@ def chunk_records(args: dict[str, Any], filtered: bool, tracking: bool, queue: s
 
 def chunk_layout(args: dict[str, Any]) -> int:
     """The layout a chunk consumer gets (checked by chunk_records): the newest this broker knows up to the
-    one the reader asked for; 2 when it asked for none (a reader older than layout 3)."""
-    return min(args.get(LAYOUT_ARG, 2), NEWEST_LAYOUT)
+    one the reader asked for; 2 when it asked for none (a reader older than layout 3). Without
+    x-amqpd-chunk the argument means nothing and is not checked: 2 whatever it is."""
+    layout = args.get(LAYOUT_ARG, 2)
+    if args.get(CHUNK_ARG) is None or isinstance(layout, bool) or not isinstance(layout, int):
+        return 2
+    return min(layout, NEWEST_LAYOUT)
 
 
 class ChunkDelivery(LogDelivery):

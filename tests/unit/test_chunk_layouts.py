@@ -126,6 +126,16 @@ def test_a_reader_gets_the_newest_layout_up_to_the_one_it_asks_for() -> None:
     assert [t for t, _ in consume_chunks({"x-amqpd-chunk-layout": 9})] == [CONTENT_TYPES[3]]  # newer than known
 
 
+def test_a_layout_without_chunks_is_ignored_as_any_unknown_argument() -> None:
+    c = ClientChannel(new_broker())
+    c.declare_queue("s", durable=True, arguments={"x-queue-type": "stream"})
+    c.call(commands.Basic.Qos(prefetch_count=10))
+    c.publish("", "s", b"m")
+    c.consume("s", "", arguments={"x-stream-offset": "first", "x-amqpd-chunk-layout": "three"})
+    frames = [*c.pending, *c.conn.take_frames()]
+    assert [f.value for f in frames if hasattr(f, "value")] == [b"m"]  # one message, delivered as it is
+
+
 @pytest.mark.parametrize("value", [1, 0, "3", True, 3.0])
 def test_a_layout_that_is_not_an_integer_from_2_on_is_406(value: Any) -> None:
     with pytest.raises(errors.AMQPError) as info:

@@ -12,7 +12,9 @@ from fakes import ClientChannel, new_broker
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pamqp import commands
+from test_spark_chunks import read, stream_with
 
+import amqpd.broker.stream_chunks as chunks_module
 from amqpd import errors
 from amqpd.broker.stream_chunks import CONTENT_TYPES, encode_chunk, encode_runs
 from amqpd.spark.chunk_rows import chunk_batch
@@ -142,3 +144,18 @@ def test_a_layout_that_is_not_an_integer_from_2_on_is_406(value: Any) -> None:
         consume_chunks({"x-amqpd-chunk-layout": value})
     assert info.value.code == 406
     assert "x-amqpd-chunk-layout" in info.value.reply_text
+
+
+def test_a_newer_reader_reads_an_older_broker_that_ignores_the_layout_it_asks_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # an amqpd from before layout 3 ignores x-amqpd-chunk-layout, as any argument it does not know: told
+    # another name, the broker here does the same and sends layout 2
+    monkeypatch.setattr(chunks_module, "LAYOUT_ARG", "x-not-this")
+    client = stream_with([(b"m%d" % i, {"message_id": "id"} if i % 3 else {}) for i in range(30)])
+    out, sock = read(client, monkeypatch, 2, 29, with_headers=False, chunk_records=4)
+    assert sock.consumes[0]["x-amqpd-chunk-layout"] == 3
+    assert len(sock.consumes) == 1  # read as chunks, not message by message after
+    assert out["offset"] == list(range(2, 29))
+    assert out["body"] == [b"m%d" % i for i in range(2, 29)]
+    assert out["message_id"] == ["id" if i % 3 else None for i in range(2, 29)]

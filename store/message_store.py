@@ -680,7 +680,9 @@ class MessageStore:
     def durable_end(self) -> int:
         """Every record below this offset is on disk (fsync'd, under always-batched): what log readers may
         see. Records at or past it may still be lost in a crash."""
-        return next(iter(self._unwritten), self._next_offset)  # insertion order: the oldest unwritten first
+        if not self._unwritten:  # mostly, when reading: iter() would walk every slot its deletions left (after a
+            return self._next_offset  # 1M fill, ~80 µs a call; a chunk read asks several times)
+        return next(iter(self._unwritten))  # insertion order: the oldest unwritten first
 
     def read_range(self, from_offset: int, max_records: int) -> list[tuple[int, MessageRecord]]:
         """Up to `max_records` (offset, record) pairs at or after `from_offset`, in offset order, below

@@ -10,6 +10,7 @@ from typing import Any
 
 import pika
 
+from amqpd.broker.stream_chunks import CHUNK_BYTES
 from amqpd.spark.reader import arrow_batches
 from amqpd.spark.wire import Endpoint, StreamReader
 from amqpd.testing import BrokerProcess
@@ -30,13 +31,13 @@ def read_all(url: str, start: int, end: int, chunk_records: int, layout: int = 3
     return out
 
 
-def raw_chunks(url: str, chunk: int, count: int, **arguments: Any) -> list[tuple[Any, bytes]]:
-    """The first `count` chunk deliveries pika receives from offset 0: (properties, body)."""
+def raw_chunks(url: str, chunk: int, count: int, offset: int = 0, **arguments: Any) -> list[tuple[Any, bytes]]:
+    """The first `count` chunk deliveries pika receives from `offset`: (properties, body)."""
     conn = pika.BlockingConnection(pika.URLParameters(url))
     ch = conn.channel()
     ch.basic_qos(prefetch_count=count)
     got: list[tuple[Any, bytes]] = []
-    args = {"x-stream-offset": 0, "x-amqpd-chunk": chunk, **arguments}
+    args = {"x-stream-offset": offset, "x-amqpd-chunk": chunk, **arguments}
     for _method, props, body in ch.consume("s", arguments=args, inactivity_timeout=10):
         assert props is not None, "no chunk delivery within 10 s"
         got.append((props, body))
@@ -139,3 +140,26 @@ def test_layout_3_reads_the_same_rows_first_and_again_across_size_changes_and_da
         # has a size of its own, and too few of one size were read after it to be remembered as checked)
         assert {gap for _, gap, _ in table} == {0, 24}
         assert sum(count for count, gap, _ in table if gap == 24) >= 58
+
+
+def test_layout_3_reads_across_segments_and_runs_of_records_over_frame_max(tmp_path: Path) -> None:
+    """Small segments (a chunk's records span several), and a run of records of one size over frame_max
+    (a chunk of them is several body frames, and it stops past 1 MiB): the same rows read again."""
+    with BrokerProcess(data_dir=str(tmp_path), env={"AMQPD_SEGMENT_SIZE": "1500000"}) as broker:
+        conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+        ch = conn.channel()
+        ch.queue_declare("s", durable=True, arguments=STREAM)
+        ch.confirm_delivery()
+        for i in range(600):
+            size = 120_000 if 200 <= i < 230 else 30
+            ch.basic_publish("", "s", (b"%05d" % i).ljust(size, b"-"))
+        conn.close()
+        assert len(list((tmp_path / "segments").glob("*.seg"))) >= 3
+        plain = read_all(broker.url, 3, 590, chunk_records=500, layout=2)
+        assert plain["offset"] == list(range(3, 590))
+        for _ in range(2):
+            assert read_all(broker.url, 3, 590, chunk_records=500) == plain
+        (_, body), *_ = raw_chunks(broker.url, 100, 1, offset=201, **{"x-amqpd-chunk-layout": 3})
+        table = runs_table(body)
+        assert table[0][1:] == (24, table[0][2]) and table[0][0] >= 2  # big records as frames, one chunk
+        assert len(body) > CHUNK_BYTES > sum(count * (gap + length) for count, gap, length in table[:-1])

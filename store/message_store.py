@@ -595,9 +595,7 @@ class MessageStore:
         s = bisect_right(self._bases, offset) - 1
         if s < 0 or (self._volatile and not self._volatile.keys().isdisjoint(range(offset, offset + count))):
             return [], b"", count
-        base = self._bases[s]
-        if s + 1 < len(self._bases):
-            count = min(count, self._bases[s + 1] - offset)
+        base = self._bases[s]  # (its checked runs end where it does)
         count = min(count, self.durable_end() - offset)
         if count <= 0:
             return [], b"", 1

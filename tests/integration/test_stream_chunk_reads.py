@@ -145,7 +145,7 @@ def test_layout_3_reads_the_same_rows_first_and_again_across_size_changes_and_da
 def test_layout_3_reads_across_segments_and_runs_of_records_over_frame_max(tmp_path: Path) -> None:
     """Small segments (a chunk's records span several), and a run of records of one size over frame_max
     (a chunk of them is several body frames, and it stops past 1 MiB): the same rows read again."""
-    with BrokerProcess(data_dir=str(tmp_path), env={"AMQPD_SEGMENT_SIZE": "1500000"}) as broker:
+    with BrokerProcess(data_dir=str(tmp_path), env={"AMQPD_SEGMENT_SIZE": "2500000"}) as broker:
         conn = pika.BlockingConnection(pika.URLParameters(broker.url))
         ch = conn.channel()
         ch.queue_declare("s", durable=True, arguments=STREAM)
@@ -154,7 +154,7 @@ def test_layout_3_reads_across_segments_and_runs_of_records_over_frame_max(tmp_p
             size = 120_000 if 200 <= i < 230 else 30
             ch.basic_publish("", "s", (b"%05d" % i).ljust(size, b"-"))
         conn.close()
-        assert len(list((tmp_path / "segments").glob("*.seg"))) >= 3
+        assert len(list((tmp_path / "segments").glob("*.seg"))) >= 2
         plain = read_all(broker.url, 3, 590, chunk_records=500, layout=2)
         assert plain["offset"] == list(range(3, 590))
         for _ in range(2):
@@ -162,4 +162,6 @@ def test_layout_3_reads_across_segments_and_runs_of_records_over_frame_max(tmp_p
         (_, body), *_ = raw_chunks(broker.url, 100, 1, offset=201, **{"x-amqpd-chunk-layout": 3})
         table = runs_table(body)
         assert table[0][1:] == (24, table[0][2]) and table[0][0] >= 2  # big records as frames, one chunk
-        assert len(body) > CHUNK_BYTES > sum(count * (gap + length) for count, gap, length in table[:-1])
+        # it stops after the record that takes it past CHUNK_BYTES
+        last = table[-1][1] + table[-1][2]
+        assert len(body) - 4 - 12 * len(table) - last < CHUNK_BYTES < len(body)

@@ -26,6 +26,10 @@ from store.frame import HEADER_SIZE
 MAX_RUNS = 1024
 
 
+def _first(run: tuple[int, int, int]) -> int:
+    return run[0]
+
+
 class CheckedRuns:
     """One segment's checked runs, in file order."""
 
@@ -47,6 +51,25 @@ class CheckedRuns:
         if past or step >= count or first + step != offset:
             return None
         return length, count - step
+
+    def locate(self, offset: int) -> tuple[int, int, int] | None:
+        """(file position of record `offset`'s frame, its payload length, frames left in its run from it on)
+        when the record lies in a checked run, else None. Runs are in file order, which in a segment is
+        offset order."""
+        i = bisect_right(self._runs, offset, key=_first) - 1
+        if i < 0:
+            return None
+        first, count, length = self._runs[i]
+        if offset >= first + count:
+            return None
+        step = offset - first
+        return self._starts[i] + step * (HEADER_SIZE + length), length, count - step
+
+    def unchecked(self, offset: int) -> int | None:
+        """How many records from `offset` on (which is in no run) come before the next run's first one; None
+        when no run comes after it."""
+        i = bisect_right(self._runs, offset, key=_first)
+        return self._runs[i][0] - offset if i < len(self._runs) else None
 
     def add(self, position: int, first: int, count: int, length: int, join_only: bool = False) -> None:
         """Frames of `length` bytes for records first … first + count - 1, from `position` on, passed their

@@ -142,9 +142,16 @@ def _walk_next(
         last = target + k - 1
         if run is not None and k and offsets[i + k - 1] == last:
             found += _cut("payloads", length, k).unpack_from(block, rel)
-        elif k < ALIKE_MIN or offsets[i + k - 1] != last or unpack(block, rel + (k - 1) * stride)[:2] != (length, last):
-            break
         else:
+            if (
+                k >= ALIKE_MIN
+                and offsets[i + k - 1] == last
+                and unpack(block, rel + (k - 1) * stride)[:2] != (length, last)
+            ):
+                k = _alike_count(block, rel, length, target, k)  # wanted, one after the other: as many of one size
+                last = target + k - 1
+            if k < ALIKE_MIN or offsets[i + k - 1] != last:
+                break
             payloads = _alike_frames(block, rel, length, target, k)
             if payloads is None:
                 break  # damage among them: the walk below finds where
@@ -168,6 +175,22 @@ def _walk_next(
         if target != sequence + 1:
             break
     return rel, target
+
+
+def _alike_count(block: bytes, rel: int, length: int, first: int, count: int) -> int:
+    """How many of `count` frames from block[rel:] look like a run of `length`-byte payloads for records
+    first, first + 1, … : the last frame whose header, at its place in such a run, holds that length and
+    sequence (a binary search: a run that changes size part way, as where a publisher's sizes change, is
+    checked up to there instead of frame by frame). _alike_frames then checks them all."""
+    stride = HEADER_SIZE + length
+    low, high = 1, count  # the first one is where the run starts
+    while low < high:
+        mid = (low + high + 1) // 2
+        if HEADER.unpack_from(block, rel + (mid - 1) * stride)[:2] == (length, first + mid - 1):
+            low = mid
+        else:
+            high = mid - 1
+    return low
 
 
 def _alike_frames(block: bytes, rel: int, length: int, first: int, count: int) -> tuple[bytes, ...] | None:
@@ -262,3 +285,39 @@ def read_payloads(
         pos += HEADER_SIZE + length
     found.extend([None] * (len(offsets) - len(found)))
     return found
+
+
+def checked_frames(
+    fd: int,
+    checked: CheckedRuns,
+    offset: int,
+    count: int,
+    budget: int,
+    pread: Callable[[int, int, int], bytes] = os.pread,
+) -> tuple[list[tuple[int, int]], bytes, int]:
+    """Records offset … offset + count - 1, or the first of them, as their frames' bytes as they lie in the
+    segment (headers and all) with one pread, as far as they lie in runs that a read has checked (see
+    checked_runs.py): ([(frames, payload length) of each run in order], the bytes, 0). It stops at the
+    first record not in a checked run, and after the frame that takes the bytes to `budget` or past it.
+    When the first is not in one: ([], b"", how many of the count from it on are in none)."""
+    runs: list[tuple[int, int]] = []
+    begin = end = -1
+    got = 0
+    while got < count and end - begin < budget:
+        found = checked.locate(offset + got)
+        if found is None or (runs and found[0] != end):  # not checked, or not the next frame (never seen)
+            break
+        position, length, left = found
+        stride = HEADER_SIZE + length
+        k = min(left, count - got, -(-(budget - max(end - begin, 0)) // stride))
+        if not runs:
+            begin = position
+        runs.append((k, length))
+        got += k
+        end = position + k * stride
+    if not runs:
+        return [], b"", min(count, checked.unchecked(offset) or count)
+    data = pread(fd, end - begin, begin)
+    if len(data) != end - begin:  # the file is shorter than the runs say: not to be trusted, read as usual
+        return [], b"", count
+    return runs, data, 0

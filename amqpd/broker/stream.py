@@ -21,7 +21,7 @@ from amqpd.broker.queue import Queue
 from amqpd.broker.queue_hooks import QueueHooks
 from amqpd.broker.stored_message import route_of
 from amqpd.broker.stream_args import FIRST, LAST, NEXT, OffsetSpec, Retention
-from amqpd.broker.stream_chunks import CHUNK_ARG, feed_chunks
+from amqpd.broker.stream_chunks import CHUNK_ARG, chunk_layout, feed_chunks
 from amqpd.broker.stream_log import MemoryLog, StoreLog, StreamLog, now_ms
 from amqpd.broker.stream_unacked import Offsets, OffsetSet
 from amqpd.protocol.constants import FLAG_CONTENT_ENCODING, FLAG_CONTENT_TYPE, FLAG_HEADERS
@@ -61,7 +61,17 @@ class StreamEntry(Entry):
 class Cursor:
     """One consumer's place in the stream."""
 
-    __slots__ = ("consumer", "next", "filter", "match_unfiltered", "tracking", "outstanding", "with_time", "chunk")
+    __slots__ = (
+        "consumer",
+        "next",
+        "filter",
+        "match_unfiltered",
+        "tracking",
+        "outstanding",
+        "with_time",
+        "chunk",
+        "layout",
+    )
 
     def __init__(
         self,
@@ -79,6 +89,7 @@ class Cursor:
         self.outstanding = OffsetSet()  # delivered, not yet acked
         self.with_time = consumer.arguments.get(TIMESTAMP_ARG) is True
         self.chunk: int = consumer.arguments.get(CHUNK_ARG) or 0  # records per chunk delivery (checked), 0: none
+        self.layout = chunk_layout(consumer.arguments)  # the chunks' layout (stream_chunks.py)
 
     def wants(self, record: MessageRecord) -> bool:
         if self.filter is None:

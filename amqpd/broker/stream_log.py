@@ -50,10 +50,18 @@ class StreamLog(Protocol):
         """Up to `limit` committed records from `start` (or the first kept), with their offsets."""
         ...
 
-    def read_raw(self, start: int, limit: int) -> tuple[int, list[bytes | None]]:
+    def read_raw(self, start: int, limit: int, cached: bool = True) -> tuple[int, list[bytes | None]]:
         """read's records as their stored bytes (store/record_codec.py's layout), undecoded, for offsets from
         the first returned on (start, or the first kept); None for a record that failed its checks on disk.
-        Maybe fewer than `limit` though more are committed."""
+        Maybe fewer than `limit` though more are committed. `cached=False`: these only, not through the
+        read cache (a few records among others read_frames gives)."""
+        ...
+
+    def read_frames(self, start: int, limit: int, budget: int) -> tuple[list[tuple[int, int]], bytes, int]:
+        """Committed records from `start` (already clipped to the first kept), at most `limit` and about
+        `budget` bytes, as their store frames' bytes (headers and all) as far as a read has checked them
+        before (store/checked_runs.py): ([(frames, payload length) of each run], the bytes, 0); ([], b"",
+        how many from `start` on are not in a checked run) when the first is not (read_raw them)."""
         ...
 
     def offset_at_time(self, timestamp_ms: int) -> int: ...
@@ -91,9 +99,12 @@ class MemoryLog:
         stop = min(self.end, start + limit)
         return [(o, self._messages[o - self.first]) for o in range(start, stop)]
 
-    def read_raw(self, start: int, limit: int) -> tuple[int, list[bytes | None]]:
+    def read_raw(self, start: int, limit: int, cached: bool = True) -> tuple[int, list[bytes | None]]:
         start = max(start, self.first)
         return start, [encode_record(0, record, []) for _, record in self.read(start, limit)]
+
+    def read_frames(self, start: int, limit: int, budget: int) -> tuple[list[tuple[int, int]], bytes, int]:
+        return [], b"", limit  # no frames: the messages themselves
 
     def offset_at_time(self, timestamp_ms: int) -> int:
         for i, msg in enumerate(self._messages):
@@ -155,6 +166,14 @@ class OffsetRuns:
             start = upto
             i += 1
         return out
+
+    def consecutive(self, start: int, stop: int) -> tuple[int, int]:
+        """The store offset of dense offset `start` and how many from it on (before `stop`) are consecutive in
+        the store; (0, 0) when `start` is not kept."""
+        i = bisect_right(self._dense, start) - 1
+        if i < 0 or start >= self._dense[i] + self._length[i]:
+            return 0, 0
+        return self._store[i] + start - self._dense[i], min(stop, self._dense[i] + self._length[i]) - start
 
     def dense_at_or_after(self, store_offset: int) -> int:
         """The dense offset of the first record at or after a store offset (end if none)."""
@@ -295,7 +314,7 @@ class StoreLog:
         pairs = zip(range(start, stop), records, strict=True)
         return [(dense, record) for dense, record in pairs if record is not None]
 
-    def read_raw(self, start: int, limit: int) -> tuple[int, list[bytes | None]]:
+    def read_raw(self, start: int, limit: int, cached: bool = True) -> tuple[int, list[bytes | None]]:
         start = max(start, self.first)
         committed = self.committed
         stop = min(committed, start + limit)
@@ -303,7 +322,8 @@ class StoreLog:
             return start, []
         chunk = start // RAW_CHUNK
         if (
-            (chunk + 1) * RAW_CHUNK > committed  # a partial chunk (at the tail)
+            not cached
+            or (chunk + 1) * RAW_CHUNK > committed  # a partial chunk (at the tail)
             or chunk * RAW_CHUNK < self.first
             or self._record_bytes * RAW_CHUNK > RAW_CHUNK_BYTES  # big records: no more than asked for
         ):
@@ -317,6 +337,12 @@ class StoreLog:
         if (chunk + 2) * RAW_CHUNK > committed:
             return start, payloads[start - base :]  # to the chunk's end: the caller comes back for the rest
         return start, payloads[start - base :] + self._chunk(chunk + 1)[: stop - base - RAW_CHUNK]
+
+    def read_frames(self, start: int, limit: int, budget: int) -> tuple[list[tuple[int, int]], bytes, int]:
+        first_store, count = self._runs.consecutive(start, min(self.committed, start + limit))
+        if count <= 0:
+            return [], b"", 1
+        return self._store.checked_frames(first_store, count, budget)  # type: ignore[no-any-return]
 
     def _chunk(self, chunk: int) -> list[bytes | None]:
         """The raw records of one whole aligned chunk of offsets, read once for every consumer that passes

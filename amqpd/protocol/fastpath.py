@@ -97,9 +97,8 @@ def encode_delivery(
     if len(body) > frame_max - 8:
         from amqpd.protocol.frames import content_frames
 
-        return encode_deliver(channel, ctag, delivery_tag, redelivered, route) + content_frames(
-            channel, header, body, frame_max
-        )
+        method = encode_deliver(channel, ctag, delivery_tag, redelivered, route)
+        return content_frames(channel, header, body, frame_max, method)
     pack = _frame_head.pack
     parts = [
         pack(1, channel, 13 + len(ctag) + len(route)),

@@ -226,9 +226,11 @@ def method_frame(channel: int, payload: bytes) -> bytes:
     return _pack_header(FRAME_METHOD, channel, len(payload)) + payload + FRAME_END_BYTE
 
 
-def content_frames(channel: int, header_payload: bytes, body: bytes, frame_max: int) -> bytes:
-    """The header frame and the body split into frames no larger than frame_max."""
+def content_frames(channel: int, header_payload: bytes, body: bytes, frame_max: int, before: bytes = b"") -> bytes:
+    """The header frame and the body split into frames no larger than frame_max, after `before` (a method
+    frame: joined in the same step, not copied once more)."""
     parts: list[bytes | memoryview] = [
+        before,
         _pack_header(FRAME_HEADER, channel, len(header_payload)),
         header_payload,
         FRAME_END_BYTE,

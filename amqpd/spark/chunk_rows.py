@@ -1,7 +1,9 @@
 """Chunk deliveries (amqpd/broker/stream_chunks.py) straight into an Arrow record batch, with numpy doing the
 per-row work in bulk: Python touches each chunk, not each row.
 
-A chunk's body is a table of u32 lengths and the records after it, so one cumulative sum finds every record;
+A chunk's body is a table of u32 lengths and the records after it (layout 2), or a table of runs (count, the
+bytes before each record, its length) and the store's frames or records after it (layout 3): either way one
+cumulative sum finds every record;
 a record's fixed fields (store/FORMAT.md, "Record") are gathered for all rows at once, and its exchange,
 routing key and body are variable-length slices of the received bytes. Those slices become Arrow *view*
 arrays (16 bytes per row: the length and either the bytes inline or where they are) built with numpy, then
@@ -39,21 +41,23 @@ _HI_MASK = np.array([(1 << (8 * max(min(k - 8, 4), 0))) - 1 for k in range(_INLI
 
 
 class Located:
-    """Where each kept row's record is in the chunks' bytes joined: start, end, and its offset."""
+    """Where each kept row's record is in the chunks' bytes joined: start, end, and its offset (records need
+    not be contiguous: layout 3 has the store's frame headers between them)."""
 
     def __init__(self, chunks: Chunks) -> None:
         # zero padding after the last record, so that every fixed-width load (_loads) stays inside
         self.data = b"".join([*chunks.bodies, bytes(_FIXED)])
         starts, ends, offsets = [], [], []
         base = 0
-        for body, first, count in zip(chunks.bodies, chunks.firsts, chunks.counts, strict=True):
-            lengths = np.frombuffer(body, ">u4", count).astype(np.int64)
-            end = np.cumsum(lengths)
-            if 4 * count + (int(end[-1]) if count else 0) != len(body):
+        chunked = zip(chunks.bodies, chunks.firsts, chunks.counts, chunks.layouts, strict=True)
+        for body, first, count, layout in chunked:
+            gaps, lengths, table = _records(body, count) if layout == 3 else (None, _lengths(body, count), 4 * count)
+            end = np.cumsum(lengths if gaps is None else gaps + lengths)
+            if table + (int(end[-1]) if count else 0) != len(body):
                 raise BrokerError("a chunk delivery whose lengths do not add up to its body")
             keep = lengths > 0  # length 0: the record failed its checks on disk, its offset is skipped
             keep[max(chunks.stop - first, 0) :] = False  # from the range's end on: a last chunk may run past it
-            end += base + 4 * count
+            end += base + table
             starts.append((end - lengths)[keep])
             ends.append(end[keep])
             offsets.append(np.arange(first, first + count, dtype=np.int64)[keep])
@@ -61,6 +65,26 @@ class Located:
         self.starts = np.concatenate(starts) if starts else np.zeros(0, np.int64)
         self.ends = np.concatenate(ends) if ends else np.zeros(0, np.int64)
         self.offsets = np.concatenate(offsets) if offsets else np.zeros(0, np.int64)
+
+
+def _lengths(body: bytes, count: int) -> np.ndarray:
+    """Layout 2: `count` u32 lengths at the body's head."""
+    if len(body) < 4 * count:
+        raise BrokerError("a chunk delivery shorter than its lengths table")
+    return np.frombuffer(body, ">u4", count).astype(np.int64)
+
+
+def _records(body: bytes, count: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Layout 3: each record's gap (the bytes before it: a frame header, or none) and length, from the runs
+    table (u32 runs, then each run's u32 count, gap and length), and the table's size."""
+    runs = int.from_bytes(body[:4], "big") if len(body) >= 4 else -1
+    if runs < 0 or len(body) < 4 + 12 * runs:
+        raise BrokerError("a chunk delivery shorter than its runs table")
+    table = np.frombuffer(body, ">u4", 3 * runs, 4).astype(np.int64).reshape(runs, 3)
+    counts = table[:, 0]
+    if int(counts.sum()) != count:
+        raise BrokerError("a chunk delivery whose runs do not add up to its count")
+    return np.repeat(table[:, 1], counts), np.repeat(table[:, 2], counts), 4 + 12 * runs
 
 
 def chunk_batch(stream: str, chunks: Chunks, include_headers: bool) -> pa.RecordBatch:

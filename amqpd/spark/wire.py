@@ -33,9 +33,14 @@ BASIC_RETURN = (60 << 16) | 50
 CHANNEL_CLOSE_OK = (20 << 16) | 41
 PREFETCH = 20_000  # a stream consumer's window (basic.qos prefetch_count is 16 bits)
 CHUNK_ARG = "x-amqpd-chunk"  # amqpd's chunk deliveries (amqpd/broker/stream_chunks.py)
-CHUNK_RECORDS = 2_000  # records per chunk delivery asked for
+# Records per chunk delivery asked for: 5,000 100-byte records fill most of the broker's 1 MiB. Each chunk has a
+# fixed cost: with layout 3, reading 1M cost the broker 0.14–0.19 µs a record again (0.54–0.56 the first time)
+# at 5,000 against 0.19–0.25 (0.64–0.66) at 2,000.
+CHUNK_RECORDS = 5_000
 CHUNK_PREFETCH = 4  # chunks in flight
-CHUNK_TYPE = b"application/vnd.amqpd.stream-chunk.v2"
+CHUNK_LAYOUT_ARG = "x-amqpd-chunk-layout"  # the newest chunk layout the reader knows: the broker sends it or older
+CHUNK_LAYOUT = 3
+CHUNK_TYPES = {b"application/vnd.amqpd.stream-chunk.v2": 2, b"application/vnd.amqpd.stream-chunk.v3": 3}
 RECV_BYTES = 1 << 20
 # A read's first batch is small and each next one twice the last, up to batch_rows: Spark's JVM starts on the
 # rows once the first chunk is in instead of idling while a whole batch arrives. Every task of a read pays
@@ -268,14 +273,16 @@ class Chunks:
     bodies: list[bytes] = field(default_factory=list)
     firsts: list[int] = field(default_factory=list)
     counts: list[int] = field(default_factory=list)
+    layouts: list[int] = field(default_factory=list)  # each body's layout (2 or 3, stream_chunks.py)
     rows: int = 0  # offsets below stop that the chunks cover (damaged records among them included)
     size: int = 0  # bytes
 
-    def add(self, body: bytes, first: int, count: int) -> None:
+    def add(self, body: bytes, first: int, count: int, layout: int = 2) -> None:
         self.size += len(body)
         self.bodies.append(body)
         self.firsts.append(first)
         self.counts.append(count)
+        self.layouts.append(layout)
         self.rows += max(min(count, self.stop - first), 0)
 
     def __len__(self) -> int:
@@ -349,16 +356,19 @@ def read_properties(buf: bytearray, pos: int, flags: int, with_headers: bool, ou
     out.headers.append(headers if with_headers else None)
 
 
-def chunk_position(buf: bytearray, pos: int, flags: int) -> tuple[int, int]:
-    """A chunk delivery's first offset and count, from its content header's properties at `pos`; NotChunked
-    when the delivery is a single message (a broker that ignored x-amqpd-chunk)."""
-    n = len(CHUNK_TYPE)
-    if not flags & F_CONTENT_TYPE or buf[pos] != n or buf[pos + 1 : pos + 1 + n] != CHUNK_TYPE:
+def chunk_position(buf: bytearray, pos: int, flags: int) -> tuple[int, int, int]:
+    """A chunk delivery's first offset, count and layout, from its content header's properties at `pos`;
+    NotChunked when the delivery is a single message (a broker that ignored x-amqpd-chunk)."""
+    if not flags & F_CONTENT_TYPE:
+        raise NotChunked
+    n = buf[pos]
+    layout = CHUNK_TYPES.get(bytes(buf[pos + 1 : pos + 1 + n]))
+    if layout is None:
         raise NotChunked
     _, name1, first, name2, count = _CHUNK_TABLE.unpack_from(buf, pos + 1 + n)
     if (name1, name2) != _CHUNK_NAMES:
         raise BrokerError("a chunk delivery whose headers are not x-stream-offset and x-amqpd-chunk")
-    return first, count
+    return first, count, layout
 
 
 def table_headers(raw: bytes) -> dict[str, Any]:
@@ -385,6 +395,7 @@ class StreamReader:
         batch_rows: int = 32_768,
         prefetch: int = PREFETCH,
         chunk_records: int = CHUNK_RECORDS,
+        chunk_layout: int = CHUNK_LAYOUT,
     ) -> None:
         self.endpoint = endpoint
         self.stream = stream
@@ -394,6 +405,7 @@ class StreamReader:
         self.batch_rows = batch_rows
         self.prefetch = prefetch
         self.chunk_records = chunk_records  # 0: message by message only
+        self.chunk_layout = chunk_layout  # 2: not asked for, as a reader older than layout 3
         self.first_offset: int | None = None  # where the broker began: above start when retention deleted it
 
     def batches(self) -> Iterator[Columns | Chunks]:
@@ -405,7 +417,7 @@ class StreamReader:
         try:
             if self.chunk_records:
                 try:
-                    self._consume(link, self._chunk_prefetch(), {CHUNK_ARG: self._chunk()})
+                    self._consume(link, self._chunk_prefetch(), self._chunk_arguments())
                     yield from self._deliveries(link, _ByChunk(self))
                     return
                 except NotChunked:
@@ -430,6 +442,11 @@ class StreamReader:
 
     def _chunk(self) -> int:
         return max(min(self.chunk_records, self._span()), 1)
+
+    def _chunk_arguments(self) -> dict[str, Any]:
+        if self.chunk_layout > 2:
+            return {CHUNK_ARG: self._chunk(), CHUNK_LAYOUT_ARG: self.chunk_layout}
+        return {CHUNK_ARG: self._chunk()}
 
     def _chunk_prefetch(self) -> int:
         return min(CHUNK_PREFETCH, -(-self._span() // self._chunk()))
@@ -561,6 +578,7 @@ class _ByChunk:
         self.ack_every = 1
         self.unit = reader._chunk()  # noqa: SLF001
         self.first = self.count = 0
+        self.layout = 2
 
     def batch(self) -> Chunks:
         return Chunks(self.stop)
@@ -569,10 +587,10 @@ class _ByChunk:
         """A chunk's routing key is the stream's: nothing to read."""
 
     def header(self, buf: bytearray, pos: int, flags: int, out: Chunks) -> None:
-        self.first, self.count = chunk_position(buf, pos, flags)
+        self.first, self.count, self.layout = chunk_position(buf, pos, flags)
 
     def body(self, out: Chunks, body: bytes) -> tuple[int, int]:
-        out.add(body, self.first, self.count)
+        out.add(body, self.first, self.count, self.layout)
         return self.first, self.first + self.count - 1
 
     def full(self, out: Chunks, rows: int) -> bool:

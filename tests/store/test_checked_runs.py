@@ -5,6 +5,7 @@ again is read as it is now."""
 from __future__ import annotations
 
 import os
+import struct
 from pathlib import Path
 from unittest.mock import patch
 
@@ -83,3 +84,61 @@ def test_records_written_again_where_a_segment_was_cut_back_are_read_as_they_are
         os.close(fd)
     assert [p[:7] for p in payloads[98:102]] == [b"old-098", b"old-099", b"new-100", b"new-101"]  # type: ignore[index]
     assert payloads[100:] == new
+
+
+def frames_of(runs: list[tuple[int, int]], data: bytes) -> list[tuple[int, bytes]]:
+    """(sequence, payload) of each frame in checked_frames' bytes, cut as its runs say."""
+    out, pos = [], 0
+    for count, length in runs:
+        for _ in range(count):
+            size, sequence = struct.unpack_from("<IQ", data, pos)
+            assert size == length
+            out.append((sequence, data[pos + HEADER_SIZE : pos + HEADER_SIZE + length]))
+            pos += HEADER_SIZE + length
+    assert pos == len(data)
+    return out
+
+
+async def test_checked_frames_give_the_segments_bytes_for_records_read_before_run_by_run(tmp_path: Path) -> None:
+    store = MessageStore(tmp_path, fsync="none")
+    await store.open()
+    qid = store.put_queue("/", "log", False, {})
+    sizes = [90] * 300 + [40] * 200 + [90] * 300  # a run broken by another size
+    offsets = [
+        store.append(MessageRecord("", "log", b"", b"%05d" % n + b"x" * k, 1), [qid]) for n, k in enumerate(sizes)
+    ]
+    await store.flush()
+    try:
+        assert store.checked_frames(offsets[0], 800, 1 << 30) == ([], b"", 800)  # nothing read yet: none checked
+        payloads = store.read_payloads(offsets)
+        runs, data, _ = store.checked_frames(offsets[100], 600, 1 << 30)
+        length90, length40 = len(payloads[0]), len(payloads[300])  # type: ignore[arg-type]
+        assert runs == [(200, length90), (200, length40), (200, length90)]  # to the count asked for, mid-run
+        assert frames_of(runs, data) == list(zip(offsets[100:700], payloads[100:700], strict=True))
+        # a budget in bytes stops it after the frame that reaches it
+        assert store.checked_frames(offsets[1], 800, 10 * (HEADER_SIZE + length90) + 1)[0] == [(11, length90)]
+    finally:
+        await store.close()
+
+
+async def test_checked_frames_stop_before_a_record_that_failed_its_checks(tmp_path: Path) -> None:
+    store = MessageStore(tmp_path, fsync="none")
+    await store.open()
+    qid = store.put_queue("/", "log", False, {})
+    offsets = [store.append(MessageRecord("", "log", b"", b"%05d" % n + b"y" * 90, 1), [qid]) for n in range(300)]
+    await store.flush()
+    try:
+        store.read_payloads(offsets[:100])  # records 0 … 99 checked
+        (segment_file,) = (tmp_path / "segments").glob("*.seg")
+        raw = bytearray(segment_file.read_bytes())
+        raw[raw.index(b"00200")] ^= 0xFF  # record 200's payload no longer matches its checksum
+        segment_file.write_bytes(bytes(raw))
+        payloads = store.read_payloads(offsets)
+        assert payloads[200] is None
+        runs, data, _ = store.checked_frames(offsets[1], 299, 1 << 30)  # (a read's first frame is checked alone)
+        got = [sequence for sequence, _ in frames_of(runs, data)]
+        assert got == offsets[1 : 1 + len(got)]
+        assert 99 <= len(got) <= 199  # those read before, never the damaged one nor past it
+        assert store.checked_frames(offsets[200], 100, 1 << 30)[:2] == ([], b"")
+    finally:
+        await store.close()

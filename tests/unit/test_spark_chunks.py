@@ -141,6 +141,7 @@ bodies = st.one_of(st.binary(max_size=40), st.sampled_from([b"", b"\xff" * 140_0
     chunk=st.integers(1, 9),
     batch_rows=st.integers(1, 50),
     with_headers=st.booleans(),
+    layout=st.sampled_from([2, 3]),
 )
 def test_chunk_deliveries_read_as_the_same_rows_as_message_by_message(
     monkeypatch: pytest.MonkeyPatch,
@@ -150,14 +151,16 @@ def test_chunk_deliveries_read_as_the_same_rows_as_message_by_message(
     chunk: int,
     batch_rows: int,
     with_headers: bool,
+    layout: int,
 ) -> None:
     start = data.draw(st.integers(0, len(messages) - 1))
     end = data.draw(st.integers(start + 1, len(messages)))
     options = {"with_headers": with_headers, "batch_rows": batch_rows}
     client = stream_with(messages, route)
     plain, _ = read(client, monkeypatch, start, end, chunk_records=0, **options)
-    chunked, sock = read(client, monkeypatch, start, end, chunk_records=chunk, **options)
+    chunked, sock = read(client, monkeypatch, start, end, chunk_records=chunk, chunk_layout=layout, **options)
     assert sock.consumes[0]["x-amqpd-chunk"] == min(chunk, end - start)  # chunks were asked for and used
+    assert sock.consumes[0].get("x-amqpd-chunk-layout") == (3 if layout == 3 else None)  # 2: an older reader
     assert len(sock.consumes) == 1
     assert plain["offset"] == list(range(start, end))
     assert chunked == plain

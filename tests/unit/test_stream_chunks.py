@@ -13,7 +13,7 @@ from pamqp import commands
 
 from amqpd import errors
 from amqpd.broker.stream import StreamQueue
-from amqpd.broker.stream_chunks import CHUNK_BYTES, CONTENT_TYPE, MAX_RECORDS
+from amqpd.broker.stream_chunks import CHUNK_BYTES, CONTENT_TYPES, MAX_RECORDS
 from store.record_codec import decode_record
 from store.records import MessageRecord
 
@@ -66,7 +66,7 @@ def chunks(c: ClientChannel) -> list[tuple[int, int, int, list[MessageRecord | N
 
 
 def _chunk(tag: int, props: Any, body: bytes) -> tuple[int, int, int, list[MessageRecord | None]]:
-    assert props.content_type == CONTENT_TYPE
+    assert props.content_type == CONTENT_TYPES[2]
     first, count = props.headers["x-stream-offset"], props.headers["x-amqpd-chunk"]
     records = records_of(body, count)
     assert len(records) == count

@@ -8,10 +8,15 @@ arrays (16 bytes per row: the length and either the bytes inline or where they a
 one cast per column copies them into the plain string/binary layout Spark takes. Only rows that carry a
 property with a column of its own (content type, correlation id, message id, headers) are read one by one,
 as the per-message path reads every row; the bench's rows and most streams have none of them.
+
+A batch whose records are alike (_Alike: one length, and the same layout, names and properties, as one
+publisher with one body size writes them) skips all of that: its names and properties are read once and its
+bodies copied with one fixed-width gather. The check costs a gather of each record's head and one compare.
 """
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 import numpy as np
@@ -23,6 +28,7 @@ from amqpd.spark.wire import SHOWN, BrokerError, Chunks, scan_properties, table_
 _FIXED = 25  # store/FORMAT.md's Record: the fixed fields' bytes (little-endian), before the queue ids
 _INLINE = 12  # an Arrow view holds values up to 12 bytes inline, longer ones by buffer offset
 _MS_TO_US = 1000
+_HEAD = struct.Struct("<BBBHI")  # a record's flags, name lengths, queue count, properties length
 _US = pa.timestamp("us", tz="UTC")
 # Arrow's view layout, 16 bytes: i32 length, then 12 bytes inline; or a 4-byte prefix, buffer index, offset
 _SHORT_VIEW = np.dtype({"names": ["length", "lo", "hi"], "formats": ["<i4", "<u8", "<u4"], "offsets": [0, 4, 12]})
@@ -69,6 +75,81 @@ def chunk_batch(stream: str, chunks: Chunks, include_headers: bool) -> pa.Record
     by one."""
     at = Located(chunks)
     n = len(at.starts)
+    alike = _Alike.of(at)
+    columns = alike.columns(include_headers) if alike else _mixed_columns(at, include_headers)
+    arrays = [pa.array(at.offsets, pa.int64()), columns[0], pa.repeat(pa.scalar(stream, pa.string()), n), *columns[1:]]
+    return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(include_headers))
+
+
+class _Alike:
+    """A batch whose records differ only in their message id, time and body bytes: all of one length, with
+    the same bytes from the flags to the body (the layout, queue ids, exchange, routing key and properties:
+    a stream written by one publisher with one body size, as the bench's). The names and properties are
+    then read once, and the bodies gathered with one fixed-width copy and offsets from an arange: none of
+    the general path's per-row positions, views and casts. Records need not be equally spaced in `data`."""
+
+    def __init__(self, at: Located, head: tuple[int, ...], size: int) -> None:
+        self.at, self.head, self.size = at, head, size
+
+    @classmethod
+    def of(cls, at: Located) -> _Alike | None:
+        """The batch's shared layout, or None when its records are not alike (checked cheapest first)."""
+        starts, n = at.starts, len(at.starts)
+        if not n:
+            return None
+        first, size = int(starts[0]), int(at.ends[0] - starts[0])
+        if size < _FIXED or n * size >= 1 << 31 or not (at.ends - starts == size).all():  # 32-bit offsets
+            return None
+        head = _HEAD.unpack_from(at.data, first + 16)
+        flags, ex_len, rk_len, queues, props_len = head
+        body = _FIXED + 8 * (flags & 1) + 4 * queues + ex_len + rk_len + props_len
+        if props_len < 14 or body > size:  # left to the general path, which refuses it
+            return None
+        same = _loads(at.data, f"V{body - 16}")[starts + 16].view(np.uint8).tobytes()
+        if same != same[: body - 16] * n:
+            return None
+        return cls(at, head, size)
+
+    def columns(self, include_headers: bool) -> list[pa.Array]:
+        """timestamp, exchange, routing_key, the property columns and body."""
+        data, starts, n = self.at.data, self.at.starts, len(self.at.starts)
+        flags, ex_len, rk_len, queues, props_len = self.head
+        names = int(starts[0]) + _FIXED + 8 * (flags & 1) + 4 * queues
+        props = names + ex_len + rk_len
+        times = _loads(data, "<i8")[starts + 8]
+        return [
+            pa.array(np.multiply(times, _MS_TO_US, out=times), _US),
+            _repeat(data[names : names + ex_len], n),
+            _repeat(data[names + ex_len : props], n),
+            *_same_properties(data, props, n, include_headers),
+            self._bodies(props + props_len - int(starts[0])),
+        ]
+
+    def _bodies(self, body: int) -> pa.Array:
+        """The body column: each record's bytes from `body` on, copied once into Arrow's binary layout."""
+        n, length = len(self.at.starts), self.size - body
+        values = _loads(self.at.data, f"V{length}")[self.at.starts + body] if length else np.zeros(0, np.uint8)
+        offsets = np.arange(n + 1, dtype=np.int32) * np.int32(length)
+        return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(values)])
+
+
+def _same_properties(data: bytes, props: int, n: int, include_headers: bool) -> list[pa.Array]:
+    """The property columns of n rows that all have the properties at `props`: scanned once."""
+    none = np.zeros(0, np.int64)
+    if not (data[props + 12] << 8 | data[props + 13]) & SHOWN:
+        return _properties(data, none, none, n, include_headers)
+    one = _properties(data, np.array([props]), np.array([0]), 1, include_headers)
+    return [column.take(np.zeros(n, np.intp)) for column in one]
+
+
+def _repeat(name: bytes, n: int) -> pa.Array:
+    """n times one exchange or routing key, decoded as the per-message path decodes it (once)."""
+    return pa.repeat(pa.scalar(name.decode("utf-8", "replace"), pa.string()), n)
+
+
+def _mixed_columns(at: Located, include_headers: bool) -> list[pa.Array]:
+    """timestamp, exchange, routing_key, the property columns and body, from each row's positions."""
+    n = len(at.starts)
     data = at.data
     u8 = np.frombuffer(data, np.uint8)
     starts = at.starts
@@ -85,16 +166,13 @@ def chunk_batch(stream: str, chunks: Chunks, include_headers: bool) -> pa.Record
         raise BrokerError("a chunk delivery with a record whose fields run past its end")
     flags = _loads(data, ">u2")[props + 12]  # the content header's property flags
     rich = np.flatnonzero(flags & SHOWN)
-    arrays = [
-        pa.array(at.offsets, pa.int64()),
+    return [
         pa.array(_loads(data, "<i8")[starts + 8] * _MS_TO_US, _US),  # the broker's ms, as Spark's timestamp (µs)
-        pa.repeat(pa.scalar(stream, pa.string()), n),
         _strings(data, names, ex_len),
         _strings(data, names + ex_len, rk_len),
         *_properties(data, props, rich, n, include_headers),
         _slices(data, body, at.ends - body, pa.binary_view()).cast(pa.binary()),
     ]
-    return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(include_headers))
 
 
 def _loads(data: bytes, dtype: str) -> np.ndarray:

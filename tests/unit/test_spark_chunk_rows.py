@@ -1,15 +1,21 @@
 """Chunk deliveries into record batches (amqpd/spark/chunk_rows.py) for records the in-process differential
 (test_spark_chunks.py) cannot produce: records as the disk store writes them for several queues with an
-expiry, names that are not UTF-8, damaged records, and chunks that do not add up."""
+expiry, names that are not UTF-8, damaged records, and chunks that do not add up; and the batch of alike
+records (one layout, names and properties) read as the general path reads it."""
 
 from __future__ import annotations
 
 import struct
 
 import pytest
+from fakes import header_payload
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from amqpd.broker.stream_chunks import encode_chunk
+from amqpd.spark import chunk_rows
 from amqpd.spark.chunk_rows import chunk_batch
+from amqpd.spark.rows import arrow_schema
 from amqpd.spark.wire import BrokerError, Chunks
 from store.record_codec import encode_record
 from store.records import MessageRecord
@@ -70,3 +76,122 @@ def test_a_record_shorter_than_its_fields_is_an_error() -> None:
         chunks.add(encode_chunk([cut]), 0, 1)
         with pytest.raises(BrokerError):
             chunk_batch("s", chunks, include_headers=False)
+
+
+# names on either side of the 12 bytes an Arrow view holds inline, and bytes that are not UTF-8 (as a record
+# holds them: surrogateescape)
+NAMES = ["", "amq.fanout", "a-routing-key-longer-than-twelve", "ex\udcff", "caf\udce9-\udcff-out-of-line-name"]
+PROPERTIES = [
+    PLAIN,
+    header_payload(0, delivery_mode=2, priority=3),
+    header_payload(0, content_type="application/json", message_id="m-1", correlation_id="c\u00e9"),
+    header_payload(0, headers={"kind": "order", "n": 7, "raw": bytearray(b"\x00\xff")}, message_id="m-1"),
+]
+# what one row may change: fields that keep the records alike, then fields that do not
+CHANGES = ["time", "body bytes", "skipped", "body length", "exchange", "routing key", "properties", "expiry", "queues"]
+# ... and fields that do not but keep the record's length: its layout is then all that tells them apart
+CHANGES += ["exchange bytes", "names split", "properties bytes", "queue id"]
+
+
+def same_length_names(exchange: str, routing_key: str) -> dict[str, dict[str, object]]:
+    """Names of the same length in all (when there are any): the exchange's last character changed, and
+    one character moved from the routing key to the exchange (or back); without names, a name."""
+    names = exchange + routing_key
+    cut = len(exchange) + 1 if routing_key else len(exchange) - 1
+    return {
+        "exchange bytes": {"exchange": exchange[:-1] + ("y" if exchange[-1:] != "y" else "z")},
+        "names split": {"exchange": names[:cut], "routing_key": names[cut:]} if names else {"exchange": "y"},
+    }
+
+
+def alike_payloads(n: int, base: dict[str, object], change: str, row: int) -> list[bytes | None]:
+    """n records with `base`'s fields and bodies of one length, their own bytes and times; row `row`
+    differs in `change`."""
+    out: list[bytes | None] = []
+    for i in range(n):
+        fields = dict(base, body=bytes((i + j) % 256 for j in range(int(base["size"]))))  # type: ignore[call-overload]
+        queues = [3]
+        if i == row:
+            other = {
+                "time": {"time": 1_800_000_000_000},
+                "body bytes": {"body": b"\xee" * len(fields["body"])},  # type: ignore[arg-type]
+                "body length": {"body": fields["body"] + b"!"},  # type: ignore[operator]
+                "exchange": {"exchange": str(base["exchange"]) + "x"},
+                "routing key": {"routing_key": "x" + str(base["routing_key"])},
+                "properties": {"properties": PROPERTIES[(PROPERTIES.index(base["properties"]) + 1) % len(PROPERTIES)]},  # type: ignore[arg-type]
+                "expiry": {"expires_at_ms": None if base["expires_at_ms"] else 1_900_000_000_000},
+                "properties bytes": {"properties": fields["properties"][:-1] + bytes([fields["properties"][-1] ^ 1])},  # type: ignore[index]
+                **same_length_names(str(base["exchange"]), str(base["routing_key"])),
+            }.get(change, {})
+            fields.update(other)
+            queues = {"queues": [3, 4], "queue id": [4]}.get(change, queues)
+            if change == "skipped":
+                out.append(None)
+                continue
+        record = MessageRecord(
+            fields["exchange"],  # type: ignore[arg-type]
+            fields["routing_key"],  # type: ignore[arg-type]
+            fields["properties"],  # type: ignore[arg-type]
+            fields["body"],  # type: ignore[arg-type]
+            fields.get("time", 1_700_000_000_000 + i),  # type: ignore[arg-type]
+            expires_at_ms=fields["expires_at_ms"],  # type: ignore[arg-type]
+        )
+        out.append(encode_record(i, record, queues))
+    return out
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    n=st.integers(1, 40),
+    base=st.fixed_dictionaries(
+        {
+            "exchange": st.sampled_from(NAMES),
+            "routing_key": st.sampled_from(NAMES),
+            "properties": st.sampled_from(PROPERTIES),
+            "size": st.sampled_from([0, 1, 12, 13, 100]),
+            "expires_at_ms": st.sampled_from([None, 1_800_000_000_000]),
+        }
+    ),
+    change=st.sampled_from([None, *CHANGES]),
+    data=st.data(),
+    chunk=st.integers(1, 9),
+    with_headers=st.booleans(),
+)
+def test_alike_records_read_as_the_general_path_reads_them(
+    monkeypatch: pytest.MonkeyPatch,
+    n: int,
+    base: dict[str, object],
+    change: str | None,
+    data: st.DataObject,
+    chunk: int,
+    with_headers: bool,
+) -> None:
+    row = data.draw(st.integers(0, n - 1))
+    first = data.draw(st.integers(0, 1000))
+    stop = first + data.draw(st.integers(1, n))  # a last chunk may run past the range's end
+    payloads = alike_payloads(n, base, change or "", row)
+    chunks = Chunks(stop)
+    for at in range(0, n, chunk):  # several chunks: their length tables lie between the records
+        chunks.add(encode_chunk(payloads[at : at + chunk]), first + at, len(payloads[at : at + chunk]))
+    used: list[bool] = []
+    real_of = chunk_rows._Alike.of
+
+    def spied(at: chunk_rows.Located) -> chunk_rows._Alike | None:
+        found = real_of(at)
+        used.append(found is not None)
+        return found
+
+    with monkeypatch.context() as patched:  # undone per example: hypothesis runs them all in one call
+        patched.setattr(chunk_rows._Alike, "of", spied)
+        fast = chunk_batch("s", chunks, with_headers)
+    with monkeypatch.context() as patched:
+        patched.setattr(chunk_rows._Alike, "of", lambda at: None)
+        general = chunk_batch("s", chunks, with_headers)
+    assert fast.schema == general.schema == arrow_schema(with_headers)
+    assert fast.to_pydict() == general.to_pydict()
+    assert fast.equals(general)
+    kept = fast.num_rows
+    if kept and change in (None, "time", "body bytes", "skipped"):
+        assert used == [True]  # the rows were alike: the fast path read them
+    elif kept > 1 and first + row < stop:
+        assert used == [False]  # the changed row is among them: they were not alike

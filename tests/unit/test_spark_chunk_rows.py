@@ -155,6 +155,7 @@ def alike_payloads(n: int, base: dict[str, object], change: str, row: int) -> li
     change=st.sampled_from([None, *CHANGES]),
     data=st.data(),
     chunk=st.integers(1, 9),
+    block=st.sampled_from([1, 3, 4096]),
     with_headers=st.booleans(),
 )
 def test_alike_records_read_as_the_general_path_reads_them(
@@ -164,6 +165,7 @@ def test_alike_records_read_as_the_general_path_reads_them(
     change: str | None,
     data: st.DataObject,
     chunk: int,
+    block: int,
     with_headers: bool,
 ) -> None:
     row = data.draw(st.integers(0, n - 1))
@@ -183,6 +185,7 @@ def test_alike_records_read_as_the_general_path_reads_them(
 
     with monkeypatch.context() as patched:  # undone per example: hypothesis runs them all in one call
         patched.setattr(chunk_rows._Alike, "of", spied)
+        patched.setattr(chunk_rows, "_BLOCK", block)  # the records' heads compared this many at a time
         fast = chunk_batch("s", chunks, with_headers)
     with monkeypatch.context() as patched:
         patched.setattr(chunk_rows._Alike, "of", lambda at: None)

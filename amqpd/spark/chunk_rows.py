@@ -114,23 +114,43 @@ class _Alike:
         """timestamp, exchange, routing_key, the property columns and body."""
         data, starts, n = self.at.data, self.at.starts, len(self.at.starts)
         flags, ex_len, rk_len, queues, props_len = self.head
-        names = int(starts[0]) + _FIXED + 8 * (flags & 1) + 4 * queues
+        names = int(starts[0]) + _FIXED + 8 * (flags & 1) + 4 * queues  # the first record's
         props = names + ex_len + rk_len
+        body = props + props_len - int(starts[0])  # in each record
         times = _loads(data, "<i8")[starts + 8]
         return [
             pa.array(np.multiply(times, _MS_TO_US, out=times), _US),
             _repeat(data[names : names + ex_len], n),
             _repeat(data[names + ex_len : props], n),
             *_same_properties(data, props, n, include_headers),
-            self._bodies(props + props_len - int(starts[0])),
+            _fixed_binary(data, starts + body, self.size - body),
         ]
 
-    def _bodies(self, body: int) -> pa.Array:
-        """The body column: each record's bytes from `body` on, copied once into Arrow's binary layout."""
-        n, length = len(self.at.starts), self.size - body
-        values = _loads(self.at.data, f"V{length}")[self.at.starts + body] if length else np.zeros(0, np.uint8)
-        offsets = np.arange(n + 1, dtype=np.int32) * np.int32(length)
-        return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(values)])
+
+def _fixed_binary(data: bytes, starts: np.ndarray, width: int) -> pa.Array:
+    """data[start:start + width] for each start, as a binary column: one fixed-width gather is its values,
+    an arange its offsets (no views, no cast)."""
+    n = len(starts)
+    values = _loads(data, f"V{width}")[starts] if width else np.zeros(0, np.uint8)
+    offsets = np.arange(n + 1, dtype=np.int32) * np.int32(width)
+    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(values)])
+
+
+def _names(data: bytes, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
+    """The exchange or routing key column; built once when every row has the same name, as in a stream
+    written by one publisher (the lengths are compared first: that check costs little when it fails)."""
+    width = int(lengths[0]) if len(lengths) else 0
+    if len(lengths) and (lengths == width).all() and (not width or _same_bytes(data, starts, width)):
+        first = int(starts[0])
+        return _repeat(data[first : first + width], len(lengths))
+    return _strings(data, starts, lengths)
+
+
+def _bodies(data: bytes, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
+    """The body column: one fixed-width gather when the bodies have one length, else views cast to binary."""
+    if len(lengths) and (lengths == lengths[0]).all():
+        return _fixed_binary(data, starts, int(lengths[0]))
+    return _slices(data, starts, lengths, pa.binary_view()).cast(pa.binary())
 
 
 def _same_bytes(data: bytes, starts: np.ndarray, width: int) -> bool:
@@ -182,10 +202,10 @@ def _mixed_columns(at: Located, include_headers: bool) -> list[pa.Array]:
     rich = np.flatnonzero(flags & SHOWN)
     return [
         pa.array(_loads(data, "<i8")[starts + 8] * _MS_TO_US, _US),  # the broker's ms, as Spark's timestamp (µs)
-        _strings(data, names, ex_len),
-        _strings(data, names + ex_len, rk_len),
+        _names(data, names, ex_len),
+        _names(data, names + ex_len, rk_len),
         *_properties(data, props, rich, n, include_headers),
-        _slices(data, body, at.ends - body, pa.binary_view()).cast(pa.binary()),
+        _bodies(data, body, at.ends - body),
     ]
 
 

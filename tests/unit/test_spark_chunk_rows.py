@@ -1,12 +1,13 @@
 """Chunk deliveries into record batches (amqpd/spark/chunk_rows.py) for records the in-process differential
 (test_spark_chunks.py) cannot produce: records as the disk store writes them for several queues with an
-expiry, names that are not UTF-8, damaged records, and chunks that do not add up; and the batch of alike
-records (one layout, names and properties) read as the general path reads it."""
+expiry, names that are not UTF-8, damaged records, and chunks that do not add up; and batches of alike
+records (one layout, names and properties), or nearly, read as one by one by the alike and the general path."""
 
 from __future__ import annotations
 
 import struct
 
+import pyarrow as pa
 import pytest
 from fakes import header_payload
 from hypothesis import HealthCheck, given, settings
@@ -15,9 +16,9 @@ from hypothesis import strategies as st
 from amqpd.broker.stream_chunks import encode_chunk
 from amqpd.spark import chunk_rows
 from amqpd.spark.chunk_rows import chunk_batch
-from amqpd.spark.rows import arrow_schema
-from amqpd.spark.wire import BrokerError, Chunks
-from store.record_codec import encode_record
+from amqpd.spark.rows import arrow_schema, record_batch
+from amqpd.spark.wire import BrokerError, Chunks, Columns, scan_properties, table_headers
+from store.record_codec import decode_record, encode_record
 from store.records import MessageRecord
 
 PLAIN = struct.pack(">HHQH", 60, 0, 0, 0x1000) + b"\x02"  # a content header's bytes: persistent, nothing else
@@ -140,6 +141,28 @@ def alike_payloads(n: int, base: dict[str, object], change: str, row: int) -> li
     return out
 
 
+def one_by_one(payloads: list[bytes | None], first: int, stop: int, with_headers: bool) -> pa.RecordBatch:
+    """The rows as the per-message path builds its batches (rows.record_batch), each record decoded on its
+    own (names as a delivery's: bytes that are not UTF-8 replaced)."""
+    cols = Columns()
+    for offset, payload in enumerate(payloads, first):
+        if payload is None or offset >= stop:
+            continue
+        _, _, record = decode_record(payload)
+        props = record.properties
+        content_type, table, end, correlation_id, message_id = scan_properties(props, 14, props[12] << 8 | props[13])
+        cols.offset.append(offset)
+        cols.timestamp.append(record.timestamp_ms)
+        for names, name in ((cols.exchange, record.exchange), (cols.routing_key, record.routing_key)):
+            names.append(name.encode("utf-8", "surrogateescape").decode("utf-8", "replace"))
+        cols.content_type.append(content_type)
+        cols.correlation_id.append(correlation_id)
+        cols.message_id.append(message_id)
+        cols.headers.append((table_headers(props[table:end]) if table else {}) if with_headers else None)
+        cols.body.append(record.body)
+    return record_batch("s", cols, with_headers)
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     n=st.integers(1, 40),
@@ -158,7 +181,7 @@ def alike_payloads(n: int, base: dict[str, object], change: str, row: int) -> li
     block=st.sampled_from([1, 3, 4096]),
     with_headers=st.booleans(),
 )
-def test_alike_records_read_as_the_general_path_reads_them(
+def test_alike_records_read_as_one_by_one_by_either_path(
     monkeypatch: pytest.MonkeyPatch,
     n: int,
     base: dict[str, object],
@@ -190,9 +213,11 @@ def test_alike_records_read_as_the_general_path_reads_them(
     with monkeypatch.context() as patched:
         patched.setattr(chunk_rows._Alike, "of", lambda at: None)
         general = chunk_batch("s", chunks, with_headers)
-    assert fast.schema == general.schema == arrow_schema(with_headers)
-    assert fast.to_pydict() == general.to_pydict()
-    assert fast.equals(general)
+    expected = one_by_one(payloads, first, stop, with_headers)
+    assert fast.schema == general.schema == expected.schema == arrow_schema(with_headers)
+    assert fast.to_pydict() == general.to_pydict() == expected.to_pydict()
+    assert fast.equals(expected)
+    assert general.equals(expected)
     kept = fast.num_rows
     if kept and change in (None, "time", "body bytes", "skipped"):
         assert used == [True]  # the rows were alike: the fast path read them

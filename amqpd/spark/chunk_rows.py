@@ -17,6 +17,7 @@ bodies copied with one fixed-width gather. The check costs a gather of each reco
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -78,7 +79,7 @@ def chunk_batch(stream: str, chunks: Chunks, include_headers: bool) -> pa.Record
     n = len(at.starts)
     alike = _Alike.of(at)
     columns = alike.columns(include_headers) if alike else _mixed_columns(at, include_headers)
-    arrays = [pa.array(at.offsets, pa.int64()), columns[0], pa.repeat(pa.scalar(stream, pa.string()), n), *columns[1:]]
+    arrays = [pa.array(at.offsets, pa.int64()), columns[0], _repeat_text(stream, n), *columns[1:]]
     return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(include_headers))
 
 
@@ -89,8 +90,8 @@ class _Alike:
     then read once, and the bodies gathered with one fixed-width copy and offsets from an arange: none of
     the general path's per-row positions, views and casts. Records need not be equally spaced in `data`."""
 
-    def __init__(self, at: Located, head: tuple[int, ...], size: int) -> None:
-        self.at, self.head, self.size = at, head, size
+    def __init__(self, at: Located, head: tuple[int, ...], size: int, times: np.ndarray) -> None:
+        self.at, self.head, self.size, self.times = at, head, size, times
 
     @classmethod
     def of(cls, at: Located) -> _Alike | None:
@@ -106,9 +107,11 @@ class _Alike:
         body = _FIXED + 8 * (flags & 1) + 4 * queues + ex_len + rk_len + props_len
         if props_len < 14 or body > size:  # left to the general path, which refuses it
             return None
-        if not _same_bytes(at.data, starts + 16, body - 16):
+        # each record's time and head are gathered together: the times are taken out, the rest compared
+        times = np.empty(n, np.int64)
+        if not _same_rows(_untimed(_gathered(at.data, starts + 8, body - 8), times)):
             return None
-        return cls(at, head, size)
+        return cls(at, head, size, times)
 
     def columns(self, include_headers: bool) -> list[pa.Array]:
         """timestamp, exchange, routing_key, the property columns and body."""
@@ -117,9 +120,8 @@ class _Alike:
         names = int(starts[0]) + _FIXED + 8 * (flags & 1) + 4 * queues  # the first record's
         props = names + ex_len + rk_len
         body = props + props_len - int(starts[0])  # in each record
-        times = _loads(data, "<i8")[starts + 8]
         return [
-            pa.array(np.multiply(times, _MS_TO_US, out=times), _US),
+            pa.array(self.times, _US),
             _repeat(data[names : names + ex_len], n),
             _repeat(data[names + ex_len : props], n),
             *_same_properties(data, props, n, include_headers),
@@ -154,17 +156,40 @@ def _bodies(data: bytes, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
 
 
 def _same_bytes(data: bytes, starts: np.ndarray, width: int) -> bool:
-    """Whether data[start:start + width] is the same for every start: gathered and compared a block of rows
-    at a time, so that the copies stay small (in cache, and reused by malloc rather than mapped afresh) and
-    a batch that is not alike is found out at its first block."""
-    heads = _loads(data, f"V{width}")
-    first = int(starts[0])
-    same = data[first : first + width] * _BLOCK
+    """Whether data[start:start + width] is the same for every start."""
+    return _same_rows(_gathered(data, starts, width))
+
+
+def _gathered(data: bytes, starts: np.ndarray, width: int) -> Iterator[np.ndarray]:
+    """data[start:start + width] for each start (width > 0), a block of rows at a time: the copies stay small
+    (in cache, and reused by malloc rather than mapped afresh every batch)."""
+    values = _loads(data, f"V{width}")
     for at in range(0, len(starts), _BLOCK):
-        block = heads[starts[at : at + _BLOCK]].view(np.uint8).tobytes()
-        if block != (same if len(block) == len(same) else same[: len(block)]):
+        yield values[starts[at : at + _BLOCK]]
+
+
+def _same_rows(blocks: Iterable[np.ndarray]) -> bool:
+    """Whether every row of the blocks holds the same bytes; a batch that is not alike is found out at its
+    first block."""
+    same = b""
+    for block in blocks:
+        raw = block.view(np.uint8).tobytes()
+        same = same or raw[: block.itemsize] * _BLOCK
+        if raw != (same if len(raw) == len(same) else same[: len(raw)]):
             return False
     return True
+
+
+def _untimed(blocks: Iterable[np.ndarray], times: np.ndarray) -> Iterator[np.ndarray]:
+    """The blocks of records' bytes from their time on, each with its times moved out into `times` (as
+    Spark's µs) and zeroed."""
+    at = 0
+    for block in blocks:
+        stamps = np.ndarray((len(block),), "<i8", block, 0, (block.itemsize,))
+        np.multiply(stamps, _MS_TO_US, out=times[at : at + len(block)])
+        stamps[:] = 0
+        at += len(block)
+        yield block
 
 
 def _same_properties(data: bytes, props: int, n: int, include_headers: bool) -> list[pa.Array]:
@@ -178,7 +203,16 @@ def _same_properties(data: bytes, props: int, n: int, include_headers: bool) -> 
 
 def _repeat(name: bytes, n: int) -> pa.Array:
     """n times one exchange or routing key, decoded as the per-message path decodes it (once)."""
-    return pa.repeat(pa.scalar(name.decode("utf-8", "replace"), pa.string()), n)
+    return _repeat_text(name.decode("utf-8", "replace"), n)
+
+
+def _repeat_text(text: str, n: int) -> pa.Array:
+    """n times `text` as a string column, its buffers made by numpy: half what pa.repeat takes."""
+    raw = text.encode()
+    if len(raw) * n >= 1 << 31:  # more than 32-bit offsets hold: let Arrow say so
+        return pa.repeat(pa.scalar(text, pa.string()), n)
+    offsets = np.arange(n + 1, dtype=np.int32) * np.int32(len(raw))
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(raw * n)])
 
 
 def _mixed_columns(at: Located, include_headers: bool) -> list[pa.Array]:

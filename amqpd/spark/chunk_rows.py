@@ -174,7 +174,7 @@ def _same_rows(blocks: Iterable[np.ndarray]) -> bool:
     same = b""
     for block in blocks:
         raw = block.view(np.uint8).tobytes()
-        same = same or raw[: block.itemsize] * _BLOCK
+        same = same or raw[: block.itemsize] * len(block)  # the first block is the longest
         if raw != (same if len(raw) == len(same) else same[: len(raw)]):
             return False
     return True

@@ -16,7 +16,6 @@ bodies copied with one fixed-width gather. The check costs a gather of each reco
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -30,7 +29,15 @@ _FIXED = 25  # store/FORMAT.md's Record: the fixed fields' bytes (little-endian)
 _INLINE = 12  # an Arrow view holds values up to 12 bytes inline, longer ones by buffer offset
 _MS_TO_US = 1000
 _BLOCK = 4096  # rows whose heads _same_bytes compares at a time
-_HEAD = struct.Struct("<BBBHI")  # a record's flags, name lengths, queue count, properties length
+# a record's fixed fields from its time on (little-endian, unaligned): one gather reads them all for every row
+_FIELDS = np.dtype(
+    {
+        "names": ["time", "flags", "exchange", "routing_key", "queues", "properties"],
+        "formats": ["<i8", "u1", "u1", "u1", "<u2", "<u4"],
+        "offsets": [0, 8, 9, 10, 11, 13],
+        "itemsize": 17,
+    }
+)
 _US = pa.timestamp("us", tz="UTC")
 # Arrow's view layout, 16 bytes: i32 length, then 12 bytes inline; or a 4-byte prefix, buffer index, offset
 _SHORT_VIEW = np.dtype({"names": ["length", "lo", "hi"], "formats": ["<i4", "<u8", "<u4"], "offsets": [0, 4, 12]})
@@ -102,7 +109,7 @@ class _Alike:
         first, size = int(starts[0]), int(at.ends[0] - starts[0])
         if size < _FIXED or n * size >= 1 << 31 or not (at.ends - starts == size).all():  # 32-bit offsets
             return None
-        head = _HEAD.unpack_from(at.data, first + 16)
+        head = tuple(int(field) for field in _loads(at.data, _FIELDS)[first + 8])[1:]
         flags, ex_len, rk_len, queues, props_len = head
         body = _FIXED + 8 * (flags & 1) + 4 * queues + ex_len + rk_len + props_len
         if props_len < 14 or body > size:  # left to the general path, which refuses it
@@ -219,13 +226,12 @@ def _mixed_columns(at: Located, include_headers: bool) -> list[pa.Array]:
     """timestamp, exchange, routing_key, the property columns and body, from each row's positions."""
     n = len(at.starts)
     data = at.data
-    u8 = np.frombuffer(data, np.uint8)
     starts = at.starts
-    ex_len = u8[starts + 17].astype(np.int64)
-    rk_len = u8[starts + 18].astype(np.int64)
-    queues = _loads(data, "<u2")[starts + 19].astype(np.int64)
-    props_len = _loads(data, "<u4")[starts + 21].astype(np.int64)
-    names = starts + _FIXED + 4 * queues + 8 * (u8[starts + 16] & 1)  # flag bit 0: an expiry before the ids
+    fields = _loads(data, _FIELDS)[starts + 8]
+    ex_len = fields["exchange"].astype(np.int64)
+    rk_len = fields["routing_key"].astype(np.int64)
+    props_len = fields["properties"].astype(np.int64)
+    names = starts + _FIXED + 4 * fields["queues"].astype(np.int64) + 8 * (fields["flags"] & 1)  # bit 0: an expiry
     props = names + ex_len + rk_len
     body = props + props_len
     # a record's fields must lie inside it (one shorter than the fixed fields ends before its body would
@@ -235,7 +241,7 @@ def _mixed_columns(at: Located, include_headers: bool) -> list[pa.Array]:
     flags = _loads(data, ">u2")[props + 12]  # the content header's property flags
     rich = np.flatnonzero(flags & SHOWN)
     return [
-        pa.array(_loads(data, "<i8")[starts + 8] * _MS_TO_US, _US),  # the broker's ms, as Spark's timestamp (µs)
+        pa.array(fields["time"] * _MS_TO_US, _US),  # the broker's ms, as Spark's timestamp (µs)
         _names(data, names, ex_len),
         _names(data, names + ex_len, rk_len),
         *_properties(data, props, rich, n, include_headers),
@@ -243,7 +249,7 @@ def _mixed_columns(at: Located, include_headers: bool) -> list[pa.Array]:
     ]
 
 
-def _loads(data: bytes, dtype: str) -> np.ndarray:
+def _loads(data: bytes, dtype: str | np.dtype[Any]) -> np.ndarray:
     """Every byte position of `data` read as one `dtype` value (element i: the value whose bytes start at i),
     a strided view without a copy: indexing it with n positions reads n unaligned fields at once."""
     kind = np.dtype(dtype)

@@ -46,6 +46,18 @@ def test_a_record_for_several_queues_with_an_expiry_reads_as_its_names_and_body(
     assert got["body"] == [b"a" * 30, b"b"]
 
 
+def test_records_for_more_queues_than_16_bits_of_their_ids_hold_read_as_their_names_and_body() -> None:
+    many = list(range(20_000))  # 80,000 bytes of queue ids before the names
+    payloads: list[bytes | None] = [
+        encode_record(1, record(b"first", "amq.fanout", "key"), many),
+        encode_record(2, record(b"second", "", "other"), many[:17_000]),
+    ]
+    got = rows(payloads)
+    assert got["exchange"] == ["amq.fanout", ""]
+    assert got["routing_key"] == ["key", "other"]
+    assert got["body"] == [b"first", b"second"]
+
+
 def test_names_that_are_not_utf8_read_with_replacement_characters_as_message_by_message() -> None:
     name = b"caf\xe9-\xff-long-enough-to-be-out-of-line".decode("utf-8", "surrogateescape")
     got = rows([encode_record(1, record(b"x", "ex\xff".encode().decode(), name), [])])

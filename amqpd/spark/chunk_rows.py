@@ -3,9 +3,9 @@ per-row work in bulk: Python touches each chunk, not each row.
 
 A chunk's body is a table of u32 lengths and the records after it, so one cumulative sum finds every record;
 a record's fixed fields (store/FORMAT.md, "Record") are gathered for all rows at once, and its exchange,
-routing key and body are variable-length slices of the received bytes. Those slices become Arrow *view*
-arrays (16 bytes per row: the length and either the bytes inline or where they are) built with numpy, then
-one cast per column copies them into the plain string/binary layout Spark takes. Only rows that carry a
+routing key and body are variable-length slices of the received bytes, which Arrow copies into the plain
+string/binary layout Spark takes (_picked), unless every row has the same name or a body of one length
+(_names, _bodies). Only rows that carry a
 property with a column of its own (content type, correlation id, message id, headers) are read one by one,
 as the per-message path reads every row; the bench's rows and most streams have none of them.
 
@@ -26,7 +26,6 @@ from amqpd.spark.rows import arrow_schema, headers_array
 from amqpd.spark.wire import SHOWN, BrokerError, Chunks, scan_properties, table_headers
 
 _FIXED = 25  # store/FORMAT.md's Record: the fixed fields' bytes (little-endian), before the queue ids
-_INLINE = 12  # an Arrow view holds values up to 12 bytes inline, longer ones by buffer offset
 _MS_TO_US = 1000
 _BLOCK = 4096  # rows whose heads _same_bytes compares at a time
 # a record's fixed fields from its time on (little-endian, unaligned): one gather reads them all for every row
@@ -39,18 +38,6 @@ _FIELDS = np.dtype(
     }
 )
 _US = pa.timestamp("us", tz="UTC")
-# Arrow's view layout, 16 bytes: i32 length, then 12 bytes inline; or a 4-byte prefix, buffer index, offset
-_SHORT_VIEW = np.dtype({"names": ["length", "lo", "hi"], "formats": ["<i4", "<u8", "<u4"], "offsets": [0, 4, 12]})
-_LONG_VIEW = np.dtype(
-    {
-        "names": ["length", "prefix", "buffer", "offset"],
-        "formats": ["<i4", "<u4", "<i4", "<i4"],
-        "offsets": [0, 4, 8, 12],
-    }
-)
-# the inline bytes a value of each length owns (the rest are zero in a view): the first 8, then the last 4
-_LO_MASK = np.array([(1 << (8 * min(k, 8))) - 1 for k in range(_INLINE + 1)], np.uint64)
-_HI_MASK = np.array([(1 << (8 * max(min(k - 8, 4), 0))) - 1 for k in range(_INLINE + 1)], np.uint32)
 
 
 class Located:
@@ -95,7 +82,7 @@ class _Alike:
     the same bytes from the flags to the body (the layout, queue ids, exchange, routing key and properties:
     a stream written by one publisher with one body size, as the bench's). The names and properties are
     then read once, and the bodies gathered with one fixed-width copy and offsets from an arange: none of
-    the general path's per-row positions, views and casts. Records need not be equally spaced in `data`."""
+    the general path's per-row positions and picking. Records need not be equally spaced in `data`."""
 
     def __init__(self, at: Located, head: tuple[int, ...], size: int, times: np.ndarray) -> None:
         self.at, self.head, self.size, self.times = at, head, size, times
@@ -138,7 +125,7 @@ class _Alike:
 
 def _fixed_binary(data: bytes, starts: np.ndarray, width: int) -> pa.Array:
     """data[start:start + width] for each start, as a binary column: one fixed-width gather is its values,
-    an arange its offsets (no views, no cast)."""
+    an arange its offsets."""
     n = len(starts)
     values = _loads(data, f"V{width}")[starts] if width else np.zeros(0, np.uint8)
     offsets = np.arange(n + 1, dtype=np.int32) * np.int32(width)
@@ -156,10 +143,10 @@ def _names(data: bytes, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
 
 
 def _bodies(data: bytes, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
-    """The body column: one fixed-width gather when the bodies have one length, else views cast to binary."""
+    """The body column: one fixed-width gather when the bodies have one length, else picked one by one."""
     if len(lengths) and (lengths == lengths[0]).all():
         return _fixed_binary(data, starts, int(lengths[0]))
-    return _slices(data, starts, lengths, pa.binary_view()).cast(pa.binary())
+    return _picked(data, starts, starts + lengths)
 
 
 def _same_bytes(data: bytes, starts: np.ndarray, width: int) -> bool:
@@ -235,7 +222,7 @@ def _mixed_columns(at: Located, include_headers: bool) -> list[pa.Array]:
     props = names + ex_len + rk_len
     body = props + props_len
     # a record's fields must lie inside it (one shorter than the fixed fields ends before its body would
-    # start): Arrow would read whatever the views point at
+    # start): Arrow would copy whatever the offsets point at
     if n and ((body > at.ends) | (props_len < 14)).any():
         raise BrokerError("a chunk delivery with a record whose fields run past its end")
     flags = _loads(data, ">u2")[props + 12]  # the content header's property flags
@@ -256,32 +243,28 @@ def _loads(data: bytes, dtype: str | np.dtype[Any]) -> np.ndarray:
     return np.ndarray((len(data) - kind.itemsize + 1,), kind, data, 0, (1,))
 
 
-def _slices(data: bytes, starts: np.ndarray, lengths: np.ndarray, kind: pa.DataType) -> pa.Array:
-    """data[start:start + length] for each row, as a binary_view or string_view array over `data` (the
-    values are not copied)."""
+def _picked(data: bytes, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
+    """data[start:end] for each row, as a binary column. An array over `data` whose values are, in turn, a
+    row's bytes and what lies between it and the next (offsets start0, end0, start1, end1, ...) is made
+    without a copy; Arrow's take of every other value then copies each row's bytes once."""
     n = len(starts)
-    views = np.zeros(n, _SHORT_VIEW)
-    views["length"] = lengths
-    long = lengths > _INLINE
-    if not long.all():
-        owned = np.minimum(lengths, _INLINE)
-        views["lo"] = _loads(data, "<u8")[starts] & _LO_MASK[owned]
-        views["hi"] = _loads(data, "<u4")[starts + 8] & _HI_MASK[owned]
-    if long.any():  # over what the inline fill wrote for them: their prefix, buffer 0, their offset
-        rows = np.flatnonzero(long)
-        out = views.view(_LONG_VIEW)
-        out["prefix"][rows] = _loads(data, "<u4")[starts[rows]]
-        out["buffer"][rows] = 0
-        out["offset"][rows] = starts[rows]
-    return pa.Array.from_buffers(kind, n, [None, pa.py_buffer(views), pa.py_buffer(data)])
+    large = len(data) >= 1 << 31  # past what 32-bit offsets hold
+    bounds: np.ndarray = np.empty(2 * n, np.int64 if large else np.int32)
+    bounds[0::2] = starts
+    bounds[1::2] = ends
+    if not n or (bounds[1:] < bounds[:-1]).any():  # rows out of order in `data` (or none): one by one
+        return pa.array([data[s:e] for s, e in zip(starts.tolist(), ends.tolist(), strict=True)], pa.binary())
+    spans = pa.Array.from_buffers(
+        pa.large_binary() if large else pa.binary(), 2 * n - 1, [None, pa.py_buffer(bounds), pa.py_buffer(data)]
+    )
+    return spans.take(np.arange(0, 2 * n - 1, 2)).cast(pa.binary())
 
 
 def _strings(data: bytes, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
-    """As _slices, as UTF-8 strings; bytes that are not UTF-8 are decoded with replacement characters, as the
-    per-message path decodes them (Arrow would refuse them)."""
-    views = _slices(data, starts, lengths, pa.string_view())
+    """data[start:start + length] for each row as UTF-8 strings; bytes that are not UTF-8 are decoded with
+    replacement characters, as the per-message path decodes them (Arrow would refuse them)."""
     try:
-        views.validate(full=True)
+        return _picked(data, starts, starts + lengths).cast(pa.string())
     except pa.ArrowInvalid:
         return pa.array(
             [
@@ -290,7 +273,6 @@ def _strings(data: bytes, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
             ],
             pa.string(),
         )
-    return views.cast(pa.string())
 
 
 def _properties(data: bytes, props: np.ndarray, rich: np.ndarray, n: int, include_headers: bool) -> list[pa.Array]:

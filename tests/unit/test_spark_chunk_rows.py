@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import struct
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from fakes import header_payload
@@ -71,6 +72,16 @@ def test_damaged_records_and_offsets_past_the_stop_are_left_out() -> None:
     got = rows(payloads, first=10, stop=15)
     assert got["offset"] == [10, 11, 13, 14]
     assert got["body"] == [b"0", b"1", b"3", b"4"]
+
+
+def test_rows_out_of_order_in_the_received_bytes_are_still_picked_whole() -> None:
+    # Located finds rows in order today; _picked's array over `data` would have offsets that go back (not a
+    # valid Arrow array) if they were not, so it checks the order rather than assume it
+    data = bytes(range(40))
+    starts, ends = np.array([20, 0, 5, 32]), np.array([30, 10, 8, 40])
+    assert chunk_rows._picked(data, starts, ends).to_pylist() == [data[20:30], data[0:10], data[5:8], data[32:40]]
+    assert chunk_rows._picked(data, starts[1:], ends[1:]).to_pylist() == [data[0:10], data[5:8], data[32:40]]
+    assert chunk_rows._picked(data, starts[:0], ends[:0]).to_pylist() == []
 
 
 def test_a_chunk_whose_lengths_do_not_add_up_to_its_body_is_an_error() -> None:

@@ -4,10 +4,10 @@ per-row work in bulk: Python touches each chunk, not each row.
 A chunk's body is a table of u32 lengths and the records after it, so one cumulative sum finds every record;
 a record's fixed fields (store/FORMAT.md, "Record") are gathered for all rows at once, and its exchange,
 routing key and body are variable-length slices of the received bytes, which Arrow copies into the plain
-string/binary layout Spark takes (_picked), unless every row has the same name or a body of one length
-(_names, _bodies). Only rows that carry a
-property with a column of its own (content type, correlation id, message id, headers) are read one by one,
-as the per-message path reads every row; the bench's rows and most streams have none of them.
+string/binary layout Spark takes (_picked); a name that every row shares is built once, bodies of one length
+are one fixed-width gather (_names, _bodies). Only rows that carry a property with a column of its own
+(content type, correlation id, message id, headers) are read one by one, as the per-message path reads every
+row; the bench's rows and most streams have none of them.
 
 A batch whose records are alike (_Alike: one length, and the same layout, names and properties, as one
 publisher with one body size writes them) skips all of that: its names and properties are read once and its
@@ -27,7 +27,7 @@ from amqpd.spark.wire import SHOWN, BrokerError, Chunks, scan_properties, table_
 
 _FIXED = 25  # store/FORMAT.md's Record: the fixed fields' bytes (little-endian), before the queue ids
 _MS_TO_US = 1000
-_BLOCK = 4096  # rows whose heads _same_bytes compares at a time
+_BLOCK = 4096  # rows per block where _gathered copies bytes of every row only to compare them
 # a record's fixed fields from its time on (little-endian, unaligned): one gather reads them all for every row
 _FIELDS = np.dtype(
     {
@@ -125,7 +125,7 @@ class _Alike:
 
 def _fixed_binary(data: bytes, starts: np.ndarray, width: int) -> pa.Array:
     """data[start:start + width] for each start, as a binary column: one fixed-width gather is its values,
-    an arange its offsets."""
+    an arange its (32-bit) offsets."""
     n = len(starts)
     values = _loads(data, f"V{width}")[starts] if width else np.zeros(0, np.uint8)
     offsets = np.arange(n + 1, dtype=np.int32) * np.int32(width)
@@ -144,7 +144,7 @@ def _names(data: bytes, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
 
 def _bodies(data: bytes, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
     """The body column: one fixed-width gather when the bodies have one length, else picked one by one."""
-    if len(lengths) and (lengths == lengths[0]).all():
+    if len(lengths) and (lengths == lengths[0]).all() and len(lengths) * int(lengths[0]) < 1 << 31:
         return _fixed_binary(data, starts, int(lengths[0]))
     return _picked(data, starts, starts + lengths)
 

@@ -5,15 +5,20 @@ A chunk's body is a table of u32 lengths and the records after it (layout 2), or
 bytes before each record, its length) and the store's frames or records after it (layout 3): either way one
 cumulative sum finds every record;
 a record's fixed fields (store/FORMAT.md, "Record") are gathered for all rows at once, and its exchange,
-routing key and body are variable-length slices of the received bytes. Those slices become Arrow *view*
-arrays (16 bytes per row: the length and either the bytes inline or where they are) built with numpy, then
-one cast per column copies them into the plain string/binary layout Spark takes. Only rows that carry a
-property with a column of its own (content type, correlation id, message id, headers) are read one by one,
-as the per-message path reads every row; the bench's rows and most streams have none of them.
+routing key and body are variable-length slices of the received bytes, which Arrow copies into the plain
+string/binary layout Spark takes (_picked); a name that every row shares is built once, bodies of one length
+are one fixed-width gather (_names, _bodies). Only rows that carry a property with a column of its own
+(content type, correlation id, message id, headers) are read one by one, as the per-message path reads every
+row; the bench's rows and most streams have none of them.
+
+A batch whose records are alike (_Alike: one length, and the same layout, names and properties, as one
+publisher with one body size writes them) skips all of that: its names and properties are read once and its
+bodies copied with one fixed-width gather. The check costs a gather of each record's head and one compare.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -23,21 +28,18 @@ from amqpd.spark.rows import arrow_schema, headers_array
 from amqpd.spark.wire import SHOWN, BrokerError, Chunks, scan_properties, table_headers
 
 _FIXED = 25  # store/FORMAT.md's Record: the fixed fields' bytes (little-endian), before the queue ids
-_INLINE = 12  # an Arrow view holds values up to 12 bytes inline, longer ones by buffer offset
 _MS_TO_US = 1000
-_US = pa.timestamp("us", tz="UTC")
-# Arrow's view layout, 16 bytes: i32 length, then 12 bytes inline; or a 4-byte prefix, buffer index, offset
-_SHORT_VIEW = np.dtype({"names": ["length", "lo", "hi"], "formats": ["<i4", "<u8", "<u4"], "offsets": [0, 4, 12]})
-_LONG_VIEW = np.dtype(
+_BLOCK = 4096  # rows per block where _gathered copies bytes of every row only to compare them
+# a record's fixed fields from its time on (little-endian, unaligned): one gather reads them all for every row
+_FIELDS = np.dtype(
     {
-        "names": ["length", "prefix", "buffer", "offset"],
-        "formats": ["<i4", "<u4", "<i4", "<i4"],
-        "offsets": [0, 4, 8, 12],
+        "names": ["time", "flags", "exchange", "routing_key", "queues", "properties"],
+        "formats": ["<i8", "u1", "u1", "u1", "<u2", "<u4"],
+        "offsets": [0, 8, 9, 10, 11, 13],
+        "itemsize": 17,
     }
 )
-# the inline bytes a value of each length owns (the rest are zero in a view): the first 8, then the last 4
-_LO_MASK = np.array([(1 << (8 * min(k, 8))) - 1 for k in range(_INLINE + 1)], np.uint64)
-_HI_MASK = np.array([(1 << (8 * max(min(k - 8, 4), 0))) - 1 for k in range(_INLINE + 1)], np.uint32)
+_US = pa.timestamp("us", tz="UTC")
 
 
 class Located:
@@ -93,67 +95,200 @@ def chunk_batch(stream: str, chunks: Chunks, include_headers: bool) -> pa.Record
     by one."""
     at = Located(chunks)
     n = len(at.starts)
+    alike = _Alike.of(at)
+    columns = alike.columns(include_headers) if alike else _mixed_columns(at, include_headers)
+    arrays = [pa.array(at.offsets, pa.int64()), columns[0], _repeat_text(stream, n), *columns[1:]]
+    return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(include_headers))
+
+
+class _Alike:
+    """A batch whose records differ only in their message id, time and body bytes: all of one length, with
+    the same bytes from the flags to the body (the layout, queue ids, exchange, routing key and properties:
+    a stream written by one publisher with one body size, as the bench's). The names and properties are
+    then read once, and the bodies gathered with one fixed-width copy and offsets from an arange: none of
+    the general path's per-row positions and picking. Records need not be equally spaced in `data`."""
+
+    def __init__(self, at: Located, head: tuple[int, ...], size: int, times: np.ndarray) -> None:
+        self.at, self.head, self.size, self.times = at, head, size, times
+
+    @classmethod
+    def of(cls, at: Located) -> _Alike | None:
+        """The batch's shared layout, or None when its records are not alike (checked cheapest first)."""
+        starts, n = at.starts, len(at.starts)
+        if not n:
+            return None
+        first, size = int(starts[0]), int(at.ends[0] - starts[0])
+        if size < _FIXED or n * size >= 1 << 31 or not (at.ends - starts == size).all():  # 32-bit offsets
+            return None
+        head = tuple(int(field) for field in _loads(at.data, _FIELDS)[first + 8])[1:]
+        flags, ex_len, rk_len, queues, props_len = head
+        body = _FIXED + 8 * (flags & 1) + 4 * queues + ex_len + rk_len + props_len
+        if props_len < 14 or body > size:  # left to the general path, which refuses it
+            return None
+        # each record's time and head are gathered together: the times are taken out, the rest compared
+        times = np.empty(n, np.int64)
+        if not _same_rows(_untimed(_gathered(at.data, starts + 8, body - 8), times)):
+            return None
+        return cls(at, head, size, times)
+
+    def columns(self, include_headers: bool) -> list[pa.Array]:
+        """timestamp, exchange, routing_key, the property columns and body."""
+        data, starts, n = self.at.data, self.at.starts, len(self.at.starts)
+        flags, ex_len, rk_len, queues, props_len = self.head
+        names = int(starts[0]) + _FIXED + 8 * (flags & 1) + 4 * queues  # the first record's
+        props = names + ex_len + rk_len
+        body = props + props_len - int(starts[0])  # in each record
+        return [
+            pa.array(self.times, _US),
+            _repeat(data[names : names + ex_len], n),
+            _repeat(data[names + ex_len : props], n),
+            *_same_properties(data, props, n, include_headers),
+            _fixed_binary(data, starts + body, self.size - body),
+        ]
+
+
+def _fixed_binary(data: bytes, starts: np.ndarray, width: int) -> pa.Array:
+    """data[start:start + width] for each start, as a binary column: one fixed-width gather is its values,
+    an arange its (32-bit) offsets."""
+    n = len(starts)
+    values = _loads(data, f"V{width}")[starts] if width else np.zeros(0, np.uint8)
+    offsets = np.arange(n + 1, dtype=np.int32) * np.int32(width)
+    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(values)])
+
+
+def _names(data: bytes, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
+    """The exchange or routing key column; built once when every row has the same name, as in a stream
+    written by one publisher (the lengths are compared first: that check costs little when it fails)."""
+    width = int(lengths[0]) if len(lengths) else 0
+    if len(lengths) and (lengths == width).all() and (not width or _same_bytes(data, starts, width)):
+        first = int(starts[0])
+        return _repeat(data[first : first + width], len(lengths))
+    return _strings(data, starts, lengths)
+
+
+def _bodies(data: bytes, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
+    """The body column: one fixed-width gather when the bodies have one length, else picked one by one."""
+    if len(lengths) and (lengths == lengths[0]).all() and len(lengths) * int(lengths[0]) < 1 << 31:
+        return _fixed_binary(data, starts, int(lengths[0]))
+    return _picked(data, starts, starts + lengths)
+
+
+def _same_bytes(data: bytes, starts: np.ndarray, width: int) -> bool:
+    """Whether data[start:start + width] is the same for every start."""
+    return _same_rows(_gathered(data, starts, width))
+
+
+def _gathered(data: bytes, starts: np.ndarray, width: int) -> Iterator[np.ndarray]:
+    """data[start:start + width] for each start (width > 0), a block of rows at a time: the copies stay small
+    (in cache, and reused by malloc rather than mapped afresh every batch)."""
+    values = _loads(data, f"V{width}")
+    for at in range(0, len(starts), _BLOCK):
+        yield values[starts[at : at + _BLOCK]]
+
+
+def _same_rows(blocks: Iterable[np.ndarray]) -> bool:
+    """Whether every row of the blocks holds the same bytes; a batch that is not alike is found out at its
+    first block."""
+    same = b""
+    for block in blocks:
+        raw = block.view(np.uint8).tobytes()
+        same = same or raw[: block.itemsize] * len(block)  # the first block is the longest
+        if raw != (same if len(raw) == len(same) else same[: len(raw)]):
+            return False
+    return True
+
+
+def _untimed(blocks: Iterable[np.ndarray], times: np.ndarray) -> Iterator[np.ndarray]:
+    """The blocks of records' bytes from their time on, each with its times moved out into `times` (as
+    Spark's µs) and zeroed."""
+    at = 0
+    for block in blocks:
+        stamps = np.ndarray((len(block),), "<i8", block, 0, (block.itemsize,))
+        np.multiply(stamps, _MS_TO_US, out=times[at : at + len(block)])
+        stamps[:] = 0
+        at += len(block)
+        yield block
+
+
+def _same_properties(data: bytes, props: int, n: int, include_headers: bool) -> list[pa.Array]:
+    """The property columns of n rows that all have the properties at `props`: scanned once."""
+    none = np.zeros(0, np.int64)
+    if not (data[props + 12] << 8 | data[props + 13]) & SHOWN:
+        return _properties(data, none, none, n, include_headers)
+    one = _properties(data, np.array([props]), np.array([0]), 1, include_headers)
+    return [column.take(np.zeros(n, np.intp)) for column in one]
+
+
+def _repeat(name: bytes, n: int) -> pa.Array:
+    """n times one exchange or routing key, decoded as the per-message path decodes it (once)."""
+    return _repeat_text(name.decode("utf-8", "replace"), n)
+
+
+def _repeat_text(text: str, n: int) -> pa.Array:
+    """n times `text` as a string column, its buffers made by numpy: half what pa.repeat takes."""
+    raw = text.encode()
+    if len(raw) * n >= 1 << 31:  # more than 32-bit offsets hold: let Arrow say so
+        return pa.repeat(pa.scalar(text, pa.string()), n)
+    offsets = np.arange(n + 1, dtype=np.int32) * np.int32(len(raw))
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(raw * n)])
+
+
+def _mixed_columns(at: Located, include_headers: bool) -> list[pa.Array]:
+    """timestamp, exchange, routing_key, the property columns and body, from each row's positions."""
+    n = len(at.starts)
     data = at.data
-    u8 = np.frombuffer(data, np.uint8)
     starts = at.starts
-    ex_len = u8[starts + 17].astype(np.int64)
-    rk_len = u8[starts + 18].astype(np.int64)
-    queues = _loads(data, "<u2")[starts + 19].astype(np.int64)
-    props_len = _loads(data, "<u4")[starts + 21].astype(np.int64)
-    names = starts + _FIXED + 4 * queues + 8 * (u8[starts + 16] & 1)  # flag bit 0: an expiry before the ids
+    fields = _loads(data, _FIELDS)[starts + 8]
+    ex_len = fields["exchange"].astype(np.int64)
+    rk_len = fields["routing_key"].astype(np.int64)
+    props_len = fields["properties"].astype(np.int64)
+    names = starts + _FIXED + 4 * fields["queues"].astype(np.int64) + 8 * (fields["flags"] & 1)  # bit 0: an expiry
     props = names + ex_len + rk_len
     body = props + props_len
     # a record's fields must lie inside it (one shorter than the fixed fields ends before its body would
-    # start): Arrow would read whatever the views point at
+    # start): Arrow would copy whatever the offsets point at
     if n and ((body > at.ends) | (props_len < 14)).any():
         raise BrokerError("a chunk delivery with a record whose fields run past its end")
     flags = _loads(data, ">u2")[props + 12]  # the content header's property flags
     rich = np.flatnonzero(flags & SHOWN)
-    arrays = [
-        pa.array(at.offsets, pa.int64()),
-        pa.array(_loads(data, "<i8")[starts + 8] * _MS_TO_US, _US),  # the broker's ms, as Spark's timestamp (µs)
-        pa.repeat(pa.scalar(stream, pa.string()), n),
-        _strings(data, names, ex_len),
-        _strings(data, names + ex_len, rk_len),
+    return [
+        pa.array(fields["time"] * _MS_TO_US, _US),  # the broker's ms, as Spark's timestamp (µs)
+        _names(data, names, ex_len),
+        _names(data, names + ex_len, rk_len),
         *_properties(data, props, rich, n, include_headers),
-        _slices(data, body, at.ends - body, pa.binary_view()).cast(pa.binary()),
+        _bodies(data, body, at.ends - body),
     ]
-    return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(include_headers))
 
 
-def _loads(data: bytes, dtype: str) -> np.ndarray:
+def _loads(data: bytes, dtype: str | np.dtype[Any]) -> np.ndarray:
     """Every byte position of `data` read as one `dtype` value (element i: the value whose bytes start at i),
     a strided view without a copy: indexing it with n positions reads n unaligned fields at once."""
     kind = np.dtype(dtype)
     return np.ndarray((len(data) - kind.itemsize + 1,), kind, data, 0, (1,))
 
 
-def _slices(data: bytes, starts: np.ndarray, lengths: np.ndarray, kind: pa.DataType) -> pa.Array:
-    """data[start:start + length] for each row, as a binary_view or string_view array over `data` (the
-    values are not copied)."""
+def _picked(data: bytes, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
+    """data[start:end] for each row, as a binary column. An array over `data` whose values are, in turn, a
+    row's bytes and what lies between it and the next (offsets start0, end0, start1, end1, ...) is made
+    without a copy; Arrow's take of every other value then copies each row's bytes once."""
     n = len(starts)
-    views = np.zeros(n, _SHORT_VIEW)
-    views["length"] = lengths
-    long = lengths > _INLINE
-    if not long.all():
-        owned = np.minimum(lengths, _INLINE)
-        views["lo"] = _loads(data, "<u8")[starts] & _LO_MASK[owned]
-        views["hi"] = _loads(data, "<u4")[starts + 8] & _HI_MASK[owned]
-    if long.any():  # over what the inline fill wrote for them: their prefix, buffer 0, their offset
-        rows = np.flatnonzero(long)
-        out = views.view(_LONG_VIEW)
-        out["prefix"][rows] = _loads(data, "<u4")[starts[rows]]
-        out["buffer"][rows] = 0
-        out["offset"][rows] = starts[rows]
-    return pa.Array.from_buffers(kind, n, [None, pa.py_buffer(views), pa.py_buffer(data)])
+    large = len(data) >= 1 << 31  # past what 32-bit offsets hold
+    bounds: np.ndarray = np.empty(2 * n, np.int64 if large else np.int32)
+    bounds[0::2] = starts
+    bounds[1::2] = ends
+    if not n or (bounds[1:] < bounds[:-1]).any():  # rows out of order in `data` (or none): one by one
+        return pa.array([data[s:e] for s, e in zip(starts.tolist(), ends.tolist(), strict=True)], pa.binary())
+    spans = pa.Array.from_buffers(
+        pa.large_binary() if large else pa.binary(), 2 * n - 1, [None, pa.py_buffer(bounds), pa.py_buffer(data)]
+    )
+    return spans.take(np.arange(0, 2 * n - 1, 2)).cast(pa.binary())
 
 
 def _strings(data: bytes, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
-    """As _slices, as UTF-8 strings; bytes that are not UTF-8 are decoded with replacement characters, as the
-    per-message path decodes them (Arrow would refuse them)."""
-    views = _slices(data, starts, lengths, pa.string_view())
+    """data[start:start + length] for each row as UTF-8 strings; bytes that are not UTF-8 are decoded with
+    replacement characters, as the per-message path decodes them (Arrow would refuse them)."""
     try:
-        views.validate(full=True)
+        return _picked(data, starts, starts + lengths).cast(pa.string())
     except pa.ArrowInvalid:
         return pa.array(
             [
@@ -162,7 +297,6 @@ def _strings(data: bytes, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
             ],
             pa.string(),
         )
-    return views.cast(pa.string())
 
 
 def _properties(data: bytes, props: np.ndarray, rich: np.ndarray, n: int, include_headers: bool) -> list[pa.Array]:

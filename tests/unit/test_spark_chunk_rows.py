@@ -1,17 +1,25 @@
 """Chunk deliveries into record batches (amqpd/spark/chunk_rows.py) for records the in-process differential
 (test_spark_chunks.py) cannot produce: records as the disk store writes them for several queues with an
-expiry, names that are not UTF-8, damaged records, and chunks that do not add up."""
+expiry, names that are not UTF-8, damaged records, and chunks that do not add up; and batches of alike
+records (one layout, names and properties), or nearly, read as one by one by the alike and the general path."""
 
 from __future__ import annotations
 
 import struct
 
+import numpy as np
+import pyarrow as pa
 import pytest
+from fakes import header_payload
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from amqpd.broker.stream_chunks import encode_chunk
+from amqpd.spark import chunk_rows
 from amqpd.spark.chunk_rows import chunk_batch
-from amqpd.spark.wire import BrokerError, Chunks
-from store.record_codec import encode_record
+from amqpd.spark.rows import arrow_schema, record_batch
+from amqpd.spark.wire import BrokerError, Chunks, Columns, scan_properties, table_headers
+from store.record_codec import decode_record, encode_record
 from store.records import MessageRecord
 
 PLAIN = struct.pack(">HHQH", 60, 0, 0, 0x1000) + b"\x02"  # a content header's bytes: persistent, nothing else
@@ -39,6 +47,18 @@ def test_a_record_for_several_queues_with_an_expiry_reads_as_its_names_and_body(
     assert got["body"] == [b"a" * 30, b"b"]
 
 
+def test_records_for_more_queues_than_16_bits_of_their_ids_hold_read_as_their_names_and_body() -> None:
+    many = list(range(20_000))  # 80,000 bytes of queue ids before the names
+    payloads: list[bytes | None] = [
+        encode_record(1, record(b"first", "amq.fanout", "key"), many),
+        encode_record(2, record(b"second", "", "other"), many[:17_000]),
+    ]
+    got = rows(payloads)
+    assert got["exchange"] == ["amq.fanout", ""]
+    assert got["routing_key"] == ["key", "other"]
+    assert got["body"] == [b"first", b"second"]
+
+
 def test_names_that_are_not_utf8_read_with_replacement_characters_as_message_by_message() -> None:
     name = b"caf\xe9-\xff-long-enough-to-be-out-of-line".decode("utf-8", "surrogateescape")
     got = rows([encode_record(1, record(b"x", "ex\xff".encode().decode(), name), [])])
@@ -52,6 +72,16 @@ def test_damaged_records_and_offsets_past_the_stop_are_left_out() -> None:
     got = rows(payloads, first=10, stop=15)
     assert got["offset"] == [10, 11, 13, 14]
     assert got["body"] == [b"0", b"1", b"3", b"4"]
+
+
+def test_rows_out_of_order_in_the_received_bytes_are_still_picked_whole() -> None:
+    # Located finds rows in order today; _picked's array over `data` would have offsets that go back (not a
+    # valid Arrow array) if they were not, so it checks the order rather than assume it
+    data = bytes(range(40))
+    starts, ends = np.array([20, 0, 5, 32]), np.array([30, 10, 8, 40])
+    assert chunk_rows._picked(data, starts, ends).to_pylist() == [data[20:30], data[0:10], data[5:8], data[32:40]]
+    assert chunk_rows._picked(data, starts[1:], ends[1:]).to_pylist() == [data[0:10], data[5:8], data[32:40]]
+    assert chunk_rows._picked(data, starts[:0], ends[:0]).to_pylist() == []
 
 
 def test_a_chunk_whose_lengths_do_not_add_up_to_its_body_is_an_error() -> None:
@@ -70,3 +100,149 @@ def test_a_record_shorter_than_its_fields_is_an_error() -> None:
         chunks.add(encode_chunk([cut]), 0, 1)
         with pytest.raises(BrokerError):
             chunk_batch("s", chunks, include_headers=False)
+
+
+# names on either side of the 12 bytes an Arrow view holds inline, and bytes that are not UTF-8 (as a record
+# holds them: surrogateescape)
+NAMES = ["", "amq.fanout", "a-routing-key-longer-than-twelve", "ex\udcff", "caf\udce9-\udcff-out-of-line-name"]
+PROPERTIES = [
+    PLAIN,
+    header_payload(0, delivery_mode=2, priority=3),
+    header_payload(0, content_type="application/json", message_id="m-1", correlation_id="c\u00e9"),
+    header_payload(0, headers={"kind": "order", "n": 7, "raw": bytearray(b"\x00\xff")}, message_id="m-1"),
+]
+# what one row may change: fields that keep the records alike, then fields that do not
+CHANGES = ["time", "body bytes", "skipped", "body length", "exchange", "routing key", "properties", "expiry", "queues"]
+# ... and fields that do not but keep the record's length: its layout is then all that tells them apart
+CHANGES += ["exchange bytes", "names split", "properties bytes", "queue id"]
+
+
+def same_length_names(exchange: str, routing_key: str) -> dict[str, dict[str, object]]:
+    """Names of the same length in all (when there are any): the exchange's last character changed, and
+    one character moved from the routing key to the exchange (or back); without names, a name."""
+    names = exchange + routing_key
+    cut = len(exchange) + 1 if routing_key else len(exchange) - 1
+    return {
+        "exchange bytes": {"exchange": exchange[:-1] + ("y" if exchange[-1:] != "y" else "z")},
+        "names split": {"exchange": names[:cut], "routing_key": names[cut:]} if names else {"exchange": "y"},
+    }
+
+
+def alike_payloads(n: int, base: dict[str, object], change: str, row: int) -> list[bytes | None]:
+    """n records with `base`'s fields and bodies of one length, their own bytes and times; row `row`
+    differs in `change`."""
+    out: list[bytes | None] = []
+    for i in range(n):
+        fields = dict(base, body=bytes((i + j) % 256 for j in range(int(base["size"]))))  # type: ignore[call-overload]
+        queues = [3]
+        if i == row:
+            other = {
+                "time": {"time": 1_800_000_000_000},
+                "body bytes": {"body": b"\xee" * len(fields["body"])},  # type: ignore[arg-type]
+                "body length": {"body": fields["body"] + b"!"},  # type: ignore[operator]
+                "exchange": {"exchange": str(base["exchange"]) + "x"},
+                "routing key": {"routing_key": "x" + str(base["routing_key"])},
+                "properties": {"properties": PROPERTIES[(PROPERTIES.index(base["properties"]) + 1) % len(PROPERTIES)]},  # type: ignore[arg-type]
+                "expiry": {"expires_at_ms": None if base["expires_at_ms"] else 1_900_000_000_000},
+                "properties bytes": {"properties": fields["properties"][:-1] + bytes([fields["properties"][-1] ^ 1])},  # type: ignore[index]
+                **same_length_names(str(base["exchange"]), str(base["routing_key"])),
+            }.get(change, {})
+            fields.update(other)
+            queues = {"queues": [3, 4], "queue id": [4]}.get(change, queues)
+            if change == "skipped":
+                out.append(None)
+                continue
+        record = MessageRecord(
+            fields["exchange"],  # type: ignore[arg-type]
+            fields["routing_key"],  # type: ignore[arg-type]
+            fields["properties"],  # type: ignore[arg-type]
+            fields["body"],  # type: ignore[arg-type]
+            fields.get("time", 1_700_000_000_000 + i),  # type: ignore[arg-type]
+            expires_at_ms=fields["expires_at_ms"],  # type: ignore[arg-type]
+        )
+        out.append(encode_record(i, record, queues))
+    return out
+
+
+def one_by_one(payloads: list[bytes | None], first: int, stop: int, with_headers: bool) -> pa.RecordBatch:
+    """The rows as the per-message path builds its batches (rows.record_batch), each record decoded on its
+    own (names as a delivery's: bytes that are not UTF-8 replaced)."""
+    cols = Columns()
+    for offset, payload in enumerate(payloads, first):
+        if payload is None or offset >= stop:
+            continue
+        _, _, record = decode_record(payload)
+        props = record.properties
+        content_type, table, end, correlation_id, message_id = scan_properties(props, 14, props[12] << 8 | props[13])
+        cols.offset.append(offset)
+        cols.timestamp.append(record.timestamp_ms)
+        for names, name in ((cols.exchange, record.exchange), (cols.routing_key, record.routing_key)):
+            names.append(name.encode("utf-8", "surrogateescape").decode("utf-8", "replace"))
+        cols.content_type.append(content_type)
+        cols.correlation_id.append(correlation_id)
+        cols.message_id.append(message_id)
+        cols.headers.append((table_headers(props[table:end]) if table else {}) if with_headers else None)
+        cols.body.append(record.body)
+    return record_batch("s", cols, with_headers)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    n=st.integers(1, 40),
+    base=st.fixed_dictionaries(
+        {
+            "exchange": st.sampled_from(NAMES),
+            "routing_key": st.sampled_from(NAMES),
+            "properties": st.sampled_from(PROPERTIES),
+            "size": st.sampled_from([0, 1, 12, 13, 100]),
+            "expires_at_ms": st.sampled_from([None, 1_800_000_000_000]),
+        }
+    ),
+    change=st.sampled_from([None, *CHANGES]),
+    data=st.data(),
+    chunk=st.integers(1, 9),
+    block=st.sampled_from([1, 3, 4096]),
+    with_headers=st.booleans(),
+)
+def test_alike_records_read_as_one_by_one_by_either_path(
+    monkeypatch: pytest.MonkeyPatch,
+    n: int,
+    base: dict[str, object],
+    change: str | None,
+    data: st.DataObject,
+    chunk: int,
+    block: int,
+    with_headers: bool,
+) -> None:
+    row = data.draw(st.integers(0, n - 1))
+    first = data.draw(st.integers(0, 1000))
+    stop = first + data.draw(st.integers(1, n))  # a last chunk may run past the range's end
+    payloads = alike_payloads(n, base, change or "", row)
+    chunks = Chunks(stop)
+    for at in range(0, n, chunk):  # several chunks: their length tables lie between the records
+        chunks.add(encode_chunk(payloads[at : at + chunk]), first + at, len(payloads[at : at + chunk]))
+    used: list[bool] = []
+    real_of = chunk_rows._Alike.of
+
+    def spied(at: chunk_rows.Located) -> chunk_rows._Alike | None:
+        found = real_of(at)
+        used.append(found is not None)
+        return found
+
+    with monkeypatch.context() as patched:  # undone per example: hypothesis runs them all in one call
+        patched.setattr(chunk_rows._Alike, "of", spied)
+        patched.setattr(chunk_rows, "_BLOCK", block)  # the records' heads compared this many at a time
+        fast = chunk_batch("s", chunks, with_headers)
+    with monkeypatch.context() as patched:
+        patched.setattr(chunk_rows._Alike, "of", lambda at: None)
+        general = chunk_batch("s", chunks, with_headers)
+    expected = one_by_one(payloads, first, stop, with_headers)
+    assert fast.schema == general.schema == expected.schema == arrow_schema(with_headers)
+    assert fast.to_pydict() == general.to_pydict() == expected.to_pydict()
+    assert fast.equals(expected)
+    assert general.equals(expected)
+    kept = fast.num_rows
+    if kept and change in (None, "time", "body bytes", "skipped"):
+        assert used == [True]  # the rows were alike: the fast path read them
+    elif kept > 1 and first + row < stop:
+        assert used == [False]  # the changed row is among them: they were not alike

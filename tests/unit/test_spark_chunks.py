@@ -166,6 +166,45 @@ def test_chunk_deliveries_read_as_the_same_rows_as_message_by_message(
     assert chunked == plain
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    count=st.integers(2, 30),
+    size=st.sampled_from([0, 5, 13, 100]),
+    shared=properties,
+    route=routes,
+    odd=st.tuples(st.integers(0, 29), st.sampled_from(["none", "body", "route", "message_id"])),
+    chunk=st.integers(1, 9),
+    with_headers=st.booleans(),
+)
+def test_alike_messages_read_as_the_same_rows_as_message_by_message(
+    monkeypatch: pytest.MonkeyPatch,
+    count: int,
+    size: int,
+    shared: dict[str, Any],
+    route: tuple[str, int],
+    odd: tuple[int, str],
+    chunk: int,
+    with_headers: bool,
+) -> None:
+    """One publisher's messages: one route, the same properties, bodies of one size (chunk_rows reads them
+    as alike); one message may differ in its body's length, its route or its message id."""
+    messages = [(bytes([i]) * size, shared) for i in range(count)]
+    routes_of = [route] * count
+    at, change = odd[0] % count, odd[1]
+    if change == "body":
+        messages[at] = (b"+" * (size + 1), shared)
+    elif change == "route":
+        routes_of[at] = (route[0], route[1] + 1)
+    elif change == "message_id":
+        messages[at] = (messages[at][0], {**shared, "message_id": "another"})
+    client = stream_with(messages, routes_of)
+    options = {"with_headers": with_headers, "batch_rows": 50}
+    plain, _ = read(client, monkeypatch, 0, count, chunk_records=0, **options)
+    chunked, _ = read(client, monkeypatch, 0, count, chunk_records=chunk, **options)
+    assert plain["offset"] == list(range(count))
+    assert chunked == plain
+
+
 def test_a_broker_that_ignores_the_chunk_argument_is_read_message_by_message(monkeypatch: pytest.MonkeyPatch) -> None:
     # RabbitMQ ignores consumer arguments it does not know: the broker here, told another name, does the same
     monkeypatch.setattr(stream_module, "CHUNK_ARG", "x-not-this")

@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pika
 
@@ -54,6 +55,26 @@ class Shares:
     def per_row(before: dict[str, float], after: dict[str, float], rows: int) -> str:
         used = {k: (after[k] - before[k]) / rows * 1e6 for k in before}
         return "  ".join(f"{k} {v:.2f}" for k, v in used.items()) + f"  (all {sum(used.values()):.2f})"
+
+
+def local_session(app: str, conf: dict[str, str] | None = None) -> Any:
+    """A SparkSession on local[2] as every Spark bench runs one (no UI or progress bars, 2 shuffle partitions,
+    a 2 GB driver), plus `conf`."""
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.master("local[2]").appName(app)
+    settings = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.driver.memory": "2g",
+        **(conf or {}),
+    }
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
 
 
 def floor_source(rows: int, size: int) -> type:
@@ -152,8 +173,6 @@ def paced_publisher(url: str, stream: str, rate: int, seconds: float, size: int,
 def latency(rate: int, seconds: float, size: int) -> None:
     """End to end as a pipeline sees it: publish into `bench-latency` → Spark reads it (default trigger) →
     writes the bodies to `bench-latency-out` → a consumer there gets them; each body carries its publish time."""
-    from pyspark.sql import SparkSession
-
     from amqpd.spark import register
     from amqpd.spark.reader import arrow_batches
 
@@ -164,14 +183,7 @@ def latency(rate: int, seconds: float, size: int) -> None:
         for name in (stream, out):
             conn.channel().queue_declare(name, durable=True, arguments={"x-queue-type": "stream"})
         conn.close()
-        spark = (
-            SparkSession.builder.master("local[2]")
-            .appName("bench.spark latency")
-            .config("spark.ui.enabled", "false")
-            .config("spark.sql.shuffle.partitions", "2")
-            .getOrCreate()
-        )
-        spark.sparkContext.setLogLevel("ERROR")
+        spark = local_session("bench.spark latency")
         register(spark)
         query = (
             spark.readStream.format("amqpd")
@@ -239,7 +251,6 @@ def main() -> None:
         latency(args.latency, args.seconds, args.size)
         return
 
-    from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
     from amqpd.spark import register
@@ -247,15 +258,7 @@ def main() -> None:
     with BrokerProcess(management=True) as broker, tempfile.TemporaryDirectory(prefix="bench-spark-") as tmp:
         print(f"filling {STREAM} with {args.messages:,} messages of {args.size} B …", flush=True)
         print(f"  confirmed publish: {fill(broker.url, args.messages, args.size):,.0f} msg/s", flush=True)
-        spark = (
-            SparkSession.builder.master("local[2]")
-            .appName("bench.spark")
-            .config("spark.ui.enabled", "false")
-            .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.driver.memory", "2g")
-            .getOrCreate()
-        )
-        spark.sparkContext.setLogLevel("ERROR")
+        spark = local_session("bench.spark")
         register(spark)
 
         def amqpd_reader():  # type: ignore[no-untyped-def]

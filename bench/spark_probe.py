@@ -30,7 +30,7 @@ from pathlib import Path
 from amqpd.spark.wire import Chunks, Endpoint, StreamReader
 from amqpd.testing import BrokerProcess
 from bench import procstat
-from bench.spark import STREAM, fill
+from bench.spark import STREAM, fill, local_session
 
 _CACHE: dict[str, list] = {}  # per Python worker (Spark reuses them): the batches built from the capture
 
@@ -133,25 +133,12 @@ def main() -> None:
     parser.add_argument("--modes", default="floor,chunks,each,slow", help="sources, each as mode[:partitions]")
     args = parser.parse_args()
 
-    from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
     with tempfile.TemporaryDirectory(prefix="bench-probe-") as tmp:
         path = Path(tmp) / "chunks.pickle"
         capture(path, args.capture, args.size)
-        builder = SparkSession.builder
-        for setting in args.conf:
-            builder = builder.config(*setting.split("=", 1))
-        spark = (
-            builder.master("local[2]")
-            .appName("bench.spark_probe")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.driver.memory", "2g")
-            .getOrCreate()
-        )
-        spark.sparkContext.setLogLevel("ERROR")
+        spark = local_session("bench.spark_probe", dict(setting.split("=", 1) for setting in args.conf))
         spark.dataSource.register(probe_source(args.size))
         modes = args.modes.split(",")
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from amqpd.testing import BrokerProcess
-from bench.spark import STREAM, fill
+from bench.spark import STREAM, fill, local_session
 
 
 def timed_source(log: str) -> type:
@@ -115,26 +115,14 @@ def main() -> None:
     args = parser.parse_args()
     options = dict(pair.split("=", 1) for pair in args.options)
 
-    from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
     with BrokerProcess(management=True) as broker, tempfile.TemporaryDirectory(prefix="bench-timeline-") as tmp:
         fill(broker.url, args.messages, args.size)
         log, events = Path(tmp) / "reads", Path(tmp) / "events"
         events.mkdir()
-        spark = (
-            SparkSession.builder.master("local[2]")
-            .appName("bench.spark_timeline")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.driver.memory", "2g")
-            .config("spark.eventLog.enabled", "true")
-            .config("spark.eventLog.compress", "false")
-            .config("spark.eventLog.dir", str(events))
-            .getOrCreate()
-        )
-        spark.sparkContext.setLogLevel("ERROR")
+        events_log = {"spark.eventLog.enabled": "true", "spark.eventLog.compress": "false"}
+        spark = local_session("bench.spark_timeline", {**events_log, "spark.eventLog.dir": str(events)})
         spark.dataSource.register(timed_source(str(log)))
 
         def read(**extra: str) -> Any:

@@ -102,7 +102,8 @@ def chunk_batch(stream: str, chunks: Chunks, include_headers: bool) -> pa.Record
 
 
 class _Alike:
-    """A batch whose records differ only in their message id, time and body bytes: all of one length, with
+    """A batch whose records differ only in their store message id (the record's first field, not a column),
+    time and body bytes: all of one length, with
     the same bytes from the flags to the body (the layout, queue ids, exchange, routing key and properties:
     a stream written by one publisher with one body size, as the bench's). The names and properties are
     then read once, and the bodies gathered with one fixed-width copy and offsets from an arange: none of

@@ -88,7 +88,7 @@ class Session:
         self.peer = peer
         self.state = AWAIT_HEADER
         self.reader = FrameReader(self.settings.frame_max)
-        self.out: list[bytes] = []
+        self.out: list[bytes | memoryview] = []
         self.in_pieces = False  # `out` holds a large delivery's pieces (send_pieces): flushed unjoined
         self.channels: dict[int, Channel] = {}
         self.closing_channels: set[int] = set()  # we sent channel.close and wait for close-ok
@@ -129,7 +129,7 @@ class Session:
         are by a transport that takes a list of buffers (take_pieces)."""
         if not self.out:
             self.transport.request_flush()
-        self.out += pieces  # type: ignore[arg-type]  # views as well as bytes: b"".join and writelines take both
+        self.out += pieces
         self.in_pieces = True
 
     def take_output(self) -> bytes:
@@ -140,7 +140,7 @@ class Session:
         self.in_pieces = False
         return data
 
-    def take_pieces(self) -> list[bytes]:
+    def take_pieces(self) -> list[bytes | memoryview]:
         """take_output not joined, for a transport's writelines (uvloop writes the list with one writev, a
         chunk's 600 KB body never copied; asyncio before 3.12 joins them as take_output would)."""
         self._settle_confirms()

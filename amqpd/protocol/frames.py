@@ -250,7 +250,7 @@ def content_pieces(
     for part in body:
         n = len(part)
         at = 0
-        view = memoryview(part)  # slices of it: views, not copies
+        view = memoryview(part) if n > (free or room) else part  # slices of it: views, not copies
         while at < n:
             if not free:
                 free = min(room, left)

@@ -32,6 +32,7 @@ from amqpd.protocol.constants import (
 )
 from amqpd.protocol.fastpath import (
     encode_ack,
+    encode_deliver,
     encode_deliveries,
     encode_deliveries_each,
     encode_delivery,
@@ -44,7 +45,7 @@ from amqpd.protocol.fastpath import (
     parse_tag_bits,
     shortstr,
 )
-from amqpd.protocol.frames import content_frames
+from amqpd.protocol.frames import content_frames, content_pieces
 from amqpd.protocol.methods import AccessRequest, AccessRequestOk, build, encode_method
 from amqpd.protocol.properties import (
     PropertyScan,
@@ -92,6 +93,7 @@ class ConnectionLike(Protocol):
     writable: bool  # False while the socket's output is backed up
 
     def send(self, data: bytes) -> None: ...
+    def send_pieces(self, pieces: list[bytes | memoryview]) -> None: ...
     def confirms_pending(self, channel: Channel) -> None: ...
     def throttle(self, queue: Queue) -> None: ...
     def unconfirmed_changed(self, delta: int) -> None: ...
@@ -657,6 +659,15 @@ class Channel:
         self.last_tag = first + len(entries) - 1
         self.unacked.add_many(first, queue, entries, consumer, self.broker.clock)
         self.conn.send(b"".join(parts))
+
+    def deliver_parts(self, consumer: Consumer, queue: Queue, entry: Entry, body: list[bytes]) -> None:
+        """deliver_many of one entry whose body is held as `body`'s parts (a stream chunk, ~600 KB): its frames
+        go to the connection as pieces, the parts cut into body frames by views, never joined."""
+        tag = self.last_tag = self.last_tag + 1
+        self.unacked.add_many(tag, queue, [entry], consumer, self.broker.clock)
+        msg = entry.msg
+        method = encode_deliver(self.id, consumer.ctag, tag, entry.redelivered, msg.route)
+        self.conn.send_pieces(content_pieces(self.id, msg.header, body, msg.size, self.conn.frame_max, method))
 
     def deliver_batch(self, consumer: Consumer, queue: Queue, entries: list[Entry]) -> None:
         """deliver() of each entry in turn, encoded in one pass and counted unacked as one range (a queue handing

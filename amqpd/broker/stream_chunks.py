@@ -112,19 +112,26 @@ def chunk_layout(args: dict[str, Any]) -> int:
 
 
 class ChunkDelivery(LogDelivery):
-    """One chunk as its consumer gets it (see the module's docstring for the layouts)."""
+    """One chunk as its consumer gets it (see the module's docstring for the layouts). Its body is kept as
+    parts (`parts`: the runs table, then the records as read): the channel frames them without a join."""
 
-    __slots__ = ()
+    __slots__ = ("parts",)
 
-    def __init__(self, stream: str, first: int, count: int, body: bytes, layout: int) -> None:  # noqa: D107
+    def __init__(self, stream: str, first: int, count: int, parts: list[bytes], layout: int) -> None:  # noqa: D107
+        size = sum(map(len, parts))
         self.exchange = ""
         self.routing_key = stream
         self.route = route_of("", stream)
-        self.header = chunk_header(first, count, len(body), layout)
-        self.body = body
-        self.size = len(body)
+        self.header = chunk_header(first, count, size, layout)
+        self.parts = parts
+        self.size = size
         self.flags = FLAG_CONTENT_TYPE | FLAG_HEADERS
         self.timestamp_ms = 0
+
+    @property
+    def body(self) -> bytes:  # type: ignore[override]
+        """The parts joined, for whoever asks (the delivery path does not)."""
+        return b"".join(self.parts)
 
 
 def encode_chunk(payloads: list[bytes | None]) -> bytes:
@@ -138,13 +145,18 @@ def encode_chunk(payloads: list[bytes | None]) -> bytes:
 
 def encode_runs(runs: list[tuple[int, int, int]], parts: list[bytes]) -> bytes:
     """Layout 3: the runs table (consecutive runs alike joined), then the bytes."""
+    return b"".join([runs_table(runs), *parts])
+
+
+def runs_table(runs: list[tuple[int, int, int]]) -> bytes:
+    """Layout 3's runs table (consecutive runs alike joined), the body's first bytes."""
     table: list[int] = []
     for count, gap, length in runs:
         if table and table[-2] == gap and table[-1] == length:
             table[-3] += count
         else:
             table += (count, gap, length)
-    return struct.pack(f">{len(table) + 1}I", len(table) // 3, *table) + b"".join(parts)
+    return struct.pack(f">{len(table) + 1}I", len(table) // 3, *table)
 
 
 def chunk_header(first: int, count: int, body_size: int, layout: int = 2) -> bytes:
@@ -162,16 +174,16 @@ def feed_chunks(stream: StreamQueue, cursor: Cursor, entry: type[StreamEntry]) -
     layout = cursor.layout
     for start, end in stream.steps(cursor, FEED_CHUNKS, cursor.chunk):
         if layout >= 3:
-            count, body = _read_runs(stream, start, end)
+            count, parts = _read_runs(stream, start, end)
         else:
             payloads = _read_chunk(stream, start, end)
-            count, body = len(payloads), encode_chunk(payloads)
+            count, parts = len(payloads), [encode_chunk(payloads)]
         if not count:  # nothing readable after all (the steps said there was): no empty chunk
             return
         cursor.next = start + count
         cursor.outstanding.add(start, start + 1)
-        delivery = ChunkDelivery(stream.name, start, count, body, layout)
-        consumer.channel.deliver_many(consumer, stream, [entry(delivery, start, cursor)])
+        delivery = ChunkDelivery(stream.name, start, count, parts, layout)
+        consumer.channel.deliver_parts(consumer, stream, entry(delivery, start, cursor), parts)
 
 
 def _read_chunk(stream: StreamQueue, start: int, end: int) -> list[bytes | None]:
@@ -192,10 +204,12 @@ def _read_chunk(stream: StreamQueue, start: int, end: int) -> list[bytes | None]
     return payloads
 
 
-def _read_runs(stream: StreamQueue, start: int, end: int) -> tuple[int, bytes]:
-    """Layout 3's (records, body) for [start, end) or fewer, as _read_chunk stops: stretches of frames a
-    read checked before go as the store's bytes (one pread, nothing per record); the others as read_raw
-    gives them (which checks them, so the next read of them is a stretch of frames)."""
+def _read_runs(stream: StreamQueue, start: int, end: int) -> tuple[int, list[bytes]]:
+    """Layout 3's (records, body parts) for [start, end) or fewer, as _read_chunk stops: stretches of frames
+    a read checked before go as the store's bytes (one pread, nothing per record, never copied again: the
+    parts are not joined); the others as read_raw gives them (which checks them, so the next read of them
+    is a stretch of frames), joined a read step at a time (a few pieces a chunk to write, not a record's
+    each). The first part is the runs table."""
     log = stream.log
     runs: list[tuple[int, int, int]] = []
     parts: list[bytes] = []
@@ -217,8 +231,8 @@ def _read_runs(stream: StreamQueue, start: int, end: int) -> tuple[int, bytes]:
             break
         lengths = [len(p) if p is not None else 0 for p in read]
         runs += [(len(list(same)), 0, length) for length, same in groupby(lengths)]
-        parts += [p for p in read if p is not None]
+        parts.append(b"".join([p for p in read if p is not None]))
         size += sum(lengths)
         at += len(read)
         step = min(READ_STEP, (CHUNK_BYTES - size) * (at - start) // max(size, 1) + 1)
-    return at - start, encode_runs(runs, parts)
+    return at - start, [runs_table(runs), *parts]

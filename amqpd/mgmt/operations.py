@@ -49,6 +49,9 @@ class NoConnection:
     def send(self, data: bytes) -> None:
         """Nothing to send: the API publishes without returns, and its confirms are awaited directly."""
 
+    def send_pieces(self, pieces: list[bytes | memoryview]) -> None:
+        """Nothing to send: the API's channel never consumes."""
+
     def confirms_pending(self, channel: Channel) -> None:
         """Confirms are awaited through _deliver_published's callback instead."""
 

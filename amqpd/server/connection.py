@@ -30,6 +30,8 @@ class AMQPServerProtocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.session: Session | None = None
         self._flush_scheduled = False
+        # writelines hands pieces to the socket unjoined; over TLS each piece would be a record of its own
+        self._vectored = True
         self._read_holds: set[object] = set()  # why reading is paused: our output backed up, a full queue
         self._closed = False
         self._last_recv = time.monotonic()
@@ -54,6 +56,7 @@ class AMQPServerProtocol(asyncio.Protocol):
         self.session.local = f"{local[0]}:{local[1]}" if local else ""
         if transport.get_extra_info("ssl_object") is not None:
             self.session.tls = True
+            self._vectored = False
             # Only a certificate that verified against our CA is here (getpeercert() is empty otherwise).
             self.session.cert_user = cert_login_name(transport.get_extra_info("peercert"), s.tls_cert_login_from)
         self.session.on_open = self._start_heartbeats
@@ -110,10 +113,14 @@ class AMQPServerProtocol(asyncio.Protocol):
         if self.session is None or self.transport is None or self.transport.is_closing():
             return
         start = time.perf_counter()
-        data = self.session.take_output()
-        if data:
+        if self.session.in_pieces and self._vectored:  # a large delivery's frames as pieces: one writev
             self._last_send = time.monotonic()
-            self.transport.write(data)
+            self.transport.writelines(self.session.take_pieces())
+        else:
+            data = self.session.take_output()
+            if data:
+                self._last_send = time.monotonic()
+                self.transport.write(data)
         LOOP.busy += time.perf_counter() - start
 
     def close(self) -> None:

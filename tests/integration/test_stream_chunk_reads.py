@@ -4,7 +4,9 @@ between, bodies over frame_max, and a record damaged on disk."""
 
 from __future__ import annotations
 
+import itertools
 import struct
+import time
 from pathlib import Path
 from typing import Any
 
@@ -165,3 +167,58 @@ def test_layout_3_reads_across_segments_and_runs_of_records_over_frame_max(tmp_p
         # it stops after the record that takes it past CHUNK_BYTES
         last = table[-1][1] + table[-1][2]
         assert len(body) - 4 - 12 * len(table) - last < CHUNK_BYTES < len(body)
+
+
+def records_of(body: bytes) -> list[bytes]:
+    """A layout 3 chunk's records, each as the store keeps it (its frame header skipped)."""
+    table = runs_table(body)
+    at = 4 + 12 * len(table)
+    out = []
+    for count, gap, length in table:
+        for _ in range(count):
+            out.append(body[at + gap : at + gap + length])
+            at += gap + length
+    assert at == len(body)
+    return out
+
+
+def test_chunks_on_two_channels_to_a_reader_that_stops_reading_arrive_whole_in_small_frames(tmp_path: Path) -> None:
+    """A chunk goes out as pieces (frame headers and views of the records read), not joined: over frame_max
+    4096 (hundreds of frames a chunk), on two channels of one connection at once, to a client that reads
+    nothing for a while (the broker's socket fills and its writes wait): each channel's deliveries arrive
+    frame after frame in order (pika refuses a frame out of place) with the records as published, read
+    again (one pread of frames as on disk a chunk) after a first read."""
+    published = [(b"%05d" % i).ljust(100_000, bytes([65 + i % 26])) for i in range(120)]  # 12 MB
+    with BrokerProcess(data_dir=str(tmp_path)) as broker:
+        conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+        ch = conn.channel()
+        ch.queue_declare("s", durable=True, arguments=STREAM)
+        ch.confirm_delivery()
+        for body in published:
+            ch.basic_publish("", "s", body)
+        conn.close()
+        assert read_all(broker.url, 0, 120, chunk_records=100)["offset"] == list(range(120))  # checks them
+        conn = pika.BlockingConnection(pika.URLParameters(broker.url + "?frame_max=4096"))
+        got: dict[int, list[tuple[int, int, bytes]]] = {1: [], 2: []}
+        for number, chunks in got.items():
+            channel = conn.channel(number)
+            channel.basic_qos(prefetch_count=1000)
+
+            def on_chunk(_c: Any, _m: Any, props: Any, body: bytes, chunks: list = chunks) -> None:
+                chunks.append((props.headers["x-stream-offset"], props.headers["x-amqpd-chunk"], body))
+
+            args = {"x-stream-offset": 0, "x-amqpd-chunk": 100, "x-amqpd-chunk-layout": 3}
+            channel.basic_consume("s", on_chunk, arguments=args)  # unacked: prefetch leaves room for all
+        time.sleep(1)  # reads nothing meanwhile: more than the sockets hold waits in the broker's writes
+        deadline = time.monotonic() + 60
+        while sum(count for _, count, _ in got[1]) < 120 or sum(count for _, count, _ in got[2]) < 120:
+            assert time.monotonic() < deadline, "not every chunk within 60 s"
+            conn.process_data_events(time_limit=1)
+        conn.close()
+    for chunks in got.values():
+        assert [first for first, _, _ in chunks] == list(itertools.accumulate([0] + [n for _, n, _ in chunks[:-1]]))
+        records = [record for _, _, body in chunks for record in records_of(body)]
+        assert len(records) == 120
+        assert all(record.endswith(body) for record, body in zip(records, published, strict=True))
+        tables = [run for _, _, body in chunks for run in runs_table(body)]
+        assert sum(count for count, gap, _ in tables if gap == 24) >= 60  # most as frames as they lie on disk

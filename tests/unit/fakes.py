@@ -80,6 +80,9 @@ class FakeConnection:
     def send(self, data: bytes) -> None:
         self.sent.append(bytes(data))
 
+    def send_pieces(self, pieces: list[bytes | memoryview]) -> None:
+        self.sent.append(b"".join(pieces))
+
     def throttle(self, queue: Any) -> None:
         """Stop reading from this client (the session pauses its transport); unthrottle resumes."""
         queue.throttled.add(self)

@@ -9,7 +9,7 @@ from pamqp import body, commands, frame, header
 
 from amqpd import errors
 from amqpd.protocol import frames as frames_module
-from amqpd.protocol.frames import HEARTBEAT_FRAME, FrameReader, content_frames
+from amqpd.protocol.frames import HEARTBEAT_FRAME, FrameReader, content_frames, content_pieces
 from amqpd.protocol.frames import frame as make_frame
 
 Frame = tuple[int, int, bytes]
@@ -232,6 +232,29 @@ def test_content_frames_decode_with_pamqp_to_the_same_body(size: int, frame_max:
         got += piece.value
         rest = rest[used:]
     assert got == payload
+
+
+@given(
+    size=st.integers(0, 3 * 4096),
+    cuts=st.lists(st.integers(0, 3 * 4096), max_size=6),
+    frame_max=st.integers(4096, 9000),
+)
+@settings(max_examples=200, deadline=None)
+def test_a_body_held_in_parts_goes_out_as_the_same_frames_as_the_whole_body(
+    size: int, cuts: list[int], frame_max: int
+) -> None:
+    """A chunk's body is framed from its parts (the runs table, then the records as read) without joining
+    them: the pieces on the wire are the frames the joined body gives, cut at frame_max whatever the parts."""
+    payload = bytes(i % 251 for i in range(size))
+    bounds = sorted({0, len(payload), *(c for c in cuts if c <= len(payload))})
+    parts = [payload[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+    hdr = frame.marshal(header.ContentHeader(0, len(payload), commands.Basic.Properties()), 7)[7:-1]
+    method = frame.marshal(commands.Basic.Deliver("c", 1, False, "", "s"), 7)
+    pieces = content_pieces(7, hdr, parts, len(payload), frame_max, method)
+    expected = [method, frame.marshal(header.ContentHeader(0, len(payload), commands.Basic.Properties()), 7)]
+    for start in range(0, len(payload), frame_max - 8):
+        expected.append(frame.marshal(body.ContentBody(payload[start : start + frame_max - 8]), 7))
+    assert b"".join(pieces) == b"".join(expected) == content_frames(7, hdr, payload, frame_max, method)
 
 
 def test_a_run_after_publishes_with_their_own_properties_still_comes_out_as_a_run() -> None:

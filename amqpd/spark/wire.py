@@ -567,9 +567,9 @@ class StreamReader:
         held = tag = body_size = got = 0
         target = min(FIRST_BATCH_ROWS, self.batch_rows)
         out = rows.batch(target)
-        link.most = rows.recv_bytes
+        link.most, direct = rows.recv_bytes, rows.direct
         while True:
-            room = rows.room(out, body_size - got) if got < body_size else None
+            room = rows.room(out, body_size - got) if direct and got < body_size else None
             kind, start, end = link.next_frame() if room is None else link.next_frame_into(*room, body_size - got)
             buf = link.buf
             if kind == FRAME_METHOD:
@@ -625,6 +625,7 @@ class _Rows(Protocol[B]):
     ack_every: int  # deliveries per ack, until the acks would let the broker past the range
     unit: int  # offsets per delivery, at most
     recv_bytes: int  # what the link's fills receive at most
+    direct: bool  # whether bodies may be received where `room` says
 
     def batch(self, rows: int) -> B:
         """A new batch, to hold about `rows` rows."""
@@ -666,6 +667,7 @@ class _ByMessage:
         self.ack_every = max(self.window // 2, 1)
         self.unit = 1  # offsets per delivery
         self.recv_bytes = RECV_BYTES
+        self.direct = False
         self.exchange = self.routing_key = ""
         self.parts: list[bytes] = []
 
@@ -710,6 +712,7 @@ class _ByChunk:
         self.ack_every = 1
         self.unit = reader._chunk()  # noqa: SLF001
         self.recv_bytes = CHUNK_RECV_BYTES
+        self.direct = True
         self.first = self.count = 0
         self.layout = 2
         self.last = (0, 1)  # the last chunk's body size and count: sizes the next batch

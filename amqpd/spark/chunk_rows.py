@@ -43,40 +43,43 @@ _US = pa.timestamp("us", tz="UTC")
 
 
 class Located:
-    """Where each kept row's record is in the chunks' bytes joined: start, end, and its offset (records need
-    not be contiguous: layout 3 has the store's frame headers between them)."""
+    """Where each kept row's record is in the chunks' data (their bodies back to back, as received): start,
+    end, and its offset (records need not be contiguous: layout 3 has the store's frame headers between
+    them)."""
 
     def __init__(self, chunks: Chunks) -> None:
-        # zero padding after the last record, so that every fixed-width load (_loads) stays inside
-        self.data = b"".join([*chunks.bodies, bytes(_FIXED)])
+        # wire.PAD zero bytes follow the last body, so that every fixed-width load (_loads) stays inside
+        self.data = chunks.data
         starts, ends, offsets = [], [], []
-        base = 0
-        chunked = zip(chunks.bodies, chunks.firsts, chunks.counts, chunks.layouts, strict=True)
-        for body, first, count, layout in chunked:
-            gaps, lengths, table = _records(body, count) if layout == 3 else (None, _lengths(body, count), 4 * count)
-            end = np.cumsum(lengths if gaps is None else gaps + lengths)
-            if table + (int(end[-1]) if count else 0) != len(body):
-                raise BrokerError("a chunk delivery whose lengths do not add up to its body")
-            keep = lengths > 0  # length 0: the record failed its checks on disk, its offset is skipped
-            keep[max(chunks.stop - first, 0) :] = False  # from the range's end on: a last chunk may run past it
-            end += base + table
-            starts.append((end - lengths)[keep])
-            ends.append(end[keep])
-            offsets.append(np.arange(first, first + count, dtype=np.int64)[keep])
-            base += len(body)
+        chunked = zip(chunks.spans(), chunks.firsts, chunks.counts, chunks.layouts, strict=True)
+        with memoryview(self.data) as data:
+            for (base, stop), first, count, layout in chunked:
+                body = data[base:stop]
+                gaps, lengths, table = (
+                    _records(body, count) if layout == 3 else (None, _lengths(body, count), 4 * count)
+                )
+                end = np.cumsum(lengths if gaps is None else gaps + lengths)
+                if table + (int(end[-1]) if count else 0) != len(body):
+                    raise BrokerError("a chunk delivery whose lengths do not add up to its body")
+                keep = lengths > 0  # length 0: the record failed its checks on disk, its offset is skipped
+                keep[max(chunks.stop - first, 0) :] = False  # from the range's end on: a last chunk may run past it
+                end += base + table
+                starts.append((end - lengths)[keep])
+                ends.append(end[keep])
+                offsets.append(np.arange(first, first + count, dtype=np.int64)[keep])
         self.starts = np.concatenate(starts) if starts else np.zeros(0, np.int64)
         self.ends = np.concatenate(ends) if ends else np.zeros(0, np.int64)
         self.offsets = np.concatenate(offsets) if offsets else np.zeros(0, np.int64)
 
 
-def _lengths(body: bytes, count: int) -> np.ndarray:
+def _lengths(body: memoryview, count: int) -> np.ndarray:
     """Layout 2: `count` u32 lengths at the body's head."""
     if len(body) < 4 * count:
         raise BrokerError("a chunk delivery shorter than its lengths table")
     return np.frombuffer(body, ">u4", count).astype(np.int64)
 
 
-def _records(body: bytes, count: int) -> tuple[np.ndarray, np.ndarray, int]:
+def _records(body: memoryview, count: int) -> tuple[np.ndarray, np.ndarray, int]:
     """Layout 3: each record's gap (the bytes before it: a frame header, or none) and length, from the runs
     table (u32 runs, then each run's u32 count, gap and length), and the table's size."""
     runs = int.from_bytes(body[:4], "big") if len(body) >= 4 else -1
@@ -148,7 +151,7 @@ class _Alike:
         ]
 
 
-def _fixed_binary(data: bytes, starts: np.ndarray, width: int) -> pa.Array:
+def _fixed_binary(data: bytes | bytearray, starts: np.ndarray, width: int) -> pa.Array:
     """data[start:start + width] for each start, as a binary column: one fixed-width gather is its values,
     an arange its (32-bit) offsets."""
     n = len(starts)
@@ -157,7 +160,7 @@ def _fixed_binary(data: bytes, starts: np.ndarray, width: int) -> pa.Array:
     return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(values)])
 
 
-def _names(data: bytes, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
+def _names(data: bytes | bytearray, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
     """The exchange or routing key column; built once when every row has the same name, as in a stream
     written by one publisher (the lengths are compared first: that check costs little when it fails)."""
     width = int(lengths[0]) if len(lengths) else 0
@@ -167,19 +170,19 @@ def _names(data: bytes, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
     return _strings(data, starts, lengths)
 
 
-def _bodies(data: bytes, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
+def _bodies(data: bytes | bytearray, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
     """The body column: one fixed-width gather when the bodies have one length, else picked one by one."""
     if len(lengths) and (lengths == lengths[0]).all() and len(lengths) * int(lengths[0]) < 1 << 31:
         return _fixed_binary(data, starts, int(lengths[0]))
     return _picked(data, starts, starts + lengths)
 
 
-def _same_bytes(data: bytes, starts: np.ndarray, width: int) -> bool:
+def _same_bytes(data: bytes | bytearray, starts: np.ndarray, width: int) -> bool:
     """Whether data[start:start + width] is the same for every start."""
     return _same_rows(_gathered(data, starts, width))
 
 
-def _gathered(data: bytes, starts: np.ndarray, width: int) -> Iterator[np.ndarray]:
+def _gathered(data: bytes | bytearray, starts: np.ndarray, width: int) -> Iterator[np.ndarray]:
     """data[start:start + width] for each start (width > 0), a block of rows at a time: the copies stay small
     (in cache, and reused by malloc rather than mapped afresh every batch)."""
     values = _loads(data, f"V{width}")
@@ -211,7 +214,7 @@ def _untimed(blocks: Iterable[np.ndarray], times: np.ndarray) -> Iterator[np.nda
         yield block
 
 
-def _same_properties(data: bytes, props: int, n: int, include_headers: bool) -> list[pa.Array]:
+def _same_properties(data: bytes | bytearray, props: int, n: int, include_headers: bool) -> list[pa.Array]:
     """The property columns of n rows that all have the properties at `props`: scanned once."""
     none = np.zeros(0, np.int64)
     if not (data[props + 12] << 8 | data[props + 13]) & SHOWN:
@@ -220,7 +223,7 @@ def _same_properties(data: bytes, props: int, n: int, include_headers: bool) -> 
     return [column.take(np.zeros(n, np.intp)) for column in one]
 
 
-def _repeat(name: bytes, n: int) -> pa.Array:
+def _repeat(name: bytes | bytearray, n: int) -> pa.Array:
     """n times one exchange or routing key, decoded as the per-message path decodes it (once)."""
     return _repeat_text(name.decode("utf-8", "replace"), n)
 
@@ -261,14 +264,14 @@ def _mixed_columns(at: Located, include_headers: bool) -> list[pa.Array]:
     ]
 
 
-def _loads(data: bytes, dtype: str | np.dtype[Any]) -> np.ndarray:
+def _loads(data: bytes | bytearray, dtype: str | np.dtype[Any]) -> np.ndarray:
     """Every byte position of `data` read as one `dtype` value (element i: the value whose bytes start at i),
     a strided view without a copy: indexing it with n positions reads n unaligned fields at once."""
     kind = np.dtype(dtype)
     return np.ndarray((len(data) - kind.itemsize + 1,), kind, data, 0, (1,))
 
 
-def _picked(data: bytes, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
+def _picked(data: bytes | bytearray, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
     """data[start:end] for each row, as a binary column. An array over `data` whose values are, in turn, a
     row's bytes and what lies between it and the next (offsets start0, end0, start1, end1, ...) is made
     without a copy; Arrow's take of every other value then copies each row's bytes once."""
@@ -285,7 +288,7 @@ def _picked(data: bytes, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
     return spans.take(np.arange(0, 2 * n - 1, 2)).cast(pa.binary())
 
 
-def _strings(data: bytes, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
+def _strings(data: bytes | bytearray, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
     """data[start:start + length] for each row as UTF-8 strings; bytes that are not UTF-8 are decoded with
     replacement characters, as the per-message path decodes them (Arrow would refuse them)."""
     try:
@@ -300,7 +303,9 @@ def _strings(data: bytes, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
         )
 
 
-def _properties(data: bytes, props: np.ndarray, rich: np.ndarray, n: int, include_headers: bool) -> list[pa.Array]:
+def _properties(
+    data: bytes | bytearray, props: np.ndarray, rich: np.ndarray, n: int, include_headers: bool
+) -> list[pa.Array]:
     """The message_id, correlation_id and content_type (and headers) columns: null (and empty maps) but
     for the `rich` rows, whose content headers are scanned one by one."""
     if not len(rich):
@@ -318,7 +323,7 @@ def _properties(data: bytes, props: np.ndarray, rich: np.ndarray, n: int, includ
         flags = data[at + 12] << 8 | data[at + 13]
         content_type[row], table, end, correlation_id[row], message_id[row] = scan_properties(data, at + 14, flags)
         if include_headers and table:
-            headers[row] = table_headers(data[table:end])
+            headers[row] = table_headers(bytes(data[table:end]))
     columns = [pa.array(c, pa.string()) for c in (message_id, correlation_id, content_type)]
     if include_headers:
         columns.append(headers_array(headers))

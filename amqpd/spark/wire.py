@@ -26,6 +26,7 @@ from amqpd.protocol.fastpath import shortstr as _shortstr
 from amqpd.protocol.frames import frame as _frame
 
 FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT = 1, 2, 3, 8
+BODY_INTO = -FRAME_BODY  # Link.next_frame_into's body frame, its payload already where it was asked to be
 BASIC_DELIVER = (60 << 16) | 60
 BASIC_ACK = (60 << 16) | 80
 BASIC_NACK = (60 << 16) | 120
@@ -42,6 +43,10 @@ CHUNK_LAYOUT_ARG = "x-amqpd-chunk-layout"  # the newest chunk layout the reader 
 CHUNK_LAYOUT = 3
 CHUNK_TYPES = {b"application/vnd.amqpd.stream-chunk.v2": 2, b"application/vnd.amqpd.stream-chunk.v3": 3}
 RECV_BYTES = 1 << 20
+# What a fill receives at most while chunks are read: a delivery's method and content header, and the start
+# of its body. Its body frames are received into the batch's buffer (Link.next_frame_into): a larger fill
+# would take them into the link's buffer, to be copied again.
+CHUNK_RECV_BYTES = 4096
 # A read's first batch is small and each next one twice the last, up to batch_rows: Spark's JVM starts on the
 # rows once the first chunk is in instead of idling while a whole batch arrives. Every task of a read pays
 # that wait at its start, on a cluster as on local[2] (here: 35-100 ms from consume-ok to the first batch at
@@ -149,12 +154,15 @@ class Endpoint:
 
 
 class Link:
-    """One connection with one channel (1), blocking. `buf[pos:]` holds what was received and not yet used."""
+    """One connection with one channel (1), blocking. `buf[pos:end]` holds what was received and not yet
+    used; buf is allocated once and received into (recv_into), so what arrives is copied once, from the
+    socket into buf, before a frame's reader takes it: no bytes object per recv, no buffer grown by +=."""
 
     def __init__(self, endpoint: Endpoint, timeout: float = IDLE_TIMEOUT_S) -> None:
         self.sock = endpoint.connect(timeout)
-        self.buf = bytearray()
-        self.pos = 0
+        self.buf = bytearray(RECV_BYTES)
+        self.pos = self.end = 0
+        self.most = RECV_BYTES  # bytes a fill receives at most
         self.frame_max = 131072
         self._handshake(endpoint)
 
@@ -182,29 +190,69 @@ class Link:
     def send_method(self, method: Any, channel: int = 1) -> None:
         self.sock.sendall(pamqp_frame.marshal(method, channel))
 
-    def fill(self) -> None:
-        """Read more bytes (dropping what was used)."""
+    def fill(self, need: int = 0) -> None:
+        """Receive more bytes after buf[pos:end] (at most `most` of them), what is left of them moved to
+        buf's start first, and buf grown when `need` (the bytes from pos that the next frame takes) exceeds
+        it: a frame larger than RECV_BYTES (frame_max above it)."""
+        left = self.end - self.pos
         if self.pos:
-            del self.buf[: self.pos]
-            self.pos = 0
+            self.buf[:left] = self.buf[self.pos : self.end]
+            self.pos, self.end = 0, left
+        if need > len(self.buf):
+            self.buf.extend(bytes(need - len(self.buf)))
+        with memoryview(self.buf) as room:  # released at once: buf may grow on a later fill
+            self.end += self.recv_into(room[left : max(left + self.most, need)])
+
+    def recv_into(self, room: memoryview) -> int:
+        """Receive into `room` (some of it, at least a byte)."""
         try:
-            data = self.sock.recv(RECV_BYTES)
+            got = self.sock.recv_into(room)
         except TimeoutError as exc:
             raise BrokerError(f"no data from the broker for {self.sock.gettimeout()} s") from exc
-        if not data:
+        if not got:
             raise BrokerError("the broker closed the connection")
-        self.buf += data
+        return got
 
     def next_frame(self) -> tuple[int, int, int]:
         """(type, payload start, payload end) of the next whole frame in buf, reading as needed."""
+        need = 7
         while True:
-            if len(self.buf) - self.pos >= 7:
+            if self.end - self.pos >= 7:
                 kind, _, size = _FRAME_HEADER.unpack_from(self.buf, self.pos)
                 end = self.pos + 7 + size
-                if len(self.buf) > end:
+                if self.end > end:
                     start, self.pos = self.pos + 7, end + 1
                     return kind, start, end
-            self.fill()
+                need = 8 + size
+            self.fill(need)
+
+    def next_frame_into(self, room: bytearray, at: int, left: int) -> tuple[int, int, int]:
+        """As next_frame, but a body frame of at most `left` bytes (what the delivery's body still lacks) is
+        put at room[at:], which has room for them: what buf holds of it is copied, the rest received there
+        directly, so that most of a body is copied once, from the socket. It is returned as (BODY_INTO,
+        start, end) in room. When more of the body follows, only the next frame's header is read after it:
+        a fill of buf would take that frame's payload too."""
+        while self.end - self.pos < 7:
+            self.fill(7)
+        kind, _, size = _FRAME_HEADER.unpack_from(self.buf, self.pos)
+        if kind != FRAME_BODY or size > left:
+            return self.next_frame()
+        start = self.pos + 7
+        have = min(self.end - start, size)
+        with memoryview(room) as dest, memoryview(self.buf) as buf:
+            dest[at : at + have] = buf[start : start + have]
+            got = have
+            while got < size:
+                got += self.recv_into(dest[at + got : at + size])
+        self.pos = start + have
+        if self.pos == self.end:  # the frame end octet, and the next frame's header when the body goes on
+            most, self.most = self.most, 8 if size < left else self.most
+            try:
+                self.fill(1)
+            finally:
+                self.most = most
+        self.pos += 1
+        return BODY_INTO, at, at + size
 
     def expect(self, kind: type) -> Any:
         """The next method, which must be `kind` (heartbeats skipped); a close is raised as BrokerError."""
@@ -264,26 +312,76 @@ class Columns:
         return len(self.offset)
 
 
+PAD = 25  # zero bytes after a batch's chunk bodies: chunk_rows.py's fixed-width loads (_FIXED bytes) stay inside
+
+
 @dataclass
 class Chunks:
     """Chunk deliveries as received, not parsed here (spark/chunk_rows.py turns them into columns in bulk):
-    each body with its first offset and count; rows at offsets from `stop` on are not part of the read."""
+    their bodies back to back in `data`, each with its end there, first offset, count and layout; rows at
+    offsets from `stop` on are not part of the read. The reader copies each body frame into `data` as it
+    comes: no bytes object per frame or delivery, and no join of the batch's bodies. data is allocated for
+    the batch (`capacity`) and doubled when short: grown a frame at a time, it was moved again and again.
+    Every byte of data after the bodies is zero (at least PAD of them)."""
 
     stop: int
-    bodies: list[bytes] = field(default_factory=list)
+    capacity: int = 0  # bytes of bodies expected (an estimate)
+    data: bytearray = field(init=False)
+    ends: list[int] = field(default_factory=list)  # each body's end in data (the next one's start)
     firsts: list[int] = field(default_factory=list)
     counts: list[int] = field(default_factory=list)
     layouts: list[int] = field(default_factory=list)  # each body's layout (2 or 3, stream_chunks.py)
     rows: int = 0  # offsets below stop that the chunks cover (damaged records among them included)
-    size: int = 0  # bytes
+    size: int = 0  # bytes of the bodies, whole and the one being received
 
-    def add(self, body: bytes, first: int, count: int, layout: int = 2) -> None:
-        self.size += len(body)
-        self.bodies.append(body)
+    def __post_init__(self) -> None:
+        self.data = bytearray(self.capacity + PAD)
+
+    def reserve(self, more: int) -> None:
+        """Room for `more` bytes of bodies after size (and PAD after them)."""
+        short = self.size + more + PAD - len(self.data)
+        if short > 0:
+            self.data += bytes(max(short, len(self.data)))
+
+    def extend(self, part: bytes | bytearray | memoryview) -> None:
+        """Part of the body being received (a body frame's payload)."""
+        end = self.size + len(part)
+        self.reserve(len(part))
+        self.data[self.size : end] = part
+        self.size = end
+
+    def received(self, size: int) -> None:
+        """`size` bytes of the body being received were put at data[size:] (reserved)."""
+        self.size += size
+
+    def drop_open(self) -> None:
+        """Forget what was received of a body not yet whole (a new delivery began)."""
+        whole = self.ends[-1] if self.ends else 0
+        if self.size > whole:
+            self.data[whole : self.size] = bytes(self.size - whole)
+            self.size = whole
+
+    def close(self, first: int, count: int, layout: int) -> None:
+        """The body received since the last one is whole: its records are offsets first.. first + count - 1."""
+        self.ends.append(self.size)
         self.firsts.append(first)
         self.counts.append(count)
         self.layouts.append(layout)
         self.rows += max(min(count, self.stop - first), 0)
+
+    def add(self, body: bytes | bytearray | memoryview, first: int, count: int, layout: int = 2) -> None:
+        self.drop_open()
+        self.extend(body)
+        self.close(first, count, layout)
+
+    def spans(self) -> list[tuple[int, int]]:
+        """Each body's (start, end) in data."""
+        return list(zip([0, *self.ends[:-1]], self.ends, strict=True))
+
+    @property
+    def bodies(self) -> list[bytes]:
+        """Each body, copied out of data."""
+        return [bytes(self.data[start:end]) for start, end in self.spans()]
 
     def __len__(self) -> int:
         return self.rows
@@ -466,12 +564,13 @@ class StreamReader:
         window, ack_every = rows.window, rows.ack_every
         enough_at = last - window * rows.unit
         covered = enough_at < self.start
-        held = tag = body_size = 0
-        parts: list[bytes] = []
-        out = rows.batch()
+        held = tag = body_size = got = 0
         target = min(FIRST_BATCH_ROWS, self.batch_rows)
+        out = rows.batch(target)
+        link.most, direct = rows.recv_bytes, rows.direct
         while True:
-            kind, start, end = link.next_frame()
+            room = rows.room(out, body_size - got) if direct and got < body_size else None
+            kind, start, end = link.next_frame() if room is None else link.next_frame_into(*room, body_size - got)
             buf = link.buf
             if kind == FRAME_METHOD:
                 if _U32.unpack_from(buf, start)[0] != BASIC_DELIVER:
@@ -484,17 +583,21 @@ class StreamReader:
                 continue
             if kind == FRAME_HEADER:
                 _, _, body_size, flags = _CONTENT_HEADER.unpack_from(buf, start)
-                rows.header(buf, start + 14, flags, out)
-                parts = []
+                rows.header(buf, start + 14, flags, body_size, out)
+                got = 0
                 if body_size:
                     continue
-            elif kind == FRAME_BODY:
-                parts.append(bytes(buf[start:end]))
-                if sum(map(len, parts)) < body_size:
+            elif kind == FRAME_BODY or kind == BODY_INTO:
+                if kind == FRAME_BODY:
+                    rows.part(out, buf, start, end)
+                else:
+                    rows.received(out, end - start)
+                got += end - start
+                if got < body_size:
                     continue
             else:
                 continue
-            first, reached = rows.body(out, parts[0] if len(parts) == 1 else b"".join(parts))
+            first, reached = rows.body(out)
             if self.first_offset is None:
                 self.first_offset = first
             done = reached >= last
@@ -508,8 +611,8 @@ class StreamReader:
                 return
             if rows.full(out, target):
                 yield out
-                out = rows.batch()
                 target = min(2 * target, self.batch_rows)
+                out = rows.batch(target)
 
 
 B = TypeVar("B", Columns, Chunks)
@@ -521,15 +624,32 @@ class _Rows(Protocol[B]):
     window: int  # deliveries in flight (basic.qos)
     ack_every: int  # deliveries per ack, until the acks would let the broker past the range
     unit: int  # offsets per delivery, at most
+    recv_bytes: int  # what the link's fills receive at most
+    direct: bool  # whether bodies may be received where `room` says
 
-    def batch(self) -> B: ...
+    def batch(self, rows: int) -> B:
+        """A new batch, to hold about `rows` rows."""
+        ...
+
     def delivered(self, buf: bytearray, pos: int) -> None:
         """basic.deliver's fields after the delivery tag and the redelivered flag."""
 
-    def header(self, buf: bytearray, pos: int, flags: int, out: B) -> None:
-        """The content header's properties (from `pos`, after the flags)."""
+    def header(self, buf: bytearray, pos: int, flags: int, size: int, out: B) -> None:
+        """The content header's properties (from `pos`, after the flags) and body size: a new delivery
+        begins."""
 
-    def body(self, out: B, body: bytes) -> tuple[int, int]:
+    def room(self, out: B, left: int) -> tuple[bytearray, int] | None:
+        """Where the body's next bytes go (`left` of them: room for all), when they are to be received there
+        directly (Link.next_frame_into: then `received` is told of them, else `part`)."""
+        ...
+
+    def part(self, out: B, buf: bytearray, start: int, end: int) -> None:
+        """A body frame's payload, buf[start:end] (buf is the link's: copy what is kept)."""
+
+    def received(self, out: B, size: int) -> None:
+        """A body frame's payload of `size` bytes is where `room` said."""
+
+    def body(self, out: B) -> tuple[int, int]:
         """The delivery is whole: (its first offset, its last)."""
         ...
 
@@ -546,22 +666,36 @@ class _ByMessage:
         self.window = reader._window()  # noqa: SLF001
         self.ack_every = max(self.window // 2, 1)
         self.unit = 1  # offsets per delivery
+        self.recv_bytes = RECV_BYTES
+        self.direct = False
         self.exchange = self.routing_key = ""
+        self.parts: list[bytes] = []
 
-    def batch(self) -> Columns:
+    def batch(self, rows: int) -> Columns:
         return Columns()
 
     def delivered(self, buf: bytearray, pos: int) -> None:
         self.exchange, pos = _shortstr_at(buf, pos)
         self.routing_key, pos = _shortstr_at(buf, pos)
 
-    def header(self, buf: bytearray, pos: int, flags: int, out: Columns) -> None:
+    def header(self, buf: bytearray, pos: int, flags: int, size: int, out: Columns) -> None:
         read_properties(buf, pos, flags, self.with_headers, out)
         out.exchange.append(self.exchange)
         out.routing_key.append(self.routing_key)
+        self.parts = []
 
-    def body(self, out: Columns, body: bytes) -> tuple[int, int]:
-        out.body.append(body)
+    def room(self, out: Columns, left: int) -> None:
+        """A message's body is a bytes object of its own: copied from the link's buffer."""
+
+    def part(self, out: Columns, buf: bytearray, start: int, end: int) -> None:
+        self.parts.append(bytes(buf[start:end]))
+
+    def received(self, out: Columns, size: int) -> None:
+        raise AssertionError("a message's body is not received directly")
+
+    def body(self, out: Columns) -> tuple[int, int]:
+        parts = self.parts
+        out.body.append(parts[0] if len(parts) == 1 else b"".join(parts))
         return out.offset[-1], out.offset[-1]
 
     def full(self, out: Columns, rows: int) -> bool:
@@ -577,20 +711,41 @@ class _ByChunk:
         self.window = reader._chunk_prefetch()  # noqa: SLF001
         self.ack_every = 1
         self.unit = reader._chunk()  # noqa: SLF001
+        self.recv_bytes = CHUNK_RECV_BYTES
+        self.direct = True
         self.first = self.count = 0
         self.layout = 2
+        self.last = (0, 1)  # the last chunk's body size and count: sizes the next batch
 
-    def batch(self) -> Chunks:
-        return Chunks(self.stop)
+    def batch(self, rows: int) -> Chunks:
+        """A batch takes whole chunks until it has `rows` rows (or those left of the range), or BATCH_BYTES: as
+        many as that, of the last one's size (and a sixteenth more: chunks of one count differ in size by a few
+        frame headers)."""
+        size, count = self.last
+        rows = min(rows, max(self.stop - self.first - self.count, 1))
+        return Chunks(self.stop, min(-(-rows // count) * size * 17 // 16, BATCH_BYTES))
 
     def delivered(self, buf: bytearray, pos: int) -> None:
         """A chunk's routing key is the stream's: nothing to read."""
 
-    def header(self, buf: bytearray, pos: int, flags: int, out: Chunks) -> None:
+    def header(self, buf: bytearray, pos: int, flags: int, size: int, out: Chunks) -> None:
         self.first, self.count, self.layout = chunk_position(buf, pos, flags)
+        out.drop_open()
+        out.reserve(min(size, BATCH_BYTES))  # what a broker says, not an allocation of any size
+        self.last = (size, max(self.count, 1))
 
-    def body(self, out: Chunks, body: bytes) -> tuple[int, int]:
-        out.add(body, self.first, self.count, self.layout)
+    def room(self, out: Chunks, left: int) -> tuple[bytearray, int] | None:
+        return (out.data, out.size) if out.size + left + PAD <= len(out.data) else None
+
+    def part(self, out: Chunks, buf: bytearray, start: int, end: int) -> None:
+        with memoryview(buf) as view:  # released at once: the link's buf may move or grow on its next fill
+            out.extend(view[start:end])
+
+    def received(self, out: Chunks, size: int) -> None:
+        out.received(size)
+
+    def body(self, out: Chunks) -> tuple[int, int]:
+        out.close(self.first, self.count, self.layout)
         return self.first, self.first + self.count - 1
 
     def full(self, out: Chunks, rows: int) -> bool:

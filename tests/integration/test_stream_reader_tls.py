@@ -50,13 +50,14 @@ def broker(certs: Certs, tmp_path_factory: pytest.TempPathFactory) -> Iterator[B
         yield b
 
 
-def _stream(broker: BrokerProcess, name: str, count: int) -> None:
+def _stream(broker: BrokerProcess, name: str, count: int, size: int = 0) -> None:
+    """Messages m0, m1, … (padded with dots to `size` bytes)."""
     conn = pika.BlockingConnection(pika.URLParameters(broker.url))
     ch = conn.channel()
     ch.queue_declare(name, durable=True, arguments={"x-queue-type": "stream"})
     ch.confirm_delivery()
     for i in range(count):
-        ch.basic_publish("", name, f"m{i}".encode())
+        ch.basic_publish("", name, f"m{i}".encode().ljust(size, b"."))
     conn.close()
 
 
@@ -77,6 +78,14 @@ def test_an_amqps_uri_with_the_ca_reads_a_stream_and_https_gives_its_offsets(
     assert endpoint.tls and endpoint.port == broker.tls_port
     assert _read(endpoint, "tls-read", 40) == [f"m{i}".encode() for i in range(40)]
     assert Positions(broker.mgmt_tls_url, endpoint).bounds("tls-read") == Bounds(0, 40)
+
+
+def test_chunks_of_many_frames_read_over_amqps_as_sent(broker: BrokerProcess, certs: Certs) -> None:
+    """Chunk bodies of several 128 KiB frames, received straight into the batch's buffer from TLS records
+    of at most 16 KiB: recvs end inside frames and frames inside recvs."""
+    _stream(broker, "tls-large", 60, 50_000)
+    endpoint = Endpoint.parse(_uri(broker, cacertfile=str(certs.ca_file)))
+    assert _read(endpoint, "tls-large", 60) == [f"m{i}".encode().ljust(50_000, b".") for i in range(60)]
 
 
 def test_the_publisher_confirms_over_amqps(broker: BrokerProcess, certs: Certs) -> None:

@@ -246,3 +246,16 @@ def test_alike_records_read_as_one_by_one_by_either_path(
         assert used == [True]  # the rows were alike: the fast path read them
     elif kept > 1 and first + row < stop:
         assert used == [False]  # the changed row is among them: they were not alike
+
+
+def test_what_came_of_a_body_before_the_next_delivery_began_is_not_read() -> None:
+    """A delivery cut short (its content header's size not reached) is dropped when the next one begins, as
+    the reader always dropped it: the batch holds the whole chunks, and zeros after them."""
+    whole = [encode_record(i, record(b"body%d" % i), [1]) for i in range(3)]
+    chunks = Chunks(1 << 62)
+    chunks.add(encode_chunk(whole[:2]), 0, 2)
+    chunks.extend(b"\xff" * 300)  # a body that never became whole
+    chunks.add(encode_chunk(whole[2:]), 2, 1)
+    assert chunk_batch("s", chunks, include_headers=False).to_pydict()["body"] == [b"body0", b"body1", b"body2"]
+    assert chunks.bodies == [encode_chunk(whole[:2]), encode_chunk(whole[2:])]
+    assert not any(chunks.data[chunks.size :])

@@ -30,9 +30,12 @@ LINK = wire.Link
 class InProcessSocket:
     """The reader's socket, wired to a broker channel in this process."""
 
-    def __init__(self, client: ClientChannel) -> None:
+    def __init__(self, client: ClientChannel, pieces: list[int] | None = None) -> None:
         self.client = client
         self.consumes: list[dict[str, Any]] = []  # each basic.consume's arguments
+        self.pending = b""  # sent by the broker, not yet received
+        self.pieces = pieces or [1 << 30]  # bytes a recv gives at most, in turn, as TCP may cut them
+        self.recvs = 0
 
     def sendall(self, data: bytes) -> None:
         pos = 0
@@ -61,12 +64,15 @@ class InProcessSocket:
                 self.consumes.append(dict(method.arguments))
             self.client.ch.handle(method)
 
-    def recv(self, size: int) -> bytes:
-        data = b"".join(self.client.conn.sent)
+    def recv_into(self, room: memoryview) -> int:
+        self.pending += b"".join(self.client.conn.sent)
         self.client.conn.sent.clear()
-        if not data:
+        if not self.pending:
             raise TimeoutError  # the reader waits for what the broker will never send
-        return data
+        got = min(len(room), len(self.pending), self.pieces[self.recvs % len(self.pieces)])
+        room[:got], self.pending = self.pending[:got], self.pending[got:]
+        self.recvs += 1
+        return got
 
     def gettimeout(self) -> float:
         return 0.0
@@ -76,14 +82,26 @@ class InProcessSocket:
 
 
 def in_process_reader(
-    client: ClientChannel, monkeypatch: pytest.MonkeyPatch, start: int, end: int, **options: Any
+    client: ClientChannel,
+    monkeypatch: pytest.MonkeyPatch,
+    start: int,
+    end: int,
+    link_bytes: int = wire.RECV_BYTES,
+    pieces: list[int] | None = None,
+    frame_max: int = 131072,
+    **options: Any,
 ) -> tuple[StreamReader, InProcessSocket]:
-    """A StreamReader for [start, end) of stream "s" whose link is a channel of the in-process broker."""
-    sock = InProcessSocket(ClientChannel(client.broker))  # a channel of its own, as a connection would have
+    """A StreamReader for [start, end) of stream "s" whose link is a channel of the in-process broker (with
+    a receive buffer of link_bytes; each recv giving at most pieces[i] bytes, in turn; the broker sending
+    frames of frame_max bytes at most)."""
+    sock = InProcessSocket(ClientChannel(client.broker), pieces)  # a channel of its own, as a connection has
+    sock.client.conn.frame_max = frame_max
 
     def link(endpoint: Endpoint) -> wire.Link:
         made = object.__new__(LINK)
-        made.sock, made.buf, made.pos, made.frame_max = sock, bytearray(), 0, 131072  # type: ignore[assignment]
+        made.sock, made.buf, made.frame_max = sock, bytearray(link_bytes), 131072  # type: ignore[assignment]
+        made.pos = made.end = 0
+        made.most = wire.RECV_BYTES
         return made
 
     monkeypatch.setattr(wire, "Link", link)
@@ -94,7 +112,7 @@ def read(
     client: ClientChannel, monkeypatch: pytest.MonkeyPatch, start: int, end: int, **options: Any
 ) -> tuple[dict[str, list[Any]], InProcessSocket]:
     """Every row a StreamReader gives for [start, end) of stream "s", as Spark gets them (record batches),
-    column by column."""
+    column by column (options: in_process_reader's and StreamReader's)."""
     reader, sock = in_process_reader(client, monkeypatch, start, end, **options)
     schema = arrow_schema(options["with_headers"])
     return pa.Table.from_batches(list(arrow_batches(reader)), schema=schema).to_pydict(), sock
@@ -251,3 +269,59 @@ def test_chunks_shorter_than_asked_for_still_bring_the_whole_range(monkeypatch: 
     out, sock = read(client, monkeypatch, 0, 100, with_headers=False, chunk_records=10)
     assert sock.consumes[0]["x-amqpd-chunk"] == 10
     assert out["offset"] == list(range(100))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    messages=st.lists(st.tuples(st.binary(max_size=60), properties), min_size=1, max_size=25),
+    frame_max=st.integers(9, 120),
+    link_bytes=st.integers(1, 300),
+    pieces=st.lists(st.integers(1, 400), min_size=1, max_size=6),
+    chunk=st.integers(1, 9),
+    layout=st.sampled_from([2, 3]),
+)
+def test_chunk_bodies_split_over_many_frames_and_recvs_read_as_the_same_rows(
+    monkeypatch: pytest.MonkeyPatch,
+    messages: list[tuple[bytes, dict[str, Any]]],
+    frame_max: int,
+    link_bytes: int,
+    pieces: list[int],
+    chunk: int,
+    layout: int,
+) -> None:
+    """A chunk's body in body frames of 1-112 bytes, received in pieces of 1-400 bytes into a link buffer of
+    1-300 bytes (grown when a frame is larger): frames and recvs cut at every place, a frame ending where
+    a recv or the buffer does, and still the same rows as message by message."""
+    client = stream_with(messages)
+    options: dict[str, Any] = {"with_headers": True, "batch_rows": 7}
+    plain, _ = read(client, monkeypatch, 0, len(messages), chunk_records=0, **options)
+    options.update(chunk_records=chunk, chunk_layout=layout, link_bytes=link_bytes, pieces=pieces)
+    chunked, sock = read(client, monkeypatch, 0, len(messages), frame_max=frame_max, **options)
+    assert sock.consumes[0]["x-amqpd-chunk"] == min(chunk, len(messages)) and len(sock.consumes) == 1
+    assert plain["offset"] == list(range(len(messages)))
+    assert chunked == plain
+
+
+def test_a_batch_buffer_is_sized_by_batch_bytes_not_by_batch_rows_of_the_largest_chunk(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A batch's buffer is allocated from the last chunk's size, times the chunks a batch of batch_rows takes:
+    a chunk of one large record must not make it batch_rows of them (here 10,000 × 2 KB)."""
+    monkeypatch.setattr(wire, "BATCH_BYTES", 5_000)
+    client = stream_with([(b"x" * 2_000, {}) for _ in range(12)])
+    reader, _ = in_process_reader(client, monkeypatch, 0, 12, with_headers=False, chunk_records=1, batch_rows=10_000)
+    batches = list(reader.batches())
+    assert [len(b) for b in batches] == [3, 3, 3, 3]  # BATCH_BYTES, each 2 KB records over
+    assert all(isinstance(b, wire.Chunks) and len(b.data) <= 2 * (wire.BATCH_BYTES + wire.PAD) for b in batches)
+
+
+def test_a_last_batch_buffer_is_sized_by_what_is_left_of_the_range(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(wire, "BATCH_BYTES", 50_000)
+    client = stream_with([(b"x" * 2_000, {}) for _ in range(30)])
+    options = {"with_headers": False, "chunk_records": 1, "batch_rows": 1_000}
+    monkeypatch.setattr(wire, "FIRST_BATCH_ROWS", 1)
+    reader, _ = in_process_reader(client, monkeypatch, 0, 4, **options)
+    batches = list(reader.batches())
+    assert [len(b) for b in batches] == [1, 2, 1]
+    last = batches[-1]
+    assert isinstance(last, wire.Chunks) and len(last.data) < 2 * (last.size + wire.PAD)

@@ -143,11 +143,6 @@ def encode_chunk(payloads: list[bytes | None]) -> bytes:
         return struct.pack(f">{len(kept)}I", *map(len, kept)) + b"".join(kept)
 
 
-def encode_runs(runs: list[tuple[int, int, int]], parts: list[bytes]) -> bytes:
-    """Layout 3: the runs table (consecutive runs alike joined), then the bytes."""
-    return b"".join([runs_table(runs), *parts])
-
-
 def runs_table(runs: list[tuple[int, int, int]]) -> bytes:
     """Layout 3's runs table (consecutive runs alike joined), the body's first bytes."""
     table: list[int] = []
@@ -200,7 +195,7 @@ def _read_chunk(stream: StreamQueue, start: int, end: int) -> list[bytes | None]
         payloads += read
         size += payload_bytes(read)
         at += len(read)
-        step = min(READ_STEP, (CHUNK_BYTES - size) * len(payloads) // max(size, 1) + 1)
+        step = _next_step(size, len(payloads))
     return payloads
 
 
@@ -234,5 +229,11 @@ def _read_runs(stream: StreamQueue, start: int, end: int) -> tuple[int, list[byt
         parts.append(b"".join([p for p in read if p is not None]))
         size += sum(lengths)
         at += len(read)
-        step = min(READ_STEP, (CHUNK_BYTES - size) * (at - start) // max(size, 1) + 1)
+        step = _next_step(size, at - start)
     return at - start, [runs_table(runs), *parts]
+
+
+def _next_step(size: int, records: int) -> int:
+    """Records to read next into a chunk that holds `records` of `size` bytes: about what the rest of
+    CHUNK_BYTES holds at their mean size, at most READ_STEP."""
+    return min(READ_STEP, (CHUNK_BYTES - size) * records // max(size, 1) + 1)

@@ -16,7 +16,7 @@ from test_spark_chunks import read, stream_with
 
 import amqpd.broker.stream_chunks as chunks_module
 from amqpd import errors
-from amqpd.broker.stream_chunks import CONTENT_TYPES, encode_chunk, encode_runs
+from amqpd.broker.stream_chunks import CONTENT_TYPES, encode_chunk, runs_table
 from amqpd.spark.chunk_rows import chunk_batch
 from amqpd.spark.wire import BrokerError, Chunks
 from store.frame import HEADER_SIZE, append_frames
@@ -47,7 +47,7 @@ def as_runs(payloads: list[bytes | None], cuts: list[int], framed: list[bool], f
         else:
             runs += [(1, 0, len(p) if p is not None else 0) for p in piece]
             parts += [p for p in piece if p is not None]
-    return encode_runs(runs, parts)
+    return b"".join([runs_table(runs), *parts])
 
 
 def batch(bodies: list[tuple[bytes, int, int, int]], stop: int) -> dict[str, list[Any]]:

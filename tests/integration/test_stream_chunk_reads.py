@@ -20,6 +20,17 @@ from amqpd.testing import BrokerProcess
 STREAM = {"x-queue-type": "stream"}
 
 
+def stream_publisher(url: str, *also: str) -> tuple[pika.BlockingConnection, Any]:
+    """A connection and a channel in confirm mode, with stream "s" declared (and durable queues `also`)."""
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    ch = conn.channel()
+    ch.queue_declare("s", durable=True, arguments=STREAM)
+    for queue in also:
+        ch.queue_declare(queue, durable=True)
+    ch.confirm_delivery()
+    return conn, ch
+
+
 def read_all(url: str, start: int, end: int, chunk_records: int, layout: int = 3) -> dict[str, list[Any]]:
     """The rows as Spark gets them (record batches), column by column; layout 2: as a reader older than
     layout 3 asks."""
@@ -59,11 +70,7 @@ def entry_lengths(props: Any, body: bytes) -> list[int]:
 
 def test_the_reader_gets_the_same_rows_in_chunks_as_message_by_message(tmp_path: Path) -> None:
     with BrokerProcess(data_dir=str(tmp_path)) as broker:
-        conn = pika.BlockingConnection(pika.URLParameters(broker.url))
-        ch = conn.channel()
-        ch.queue_declare("s", durable=True, arguments=STREAM)
-        ch.queue_declare("other", durable=True)
-        ch.confirm_delivery()
+        conn, ch = stream_publisher(broker.url, "other")
         for i in range(300):  # another queue's records in between, and some bodies over frame_max
             body = bytes([i % 256]) * (300_000 if i % 50 == 7 else 20)
             props = pika.BasicProperties(message_id=f"id{i}", headers={"n": i}, content_type="t")
@@ -82,10 +89,7 @@ def test_the_reader_gets_the_same_rows_in_chunks_as_message_by_message(tmp_path:
 
 def test_a_record_damaged_on_disk_is_an_empty_entry_and_its_offset_is_skipped(tmp_path: Path) -> None:
     with BrokerProcess(data_dir=str(tmp_path)) as broker:
-        conn = pika.BlockingConnection(pika.URLParameters(broker.url))
-        ch = conn.channel()
-        ch.queue_declare("s", durable=True, arguments=STREAM)
-        ch.confirm_delivery()
+        conn, ch = stream_publisher(broker.url)
         for i in range(5):
             ch.basic_publish("", "s", b"DAMAGE-ME" if i == 2 else b"body-%d" % i)
         conn.close()
@@ -112,11 +116,7 @@ def test_layout_3_reads_the_same_rows_first_and_again_across_size_changes_and_da
     range that ends mid-run: read a first time (records checked as read) and again (stretches of frames as
     they lie on disk), by a reader that asks for layout 3 and by an older one."""
     with BrokerProcess(data_dir=str(tmp_path)) as broker:
-        conn = pika.BlockingConnection(pika.URLParameters(broker.url))
-        ch = conn.channel()
-        ch.queue_declare("s", durable=True, arguments=STREAM)
-        ch.queue_declare("other", durable=True)
-        ch.confirm_delivery()
+        conn, ch = stream_publisher(broker.url, "other")
         for i in range(400):
             size = 300_000 if i == 150 else 20 if i < 150 else 60
             body = (b"DAMAGE-ME" if i == 230 else b"%05d" % i).ljust(size, b".")
@@ -148,10 +148,7 @@ def test_layout_3_reads_across_segments_and_runs_of_records_over_frame_max(tmp_p
     """Small segments (a chunk's records span several), and a run of records of one size over frame_max
     (a chunk of them is several body frames, and it stops past 1 MiB): the same rows read again."""
     with BrokerProcess(data_dir=str(tmp_path), env={"AMQPD_SEGMENT_SIZE": "2500000"}) as broker:
-        conn = pika.BlockingConnection(pika.URLParameters(broker.url))
-        ch = conn.channel()
-        ch.queue_declare("s", durable=True, arguments=STREAM)
-        ch.confirm_delivery()
+        conn, ch = stream_publisher(broker.url)
         for i in range(600):
             size = 120_000 if 200 <= i < 230 else 30
             ch.basic_publish("", "s", (b"%05d" % i).ljust(size, b"-"))
@@ -190,10 +187,7 @@ def test_chunks_on_two_channels_to_a_reader_that_stops_reading_arrive_whole_in_s
     again (one pread of frames as on disk a chunk) after a first read."""
     published = [(b"%05d" % i).ljust(100_000, bytes([65 + i % 26])) for i in range(120)]  # 12 MB
     with BrokerProcess(data_dir=str(tmp_path)) as broker:
-        conn = pika.BlockingConnection(pika.URLParameters(broker.url))
-        ch = conn.channel()
-        ch.queue_declare("s", durable=True, arguments=STREAM)
-        ch.confirm_delivery()
+        conn, ch = stream_publisher(broker.url)
         for body in published:
             ch.basic_publish("", "s", body)
         conn.close()

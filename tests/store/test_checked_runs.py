@@ -32,12 +32,18 @@ def counting_hashes() -> tuple[list[int], object]:
     return calls, patch.object(segment, "xxh3_64_intdigest", counted)
 
 
-async def test_a_second_read_of_the_same_records_gives_them_without_hashing_each_again(tmp_path: Path) -> None:
+async def log_store(tmp_path: Path, bodies: list[bytes]) -> tuple[MessageStore, list[int]]:
+    """An open store whose one queue holds `bodies`, written to disk, and their offsets."""
     store = MessageStore(tmp_path, fsync="none")
     await store.open()
     qid = store.put_queue("/", "log", False, {})
-    offsets = [store.append(MessageRecord("", "log", b"", b"m%05d" % n + b"x" * 90, 1), [qid]) for n in range(3000)]
+    offsets = [store.append(MessageRecord("", "log", b"", body, 1), [qid]) for body in bodies]
     await store.flush()
+    return store, offsets
+
+
+async def test_a_second_read_of_the_same_records_gives_them_without_hashing_each_again(tmp_path: Path) -> None:
+    store, offsets = await log_store(tmp_path, [b"m%05d" % n + b"x" * 90 for n in range(3000)])
     calls, counting = counting_hashes()
     try:
         with counting:  # type: ignore[attr-defined]
@@ -100,14 +106,8 @@ def frames_of(runs: list[tuple[int, int]], data: bytes) -> list[tuple[int, bytes
 
 
 async def test_checked_frames_give_the_segments_bytes_for_records_read_before_run_by_run(tmp_path: Path) -> None:
-    store = MessageStore(tmp_path, fsync="none")
-    await store.open()
-    qid = store.put_queue("/", "log", False, {})
     sizes = [90] * 300 + [40] * 200 + [90] * 300  # a run broken by another size
-    offsets = [
-        store.append(MessageRecord("", "log", b"", b"%05d" % n + b"x" * k, 1), [qid]) for n, k in enumerate(sizes)
-    ]
-    await store.flush()
+    store, offsets = await log_store(tmp_path, [b"%05d" % n + b"x" * k for n, k in enumerate(sizes)])
     try:
         assert store.checked_frames(offsets[0], 800, 1 << 30) == ([], b"", 800)  # nothing read yet: none checked
         payloads = store.read_payloads(offsets)
@@ -122,11 +122,7 @@ async def test_checked_frames_give_the_segments_bytes_for_records_read_before_ru
 
 
 async def test_checked_frames_stop_before_a_record_that_failed_its_checks(tmp_path: Path) -> None:
-    store = MessageStore(tmp_path, fsync="none")
-    await store.open()
-    qid = store.put_queue("/", "log", False, {})
-    offsets = [store.append(MessageRecord("", "log", b"", b"%05d" % n + b"y" * 90, 1), [qid]) for n in range(300)]
-    await store.flush()
+    store, offsets = await log_store(tmp_path, [b"%05d" % n + b"y" * 90 for n in range(300)])
     try:
         store.read_payloads(offsets[:100])  # records 0 … 99 checked
         (segment_file,) = (tmp_path / "segments").glob("*.seg")

@@ -106,11 +106,11 @@ def chunk_batch(stream: str, chunks: Chunks, include_headers: bool) -> pa.Record
 
 class _Alike:
     """A batch whose records differ only in their store message id (the record's first field, not a column),
-    time and body bytes: all of one length, with
-    the same bytes from the flags to the body (the layout, queue ids, exchange, routing key and properties:
-    a stream written by one publisher with one body size, as the bench's). The names and properties are
-    then read once, and the bodies gathered with one fixed-width copy and offsets from an arange: none of
-    the general path's per-row positions and picking. Records need not be equally spaced in `data`."""
+    time and body bytes: all of one length, with the same bytes from the flags to the body (the layout,
+    queue ids, exchange, routing key and properties: a stream written by one publisher with one body size,
+    as the bench's). The names and properties are then read once, and the bodies gathered with one
+    fixed-width copy and offsets from an arange: none of the general path's per-row positions and picking.
+    Records need not be equally spaced in `data`."""
 
     def __init__(self, at: Located, head: tuple[int, ...], size: int, times: np.ndarray) -> None:
         self.at, self.head, self.size, self.times = at, head, size, times

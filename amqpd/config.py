@@ -67,6 +67,10 @@ class Settings:
     frame_max: int = 131072
     heartbeat: int = 60
     handshake_timeout: float = 10.0
+    # After close-ok, or a close of the broker's own, the socket's write side is shut and what the client still
+    # sends is read and dropped until it hangs up, for at most this many seconds: closing with its frames unread
+    # would reset the connection and lose our last frames to it ("lingering close").
+    close_linger: float = 2.0
     max_message_size: int = 128 * 1024 * 1024
     max_queue_name_length: int = 255
     max_table_depth: int = 64  # nested field tables deeper than this are refused (502) instead of recursing

@@ -979,23 +979,31 @@ class Channel:
         tag = m.consumer_tag or server_generated_name("amq.ctag-")
         if tag in self.consumers:
             raise errors.not_allowed(f"attempt to reuse consumer tag '{tag}'")
-        if q.exclusive_consumer is not None or (m.exclusive and q.consumers):
+        stream = isinstance(q, StreamQueue)
+        # RabbitMQ 3.10's streams ignore exclusive: every consumer reads the whole log, side by side.
+        if not stream and (q.exclusive_consumer is not None or (m.exclusive and q.consumers)):
             raise errors.access_refused(f"queue '{q.name}' in vhost '{self.vhost.name}' in exclusive use")
         args = m.arguments or {}
         priority = args.get("x-priority", 0)
         if not isinstance(priority, int) or isinstance(priority, bool):
             raise errors.precondition_failed(f"invalid x-priority argument: {priority!r}")
+        if not stream and "x-stream-offset" in args:
+            kind = "rabbit_quorum_queue" if q.arguments.get("x-queue-type") == "quorum" else "rabbit_classic_queue"
+            raise errors.precondition_failed(
+                f"invalid arg 'x-stream-offset' for queue '{q.name}' in vhost '{self.vhost.name}' of queue type {kind}"
+            )
         consumer = Consumer(
             tag,
             self,
             q,
             no_ack=m.no_ack,
-            exclusive=m.exclusive,
+            exclusive=m.exclusive and not stream,
             prefetch=self.prefetch_count,
             priority=priority,
             arguments=args,
         )
-        if isinstance(q, StreamQueue):
+        if stream:
+            assert isinstance(q, StreamQueue)
             self._consume_stream(q, consumer, m.nowait)
             return
         self.consumers[tag] = consumer
@@ -1096,13 +1104,13 @@ class Channel:
     def basic_recover(self, m: commands.Basic.Recover) -> None:
         if not m.requeue:
             raise errors.not_implemented("requeue=false")
-        self.requeue_all()
+        self._apply_settle("recover", self._collect(0, True), True)
         self.reply(commands.Basic.RecoverOk())
 
     def basic_recover_async(self, m: commands.Basic.RecoverAsync) -> None:
         if not m.requeue:
             raise errors.not_implemented("requeue=false")
-        self.requeue_all()
+        self._apply_settle("recover", self._collect(0, True), True)
 
     # channel class (open and close are the session's)
 
@@ -1199,13 +1207,17 @@ class Channel:
 
 
 def _check_not_stream(kind: str, taken: list[Run[Any]]) -> None:
+    """A stream's deliveries cannot go back: nack and reject are 540 as in RabbitMQ 3.10, and so is a recover
+    (where RabbitMQ 3.10 crashes the connection with 541; docs/compatibility.md)."""
     for run in taken:
         queue = run.queue
         if queue.is_stream:
-            raise errors.not_implemented(
-                f"basic.nack and basic.reject not supported by stream queues queue '{queue.name}' "
-                f"in vhost '{queue.vhost}'"
-            ).with_method(60, 120 if kind == "nack" else 90)
+            what = "basic.recover" if kind == "recover" else "basic.nack and basic.reject"
+            exc = errors.not_implemented(
+                f"{what} not supported by stream queues queue '{queue.name}' in vhost '{queue.vhost}'"
+            )
+            # a nack or reject may be applied at tx.commit: it names its own method; a recover is the method
+            raise exc if kind == "recover" else exc.with_method(60, 120 if kind == "nack" else 90)
 
 
 def _group_scan(header: bytes, max_body: int) -> tuple[int, bytes, PropertyScan, bool, bool] | None:

@@ -17,7 +17,7 @@ from amqpd.broker.entry import Entry
 from amqpd.broker.exchanges.delayed import delay_of
 from amqpd.broker.message import SCANNED_FLAGS, Message, may_name_keys
 from amqpd.broker.message_ids import IDS, stamp
-from amqpd.broker.publish_plan import NOWHERE, PER_MESSAGE_FLAGS, PublishPlan
+from amqpd.broker.publish_plan import NOWHERE, PER_MESSAGE_FLAGS, PublishPlan, count_publishes
 from amqpd.broker.queue import Queue
 from amqpd.broker.stream import StreamQueue
 from amqpd.broker.stream_args import check_consumer_arguments, parse_filter, parse_offset_spec
@@ -165,8 +165,9 @@ class Channel:
         target = self._straight_target(method)
         if target is None or not self._goes_straight(target[0], target[2], header):
             return False
-        _plan, route, consumer = target
+        plan, route, consumer = target
         self.published += len(bodies)
+        count_publishes(plan, len(bodies))
         consumer.queue.take_run(len(bodies))
         consumer.channel.deliver_run(consumer, route, header, bodies)
         return True
@@ -195,6 +196,7 @@ class Channel:
             n += 1
         if n:
             self.published += n
+            count_publishes(plan, n)
             queue.take_run(n)
             consumer.channel.deliver_each(consumer, route, headers[:n], bodies[:n])
         return n
@@ -213,6 +215,7 @@ class Channel:
             msgs.append(msg)
         if msgs:
             self.published += len(msgs)
+            count_publishes(plan, len(msgs))
             queue.take_group(msgs)
             self._flow(queue)
         return len(msgs)
@@ -240,6 +243,7 @@ class Channel:
             for (flags, header, scan), body in zip(reads, bodies, strict=False)  # the reads may stop early
         ]
         if msgs:
+            count_publishes(plan, len(msgs))
             self._store_and_push(plan.stored, msgs)
         return len(msgs)
 
@@ -268,6 +272,7 @@ class Channel:
         stored = [header for _flags, header, _scan in _stored_reads(plan, headers, self.assembler.max_size)]
         n = len(stored)
         if n:
+            count_publishes(plan, n)
             settle = self._group_confirm(n)
             self.broker.store_stream_group(
                 stream, exchange, routing_key, stored, bodies[:n], lambda: settle(True), lambda: settle(False)
@@ -470,6 +475,8 @@ class Channel:
         ex = self.vhost.exchanges.get(msg.exchange)
         plan = self.vhost.plan_for(ex, msg) if ex is not None else NOWHERE
         queues = plan.queues
+        if ex is not None:
+            ex.publish_in += 1
         if plan.delays and (queues or not mandatory) and msg.has_headers:
             delay = delay_of(msg.headers)
             if delay is not None:
@@ -494,6 +501,8 @@ class Channel:
             stored = self.broker.store_message(
                 msg, accepting, self._durable_callback(seq, on_stored), self._failed_callback(seq, on_stored, on_failed)
             )
+        if ex is not None:
+            ex.publish_out += len(accepting)
         for q in accepting:
             q.push(msg)
             self._flow(q)

@@ -22,12 +22,12 @@ log = logging.getLogger("amqpd.mgmt")
 
 
 class Management:
-    def __init__(self, broker: Broker, settings: Settings, amqp_address: tuple[str, int]) -> None:
+    def __init__(self, broker: Broker, settings: Settings, amqp: list[tuple[str, str, int]]) -> None:
         self.broker = broker
         self.settings = settings
         self.rates = Rates()
         self.listeners: list[tuple[str, HTTPListener]] = []
-        self.described: list[dict[str, Any]] = [_describe("amqp", *amqp_address)]
+        self.described: list[dict[str, Any]] = [_describe(*listener) for listener in amqp]
 
     async def start(self) -> None:
         """Bind and serve each configured listener; a port that cannot be bound, or TLS settings that cannot
@@ -93,8 +93,10 @@ class Management:
     def sample(self) -> None:
         from amqpd.mgmt.objects import totals
 
-        queues = [q for v in self.broker.vhosts.values() for q in v.queues.values()]
-        self.rates.sample(queues, channels(self.broker), totals(self.broker))
+        vhosts = self.broker.vhosts.values()
+        queues = [q for v in vhosts for q in v.queues.values()]
+        exchanges = [x for v in vhosts for x in v.exchanges.values()]
+        self.rates.sample(queues, channels(self.broker), totals(self.broker), exchanges, self.broker.connections)
 
     async def stop(self) -> None:
         for _protocol, listener in self.listeners:

@@ -70,9 +70,12 @@ class AMQPServerProtocol(asyncio.Protocol):
             return
         start = time.perf_counter()
         self._last_recv = time.monotonic()
-        assert self.session is not None
+        session = self.session
+        assert session is not None
+        session.recv_oct += len(data)
+        session.recv_cnt += 1
         self.broker.turns.start(self.loop.call_soon)  # this turn read something (flow.py: consumer pace)
-        self.session.feed(data)
+        session.feed(data)
         LOOP.busy += time.perf_counter() - start
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -117,13 +120,19 @@ class AMQPServerProtocol(asyncio.Protocol):
         if self.session is None or self.transport is None or self.transport.is_closing() or self._lingering:
             return
         start = time.perf_counter()
-        if self.session.in_pieces and self._vectored:  # a large delivery's frames as pieces: one writev
+        session = self.session
+        if session.in_pieces and self._vectored:  # a large delivery's frames as pieces: one writev
             self._last_send = time.monotonic()
-            self.transport.writelines(self.session.take_pieces())
+            pieces = session.take_pieces()
+            session.send_oct += sum(map(len, pieces))
+            session.send_cnt += 1
+            self.transport.writelines(pieces)
         else:
-            data = self.session.take_output()
+            data = session.take_output()
             if data:
                 self._last_send = time.monotonic()
+                session.send_oct += len(data)
+                session.send_cnt += 1
                 self.transport.write(data)
         LOOP.busy += time.perf_counter() - start
 
@@ -166,6 +175,9 @@ class AMQPServerProtocol(asyncio.Protocol):
             return
         if now - self._last_send >= interval / 2:
             self._last_send = now
+            if self.session is not None:
+                self.session.send_oct += len(HEARTBEAT_FRAME)
+                self.session.send_cnt += 1
             self.transport.write(HEARTBEAT_FRAME)
         self._timers.append(self.loop.call_later(interval / 2, self._heartbeat, interval))
         if len(self._timers) > 16:

@@ -64,8 +64,8 @@ async def serve(settings: Settings) -> None:
         if store is not None:
             await store.close()
         raise SystemExit(1) from None
-    management = await _start_management(broker, settings, servers[0].sockets[0].getsockname())
     tls = await _start_tls_listener(settings, broker, registry, store)
+    management = await _start_management(broker, settings, _addresses("amqp", servers) + _addresses("amqp/ssl", tls))
     async with anyio.create_task_group() as tg:
         if store is not None:
             tg.start_soon(store.run)
@@ -108,15 +108,23 @@ async def serve(settings: Settings) -> None:
         tg.cancel_scope.cancel()
 
 
-async def _start_management(broker: Broker, settings: Settings, amqp_address: tuple[str, int]) -> Any:
+def _addresses(protocol: str, servers: Any) -> list[tuple[str, str, int]]:
+    """(protocol, host, port) of every socket the servers listen on (a host each, IPv4 and IPv6 apart):
+    the listeners /api/overview and `amqpctl status` show. `servers`: a list, (list, TLS context) or None."""
+    if isinstance(servers, tuple):
+        servers = servers[0]
+    return [(protocol, *sock.getsockname()[:2]) for server in servers or () for sock in server.sockets]
+
+
+async def _start_management(broker: Broker, settings: Settings, amqp: list[tuple[str, str, int]]) -> Any:
     """The management API, Prometheus listener and rate sampler (amqpd/mgmt), unless every HTTP and HTTPS
-    listener is off."""
+    listener is off. `amqp`: the AMQP and AMQPS listeners, as (protocol, host, port)."""
     https = tls_enabled(settings, "mgmt_tls") or tls_enabled(settings, "prometheus_tls")
     if settings.mgmt_port is None and settings.prometheus_port is None and not https:
         return None
     from amqpd.mgmt.service import Management
 
-    management = Management(broker, settings, (amqp_address[0], amqp_address[1]))
+    management = Management(broker, settings, amqp)
     await management.start()
     return management
 

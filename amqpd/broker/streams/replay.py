@@ -20,13 +20,13 @@ from itertools import count
 from typing import TYPE_CHECKING, cast
 
 from amqpd import errors
-from amqpd.broker.stream_unacked import Offsets, StreamRun
+from amqpd.broker.streams.unacked import Offsets, StreamRun
 from amqpd.protocol.constants import FLAG_CONTENT_ENCODING, FLAG_CONTENT_TYPE, FLAG_HEADERS
 from amqpd.protocol.fastpath import shortstr
 from store import RECORD_FIXED_AFTER_ID, RECORD_FLAG_EXPIRES
 
 if TYPE_CHECKING:
-    from amqpd.broker.stream import Cursor, StreamQueue
+    from amqpd.broker.streams.stream import Cursor, StreamQueue
 
 _RECORD = RECORD_FIXED_AFTER_ID  # timestamp, flags, exchange length, routing key length, queues, props
 _RECORD_SIZE = _RECORD.size

@@ -32,6 +32,8 @@ _FENCE = re.compile(r"^```\s*([\w+-]*)\s*$")
 _MARKER = re.compile(r"^<!--\s*doc-test:\s*(.*?)\s*-->\s*$")
 _PIP = re.compile(r"(?:\bpython3?\s+-m\s+)?\bpip3?\s+install\b([^\n;&|]*)")
 DEFAULT_TIMEOUT = 60.0
+_LISTENING = b"amqpd listening on"
+_RUNS_AMQPD = re.compile(r"(?:^|[\s;&|(])(?:python3? -m )?amqpd(?:\s|$)", re.MULTILINE)
 
 
 class SnippetError(Exception):
@@ -280,19 +282,23 @@ class PageRun:
             )
         self.processes.append(proc)
         named = [live for default, live in self.ports.items() if str(live) in code and default != 5671]
-        self._wait_ports(named or [self.ports[5672]], proc, log, self._timeout(snippet))
+        runs_amqpd = bool(_RUNS_AMQPD.search(code))
+        self._wait_ready(named or [self.ports[5672]], proc, log, self._timeout(snippet), runs_amqpd)
 
-    def _wait_ports(self, ports: list[int], proc: subprocess.Popen[bytes], log: Path, timeout: float) -> None:
+    def _wait_ready(
+        self, ports: list[int], proc: subprocess.Popen[bytes], log: Path, timeout: float, amqpd: bool
+    ) -> None:
+        """Until every port accepts connections and, for a command that runs amqpd, amqpd printed "amqpd
+        listening on" (it binds its AMQP port before its TLS and HTTP listeners, and prints once all are up)."""
         deadline = time.monotonic() + timeout
         waiting = list(ports)
-        while waiting:
+        while waiting or (amqpd and _LISTENING not in log.read_bytes()):
             if proc.poll() is not None:
                 raise AssertionError(f"exited with status {proc.returncode} before listening:\n{log.read_text()}")
             if time.monotonic() > deadline:
-                raise AssertionError(f"ports {waiting} not listening after {timeout:.0f} s:\n{log.read_text()}")
+                raise AssertionError(f"not ready after {timeout:.0f} s (ports {waiting}):\n{log.read_text()}")
             waiting = [p for p in waiting if not listening(p)]
-            if waiting:
-                time.sleep(0.05)
+            time.sleep(0.05)
 
     def _ensure_broker(self) -> None:
         """The page's amqpd, unless a background snippet already started one on the page's ports."""
@@ -310,7 +316,7 @@ class PageRun:
                 start_new_session=True,
             )
         self.processes.append(proc)
-        self._wait_ports([self.ports[5672], self.ports[15672], self.ports[15692]], proc, log, 30)
+        self._wait_ready([self.ports[5672], self.ports[15672], self.ports[15692]], proc, log, 30, amqpd=True)
 
     def close(self) -> None:
         """SIGTERM to each process group started here, then SIGKILL to what is left after 15 s."""

@@ -31,7 +31,7 @@ _PORT = re.compile(r"(?<![\w.])(" + "|".join(str(p) for p in DEFAULT_PORTS) + r"
 _FENCE = re.compile(r"^```\s*([\w+-]*)\s*$")
 _MARKER = re.compile(r"^<!--\s*doc-test:\s*(.*?)\s*-->\s*$")
 _PIP = re.compile(r"(?:\bpython3?\s+-m\s+)?\bpip3?\s+install\b([^\n;&|#]*)")
-DEFAULT_TIMEOUT = 60.0
+DEFAULT_TIMEOUT = 120.0
 _LISTENING = b"amqpd listening on"
 _RUNS_AMQPD = re.compile(r"(?:^|[\s;&|(])(?:python3? -m )?amqpd(?:\s|$)", re.MULTILINE)
 

@@ -25,7 +25,7 @@ def _cases() -> list[object]:
 
 
 @pytest.fixture(scope="module")
-def page_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[Path, PageRun]]:
+def page_runs() -> Iterator[dict[Path, PageRun]]:
     runs: dict[Path, PageRun] = {}
     yield runs
     for run in runs.values():
@@ -44,8 +44,7 @@ def test_snippet_runs(snippet: Snippet | SnippetError, page_runs: dict[Path, Pag
         pytest.fail(str(snippet))
     run = page_runs.get(snippet.page)
     if run is None:
-        previous = [r for r in page_runs.values()]
-        for other in previous:  # one page's brokers at a time
+        for other in page_runs.values():  # one page's brokers at a time
             other.close()
         workdir = _pages_dir / snippet.page.stem
         workdir.mkdir()

@@ -97,6 +97,7 @@ async def serve(settings: Settings) -> None:
             async for signum in signals:
                 if signum == signal.SIGUSR1:  # logrotate moved the log file away: write to a new one
                     logs.reopen()
+                    log.info("log file reopened (SIGUSR1)")
                     continue
                 if signum == signal.SIGHUP:
                     if tls is not None:

@@ -18,7 +18,7 @@ import anyio
 
 from amqpd import __version__, logs, runtime_file
 from amqpd.broker.broker import Broker
-from amqpd.broker.stream_args import is_stream
+from amqpd.broker.streams.args import is_stream
 from amqpd.config import Settings
 from amqpd.server.alarms import Alarms
 from amqpd.server.connection import AMQPServerProtocol

@@ -11,7 +11,7 @@ import re
 import tomllib
 import types
 from collections.abc import Callable
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
@@ -277,6 +277,7 @@ def _number(value: float) -> str:
 
 def _declared() -> dict[str, Spec]:
     hints = get_type_hints(Settings)
+    defaults = Settings()
     specs = {}
     for f in fields(Settings):
         kind = hints[f.name]
@@ -284,8 +285,7 @@ def _declared() -> dict[str, Spec]:
         if get_origin(kind) in (Union, types.UnionType):  # optional: int | None, str | None
             kind = args[0]
         kind = get_origin(kind) or kind
-        default = f.default_factory() if f.default is MISSING else f.default  # type: ignore[misc]
-        specs[f.name] = Spec(f.name, kind, f.metadata["rule"], default)
+        specs[f.name] = Spec(f.name, kind, f.metadata["rule"], getattr(defaults, f.name))
     return specs
 
 

@@ -490,6 +490,13 @@ def _check_together(s: Settings, origins: dict[str, str]) -> None:
         raise ConfigError(
             where, "write_buffer_low", f"at most write_buffer_high ({s.write_buffer_high})", str(s.write_buffer_low)
         )
+    if s.load_definitions and not os.access(s.load_definitions, os.R_OK):
+        where = _where(origins, "load_definitions")
+        raise ConfigError(where, "load_definitions", "a readable definitions file", _file_problem(s.load_definitions))
+    if s.log_file:
+        problem = _log_file_problem(s.log_file)
+        if problem:
+            raise ConfigError(_where(origins, "log_file"), "log_file", "a file amqpd can append to", problem)
     if s.data_dir:
         problem = _data_dir_problem(s.data_dir)
         if problem:
@@ -504,6 +511,22 @@ def _check_together(s: Settings, origins: dict[str, str]) -> None:
 def _where(origins: dict[str, str], name: str) -> str:
     origin = origins[name]
     return origin.split(" ", 1)[1] if " " in origin else origin
+
+
+def _file_problem(path: str) -> str:
+    reason = "not readable" if os.path.exists(path) else "no such file"
+    return f"{shown(path)} ({reason})"
+
+
+def _log_file_problem(path: str) -> str:
+    p = Path(path).absolute()
+    if p.is_dir():
+        return f"{shown(path)} (a directory)"
+    if p.exists():
+        return "" if os.access(p, os.W_OK) else f"{shown(path)} (not writable)"
+    if not p.parent.is_dir():
+        return f"{shown(path)} (no directory {p.parent})"
+    return "" if os.access(p.parent, os.W_OK | os.X_OK) else f"{shown(path)} (cannot create it in {p.parent})"
 
 
 def _data_dir_problem(path: str) -> str:

@@ -120,6 +120,20 @@ def broker_url(url: str | None, data_dir: str | None) -> tuple[str, str | None]:
     return str(info["management_url"]), found
 
 
+class NotAmqpd(CtlError):
+    """The management API found without --url is another broker's."""
+
+
+def open_api(args: argparse.Namespace) -> API:
+    url, found_in = broker_url(args.url, args.data_dir)
+    api = API(
+        url, args.login, args.login_password, args.timeout, tls_context(args.ca_file, args.cert_file, args.key_file)
+    )
+    if found_in is None:
+        check_amqpd(api, args.data_dir)
+    return api
+
+
 def check_amqpd(api: API, data_dir: str | None) -> None:
     """Refuse to act on a management API that is not amqpd's (a RabbitMQ beside it holds 15672) unless the
     operator named it with --url."""
@@ -127,7 +141,7 @@ def check_amqpd(api: API, data_dir: str | None) -> None:
     product = overview.get("product_name")
     if product != "amqpd":
         what = f"{product or 'RabbitMQ'} {overview.get('product_version') or overview.get('rabbitmq_version', '')}"
-        raise CtlError(
+        raise NotAmqpd(
             f"the management API at {api.url} is {what.strip()}, not amqpd (no running amqpd's runtime file in "
             f"{data_dir or default_data_dir()}); name it with --url to act on it anyway",
             EX_UNAVAILABLE,
@@ -304,11 +318,13 @@ def status(api: API, args: argparse.Namespace) -> None:
     print("\n".join(lines))
 
 
-def await_startup(api: API, args: argparse.Namespace) -> None:
+def await_startup(args: argparse.Namespace) -> None:
+    """Until the broker answers: without --url, until an amqpd has written its runtime file (or answers on the
+    fallback port; another broker answering there is waited past, as an amqpd may be starting)."""
     deadline = time.monotonic() + args.timeout
     while True:
         try:
-            api.call("GET", "/api/overview")
+            open_api(args).call("GET", "/api/overview")
             return
         except CtlError as exc:
             if exc.code != EX_UNAVAILABLE or time.monotonic() > deadline:
@@ -403,7 +419,6 @@ def replay_dead_letters(api: API, args: argparse.Namespace) -> None:
 
 COMMANDS: dict[str, Callable[[API, argparse.Namespace], None]] = {
     "status": status,
-    "await_startup": await_startup,
     "purge_queue": simple(
         "DELETE",
         lambda a: f"/api/queues/{q(a.vhost)}/{q(a.queue)}/contents",
@@ -620,20 +635,12 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         return EX_USAGE if exc.code else EX_OK
     try:
-        url, found_in = broker_url(args.url, args.data_dir)
-        api = API(
-            url,
-            args.login,
-            args.login_password,
-            args.timeout,
-            tls_context(args.ca_file, args.cert_file, args.key_file),
-        )
-        if found_in is None:
-            check_amqpd(api, args.data_dir)
-        if args.command in LISTS:
-            run_list(api, args)
+        if args.command == "await_startup":
+            await_startup(args)
+        elif args.command in LISTS:
+            run_list(open_api(args), args)
         else:
-            COMMANDS[args.command](api, args)
+            COMMANDS[args.command](open_api(args), args)
     except CtlError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return exc.code

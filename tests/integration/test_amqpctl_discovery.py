@@ -59,6 +59,22 @@ def test_amqpctl_without_url_finds_the_broker_of_a_data_dir(how: str, tmp_path: 
         assert "Product: amqpd" in result.stdout
 
 
+def test_await_startup_waits_for_the_broker_of_a_data_dir(tmp_path: Path) -> None:
+    """As a container's health check or a start script would: amqpctl is started first."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("AMQPCTL_", "AMQPD_"))}
+    waiter = subprocess.Popen(
+        [sys.executable, "-m", "amqpd.mgmt.amqpctl", "--data-dir", str(tmp_path), "-t", "60", "await_startup"],
+        env={**clean, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        with BrokerProcess(data_dir=str(tmp_path), management=True):
+            assert waiter.wait(60) == 0
+    finally:
+        if waiter.poll() is None:
+            waiter.kill()
+            waiter.wait()
+
+
 def test_a_broker_without_management_is_one_line_and_69(tmp_path: Path) -> None:
     with BrokerProcess(data_dir=str(tmp_path)):
         result = amqpctl("--data-dir", str(tmp_path), "list_queues")

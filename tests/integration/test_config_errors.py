@@ -96,6 +96,19 @@ def test_a_data_dir_that_is_a_file_is_refused(tmp_path: Path) -> None:
     assert f'AMQPD_DATA_DIR: data_dir: expected a directory amqpd can write, got "{path / "below"}"' in out
 
 
+def test_a_missing_definitions_file_or_an_unusable_log_file_is_refused(tmp_path: Path) -> None:
+    missing = tmp_path / "defs.json"
+    out = refused(amqpd("--data-dir", str(tmp_path / "d"), "--definitions", str(missing)))
+    assert out.endswith(
+        f'--definitions: load_definitions: expected a readable definitions file, got "{missing}" (no such file)'
+    )
+    out = refused(amqpd("--data-dir", str(tmp_path / "d"), env={"AMQPD_LOG_FILE": str(tmp_path)}))
+    assert out.endswith(
+        f'AMQPD_LOG_FILE: log_file: expected a file amqpd can append to, got "{tmp_path}" (a directory)'
+    )
+    assert not (tmp_path / "d").exists()
+
+
 def test_a_missing_config_file_is_refused(tmp_path: Path) -> None:
     out = refused(amqpd("--config", str(tmp_path / "nope.toml"), "--data-dir", str(tmp_path / "d")))
     assert out.endswith(f"{tmp_path / 'nope.toml'}: expected a readable TOML file, got no such file or directory")

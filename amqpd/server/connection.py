@@ -82,13 +82,13 @@ class AMQPServerProtocol(asyncio.Protocol):
             self._log_closed(self.session)
 
     def _log_closed(self, session: Session) -> None:
-        """RabbitMQ's "closing AMQP connection" line: who, and why; a connection that simply vanished (no
-        connection.close, no error of ours) is a warning, as RabbitMQ's "client unexpectedly closed"."""
+        """RabbitMQ's "closing AMQP connection" line: who, and why. Closed by the client, an operator or a
+        shutdown: info; anything else (an error, a timeout, a client that vanished) a warning."""
         reason = session.close_reason or "client unexpectedly closed TCP connection"
         vhost = session.vhost.name if session.vhost is not None else ""
         duration = time.time() - session.connected_at
         log.log(
-            logging.INFO if session.close_reason else logging.WARNING,
+            logging.INFO if session.closed_normally else logging.WARNING,
             "closing AMQP connection %s (vhost '%s', user '%s') after %.1f s: %s",
             session.name,
             vhost,

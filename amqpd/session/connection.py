@@ -118,6 +118,7 @@ class Session:
         self.unconfirmed = 0  # publishes awaiting their fsync before a confirm, over all channels
         self.held_for_confirms = False
         self.close_reason = ""  # why the connection ended, for its closing log line (server.connection)
+        self.closed_normally = False  # by the client's connection.close, or by an operator or shutdown (320)
 
     # -- output -------------------------------------------------------------------------------------------
 
@@ -323,6 +324,7 @@ class Session:
             return
         if isinstance(method, commands.Connection.Close):
             self.close_reason = f"client closed it ({method.reply_code} {method.reply_text})"
+            self.closed_normally = True
             self.send_method(0, commands.Connection.CloseOk())
             self._teardown()
             self._close_transport()
@@ -656,6 +658,7 @@ class Session:
 
     def close_forced(self, text: str = "broker forced connection closure with reason 'shutdown'") -> None:
         """Server shutdown: 320 CONNECTION_FORCED."""
+        self.closed_normally = True
         if self.state == OPEN:
             self._fail(errors.ConnectionError(errors.CONNECTION_FORCED, text))
         elif self.state not in (CLOSING, CLOSED):

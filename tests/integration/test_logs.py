@@ -80,6 +80,16 @@ def test_a_connection_that_vanishes_is_a_warning() -> None:
     assert re.search(r"\(vhost '', user ''\) after \d+\.\d s: client unexpectedly closed TCP connection$", line), line
 
 
+def test_a_connection_closed_by_an_error_is_a_warning_with_the_reply() -> None:
+    with BrokerProcess(extra_args=["--in-memory"]) as broker:
+        params = pika.ConnectionParameters("127.0.0.1", broker.port, virtual_host="no-such-vhost")
+        with pytest.raises(pika.exceptions.AMQPConnectionError):
+            pika.BlockingConnection(params)
+        line = wait_for(lambda: broker.stderr_lines, "closing AMQP connection")
+    assert " WARNING amqpd.connection: " in line
+    assert line.endswith("530 NOT_ALLOWED - vhost no-such-vhost not found"), line
+
+
 def test_the_log_file_is_reopened_on_sigusr1(tmp_path: Path) -> None:
     log_file = tmp_path / "amqpd.log"
     with BrokerProcess(extra_args=["--in-memory", "--log-file", str(log_file)]) as broker:

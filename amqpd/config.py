@@ -460,7 +460,13 @@ def _file_values(path: str) -> list[tuple[str, Any, str]]:
         where = f"{path}:{line[1]}" if line else path
         bad = text.splitlines()[int(line[1]) - 1].strip() if line and int(line[1]) <= len(text.splitlines()) else ""
         raise ConfigError(where, "", f"valid TOML ({str(exc).split(' (at')[0]})", shown(bad)) from None
-    table = data.get("amqpd", data) if isinstance(data.get("amqpd"), dict) else data
+    table = data
+    if isinstance(data.get("amqpd"), dict):
+        table = data["amqpd"]
+        for key, value in data.items():  # beside an [amqpd] table, a key outside it would be silently unread
+            if key != "amqpd":
+                where = f"{path}:{_line_of(text, key)}"
+                raise ConfigError(where, key, "every setting inside the [amqpd] table", f"{key} = {shown(value)}")
     found = []
     for key, value in table.items():
         name = key.replace("-", "_")

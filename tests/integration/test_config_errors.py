@@ -49,6 +49,7 @@ FILE_CASES = [
     ('loopback_users = "guest"\n', 'amqpd.toml:1: loopback_users: expected a list of strings, got "guest"'),
     ('port = 1\n[log_levels]\nconection = "debug"\n', "amqpd.toml:2: log_levels: expected a table of keys connection"),
     ("port = \n", 'amqpd.toml:1: expected valid TOML (Invalid value), got "port ="'),
+    ("heartbeat = 30\n[amqpd]\nport = 1\n", "amqpd.toml:1: heartbeat: expected every setting inside the [amqpd] table"),
 ]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import os
 import re
 import tomllib
@@ -327,7 +328,7 @@ def convert(spec: Spec, value: Any, text: bool) -> Any:
             or (spec.kind is int and isinstance(value, float))
         ):
             raise _Bad
-        if (r.lo is not None and value < r.lo) or (r.hi is not None and value > r.hi):
+        if not math.isfinite(value) or (r.lo is not None and value < r.lo) or (r.hi is not None and value > r.hi):
             raise _Bad
         return spec.kind(value)
     if spec.kind is list:

@@ -68,6 +68,7 @@ ENV_CASES = [
     ("AMQPD_FRAME_MAX", "128k", 'AMQPD_FRAME_MAX: frame_max: expected an integer 4096..2147483647, got "128k"'),
     ("AMQPD_TLS_VERIFY_PEER", "maybe", 'AMQPD_TLS_VERIFY_PEER: tls_verify_peer: expected true or false, got "maybe"'),
     ("AMQPD_STATS_INTERVAL", "0", 'AMQPD_STATS_INTERVAL: stats_interval: expected a number 0.01..3600, got "0"'),
+    ("AMQPD_STATS_INTERVAL", "nan", 'AMQPD_STATS_INTERVAL: stats_interval: expected a number 0.01..3600, got "nan"'),
     ("AMQPD_LOG_LEVELS", "connection", "AMQPD_LOG_LEVELS: log_levels: expected a table of keys connection"),
     ("AMQPD_RETENTION_MAX_AGE_MS", "7w", "AMQPD_RETENTION_MAX_AGE_MS: retention_max_age_ms: expected a duration"),
 ]

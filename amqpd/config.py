@@ -362,7 +362,9 @@ def _from_text(spec: Spec, value: str) -> Any:
             return float(value)
         except ValueError:
             raise _Bad from None
-    if spec.kind is list:  # comma-separated; "" is the empty list
+    if spec.kind is list:  # comma-separated ("" is the empty list), or written as in TOML: ["a", "b"], []
+        if value.strip().startswith("["):
+            return _toml_value(value)
         return [item.strip() for item in value.split(",") if item.strip()]
     if spec.kind is dict:  # name=value,name=value
         pairs = [item.split("=", 1) for item in value.split(",") if item.strip()]
@@ -372,6 +374,13 @@ def _from_text(spec: Spec, value: str) -> Any:
     if value == "" and spec.default is None:
         return None
     return value
+
+
+def _toml_value(text: str) -> Any:
+    try:
+        return tomllib.loads(f"value = {text}")["value"]
+    except tomllib.TOMLDecodeError:
+        raise _Bad from None
 
 
 def _choice(choices: tuple[str, ...], value: str) -> str:

@@ -122,6 +122,23 @@ def test_list_and_table_settings_from_the_environment(monkeypatch: pytest.Monkey
     assert s.log_levels == {"connection": "DEBUG", "mgmt": "WARNING"}
 
 
+@pytest.mark.parametrize(("text", "users"), [("[]", []), ('["guest", "admin"]', ["guest", "admin"]), ("", [])])
+def test_a_list_from_the_environment_may_be_written_as_in_toml(
+    text: str, users: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The issue's AMQPD_LOOPBACK_USERS='[]' (silently ignored before) lifts the rule."""
+    monkeypatch.setenv("AMQPD_LOOPBACK_USERS", text)
+    assert config.load().loopback_users == users
+
+
+def test_a_list_from_the_environment_that_is_not_toml_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AMQPD_LOOPBACK_USERS", "[guest")
+    with pytest.raises(
+        config.ConfigError, match='AMQPD_LOOPBACK_USERS: loopback_users: expected a list of strings, got "\\[guest"'
+    ):
+        config.load()
+
+
 @pytest.mark.parametrize(("text", "value"), [("yes", True), ("0", False), ("ON", True), ("false", False)])
 def test_booleans_from_the_environment(text: str, value: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AMQPD_TLS_VERIFY_PEER", text)

@@ -182,7 +182,7 @@ def _runtime_info(servers: list[Any], tls: Any, management: Any) -> dict[str, An
     info["management_url"] = info["metrics_url"] = None
     for protocol, listener in management.listeners if management is not None else []:
         key = "metrics_url" if protocol.endswith("prometheus") else "management_url"
-        if info[key] is None or protocol.startswith("http/") or protocol == "http":
+        if info[key] is None or not protocol.startswith("https"):  # with both, the plain HTTP one
             info[key] = runtime_file.url(protocol.split("/")[0], *listener.address)
     return info
 
@@ -253,8 +253,11 @@ def _take_clean_marker(settings: Settings) -> bool:
     if os.path.exists(marker):
         os.unlink(marker)
         return False
-    ignored = (CLEAN_MARKER, "lock", runtime_file.NAME)  # a crash leaves the runtime file: not data
-    return any(name not in ignored for name in os.listdir(settings.data_dir))
+    # a crash leaves the runtime file (and perhaps its temporary copy): not data
+    return any(
+        name not in (CLEAN_MARKER, "lock") and not name.startswith(runtime_file.NAME)
+        for name in os.listdir(settings.data_dir)
+    )
 
 
 def _lock_data_dir(settings: Settings) -> IO[str] | None:

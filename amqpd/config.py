@@ -286,7 +286,8 @@ def _declared() -> dict[str, Spec]:
         if get_origin(kind) in (Union, types.UnionType):  # optional: int | None, str | None
             kind = args[0]
         kind = get_origin(kind) or kind
-        specs[f.name] = Spec(f.name, kind, f.metadata["rule"], getattr(defaults, f.name))
+        rule = f.metadata.get("rule", Rule())  # a plain field is still checked against its type
+        specs[f.name] = Spec(f.name, kind, rule, getattr(defaults, f.name))
     return specs
 
 

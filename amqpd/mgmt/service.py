@@ -7,6 +7,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
+from amqpd.logs import announce
 from amqpd.mgmt.api import ManagementAPI
 from amqpd.mgmt.http_server import HTTPListener, bind
 from amqpd.mgmt.metrics import MetricsApp
@@ -70,7 +71,7 @@ class Management:
             host, port = listener.address
             kind = "prometheus" if protocol.endswith("prometheus") else "management"
             over = " TLS" if listener.ssl_context is not None else ""
-            print(f"amqpd {kind}{over} listening on {host}:{port}", flush=True)
+            announce(f"amqpd {kind}{over} listening on {host}:{port}")
 
     def reload_tls(self) -> None:
         """SIGHUP: the HTTPS listeners re-read their certificate, key and CA files (open connections carry on)."""

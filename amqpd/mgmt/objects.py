@@ -7,6 +7,7 @@ import base64
 import datetime
 import hashlib
 import os
+import shutil
 import socket
 import urllib.parse
 from collections.abc import Iterator
@@ -369,6 +370,7 @@ def node_info(broker: Broker) -> dict[str, Any]:
         "processors": os.cpu_count() or 1,
         "mem_used": rss,
         "mem_alarm": "memory" in broker.alarms,
+        "disk_free": _disk_free(settings.data_dir),
         "disk_free_limit": settings.disk_free_limit,
         "disk_free_alarm": "disk" in broker.alarms,
         "partitions": [],
@@ -381,3 +383,13 @@ def node_info(broker: Broker) -> dict[str, Any]:
         "applications": [{"name": "amqpd", "description": "AMQP 0-9-1 broker", "version": __version__}],
         "being_drained": False,
     }
+
+
+def _disk_free(path: str) -> int | None:
+    """Bytes free where the data lives (None without a data directory, or when it cannot be read)."""
+    if not path:
+        return None
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return None

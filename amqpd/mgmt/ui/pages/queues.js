@@ -54,6 +54,7 @@ function sortable(title, key, fill) {
   button.addEventListener("click", () => {
     listState.reverse = listState.sort === key ? !listState.reverse : false;
     listState.sort = key;
+    listState.page = 1;
     fill();
   });
   return button;

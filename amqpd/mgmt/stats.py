@@ -90,7 +90,9 @@ class Rates:
         self.total = Sample(clock(), {})
         self.history = History()
 
-    def sample(self, queues: Iterable[Any], channels: Iterable[Any], totals: Counts, levels: Counts | None = None) -> None:
+    def sample(
+        self, queues: Iterable[Any], channels: Iterable[Any], totals: Counts, levels: Counts | None = None
+    ) -> None:
         """levels: the queue totals (messages, messages_ready, messages_unacknowledged) kept in the history."""
         now = self.clock()
         seen: dict[Any, Sample] = {}

@@ -40,7 +40,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER):
         return
     if os.environ.get("CI"):
-        raise pytest.UsageError(f"the UI tests need {CHROMIUM} and {CHROMEDRIVER} (apt-get install chromium chromium-driver)")
+        raise pytest.UsageError(
+            f"the UI tests need {CHROMIUM} and {CHROMEDRIVER} (apt-get install chromium chromium-driver)"
+        )
     skip = pytest.mark.skip(reason="chromium and chromium-driver are not installed")
     for item in items:
         if "tests/ui/" in str(item.fspath):

@@ -377,8 +377,10 @@ class ManagementAPI(AccessEndpoints):
     # -- queues ------------------------------------------------------------------------------------------------------
 
     async def queues(self, request: Request, vhost: str | None = None) -> Any:
-        items = [objects.queue_info(q, self.rates) for v in self._vhosts(request, vhost) for q in v.queues.values()]
-        return self._listing(request, items)
+        queues = [q for v in self._vhosts(request, vhost) for q in v.queues.values()]
+        return listing.apply_lazily(
+            queues, request.query_params, lambda q: objects.queue_info(q, self.rates), objects.queue_fields(self.rates)
+        )
 
     async def queue(self, request: Request, vhost: str, queue: str) -> Any:
         q = self._vhost(vhost).queues.get(queue)

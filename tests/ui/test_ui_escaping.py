@@ -9,9 +9,9 @@ from typing import Any
 import httpx
 import pika
 import pytest
+from ui_browser import UI, Q, queue_route
 
 from amqpd.testing import BrokerProcess
-from conftest import UI, Q, queue_route
 
 SCRIPT = "<script>window.__pwned=1</script>"
 IMG = '"><img src=x onerror="window.__pwned=2">'

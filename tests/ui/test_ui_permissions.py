@@ -7,8 +7,7 @@ from typing import Any
 
 import httpx
 import pytest
-
-from conftest import UI, Q, queue_route, unique
+from ui_browser import UI, Q, queue_route, unique
 
 E = lambda s: Q(s, safe="")  # noqa: E731
 

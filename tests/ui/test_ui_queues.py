@@ -8,8 +8,7 @@ from typing import Any
 
 import httpx
 import pika
-
-from conftest import UI, Q, queue_route, unique
+from ui_browser import UI, Q, queue_route, unique
 
 
 def test_login_shows_the_overview_and_a_queue_made_over_amqp_appears_in_the_list(ui: UI, amqp: Any) -> None:

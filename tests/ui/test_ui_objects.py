@@ -126,3 +126,20 @@ def test_definitions_upload_creates_what_the_file_describes(ui: UI, admin: httpx
     ui.wait_text("main", "Definitions imported.")
     assert admin.get(f"/api/queues/%2F/{E(queue)}").status_code == 200
     admin.delete(f"/api/queues/%2F/{E(queue)}")
+
+
+def test_a_vhost_limit_is_set_and_cleared_from_its_page(ui: UI, admin: httpx.Client) -> None:
+    vhost = unique("ui-limited")
+    admin.put(f"/api/vhosts/{vhost}").raise_for_status()
+    ui.logged_in("guest", "guest")
+    ui.open(f"#/vhosts/{vhost}")
+    ui.wait_css("#set-vhost-limit")
+    ui.fill("#set-vhost-limit", {"limit": "max-queues", "value": "3"})
+    ui.submit("#set-vhost-limit")
+    ui.wait_text("#vhost-limits", "max-queues")
+    assert admin.get(f"/api/vhost-limits/{vhost}").json() == [{"vhost": vhost, "value": {"max-queues": 3}}]
+    ui.screenshot("vhost")
+    ui.find("#vhost-limits button").click()
+    ui.wait_text("#vhost-limits", "No limits.")
+    assert admin.get(f"/api/vhost-limits/{vhost}").json() == []
+    admin.delete(f"/api/vhosts/{vhost}")

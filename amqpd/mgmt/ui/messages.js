@@ -72,7 +72,8 @@ function headersView(headers) {
   const rows = Object.entries(headers || {}).filter(([k]) => k !== "x-death");
   const deaths = Array.isArray((headers || {})["x-death"]) ? headers["x-death"] : null;
   return [
-    rows.length ? table([["Header", ([k]) => k], ["Value", ([, v]) => show(v)]], rows) : null,
+    rows.length ? h("div", { class: "headers" }, h("h4", {}, "Headers"),
+      table([["Header", ([k]) => k], ["Value", ([, v]) => show(v)]], rows)) : null,
     deaths ? h("div", { class: "x-death" }, h("h4", {}, "x-death"), deathTable(deaths)) : null,
   ];
 }

@@ -36,6 +36,28 @@ function button(label, action, status, cls = "") {
   return b;
 }
 
+// A vhost's or user's limits: the ones set, each with Clear, and a form that sets one (negative: no limit).
+async function limitsSection(kind, name, known) {
+  const box = h("div", { id: kind + "-limits" });
+  const status = h("div", { class: "status" });
+  const base = `${kind}-limits/${enc(name)}`;
+  const fill = async () => {
+    const found = await api("GET", base);
+    const limits = Object.entries(found.length ? found[0].value : {});
+    replace(box, table([["Limit", ([k]) => k], ["Value", ([, v]) => String(v)],
+      ["", ([k]) => button("Clear", async () => {
+        await api("DELETE", `${base}/${enc(k)}`);
+        await fill();
+      }, status)]], limits, "No limits."));
+  };
+  await fill();
+  const which = select("limit", known, known[0]);
+  const value = h("input", { name: "value", type: "number", required: true });
+  const set = form("set-" + kind + "-limit", [field("Limit", which), field("Value", value)], "Set limit",
+    () => api("PUT", `${base}/${enc(which.value)}`, { value: Number(value.value) }), fill);
+  return [section("Limits", box, status, set), fill];
+}
+
 // -- users ----------------------------------------------------------------------------------------------
 
 export async function usersPage() {
@@ -115,10 +137,11 @@ export async function userPage(ctx) {
     await api("DELETE", "users/" + enc(name));
     location.hash = "#/users";
   }, status, "danger");
+  const [limits, fillLimits] = await limitsSection("user", name, ["max-connections", "max-channels"]);
   const el = h("div", {}, h("h1", {}, "User ", h("span", { class: "name" }, name)), section("Details", info),
-    section("Permissions", perms, setPerm), section("Topic permissions", topics, setTopic),
+    section("Permissions", perms, setPerm), section("Topic permissions", topics, setTopic), limits,
     section("Update", update), section("Delete", del, status));
-  return { el, refresh: fill };
+  return { el, refresh: async () => { await fill(); await fillLimits(); } };
 }
 
 // -- virtual hosts ---------------------------------------------------------------------------------------
@@ -149,7 +172,7 @@ export async function vhostPage(ctx) {
   const fill = async () => {
     const v = await api("GET", "vhosts/" + enc(name));
     replace(info, facts([["Name", v.name], ["Description", v.description || ""], ["Tags", show(v.tags)],
-      ["Messages", show(v.messages)], ["Limits", show(v.limits || "")]]));
+      ["Messages", show(v.messages)]]));
     replace(perms, permissionRows(await api("GET", `vhosts/${enc(name)}/permissions`), "user", status, fill));
   };
   await fill();
@@ -158,9 +181,10 @@ export async function vhostPage(ctx) {
     await api("DELETE", "vhosts/" + enc(name));
     location.hash = "#/vhosts";
   }, status, "danger");
+  const [limits, fillLimits] = await limitsSection("vhost", name, ["max-queues", "max-connections"]);
   const el = h("div", {}, h("h1", {}, "Virtual host ", h("span", { class: "name" }, name)),
-    section("Details", info), section("Permissions", perms), section("Delete", del, status));
-  return { el, refresh: fill };
+    section("Details", info), section("Permissions", perms), limits, section("Delete", del, status));
+  return { el, refresh: async () => { await fill(); await fillLimits(); } };
 }
 
 // -- policies -------------------------------------------------------------------------------------------

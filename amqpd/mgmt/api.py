@@ -88,6 +88,8 @@ class ManagementAPI(AccessEndpoints):
         self.rates = rates
         self.listeners = listeners
         self._channels: dict[str, Channel] = {}
+        # Refused logins from one address wait their turn (address -> its lock, and how many hold or wait)
+        self._refusals: dict[str, tuple[asyncio.Lock, list[int]]] = {}
         self.routes: list[tuple[str, tuple[str, ...], Handler, str]] = []
         for method, path, handler, *level in ROUTES + ACCESS_ROUTES:
             pattern = tuple(path.strip("/").split("/"))
@@ -167,13 +169,24 @@ class ManagementAPI(AccessEndpoints):
 
     async def _login_failed(self, request: Request, user: str) -> None:
         """As a refused AMQP login: counted and logged with where it came from (never the password), then
-        answered only after a pause that holds up this request alone."""
+        answered only after a pause. Refusals from one address are answered one after another, so sending
+        guesses in parallel gains nothing; requests that log in, and other addresses, never wait."""
         self.broker.access.failed_logins += 1
-        peer = f"{request.client.host}:{request.client.port}" if request.client else "unknown"
-        log.warning("HTTP login refused for user %r from %s: invalid credentials", user, peer)
+        host = request.client.host if request.client else "unknown"
+        port = request.client.port if request.client else 0
+        log.warning("HTTP login refused for user %r from %s:%s: invalid credentials", user, host, port)
         delay = self.broker.settings.mgmt_login_failure_delay
-        if delay > 0:
-            await asyncio.sleep(delay)
+        if delay <= 0:
+            return
+        lock, users = self._refusals.setdefault(host, (asyncio.Lock(), [0]))
+        users[0] += 1
+        try:
+            async with lock:
+                await asyncio.sleep(delay)
+        finally:
+            users[0] -= 1
+            if not users[0]:
+                del self._refusals[host]
 
     def _authorise(self, request: Request, level: str, vhost: str | None) -> None:
         """The user's tags must reach the route's level, and its permissions cover the vhost in the path."""

@@ -89,3 +89,27 @@ def test_the_overview_carries_ten_minutes_of_samples_for_the_charts(broker: Brok
     assert all(a - b >= 4900 for a, b in zip(stamps, stamps[1:], strict=False))  # one per msg_rates_incr
     assert httpx.get(broker.mgmt_url + "/api/overview?msg_rates_age=x", auth=("guest", "guest")).status_code == 400
     conn.close()
+
+
+def test_refused_logins_from_one_address_are_answered_one_after_another(broker: BrokerProcess) -> None:
+    """Guessing in parallel gains nothing: the second refusal waits for the first one's pause to end."""
+    done: list[str] = []
+
+    def guess(label: str) -> None:
+        httpx.get(broker.mgmt_url + "/api/whoami", auth=("guest", f"wrong-{label}"), timeout=30)
+        done.append(label)
+
+    def refusals() -> int:
+        return sum("HTTP login refused" in line for line in broker.stderr_lines)
+
+    before = refusals()
+    first = threading.Thread(target=guess, args=("first",))
+    first.start()
+    assert eventually(lambda: refusals() > before)  # the first is in its pause
+    second = threading.Thread(target=guess, args=("second",))
+    second.start()
+    first.join(timeout=30)
+    second.join(timeout=DELAY / 2)  # had they waited side by side, the second would be answered by now
+    assert done == ["first"]
+    second.join(timeout=30)
+    assert done == ["first", "second"]

@@ -52,7 +52,11 @@ export function isAdmin(user) {
 
 function parseHash() {
   const raw = location.hash.replace(/^#\/?/, "");
-  return raw ? raw.split("/").map((part) => decodeURIComponent(part)) : [];
+  try {
+    return raw ? raw.split("/").map((part) => decodeURIComponent(part)) : [];
+  } catch (e) {
+    return null;  // a malformed %-escape: no such page
+  }
 }
 
 function matchRoute(parts) {
@@ -117,7 +121,7 @@ async function render() {
   if (!state.user) return;
   stopTimer();
   const generation = ++state.generation;
-  const parts = parseHash();
+  const parts = parseHash() || ["?"];
   const [page, params] = matchRoute(parts);
   for (const a of document.querySelectorAll("#menu a")) {
     const route = a.getAttribute("data-route");

@@ -2,7 +2,8 @@
 // attribute values, never through HTML parsing. Names, headers and bodies come from clients and are
 // attacker-controlled; this module is the only place the page gets built, so nothing here parses markup.
 
-const SAFE_LINK = /^(#|\/(?!\/))/;  // hash routes and same-origin paths only: no javascript: or other sites
+// Hash routes and same-origin paths only: no javascript: URL, no other site ("//host" or "/\\host").
+const SAFE_LINK = /^(#|\/(?![\/\\]))/;
 
 export function h(tag, attrs, ...children) {
   const el = document.createElement(tag);

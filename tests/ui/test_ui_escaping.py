@@ -52,7 +52,10 @@ def evil_objects(broker: BrokerProcess, admin: httpx.Client) -> Iterator[None]:
     props = pika.BasicProperties(headers={IMG: SCRIPT, "x-note": SVG}, content_type=IMG, message_id=SCRIPT)
     ch.basic_publish(EVIL, SCRIPT, f"{SCRIPT}{IMG}".encode(), props)
     ch.basic_publish(EVIL, SCRIPT, b'{"k": "' + IMG.replace('"', '\\"').encode() + b'"}', props)
+    ch.queue_declare(EVIL + "-consumed")
+    ch.basic_consume(EVIL + "-consumed", lambda *_: None, consumer_tag=SCRIPT + IMG)
     yield
+    ch.queue_delete(EVIL + "-consumed")
     ch.queue_delete(EVIL)
     ch.exchange_delete(EVIL)
     conn.close()
@@ -97,6 +100,8 @@ def test_markup_in_names_headers_bodies_and_connection_names_shows_as_text(ui: U
         tab.click()
         assert_inert(ui, "peek " + tab.text)
     ui.screenshot("escaping-message")
+    seen = visit(ui, queue_route(EVIL + "-consumed"), "#consumers", "queue-consumers")
+    assert SCRIPT + IMG in seen["text"]
     visit(ui, "#/users", "#users", "users")
     visit(ui, f"#/users/{E(EVIL)}", "h1", "user")
     visit(ui, "#/vhosts", "#vhosts", "vhosts")

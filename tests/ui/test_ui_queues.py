@@ -3,7 +3,9 @@ browser and deletion, each checked by what the page shows and what the broker th
 
 from __future__ import annotations
 
+import datetime
 import json
+import time
 from typing import Any
 
 import httpx
@@ -175,3 +177,27 @@ def test_the_list_sorts_filters_by_regex_and_pages_on_the_server(ui: UI, amqp: A
     ui.screenshot("queues-filtered")
     for n in names:
         amqp.queue_delete(n)
+
+
+def test_stream_browser_reads_from_a_time(ui: UI, amqp: Any) -> None:
+    """Messages appended in an earlier second are skipped when reading from the start of a later second."""
+    ui.logged_in("guest", "guest")
+    name = unique("ui-stream-time")
+    amqp.queue_declare(name, durable=True, arguments={"x-queue-type": "stream"})
+    amqp.confirm_delivery()
+    for i in range(3):
+        amqp.basic_publish("", name, f"early-{i}".encode())
+    second = int(time.time()) + 1
+    while time.time() < second:  # the form takes whole seconds: the next messages go in a later one
+        time.sleep(0.05)
+    for i in range(3):
+        amqp.basic_publish("", name, f"late-{i}".encode())
+    queue_page(ui, name)
+    stamp = datetime.datetime.fromtimestamp(second, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    ui.driver.execute_script("arguments[0].value = arguments[1]", ui.find("#stream-browser [name='time']"), stamp)
+    ui.find("#stream-by-time").click()
+    ui.wait_text("#stream-result", "late-0")
+    assert [e.text for e in ui.find_all("#stream-result pre.payload")] == ["late-0", "late-1", "late-2"]
+    assert ui.find("#stream-browser [name='offset']").get_attribute("value") == "3"
+    ui.screenshot("stream-browser-time")
+    amqp.queue_delete(name)

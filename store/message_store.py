@@ -148,6 +148,7 @@ class MessageStore(CatalogueCalls):
                 self._retention,
                 load_records,
                 self._holds_log or (lambda arguments: False),
+                self._io,
             )
         except BaseException:
             await self._catalog.close()  # its worker thread would otherwise keep the process alive
@@ -421,7 +422,7 @@ class MessageStore(CatalogueCalls):
         active = self._segments.active
         if active is not None:
             index = self._segments.indexes[active]
-            write_index_files(self._layout.offset_index(active), self._layout.time_index(active), index)
+            write_index_files(self._layout.offset_index(active), self._layout.time_index(active), index, self._io)
             self._writer.open_segment(active)
         self._writer.start_ack_file(self._commit.ack_number)
 

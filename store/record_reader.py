@@ -14,7 +14,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator
 from functools import partial
 
-from store.frame import ScanReport, scan_frames
+from store.frame import ScanReport, header_at, scan_frames
 from store.read_ahead import ReadAhead, SegmentBytes, stretches_of
 from store.record_codec import decode_record, encode_record
 from store.records import MessageRecord
@@ -213,16 +213,25 @@ class RecordReader:
         """Append records [start, end) of one segment to `out` until it holds max_records."""
         fd = self._log.read_fd(base)
         size = os.fstat(fd).st_size  # the active segment may have bytes past `end`: they are not returned
-        entry = self._log.indexes[base].floor(start)
-        pos = entry[1] if entry is not None else FILE_HEADER_SIZE
-        if size <= pos:
+        if size <= FILE_HEADER_SIZE:
             return
         with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as data:
+            pos = _start_for(data, self._log.indexes[base], start, size)
             for _, offset, payload in scan_frames(data, pos, size, ScanReport()):
                 if offset >= end or len(out) >= max_records:
                     return
                 if offset >= start:
                     out.append((offset, decode_record(payload)[2]))
+
+
+def _start_for(data: mmap.mmap, index: SegmentIndex, offset: int, size: int) -> int:
+    """Where a scan for `offset` starts: the index entry at or before it if that entry points at its record,
+    else the segment's first frame (an index is derived data: never trusted unchecked, FORMAT.md)."""
+    entry = index.floor(offset)
+    if entry is None:
+        return FILE_HEADER_SIZE
+    header = header_at(data, entry[1], size)
+    return entry[1] if header is not None and header[0] == entry[0] else FILE_HEADER_SIZE
 
 
 def _scan_for(fd: int, offset: int) -> bytes | None:

@@ -29,10 +29,10 @@ class Management:
         self.listeners: list[tuple[str, HTTPListener]] = []
         self.described: list[dict[str, Any]] = [_describe("amqp", *amqp_address)]
 
-    async def start(self) -> None:
+    async def start(self, announce: bool = True) -> None:
         """Bind and serve each configured listener; a port that cannot be bound, or TLS settings that cannot
         be used, are logged and that listener left out (the broker's job is AMQP; its port is the one whose
-        failure stops it)."""
+        failure stops it). announce: print each address (amqpd.testing.BrokerProcess reads them)."""
         s = self.settings
         for protocol, port, make_app, tls in (
             ("http", s.mgmt_port, self._api, None),
@@ -70,7 +70,8 @@ class Management:
             host, port = listener.address
             kind = "prometheus" if protocol.endswith("prometheus") else "management"
             over = " TLS" if listener.ssl_context is not None else ""
-            print(f"amqpd {kind}{over} listening on {host}:{port}", flush=True)
+            if announce:
+                print(f"amqpd {kind}{over} listening on {host}:{port}", flush=True)
 
     def reload_tls(self) -> None:
         """SIGHUP: the HTTPS listeners re-read their certificate, key and CA files (open connections carry on)."""

@@ -12,6 +12,7 @@ import os
 import signal
 import ssl
 import sys
+import threading
 from typing import IO, Any
 
 import anyio
@@ -32,13 +33,40 @@ log = logging.getLogger("amqpd")
 GC_THRESHOLDS = (50_000, 20, 10)
 
 
-async def serve(settings: Settings) -> None:
+class Embedding:
+    """serve() inside another program's thread (amqpd.testing.EmbeddedBroker): no signal handlers and no change
+    to the process's garbage collector (they belong to the host program); the listening addresses are handed
+    over through `started` instead of printed, and `stop()` may be called from any thread."""
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.addresses: dict[str, tuple[str, int]] = {}  # "amqp", "management", "prometheus", "amqps"
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._stop_requested = False
+
+    async def wait(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        if self._stop_requested:
+            self._stop.set()
+        self.started.set()
+        await self._stop.wait()
+
+    def stop(self) -> None:
+        self._stop_requested = True
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+
+
+async def serve(settings: Settings, embedding: Embedding | None = None) -> None:
     loop = asyncio.get_running_loop()
     lock = _lock_data_dir(settings)  # held until the broker stops
     crashed = _take_clean_marker(settings)
     # Recovery builds hundreds of thousands of acyclic objects: the cyclic GC would rescan the growing heap
     # again and again (it doubled recovery time). Collect once at the end and freeze them out of later scans.
-    gc.disable()
+    if embedding is None:
+        gc.disable()
     try:
         store, recovered = await _open_store(settings)
         broker = Broker(settings, store=store, scheduler=loop.call_later)
@@ -48,10 +76,11 @@ async def serve(settings: Settings) -> None:
             restore(broker, recovered, crashed)
             del recovered
     finally:
-        gc.enable()
-        gc.collect()
-        gc.freeze()
-        gc.set_threshold(*GC_THRESHOLDS)
+        if embedding is None:
+            gc.enable()
+            gc.collect()
+            gc.freeze()
+            gc.set_threshold(*GC_THRESHOLDS)
     if settings.load_definitions and not _load_definitions(broker, settings.load_definitions):
         if store is not None:
             await store.close()
@@ -64,8 +93,8 @@ async def serve(settings: Settings) -> None:
         if store is not None:
             await store.close()
         raise SystemExit(1) from None
-    management = await _start_management(broker, settings, servers[0].sockets[0].getsockname())
-    tls = await _start_tls_listener(settings, broker, registry, store)
+    management = await _start_management(broker, settings, servers[0].sockets[0].getsockname(), embedding)
+    tls = await _start_tls_listener(settings, broker, registry, store, embedding)
     async with anyio.create_task_group() as tg:
         if store is not None:
             tg.start_soon(store.run)
@@ -76,18 +105,12 @@ async def serve(settings: Settings) -> None:
         for server in servers:
             for sock in server.sockets:
                 address = _address(sock.getsockname())
-                print(f"amqpd listening on {address}", flush=True)  # amqpd.testing reads the first line
+                _announce(embedding, "amqp", sock.getsockname(), f"amqpd listening on {address}")
                 log.info("accepting AMQP 0-9-1 connections on %s", address)
-        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
-            async for signum in signals:
-                if signum == signal.SIGHUP:
-                    if tls is not None:
-                        reload_context(tls[1], settings)
-                    if management is not None:
-                        management.reload_tls()
-                    continue
-                log.info("received %s, shutting down", signal.Signals(signum).name)
-                break
+        if embedding is not None:
+            await embedding.wait()
+        else:
+            await _wait_for_signal(settings, tls, management)
         for server in servers:
             server.close()
         if management is not None:
@@ -108,7 +131,32 @@ async def serve(settings: Settings) -> None:
         tg.cancel_scope.cancel()
 
 
-async def _start_management(broker: Broker, settings: Settings, amqp_address: tuple[str, int]) -> Any:
+def _announce(embedding: Embedding | None, kind: str, sockname: tuple[Any, ...], line: str) -> None:
+    """A listener's address: printed for amqpd.testing.BrokerProcess (which reads these lines), or handed to
+    the embedding program (the first address of each kind)."""
+    if embedding is None:
+        print(line, flush=True)
+    else:
+        embedding.addresses.setdefault(kind, (sockname[0], sockname[1]))
+
+
+async def _wait_for_signal(settings: Settings, tls: Any, management: Any) -> None:
+    """Until SIGTERM or SIGINT; SIGHUP reloads the TLS certificates."""
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        async for signum in signals:
+            if signum == signal.SIGHUP:
+                if tls is not None:
+                    reload_context(tls[1], settings)
+                if management is not None:
+                    management.reload_tls()
+                continue
+            log.info("received %s, shutting down", signal.Signals(signum).name)
+            return
+
+
+async def _start_management(
+    broker: Broker, settings: Settings, amqp_address: tuple[str, int], embedding: Embedding | None = None
+) -> Any:
     """The management API, Prometheus listener and rate sampler (amqpd/mgmt), unless every HTTP and HTTPS
     listener is off."""
     https = tls_enabled(settings, "mgmt_tls") or tls_enabled(settings, "prometheus_tls")
@@ -117,12 +165,20 @@ async def _start_management(broker: Broker, settings: Settings, amqp_address: tu
     from amqpd.mgmt.service import Management
 
     management = Management(broker, settings, (amqp_address[0], amqp_address[1]))
-    await management.start()
+    await management.start(announce=embedding is None)
+    if embedding is not None:
+        for protocol, listener in management.listeners:
+            kind = "prometheus" if protocol.endswith("prometheus") else "management"
+            embedding.addresses.setdefault(kind + ("-tls" if protocol.startswith("https") else ""), listener.address)
     return management
 
 
 async def _start_tls_listener(
-    settings: Settings, broker: Broker, registry: set[AMQPServerProtocol], store: Any
+    settings: Settings,
+    broker: Broker,
+    registry: set[AMQPServerProtocol],
+    store: Any,
+    embedding: Embedding | None = None,
 ) -> tuple[list[Any], ssl.SSLContext] | None:
     """The amqps listener, when a certificate is configured; its address is printed before the plain one
     (`amqpd TLS listening on HOST:PORT`). A bad TLS setting or a taken port stops the broker, as for AMQP."""
@@ -147,7 +203,7 @@ async def _start_tls_listener(
     for server in servers:
         for sock in server.sockets:
             address = _address(sock.getsockname())
-            print(f"amqpd TLS listening on {address}", flush=True)
+            _announce(embedding, "amqps", sock.getsockname(), f"amqpd TLS listening on {address}")
             log.info("accepting AMQP 0-9-1 connections over TLS on %s", address)
     return servers, ctx
 

@@ -12,19 +12,19 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pamqp import base, commands
 
 from amqpd import errors
-from amqpd.broker.consumer import UNLIMITED, Consumer
+from amqpd.broker.delivery.consumer import UNLIMITED, Consumer
+from amqpd.broker.delivery.unacked import Outstanding, Run
 from amqpd.broker.entry import Entry
-from amqpd.broker.exchanges.delayed import delay_of
 from amqpd.broker.message import SCANNED_FLAGS, Message, may_name_keys
-from amqpd.broker.message_ids import IDS, stamp
-from amqpd.broker.publish_plan import NOWHERE, PER_MESSAGE_FLAGS, PublishPlan
-from amqpd.broker.queue import Queue
-from amqpd.broker.stream import StreamQueue
-from amqpd.broker.stream_args import check_consumer_arguments, parse_filter, parse_offset_spec
-from amqpd.broker.stream_chunks import chunk_records
-from amqpd.broker.stream_log import now_ms
-from amqpd.broker.unacked import Outstanding, Run
-from amqpd.broker.vhost import REPLY_TO, REPLY_TO_PREFIX, VirtualHost, server_generated_name
+from amqpd.broker.publish.message_ids import IDS, stamp
+from amqpd.broker.publish.plan import NOWHERE, PER_MESSAGE_FLAGS, PublishPlan
+from amqpd.broker.queues.queue import Queue
+from amqpd.broker.routing.exchanges.delayed import delay_of
+from amqpd.broker.routing.vhost import REPLY_TO, REPLY_TO_PREFIX, VirtualHost, server_generated_name
+from amqpd.broker.streams.args import check_consumer_arguments, parse_filter, parse_offset_spec
+from amqpd.broker.streams.chunks import chunk_records
+from amqpd.broker.streams.log import now_ms
+from amqpd.broker.streams.stream import StreamQueue
 from amqpd.protocol.assembler import Assembled, ContentAssembler
 from amqpd.protocol.constants import (
     FLAG_REPLY_TO,

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 from amqpd.protocol.constants import FLAG_EXPIRATION, FLAG_HEADERS, FLAG_REPLY_TO, FLAG_USER_ID
 
 if TYPE_CHECKING:
-    from amqpd.broker.exchanges import Exchange
-    from amqpd.broker.queue import Queue
+    from amqpd.broker.queues.queue import Queue
+    from amqpd.broker.routing.exchanges import Exchange
 
 # Properties whose value each message's own step decides about, on the single path: expiration (TTL), reply_to
 # (direct reply-to rewrite), user_id (checked), and a continuation flag word (properties beyond the first 15).

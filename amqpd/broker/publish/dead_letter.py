@@ -15,7 +15,7 @@ from amqpd.protocol.properties import encode_table, rewrite_properties
 
 if TYPE_CHECKING:
     from amqpd.broker.entry import Entry
-    from amqpd.broker.queue import Queue
+    from amqpd.broker.queues.queue import Queue
 
 
 class Router(Protocol):

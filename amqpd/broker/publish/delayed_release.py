@@ -22,10 +22,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from amqpd.broker.entry import Entry
-from amqpd.broker.exchanges.delayed import DELAY_HEADER, DelayedExchange, delay_of
 from amqpd.broker.message import Message
-from amqpd.broker.message_ids import stamp_for
+from amqpd.broker.publish.message_ids import stamp_for
 from amqpd.broker.recovery import HOLDER_PREFIX
+from amqpd.broker.routing.exchanges.delayed import DELAY_HEADER, DelayedExchange, delay_of
 from amqpd.broker.stored_message import message_from_record
 from amqpd.protocol.constants import FLAG_HEADERS
 from amqpd.protocol.field_tables import table_entries
@@ -35,8 +35,8 @@ from store import MessageRecord
 
 if TYPE_CHECKING:
     from amqpd.broker.broker import Broker
-    from amqpd.broker.queue import Queue
-    from amqpd.broker.vhost import VirtualHost
+    from amqpd.broker.queues.queue import Queue
+    from amqpd.broker.routing.vhost import VirtualHost
 
 log = logging.getLogger("amqpd.delayed")
 BATCH = 2_000  # messages routed per timer callback: a burst all due at once does not stall the loop

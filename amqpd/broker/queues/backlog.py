@@ -31,10 +31,10 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from amqpd.broker.ready import FifoReady
+from amqpd.broker.queues.ready import FifoReady
 
 if TYPE_CHECKING:
-    from amqpd.broker.queue import Entry
+    from amqpd.broker.queues.queue import Entry
 
 # offsets, with their sequence numbers and redelivered flags, and what the worker read ahead for them (or None:
 # read them now) -> the entries of those still readable

@@ -6,7 +6,7 @@ from bisect import insort
 from collections.abc import Hashable
 from typing import Any
 
-from amqpd.broker.exchanges.base import Exchange
+from amqpd.broker.routing.exchanges.base import Exchange
 
 
 class DirectExchange(Exchange):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Any
 
-from amqpd.broker.exchanges.base import Exchange
+from amqpd.broker.routing.exchanges.base import Exchange
 
 
 class FanoutExchange(Exchange):

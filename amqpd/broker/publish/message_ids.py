@@ -24,7 +24,7 @@ from amqpd.protocol.properties import encode_table, rewrite_properties
 
 if TYPE_CHECKING:
     from amqpd.broker.message import Message
-    from amqpd.broker.queue import Queue
+    from amqpd.broker.queues.queue import Queue
 
 ARGUMENT = "x-amqpd-message-id"
 HEADER = "x-amqpd-message-id"

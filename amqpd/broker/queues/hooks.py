@@ -8,11 +8,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from amqpd.broker.entry import Entry
-from amqpd.broker.flow import TurnClock
 from amqpd.broker.message import Message
+from amqpd.broker.queues.flow import TurnClock
 
 if TYPE_CHECKING:
-    from amqpd.broker.queue import Queue
+    from amqpd.broker.queues.queue import Queue
 
 
 def wall_clock_ms() -> int:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Any
 
-from amqpd.broker.exchanges.base import Exchange
-from amqpd.broker.topic_trie import TopicTrie
+from amqpd.broker.routing.exchanges.base import Exchange
+from amqpd.broker.routing.topic_trie import TopicTrie
 
 # Routing keys are few in most applications, but a publisher inventing keys (ids, timestamps) must not grow
 # the cache without bound; past this size it starts over.

@@ -15,7 +15,7 @@ amqpd differs where the plugin is weak: no upper bound on the delay (the plugin 
 kill -9 (confirmed once stored), and a mandatory publish that no binding would route at publish time is
 returned (312 NO_ROUTE) instead of being delayed; the plugin returns every delayed mandatory publish,
 routable or not, because it routes to nothing at publish time. The waiting messages live in a heap
-(`DelaySchedule`); `DelayedDelivery` (broker/delayed_delivery.py) stores, times and releases them.
+(`DelaySchedule`); `DelayedDelivery` (broker/publish/delayed_release.py) stores, times and releases them.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from decimal import Decimal
 from typing import Any, ClassVar
 
 from amqpd import errors
-from amqpd.broker.delay_schedule import DelaySchedule
-from amqpd.broker.exchanges.base import Exchange
+from amqpd.broker.routing.delay_schedule import DelaySchedule
+from amqpd.broker.routing.exchanges.base import Exchange
 
 TYPE_NAME = "x-delayed-message"
 TYPE_ARGUMENT = "x-delayed-type"

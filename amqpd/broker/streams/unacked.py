@@ -2,7 +2,7 @@
 offsets as runs.
 
 A stream's ack removes nothing: it returns prefetch credit and moves offset tracking along. So the batched
-replay (stream_replay.py) records a batch as one StreamRun (consecutive delivery tags, the offsets they
+replay (streams/replay.py) records a batch as one StreamRun (consecutive delivery tags, the offsets they
 carry) in the channel's Outstanding table (unacked.py), instead of an entry per message; the table takes,
 splits and restores it as it does a queue's runs, and counts it the same.
 """
@@ -13,13 +13,13 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from amqpd.broker.unacked import Run
+from amqpd.broker.delivery.unacked import Run
 
 if TYPE_CHECKING:
-    from amqpd.broker.consumer import Consumer
+    from amqpd.broker.delivery.consumer import Consumer
     from amqpd.broker.entry import Entry
-    from amqpd.broker.queue import Queue
-    from amqpd.broker.stream import Cursor, StreamQueue
+    from amqpd.broker.queues.queue import Queue
+    from amqpd.broker.streams.stream import Cursor, StreamQueue
 
 Offsets = range | list[int]
 

@@ -14,16 +14,16 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from amqpd import errors
-from amqpd.broker import stream_replay
 from amqpd.broker.entry import Entry
 from amqpd.broker.message import LogDelivery, Message
-from amqpd.broker.queue import Queue
-from amqpd.broker.queue_hooks import QueueHooks
+from amqpd.broker.queues.hooks import QueueHooks
+from amqpd.broker.queues.queue import Queue
 from amqpd.broker.stored_message import route_of
-from amqpd.broker.stream_args import FIRST, LAST, NEXT, OffsetSpec, Retention
-from amqpd.broker.stream_chunks import CHUNK_ARG, chunk_layout, feed_chunks
-from amqpd.broker.stream_log import MemoryLog, StoreLog, StreamLog, now_ms
-from amqpd.broker.stream_unacked import Offsets, OffsetSet
+from amqpd.broker.streams import replay as stream_replay
+from amqpd.broker.streams.args import FIRST, LAST, NEXT, OffsetSpec, Retention
+from amqpd.broker.streams.chunks import CHUNK_ARG, chunk_layout, feed_chunks
+from amqpd.broker.streams.log import MemoryLog, StoreLog, StreamLog, now_ms
+from amqpd.broker.streams.unacked import Offsets, OffsetSet
 from amqpd.protocol.constants import FLAG_CONTENT_ENCODING, FLAG_CONTENT_TYPE, FLAG_HEADERS
 from amqpd.protocol.fastpath import shortstr
 from amqpd.protocol.methods import decode_table
@@ -31,7 +31,7 @@ from amqpd.protocol.properties import PropertyScan
 from store import MessageRecord
 
 if TYPE_CHECKING:
-    from amqpd.broker.consumer import Consumer
+    from amqpd.broker.delivery.consumer import Consumer
 
 READ_BATCH = 256  # records read from the log per step of a consumer's replay
 FEED_BATCHES = 64  # reads per consumer per dispatch before yielding to the loop
@@ -89,7 +89,7 @@ class Cursor:
         self.outstanding = OffsetSet()  # delivered, not yet acked
         self.with_time = consumer.arguments.get(TIMESTAMP_ARG) is True
         self.chunk: int = consumer.arguments.get(CHUNK_ARG) or 0  # records per chunk delivery (checked), 0: none
-        self.layout = chunk_layout(consumer.arguments)  # the chunks' layout (stream_chunks.py)
+        self.layout = chunk_layout(consumer.arguments)  # the chunks' layout (streams/chunks.py)
 
     def wants(self, record: MessageRecord) -> bool:
         if self.filter is None:
@@ -377,7 +377,7 @@ class StreamQueue(Queue["Consumer"]):
             self._track(cursor)
 
     def run_acked(self, cursor: Cursor, offsets: Offsets) -> None:
-        """A run of batched deliveries (stream_replay.py) was acked."""
+        """A run of batched deliveries (streams/replay.py) was acked."""
         cursor.outstanding.discard_offsets(offsets)
         if cursor.tracking:
             self._track(cursor)
@@ -465,7 +465,7 @@ class _Length:
 class StreamDelivery(LogDelivery):
     """A record as one consumer gets it: its headers carry its offset. Built without scanning properties
     (a stream applies no TTL, priority or routing to what it delivers): the per-message path's cost, which
-    only filtered consumers take now (the others get stream_replay.py's batches). What is the same for
+    only filtered consumers take now (the others get streams/replay.py's batches). What is the same for
     every delivery is read from the class (these never change after delivery)."""
 
     __slots__ = ()

@@ -17,17 +17,17 @@ from amqpd.broker.arguments import (
     check_queue_type,
     inequivalent,
 )
-from amqpd.broker.dedup import check_dedup_arguments
-from amqpd.broker.delayed_delivery import holder_name
-from amqpd.broker.exchanges import EXCHANGE_TYPES, ROUTING_TYPES, DelayedExchange, Exchange, make_exchange
-from amqpd.broker.exchanges.delayed import check_delayed_type
 from amqpd.broker.message import Message
-from amqpd.broker.message_ids import wants_ids
-from amqpd.broker.publish_plan import PublishPlan
-from amqpd.broker.queue import Queue
-from amqpd.broker.queue_hooks import QueueHooks
-from amqpd.broker.stream import StreamQueue
-from amqpd.broker.stream_args import check_stream_declaration, is_stream
+from amqpd.broker.publish.delayed_release import holder_name
+from amqpd.broker.publish.message_ids import wants_ids
+from amqpd.broker.publish.plan import PublishPlan
+from amqpd.broker.queues.dedup import check_dedup_arguments
+from amqpd.broker.queues.hooks import QueueHooks
+from amqpd.broker.queues.queue import Queue
+from amqpd.broker.routing.exchanges import EXCHANGE_TYPES, ROUTING_TYPES, DelayedExchange, Exchange, make_exchange
+from amqpd.broker.routing.exchanges.delayed import check_delayed_type
+from amqpd.broker.streams.args import check_stream_declaration, is_stream
+from amqpd.broker.streams.stream import StreamQueue
 
 ROUTE_CACHE_MAX = 10_000
 
@@ -173,7 +173,7 @@ class VirtualHost:
 
     def hold_delayed(self, ex: DelayedExchange) -> None:
         """A durable delayed exchange keeps its persistent waiting messages in the store, held by a store
-        queue of its own (see delayed_delivery.py); recovery finds it again by name."""
+        queue of its own (see publish/delayed_release.py); recovery finds it again by name."""
         if self.store is not None and ex.store_id is None:
             ex.store_id = self.store.put_queue(self.name, holder_name(ex.name), False, {})
 
@@ -405,7 +405,7 @@ class VirtualHost:
         return self.plan_for(ex, msg).queues
 
     def plan_for(self, ex: Exchange, msg: Message) -> PublishPlan:
-        """The publish plan for this message (publish_plan.py): the cached one of its exchange and routing key,
+        """The publish plan for this message (publish/plan.py): the cached one of its exchange and routing key,
         or, when its headers change its route, one made for it alone."""
         if msg.bcc or msg.may_carry_cc:
             headers = msg.headers or {}

@@ -10,7 +10,7 @@ share one entry. A consumer that keeps up gets its deliveries in batches and ack
 a delivery and its ack cost an entry per batch rather than one per message; an ack of a single tag inside a
 run splits it. The table finds, takes, splits and restores runs whatever they hold; what a delivery is and
 what settling it does is the run's own part: a queue's entries (QueueRun, here), or a stream's offsets and the
-cursor that an ack moves along (StreamRun, stream_unacked.py).
+cursor that an ack moves along (StreamRun, streams/unacked.py).
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from collections.abc import Iterator, Sized
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 if TYPE_CHECKING:
-    from amqpd.broker.consumer import Consumer
+    from amqpd.broker.delivery.consumer import Consumer
     from amqpd.broker.entry import Entry
-    from amqpd.broker.queue import Queue
+    from amqpd.broker.queues.queue import Queue
 
 
 # Most deliveries add() joins into one run: an ack inside a run copies the part before it, so runs stay short

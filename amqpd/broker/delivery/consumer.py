@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING
 from amqpd.protocol.fastpath import shortstr
 
 if TYPE_CHECKING:
-    from amqpd.broker.channel import Channel
     from amqpd.broker.entry import Entry
-    from amqpd.broker.queue import Queue
+    from amqpd.broker.queues.queue import Queue
+    from amqpd.session.channel import Channel
 
 
 class Consumer:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from amqpd.broker.exchanges.base import Binding, Exchange
-from amqpd.broker.exchanges.delayed import DelayedExchange, check_delayed_type, delayed_class
-from amqpd.broker.exchanges.direct import DirectExchange
-from amqpd.broker.exchanges.fanout import FanoutExchange
-from amqpd.broker.exchanges.headers import HeadersExchange
-from amqpd.broker.exchanges.topic import TopicExchange
+from amqpd.broker.routing.exchanges.base import Binding, Exchange
+from amqpd.broker.routing.exchanges.delayed import DelayedExchange, check_delayed_type, delayed_class
+from amqpd.broker.routing.exchanges.direct import DirectExchange
+from amqpd.broker.routing.exchanges.fanout import FanoutExchange
+from amqpd.broker.routing.exchanges.headers import HeadersExchange
+from amqpd.broker.routing.exchanges.topic import TopicExchange
 
 ROUTING_TYPES: dict[str, type[Exchange]] = {
     cls.type_name: cls for cls in (DirectExchange, FanoutExchange, TopicExchange, HeadersExchange)

@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from amqpd.broker.access import SHA256, AccessControl, AccessError
-from amqpd.broker.message_ids import VHOST_FIELD
+from amqpd.broker.access.control import SHA256, AccessControl, AccessError
+from amqpd.broker.publish.message_ids import VHOST_FIELD
 
 
 def import_access(access: AccessControl, doc: dict[str, Any]) -> None:

@@ -12,16 +12,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, Generic, TypeVar
 
-from amqpd.broker.backlog import Backlog
-from amqpd.broker.dedup import Deduplicator
-from amqpd.broker.delivery_count import counts_deliveries, delivery_limit
 from amqpd.broker.entry import Entry
-from amqpd.broker.flow import Pace
 from amqpd.broker.message import Message
-from amqpd.broker.message_ids import wants_ids
-from amqpd.broker.queue_hooks import QueueHooks
-from amqpd.broker.ready import FifoReady, PriorityReady
-from amqpd.broker.subscriber import Subscriber
+from amqpd.broker.publish.message_ids import wants_ids
+from amqpd.broker.queues.backlog import Backlog
+from amqpd.broker.queues.dedup import Deduplicator
+from amqpd.broker.queues.delivery_count import counts_deliveries, delivery_limit
+from amqpd.broker.queues.flow import Pace
+from amqpd.broker.queues.hooks import QueueHooks
+from amqpd.broker.queues.ready import FifoReady, PriorityReady
+from amqpd.broker.queues.subscriber import Subscriber
 from amqpd.protocol.properties import with_delivery_count
 
 S = TypeVar("S", bound=Subscriber)  # the consumers' type: Consumer in the broker, anything that subscribes in tests
@@ -135,7 +135,7 @@ class Queue(Generic[S]):
     def takes_as_sent(self) -> bool:
         """Whether push() of a new message without a TTL that no store holds does nothing but queue it or hand
         it to a consumer as it was sent: no queue TTL, no delivery count in its header, no stream log. A
-        publish plan (publish_plan.py) lets a run or group of publishes skip push() on such a queue
+        publish plan (publish/plan.py) lets a run or group of publishes skip push() on such a queue
         (take_run, take_group): every rule that push() or deliver() applies to a new message must make this
         False."""
         return self.message_ttl is None and not self.counts_deliveries and not self.is_stream

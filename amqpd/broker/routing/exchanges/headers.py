@@ -21,7 +21,7 @@ from collections.abc import Hashable
 from decimal import Decimal
 from typing import Any
 
-from amqpd.broker.exchanges.base import BindingKey, Exchange
+from amqpd.broker.routing.exchanges.base import BindingKey, Exchange
 from amqpd.errors import precondition_failed
 
 MATCH_KINDS = ("all", "any", "all-with-x", "any-with-x")

@@ -53,13 +53,13 @@ from amqpd import errors
 from amqpd.broker.arguments import amqp_type_name
 from amqpd.broker.message import LogDelivery
 from amqpd.broker.stored_message import route_of
-from amqpd.broker.stream_log import payload_bytes
+from amqpd.broker.streams.log import payload_bytes
 from amqpd.protocol.constants import FLAG_CONTENT_TYPE, FLAG_HEADERS
 from amqpd.protocol.fastpath import shortstr
-from store.frame import HEADER_SIZE
+from store import FRAME_HEADER_SIZE
 
 if TYPE_CHECKING:
-    from amqpd.broker.stream import Cursor, StreamEntry, StreamQueue
+    from amqpd.broker.streams.stream import Cursor, StreamEntry, StreamQueue
 
 CHUNK_ARG = "x-amqpd-chunk"
 LAYOUT_ARG = "x-amqpd-chunk-layout"
@@ -214,7 +214,7 @@ def _read_runs(stream: StreamQueue, start: int, end: int) -> tuple[int, list[byt
     while at < end and size < CHUNK_BYTES:
         frames, data, unchecked = log.read_frames(at, end - at, CHUNK_BYTES - size)
         if frames:
-            runs += [(count, HEADER_SIZE, length) for count, length in frames]
+            runs += [(count, FRAME_HEADER_SIZE, length) for count, length in frames]
             parts.append(data)
             size += len(data)
             at += sum(count for count, _ in frames)

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pamqp import commands
 
 from amqpd import __version__, errors
-from amqpd.broker.channel import Channel, PreparedRun
 from amqpd.protocol.constants import (
     ACCEPTED_HEADERS,
     BASIC_ACK,
@@ -33,10 +32,11 @@ from amqpd.protocol.constants import (
 )
 from amqpd.protocol.frames import PUBLISH, PUBLISH_GROUP, PUBLISH_RUN, BrokenStream, FrameReader
 from amqpd.protocol.methods import decode_method, decode_table, encode_method
+from amqpd.session.channel import Channel, PreparedRun
 
 if TYPE_CHECKING:
     from amqpd.broker.broker import Broker
-    from amqpd.broker.vhost import VirtualHost
+    from amqpd.broker.routing.vhost import VirtualHost
 
 log = logging.getLogger("amqpd.session")
 

@@ -98,7 +98,7 @@ def _settings_env(settings: Mapping[str, Any]) -> dict[str, str]:
 
 def _write_definitions(path: Path, users: Mapping[str, str], permissions: Mapping[str, Permissions]) -> Path:
     """A definitions file (imported at every start, so that an in-memory broker has its users after restart)."""
-    from amqpd.broker.access import hash_password
+    from amqpd.broker.access.control import hash_password
 
     vhosts = {"/"} | {v for grants in permissions.values() for v in grants}
     document = {

@@ -33,7 +33,7 @@ import uuid
 from importlib.metadata import entry_points
 from pathlib import Path
 
-from amqpd.testing import EmbeddedBroker, IsolatedVhost, ManagementClient
+from amqpd.testing import BrokerProcess, EmbeddedBroker, IsolatedVhost, ManagementClient
 
 PLUGIN = "amqpd.testing.pytest_plugin"
 ROOT = Path(__file__).resolve().parent.parent
@@ -149,7 +149,7 @@ def first_connection(rounds: int) -> dict[str, dict[str, float]]:
         directory = Path(tmp)
         (directory / "conftest.py").write_text(SESSION_START)
         (directory / "test_first.py").write_text(FIRST_CONNECTION)
-        for mode in ("thread", "process"):
+        for mode in ("process", "thread"):
             in_session, launched = [], []
             for _ in range(rounds):
                 out = directory / "first.json"
@@ -167,6 +167,8 @@ def first_connection(rounds: int) -> dict[str, dict[str, float]]:
 
 def vhost_cost(samples: int, rabbitmq_management: str) -> dict[str, dict[str, float]]:
     results = {}
+    with BrokerProcess(extra_args=["--in-memory"], management=True) as process:
+        results["amqpd (subprocess)"] = _vhost_samples(ManagementClient(process.management_url), process.url, samples)
     with EmbeddedBroker() as broker:
         results["amqpd (thread)"] = _vhost_samples(ManagementClient(broker.management_url), broker.url, samples)
     rabbit = ManagementClient(rabbitmq_management)
@@ -187,8 +189,8 @@ def _vhost_samples(admin: ManagementClient, url: str, samples: int) -> dict[str,
 def suite(tests: int, slow_tests: int, rabbitmq_url: str, rabbitmq_management: str) -> dict[str, dict[str, float]]:
     results: dict[str, dict[str, float]] = {}
     runs = [
-        ("amqpd plugin, broker in a thread", "amqpd plugin", tests, []),
-        ("amqpd plugin, broker in a subprocess", "amqpd plugin", tests, ["--amqpd-mode=process"]),
+        ("amqpd plugin, broker in a subprocess (default)", "amqpd plugin", tests, []),
+        ("amqpd plugin, broker in a thread", "amqpd plugin", tests, ["--amqpd-mode=thread"]),
         (
             "amqpd plugin --amqpd-url RabbitMQ (vhost per test)",
             "amqpd plugin",

@@ -77,9 +77,7 @@ def _started(broker: ConfiguredBroker) -> ConfiguredBroker:
     try:
         broker.start()
     except RuntimeError:
-        errors = [line for line in broker.stderr_lines if " ERROR " in line or "Error" in line]
-        reason = (errors or broker.stderr_lines or ["no output"])[-1]
-        raise BrokerStartError(f"amqpd did not start: {reason}") from None
+        raise BrokerStartError(f"amqpd did not start: {broker.failure()}") from None
     return broker
 
 

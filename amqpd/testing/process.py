@@ -20,6 +20,7 @@ _LISTENING = re.compile(rb"amqpd listening on (\S+):(\d+)")
 # management / prometheus, or management-tls / prometheus-tls for their HTTPS listeners
 _HTTP_LISTENING = re.compile(rb"amqpd (management|prometheus)( TLS)? listening on (\S+):(\d+)")
 _TLS_LISTENING = re.compile(rb"amqpd TLS listening on (\S+):(\d+)")  # printed before _LISTENING
+_LOGGED_ERROR = re.compile(r" (?:ERROR|CRITICAL) [\w.]+: (.*)")  # amqpd's log format: time, level, logger: message
 
 
 class BrokerProcess:
@@ -124,6 +125,11 @@ class BrokerProcess:
             self.stop()
             raise RuntimeError("amqpd did not start:\n" + "\n".join(self.stderr_lines[-40:]))
         return self
+
+    def failure(self) -> str:
+        """Why the broker did not start, in one line: the last error it logged, else its last line of output."""
+        errors = [m.group(1) for m in map(_LOGGED_ERROR.search, self.stderr_lines) if m]
+        return (errors or self.stderr_lines or ["it exited without a word"])[-1]
 
     def _pump_stderr(self) -> None:
         assert self.proc and self.proc.stderr

@@ -1,6 +1,8 @@
 """The `amqpd` pytest plugin (entry point `pytest11`; `-p no:amqpd` turns it off).
 
-- `amqpd_broker` (session): one broker for the session (per pytest-xdist worker), in memory, on free ports.
+- `amqpd_broker` (session): one broker for the session (per pytest-xdist worker), in memory, on free ports; a
+  subprocess by default (bench/pytest_plugin.py: a suite ran faster than with the broker in a thread of the test
+  process, where tests and broker take turns on one interpreter lock; `--amqpd-mode=thread` chooses that).
 - `amqp_url` (function): an AMQP URL for a vhost and a user made for this test alone and removed after it.
 - `amqpd_factory` (function): more brokers with their own settings, stopped after the test.
 
@@ -46,9 +48,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--amqpd-mode",
-        choices=("thread", "process"),
-        default="thread",
-        help="run the session's broker in a thread of the test process (default) or in a subprocess",
+        choices=("process", "thread"),
+        default="process",
+        help="run the session's broker in a subprocess (default: the tests and the broker use a core each) or "
+        "in a thread of the test process (they share one interpreter lock)",
     )
 
 
@@ -111,9 +114,9 @@ def _start(config: pytest.Config) -> Any:
     external = config.getoption("amqpd_url")
     if external:
         return _external(external, config.getoption("amqpd_management_url"))
-    if config.getoption("amqpd_keep") or config.getoption("amqpd_mode") == "process":
-        return _process_broker()
-    return EmbeddedBroker().start()
+    if config.getoption("amqpd_mode") == "thread" and not config.getoption("amqpd_keep"):
+        return EmbeddedBroker().start()
+    return _process_broker()  # --amqpd-keep too: a thread would end with the test process
 
 
 def _external(url: str, management_url: str | None) -> ExternalBroker:
@@ -142,9 +145,7 @@ def _process_broker() -> BrokerProcess:
     try:
         return broker.start()
     except RuntimeError:
-        errors = [line for line in broker.stderr_lines if " ERROR " in line]
-        reason = (errors or broker.stderr_lines or ["no output"])[-1]
-        raise BrokerStartError(f"amqpd did not start: {reason}") from None
+        raise BrokerStartError(f"amqpd did not start: {broker.failure()}") from None
 
 
 def _http_ports(broker: Any) -> list[int]:

@@ -29,21 +29,25 @@ def generate(directory: Path) -> TLSFiles:
         return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
 
     now = datetime.datetime.now(datetime.UTC)
-    valid = dict(not_valid_before=now - datetime.timedelta(minutes=5), not_valid_after=now + datetime.timedelta(days=1))
+
+    def builder(subject: x509.Name, issuer: x509.Name, key: ec.EllipticCurvePrivateKey) -> x509.CertificateBuilder:
+        return (
+            x509.CertificateBuilder(subject_name=subject, issuer_name=issuer, public_key=key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+        )
+
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca = (
-        x509.CertificateBuilder(subject_name=name("amqpd test CA"), issuer_name=name("amqpd test CA"), **valid)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
+        builder(name("amqpd test CA"), name("amqpd test CA"), ca_key)
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .sign(ca_key, hashes.SHA256())
     )
     key = ec.generate_private_key(ec.SECP256R1())
     alt = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
     cert = (
-        x509.CertificateBuilder(subject_name=name("localhost"), issuer_name=ca.subject, **valid)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
+        builder(name("localhost"), ca.subject, key)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.SubjectAlternativeName(alt), critical=False)
         .sign(ca_key, hashes.SHA256())

@@ -107,7 +107,7 @@ def amqpd_broker(pytestconfig: pytest.Config) -> Iterator[Any]:
             state.admin.close()
         if not external and not keep:
             broker.close()
-            _check_released(state.ports)
+            _check_released(broker, state.ports)
 
 
 def _start(config: pytest.Config) -> Any:
@@ -152,9 +152,11 @@ def _http_ports(broker: Any) -> list[int]:
     return [int(urlsplit(u).port or 0) for u in (broker.management_url, broker.metrics_url)]
 
 
-def _check_released(ports: list[int]) -> None:
-    """The broker's thread has ended and its listening ports are closed: nothing is left for the next session."""
+def _check_released(broker: Any, ports: list[int]) -> None:
+    """The broker's process or thread has ended and its ports are closed: nothing is left for the next session."""
     alive = [t.name for t in threading.enumerate() if t.name == "amqpd-broker"]
+    if isinstance(broker, BrokerProcess) and broker.proc is not None and broker.proc.poll() is None:
+        alive.append(f"process {broker.proc.pid}")
     listening = []
     for port in ports:
         try:
@@ -163,7 +165,7 @@ def _check_released(ports: list[int]) -> None:
         except OSError:
             pass
     if alive or listening:
-        raise RuntimeError(f"amqpd left behind: threads {alive}, listening ports {listening}")
+        raise RuntimeError(f"amqpd left behind: {alive}, listening ports {listening}")
 
 
 @pytest.fixture(scope="session")

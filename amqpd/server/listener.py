@@ -11,12 +11,13 @@ import logging
 import os
 import signal
 import ssl
-import sys
 import threading
+import time
 from typing import IO, Any
 
 import anyio
 
+from amqpd import __version__, logs, runtime_file
 from amqpd.broker.broker import Broker
 from amqpd.broker.streams.args import is_stream
 from amqpd.config import Settings
@@ -40,10 +41,13 @@ class Embedding:
 
     def __init__(self) -> None:
         self.started = threading.Event()
-        self.addresses: dict[str, tuple[str, int]] = {}  # "amqp", "management", "prometheus", "amqps"
+        self.addresses: dict[str, tuple[str, int]] = {}  # "amqp", "amqps", "management", "prometheus"
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._stop_requested = False
+
+    def announce(self, kind: str, sockname: tuple[Any, ...]) -> None:
+        self.addresses.setdefault(kind, (sockname[0], sockname[1]))  # the first address of each kind
 
     async def wait(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -67,14 +71,26 @@ async def serve(settings: Settings, embedding: Embedding | None = None) -> None:
     # again and again (it doubled recovery time). Collect once at the end and freeze them out of later scans.
     if embedding is None:
         gc.disable()
+    started = time.monotonic()
     try:
         store, recovered = await _open_store(settings)
         broker = Broker(settings, store=store, scheduler=loop.call_later)
         if store is not None:
             from amqpd.broker.recovery import restore
 
-            restore(broker, recovered, crashed)
+            queues, messages = restore(broker, recovered, crashed)
             del recovered
+            after = "a crash" if crashed else "a clean stop"
+            log.info(
+                "recovered %d queues and %d messages in %.2f s (after %s) from %s",
+                queues,
+                messages,
+                time.monotonic() - started,
+                after,
+                settings.data_dir,
+            )
+        else:
+            log.info("in memory: nothing is kept on disk")
     finally:
         if embedding is None:
             gc.enable()
@@ -102,15 +118,15 @@ async def serve(settings: Settings, embedding: Embedding | None = None) -> None:
         tg.start_soon(sample_load, broker)
         if management is not None:
             tg.start_soon(management.sample_rates)
-        for server in servers:
-            for sock in server.sockets:
-                address = _address(sock.getsockname())
-                _announce(embedding, "amqp", sock.getsockname(), f"amqpd listening on {address}")
-                log.info("accepting AMQP 0-9-1 connections on %s", address)
         if embedding is not None:
+            if settings.data_dir:
+                runtime_file.write(settings.data_dir, _runtime_info(servers, tls, management))
+            for server in servers:
+                for sock in server.sockets:
+                    embedding.announce("amqp", sock.getsockname())
             await embedding.wait()
         else:
-            await _wait_for_signal(settings, tls, management)
+            await _serve_until_signal(settings, servers, tls, management)
         for server in servers:
             server.close()
         if management is not None:
@@ -126,24 +142,28 @@ async def serve(settings: Settings, embedding: Embedding | None = None) -> None:
             broker.save_stream_segments()
             await store.close()
             _leave_clean_marker(settings)
+        if settings.data_dir:
+            runtime_file.remove(settings.data_dir)
         if lock is not None:
             lock.close()
         tg.cancel_scope.cancel()
 
 
-def _announce(embedding: Embedding | None, kind: str, sockname: tuple[Any, ...], line: str) -> None:
-    """A listener's address: printed for amqpd.testing.BrokerProcess (which reads these lines), or handed to
-    the embedding program (the first address of each kind)."""
-    if embedding is None:
-        print(line, flush=True)
-    else:
-        embedding.addresses.setdefault(kind, (sockname[0], sockname[1]))
-
-
-async def _wait_for_signal(settings: Settings, tls: Any, management: Any) -> None:
-    """Until SIGTERM or SIGINT; SIGHUP reloads the TLS certificates."""
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+async def _serve_until_signal(settings: Settings, servers: list[Any], tls: Any, management: Any) -> None:
+    """Until SIGTERM or SIGINT; SIGHUP reloads the TLS certificates, SIGUSR1 reopens the log file."""
+    signums = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)
+    with anyio.open_signal_receiver(*signums) as signals:  # before the lines that tell we are up
+        if settings.data_dir:  # before the lines: whoever has read them finds the file
+            runtime_file.write(settings.data_dir, _runtime_info(servers, tls, management))
+        for server in servers:
+            for sock in server.sockets:
+                # amqpd.testing and scripts read these lines on stdout; a log file gets them too
+                logs.announce(f"amqpd listening on {_address(sock.getsockname())}")
         async for signum in signals:
+            if signum == signal.SIGUSR1:  # logrotate moved the log file away: write to a new one
+                logs.reopen()
+                log.info("log file reopened (SIGUSR1)")
+                continue
             if signum == signal.SIGHUP:
                 if tls is not None:
                     reload_context(tls[1], settings)
@@ -165,11 +185,11 @@ async def _start_management(
     from amqpd.mgmt.service import Management
 
     management = Management(broker, settings, (amqp_address[0], amqp_address[1]))
-    await management.start(announce=embedding is None)
+    await management.start(quiet=embedding is not None)
     if embedding is not None:
         for protocol, listener in management.listeners:
             kind = "prometheus" if protocol.endswith("prometheus") else "management"
-            embedding.addresses.setdefault(kind + ("-tls" if protocol.startswith("https") else ""), listener.address)
+            embedding.announce(kind + ("-tls" if protocol.startswith("https") else ""), listener.address)
     return management
 
 
@@ -202,10 +222,27 @@ async def _start_tls_listener(
         raise SystemExit(1) from None
     for server in servers:
         for sock in server.sockets:
-            address = _address(sock.getsockname())
-            _announce(embedding, "amqps", sock.getsockname(), f"amqpd TLS listening on {address}")
-            log.info("accepting AMQP 0-9-1 connections over TLS on %s", address)
+            if embedding is not None:
+                embedding.announce("amqps", sock.getsockname())
+            else:
+                logs.announce(f"amqpd TLS listening on {_address(sock.getsockname())}")
     return servers, ctx
+
+
+def _runtime_info(servers: list[Any], tls: Any, management: Any) -> dict[str, Any]:
+    """What amqpctl and other local tools need to find this broker (amqpd.runtime_file)."""
+    host, port = servers[0].sockets[0].getsockname()[:2]
+    info: dict[str, Any] = {"pid": os.getpid(), "version": __version__}
+    info["amqp_url"] = runtime_file.url("amqp", host, port)
+    if tls is not None:
+        host, port = tls[0][0].sockets[0].getsockname()[:2]
+        info["amqps_url"] = runtime_file.url("amqps", host, port)
+    info["management_url"] = info["metrics_url"] = None
+    for protocol, listener in management.listeners if management is not None else []:
+        key = "metrics_url" if protocol.endswith("prometheus") else "management_url"
+        if info[key] is None or not protocol.startswith("https"):  # with both, the plain HTTP one
+            info[key] = runtime_file.url(protocol.split("/")[0], *listener.address)
+    return info
 
 
 def _load_definitions(broker: Broker, path: str) -> bool:
@@ -274,7 +311,11 @@ def _take_clean_marker(settings: Settings) -> bool:
     if os.path.exists(marker):
         os.unlink(marker)
         return False
-    return any(name not in (CLEAN_MARKER, "lock") for name in os.listdir(settings.data_dir))
+    # a crash leaves the runtime file (and perhaps its temporary copy): not data
+    return any(
+        name not in (CLEAN_MARKER, "lock") and not name.startswith(runtime_file.NAME)
+        for name in os.listdir(settings.data_dir)
+    )
 
 
 def _lock_data_dir(settings: Settings) -> IO[str] | None:
@@ -322,11 +363,7 @@ async def _open_store(settings: Settings) -> tuple[Any, Any]:
 
 
 def run(settings: Settings) -> None:
-    logging.basicConfig(
-        level=getattr(logging, settings.log_level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    logs.configure(settings)
     backend_options = {}
     try:
         import uvloop  # noqa: F401

@@ -131,6 +131,9 @@ class Settings:
     stats_interval: float = setting(5.0, lo=0.01, hi=3600)
     # Largest HTTP request body the management API reads (RabbitMQ's management.http_max_body_size); 413 above.
     mgmt_max_body: int = setting(20 * 1024 * 1024, lo=1, hi=INT_MAX)
+    # Seconds a management request with wrong credentials waits before its 401 (the web UI's login form and
+    # the API alike): slows password guessing without holding up anyone else's requests.
+    mgmt_login_failure_delay: float = setting(1.0, lo=0, hi=60)
     # TLS: an amqps listener on tls_port (0 picks a free one) when tls_cert_file is set. verify_peer asks the
     # client for a certificate signed by tls_ca_file; fail_if_no_peer_cert refuses clients without one.
     # A verified client certificate may log in with EXTERNAL as the user named by its tls_cert_login_from

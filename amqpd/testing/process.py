@@ -129,7 +129,8 @@ class BrokerProcess:
     def failure(self) -> str:
         """Why the broker did not start, in one line: the last error it logged, else its last line of output."""
         errors = [m.group(1) for m in map(_LOGGED_ERROR.search, self.stderr_lines) if m]
-        return (errors or self.stderr_lines or ["it exited without a word"])[-1]
+        line = (errors or self.stderr_lines or ["it exited without a word"])[-1]
+        return line.removeprefix("amqpd: ")  # a usage or configuration error names the program
 
     def _pump_stderr(self) -> None:
         assert self.proc and self.proc.stderr

@@ -154,8 +154,9 @@ def test_keep_leaves_the_broker_running_and_says_how_to_reach_it(pytester: pytes
         os.kill(record["pid"], signal.SIGKILL)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("mode", ["process", "thread"])
 def test_a_broker_that_cannot_start_fails_its_tests_with_the_reason_in_one_line(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
     missing = pytester.path / "no-such-definitions.json"
     monkeypatch.setenv("AMQPD_LOAD_DEFINITIONS", str(missing))
@@ -166,7 +167,7 @@ def test_a_broker_that_cannot_start_fails_its_tests_with_the_reason_in_one_line(
         def test_without_broker(): pass
         """
     )
-    result = _run(pytester)
+    result = _run(pytester, f"--amqpd-mode={mode}")
     result.assert_outcomes(passed=1, errors=2)
     reason = f"amqpd did not start: *{missing}*"
     result.stdout.fnmatch_lines(["*ERROR at setup of test_first*", reason, "*ERROR at setup of test_second*", reason])

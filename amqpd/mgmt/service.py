@@ -31,7 +31,7 @@ class Management:
         self.listeners: list[tuple[str, HTTPListener]] = []
         self.described: list[dict[str, Any]] = [_describe(*listener) for listener in amqp]
 
-    async def start(self) -> None:
+    async def start(self, quiet: bool = False) -> None:
         """Bind and serve each configured listener; a port that cannot be bound, or TLS settings that cannot
         be used, are logged and that listener left out (the broker's job is AMQP; its port is the one whose
         failure stops it)."""
@@ -72,7 +72,8 @@ class Management:
             host, port = listener.address
             kind = "prometheus" if protocol.endswith("prometheus") else "management"
             over = " TLS" if listener.ssl_context is not None else ""
-            announce(f"amqpd {kind}{over} listening on {host}:{port}")
+            if not quiet:  # an embedded broker (amqpd.testing.EmbeddedBroker) hands its addresses over instead
+                announce(f"amqpd {kind}{over} listening on {host}:{port}")
 
     def reload_tls(self) -> None:
         """SIGHUP: the HTTPS listeners re-read their certificate, key and CA files (open connections carry on)."""

@@ -85,6 +85,12 @@ class Settings:
     # data dir starts with; after that the catalogue holds them (broker.access), as RabbitMQ's default user.
     users: dict[str, str] = field(default_factory=lambda: {"guest": "guest"})
     vhosts: list[str] = field(default_factory=lambda: ["/"])
+    # RabbitMQ's default_user / default_pass / default_vhost (RABBITMQ_DEFAULT_USER in its image): when set,
+    # a fresh data dir starts with this administrator instead of `users`, and with this vhost instead of
+    # `vhosts`; "" : unset. Like `users`, read only until the data dir has been seeded.
+    default_user: str = ""
+    default_pass: str = ""
+    default_vhost: str = ""
     # These users may only connect from a loopback address (RabbitMQ's loopback_users); [] allows guest anywhere.
     loopback_users: list[str] = field(default_factory=lambda: ["guest"])
     # Connections open at once: in total and per user (0: no limit). Beyond them connection.open gets 530.
@@ -108,6 +114,14 @@ class Settings:
     retention_max_age_ms: int | None = None
     retention_max_bytes: int | None = None
     log_level: str = "INFO"
+
+    def seed_users(self) -> dict[str, str]:
+        """The users a fresh data dir starts with (name -> password)."""
+        return {self.default_user: self.default_pass} if self.default_user else self.users
+
+    def seed_vhosts(self) -> list[str]:
+        """The vhosts a fresh data dir starts with."""
+        return [self.default_vhost] if self.default_vhost else self.vhosts
 
 
 ENV_PREFIX = "AMQPD_"
@@ -203,7 +217,10 @@ def load(config_file: str | None = None, **overrides: Any) -> Settings:
         if env is not None and f.name == "host":
             settings.host = parse_hosts(env)
             continue
-        if env is None or isinstance(current, (dict, list)):
+        if env is not None and isinstance(current, list):  # comma-separated; "" is the empty list
+            setattr(settings, f.name, [item for item in re.split(r"[,\s]+", env) if item])
+            continue
+        if env is None or isinstance(current, dict):
             continue
         if f.name in UNIT_SETTINGS or f.name in PORT_SETTINGS:
             setattr(settings, f.name, env)  # parsed below, with the file's and the flags' values
@@ -225,6 +242,8 @@ def load(config_file: str | None = None, **overrides: Any) -> Settings:
         value = getattr(settings, name)
         if value is not None:
             setattr(settings, name, parse(value))
+    if settings.default_user and not settings.default_pass:
+        raise ValueError(f"default_user {settings.default_user!r} needs a default_pass")
     if not 1 <= settings.max_queue_name_length <= 255:
         # A queue name travels as an AMQP shortstr: 255 bytes is the protocol's own limit.
         raise ValueError(f"max_queue_name_length must be 1..255, not {settings.max_queue_name_length}")

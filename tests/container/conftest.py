@@ -67,7 +67,7 @@ def run_container(podman: Podman, image: str) -> Iterator[RunContainer]:
 
     yield run
     for name in names:
-        podman("rm", "--force", "--time", "0", name, check=False)
+        podman("rm", "--force", "--volumes", "--time", "0", name, check=False)  # anonymous volumes too
     for volume in set(volumes):
         podman("volume", "rm", "--force", volume, check=False)
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import ssl
+import subprocess
 from pathlib import Path
 
 import httpx
@@ -127,6 +129,41 @@ def test_a_mounted_file_of_ones_own_keeps_guest_to_the_container_unless_it_says_
         connect(container)
     opened = run_container(args=("-v", f"{config}:/etc/amqpd/amqpd.toml:ro"), env={"AMQPD_LOOPBACK_USERS": ""})
     connect(opened).close()
+
+
+def self_signed_certificate(directory: Path) -> tuple[Path, Path]:
+    directory.mkdir(mode=0o755)
+    cert, key = directory / "server.crt", directory / "server.key"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+        + ["-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1"]
+        + ["-keyout", str(key), "-out", str(cert)],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    key.chmod(0o644)  # the image's user reads it through the mount
+    return cert, key
+
+
+def test_amqps_answers_on_its_published_port_with_a_mounted_certificate(
+    run_container: RunContainer, tmp_path: Path
+) -> None:
+    cert, _ = self_signed_certificate(tmp_path / "certs")
+    env = {"AMQPD_TLS_CERT_FILE": "/etc/amqpd/certs/server.crt", "AMQPD_TLS_KEY_FILE": "/etc/amqpd/certs/server.key"}
+    container = run_container(env=env, args=("-v", f"{cert.parent}:/etc/amqpd/certs:ro"))
+    context = ssl.create_default_context(cafile=str(cert))
+    params = pika.ConnectionParameters(
+        "127.0.0.1",
+        container.ports[5671],
+        credentials=pika.PlainCredentials("guest", "guest"),
+        ssl_options=pika.SSLOptions(context, "127.0.0.1"),
+        connection_attempts=1,
+        socket_timeout=10,
+    )
+    conn = pika.BlockingConnection(params)
+    assert conn.channel().queue_declare("over-tls").method.queue == "over-tls"
+    conn.close()
 
 
 def test_the_health_check_follows_the_broker(run_container: RunContainer) -> None:

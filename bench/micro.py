@@ -27,8 +27,8 @@ import anyio
 from pamqp import commands, frame
 
 from amqpd.broker.broker import Broker
-from amqpd.broker.session import Session
 from amqpd.config import Settings
+from amqpd.session.connection import Session
 from bench.codec import AppPublish, basic_ack, publish_frames
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"

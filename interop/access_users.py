@@ -17,7 +17,7 @@ import tempfile
 from typing import Any
 from urllib.parse import quote
 
-from amqpd.broker.access import hash_password
+from amqpd.broker.access.control import hash_password
 from interop.scope import new_token
 
 TOKEN = new_token()

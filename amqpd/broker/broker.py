@@ -9,20 +9,20 @@ from collections.abc import Callable
 from typing import Any
 
 from amqpd import errors
-from amqpd.broker.access import AccessControl, User
-from amqpd.broker.backlog import Backlog
-from amqpd.broker.dead_letter import dead_letter
-from amqpd.broker.delayed_delivery import DelayedDelivery
+from amqpd.broker.access.control import AccessControl, User
 from amqpd.broker.entry import Entry
-from amqpd.broker.exchanges import Exchange
-from amqpd.broker.flow import TurnClock
 from amqpd.broker.message import Message
-from amqpd.broker.policy import QUEUE_KEYS, Policies, merge
-from amqpd.broker.queue import Queue
-from amqpd.broker.queue_hooks import QueueHooks, wall_clock_ms
+from amqpd.broker.publish.dead_letter import dead_letter
+from amqpd.broker.publish.delayed_release import DelayedDelivery
+from amqpd.broker.queues.backlog import Backlog
+from amqpd.broker.queues.flow import TurnClock
+from amqpd.broker.queues.hooks import QueueHooks, wall_clock_ms
+from amqpd.broker.queues.queue import Queue
 from amqpd.broker.recovery import message_from_record
-from amqpd.broker.stream import StreamQueue
-from amqpd.broker.vhost import VirtualHost
+from amqpd.broker.routing.exchanges import Exchange
+from amqpd.broker.routing.policy import QUEUE_KEYS, Policies, merge
+from amqpd.broker.routing.vhost import VirtualHost
+from amqpd.broker.streams.stream import StreamQueue
 from amqpd.config import Settings
 from store import AccessRows, MessageRecord
 

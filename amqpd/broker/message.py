@@ -138,9 +138,9 @@ def _invalid(value: str, reason: str) -> errors.ChannelError:
 
 
 class LogDelivery(Message):
-    """A stream's record as one consumer gets it (stream.py's StreamDelivery, stream_chunks.py's ChunkDelivery):
-    persistent, with no TTL, priority, routing or store step of its own, so what every such delivery shares is
-    read from the class rather than set per message."""
+    """A stream's record as one consumer gets it (StreamDelivery in streams/stream.py, ChunkDelivery in
+    streams/chunks.py): persistent, with no TTL, priority, routing or store step of its own, so what every such
+    delivery shares is read from the class rather than set per message."""
 
     __slots__ = ()
     persistent = True

@@ -6,12 +6,12 @@ import logging
 from itertools import chain
 from typing import Any
 
-from amqpd.broker.backlog import Backlog
-from amqpd.broker.exchanges import DelayedExchange, make_exchange
-from amqpd.broker.queue import Queue
+from amqpd.broker.queues.backlog import Backlog
+from amqpd.broker.queues.queue import Queue
+from amqpd.broker.routing.exchanges import DelayedExchange, make_exchange
 from amqpd.broker.stored_message import message_from_record
-from amqpd.broker.stream import StreamQueue
-from amqpd.broker.stream_args import is_stream
+from amqpd.broker.streams.args import is_stream
+from amqpd.broker.streams.stream import StreamQueue
 
 log = logging.getLogger("amqpd.recovery")
 HOLDER_PREFIX = "amq.delayed-message/"  # delayed_delivery.holder_name: a delayed exchange's store holder
@@ -104,7 +104,7 @@ def _restore_stream(broker: Any, vhost: Any, entry: Any) -> int:
 
 
 def _restore_delayed(broker: Any, vhost: Any, entry: Any) -> int:
-    """A delayed exchange's waiting messages (delayed_delivery.py); a holder whose exchange is gone (deleted
+    """A delayed exchange's waiting messages (publish/delayed_release.py); a holder whose exchange is gone (deleted
     in a batch that did not commit the holder's deletion) is deleted now."""
     ex = vhost.exchanges.get(entry.name[len(HOLDER_PREFIX) :])
     if not isinstance(ex, DelayedExchange) or not ex.durable:

@@ -1,5 +1,5 @@
 """/api/users, /api/vhosts (PUT, DELETE), /api/permissions and /api/topic-permissions: the access model
-(amqpd/broker/access.py) through RabbitMQ's management API, administrators only."""
+(amqpd/broker/access/control.py) through RabbitMQ's management API, administrators only."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 
-from amqpd.broker.access import FULL, SHA256, AccessControl, AccessError, Permission, TopicPermission, User
-from amqpd.broker.message_ids import VHOST_FIELD
+from amqpd.broker.access.control import FULL, SHA256, AccessControl, AccessError, Permission, TopicPermission, User
+from amqpd.broker.publish.message_ids import VHOST_FIELD
 
 if TYPE_CHECKING:
     from amqpd.broker.broker import Broker

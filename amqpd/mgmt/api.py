@@ -19,17 +19,17 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from amqpd import errors
-from amqpd.broker.access import AccessError, User
-from amqpd.broker.channel import Channel
-from amqpd.broker.policy import PolicyError
-from amqpd.broker.stream import StreamQueue
+from amqpd.broker.access.control import AccessError, User
+from amqpd.broker.routing.policy import PolicyError
+from amqpd.broker.streams.stream import StreamQueue
 from amqpd.mgmt import authz, definitions, listing, objects, operations
 from amqpd.mgmt.access_endpoints import ACCESS_ROUTES, AccessEndpoints, NotFound
 from amqpd.mgmt.stats import Rates
+from amqpd.session.channel import Channel
 
 if TYPE_CHECKING:
     from amqpd.broker.broker import Broker
-    from amqpd.broker.vhost import VirtualHost
+    from amqpd.broker.routing.vhost import VirtualHost
 
 Handler = Callable[..., Awaitable[Any]]
 log = logging.getLogger("amqpd.mgmt")

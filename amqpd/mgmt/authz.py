@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from amqpd.broker.access import AccessControl, User
+    from amqpd.broker.access.control import AccessControl, User
 
 MANAGEMENT_TAGS = frozenset({"administrator", "monitoring", "policymaker", "management"})
 # Each level and the tags that reach it.

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from amqpd import __version__, errors
-from amqpd.broker.access import AccessError
-from amqpd.broker.access_definitions import export_access, import_access
+from amqpd.broker.access.control import AccessError
+from amqpd.broker.access.definitions import export_access, import_access
 from amqpd.broker.arguments import (
     EXCHANGE_EQUIVALENCE_ARGS,
     QUEUE_EQUIVALENCE_ARGS,
@@ -23,10 +23,10 @@ from amqpd.broker.arguments import (
     check_queue_arguments,
     check_queue_type,
 )
-from amqpd.broker.exchanges import EXCHANGE_TYPES, make_exchange
-from amqpd.broker.message_ids import VHOST_FIELD
-from amqpd.broker.policy import PolicyError, check
-from amqpd.broker.queue import Queue
+from amqpd.broker.publish.message_ids import VHOST_FIELD
+from amqpd.broker.queues.queue import Queue
+from amqpd.broker.routing.exchanges import EXCHANGE_TYPES, make_exchange
+from amqpd.broker.routing.policy import PolicyError, check
 from amqpd.mgmt.objects import API_VERSION, jsonable
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
 from amqpd import __version__
-from amqpd.broker.exchanges import DelayedExchange
+from amqpd.broker.routing.exchanges import DelayedExchange
 from amqpd.mgmt import objects
 
 if TYPE_CHECKING:

@@ -14,19 +14,19 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from amqpd import __version__
-from amqpd.broker.exchanges import EXCHANGE_TYPES, DelayedExchange, Exchange
-from amqpd.broker.message_ids import VHOST_FIELD
-from amqpd.broker.queue import Queue
-from amqpd.broker.stream import StreamQueue
-from amqpd.broker.unacked import taken_count
+from amqpd.broker.delivery.unacked import taken_count
+from amqpd.broker.publish.message_ids import VHOST_FIELD
+from amqpd.broker.queues.queue import Queue
+from amqpd.broker.routing.exchanges import EXCHANGE_TYPES, DelayedExchange, Exchange
+from amqpd.broker.streams.stream import StreamQueue
 from amqpd.mgmt.stats import Rates, channel_counts, message_stats, queue_counts
 
 if TYPE_CHECKING:
     from amqpd.broker.broker import Broker
-    from amqpd.broker.channel import Channel
-    from amqpd.broker.consumer import Consumer
-    from amqpd.broker.session import Session
-    from amqpd.broker.vhost import VirtualHost
+    from amqpd.broker.delivery.consumer import Consumer
+    from amqpd.broker.routing.vhost import VirtualHost
+    from amqpd.session.channel import Channel
+    from amqpd.session.connection import Session
 
 # The management API version amqpd speaks (tools compare it, e.g. to pick endpoints).
 API_VERSION = "3.10.8"

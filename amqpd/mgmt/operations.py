@@ -21,19 +21,19 @@ from pamqp import commands
 from pamqp.header import ContentHeader
 
 from amqpd import errors
-from amqpd.broker.backlog import Backlog
-from amqpd.broker.channel import Channel
 from amqpd.broker.entry import Entry
-from amqpd.broker.exchanges import Exchange
 from amqpd.broker.message import Message
-from amqpd.broker.queue import Queue
+from amqpd.broker.queues.backlog import Backlog
+from amqpd.broker.queues.queue import Queue
+from amqpd.broker.routing.exchanges import Exchange
 from amqpd.mgmt.objects import jsonable
 from amqpd.protocol.fastpath import shortstr
 from amqpd.protocol.properties import decode_properties
+from amqpd.session.channel import Channel
 
 if TYPE_CHECKING:
     from amqpd.broker.broker import Broker
-    from amqpd.broker.vhost import VirtualHost
+    from amqpd.broker.routing.vhost import VirtualHost
 
 ACK_MODES = ("ack_requeue_true", "ack_requeue_false", "reject_requeue_true", "reject_requeue_false")
 

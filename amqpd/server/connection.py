@@ -9,10 +9,10 @@ import socket
 import time
 from typing import TYPE_CHECKING, Any
 
-from amqpd.broker.session import OPEN, Session
 from amqpd.protocol.frames import HEARTBEAT_FRAME
 from amqpd.server.load import LOOP
 from amqpd.server.tls import cert_login_name
+from amqpd.session.connection import OPEN, Session
 
 if TYPE_CHECKING:
     from amqpd.broker.broker import Broker

@@ -17,7 +17,7 @@ from typing import IO, Any
 import anyio
 
 from amqpd.broker.broker import Broker
-from amqpd.broker.stream_args import is_stream
+from amqpd.broker.streams.args import is_stream
 from amqpd.config import Settings
 from amqpd.server.alarms import Alarms
 from amqpd.server.connection import AMQPServerProtocol

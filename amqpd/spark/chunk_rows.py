@@ -1,4 +1,4 @@
-"""Chunk deliveries (amqpd/broker/stream_chunks.py) straight into an Arrow record batch, with numpy doing the
+"""Chunk deliveries (amqpd/broker/streams/chunks.py) straight into an Arrow record batch, with numpy doing the
 per-row work in bulk: Python touches each chunk, not each row.
 
 A chunk's body is a table of u32 lengths and the records after it (layout 2), or a table of runs (count, the

@@ -33,7 +33,7 @@ BASIC_NACK = (60 << 16) | 120
 BASIC_RETURN = (60 << 16) | 50
 CHANNEL_CLOSE_OK = (20 << 16) | 41
 PREFETCH = 20_000  # a stream consumer's window (basic.qos prefetch_count is 16 bits)
-CHUNK_ARG = "x-amqpd-chunk"  # amqpd's chunk deliveries (amqpd/broker/stream_chunks.py)
+CHUNK_ARG = "x-amqpd-chunk"  # amqpd's chunk deliveries (amqpd/broker/streams/chunks.py)
 # Records per chunk delivery asked for: 5,000 100-byte records fill most of the broker's 1 MiB. Each chunk has a
 # fixed cost: with layout 3, reading 1M cost the broker 0.14–0.19 µs a record again (0.54–0.56 the first time)
 # at 5,000 against 0.19–0.25 (0.64–0.66) at 2,000.
@@ -330,7 +330,7 @@ class Chunks:
     ends: list[int] = field(default_factory=list)  # each body's end in data (the next one's start)
     firsts: list[int] = field(default_factory=list)
     counts: list[int] = field(default_factory=list)
-    layouts: list[int] = field(default_factory=list)  # each body's layout (2 or 3, stream_chunks.py)
+    layouts: list[int] = field(default_factory=list)  # each body's layout (2 or 3, streams/chunks.py)
     rows: int = 0  # offsets below stop that the chunks cover (damaged records among them included)
     size: int = 0  # bytes of the bodies, whole and the one being received
 

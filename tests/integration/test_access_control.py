@@ -13,7 +13,7 @@ import pika
 import pika.exceptions as pex
 import pytest
 
-from amqpd.broker.access import hash_password
+from amqpd.broker.access.control import hash_password
 from amqpd.testing import BrokerProcess
 
 pytestmark = pytest.mark.amqpd_only  # brokers of their own

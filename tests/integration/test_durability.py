@@ -10,8 +10,8 @@ from pathlib import Path
 import pika
 import pytest
 
-from amqpd.broker.backlog import Backlog
-from amqpd.broker.queue import Queue
+from amqpd.broker.queues.backlog import Backlog
+from amqpd.broker.queues.queue import Queue
 from amqpd.testing import BrokerProcess
 
 PERSISTENT = pika.BasicProperties(delivery_mode=2)

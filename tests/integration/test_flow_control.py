@@ -3,7 +3,7 @@ reads is paused, the queue's depth stays within the flow thresholds plus one rea
 message is confirmed and delivered once, in order.
 
 The broker runs in this process, on the same event loop as both clients, so the turns of that loop (the unit
-of consumer pace, amqpd/broker/flow.py) are the same on every run: the consumer acks in the callback that
+of consumer pace, amqpd/broker/queues/flow.py) are the same on every run: the consumer acks in the callback that
 reads its deliveries, so it always comes back within PACE_TURNS turns; the publisher writes all its
 publishes at once, so every turn reads a full socket buffer of them. Nothing here depends on timing: the
 wait_for bound only turns a hang into a failure."""
@@ -19,11 +19,11 @@ from pamqp import commands, frame, header
 from pamqp.body import ContentBody
 
 from amqpd.broker.broker import Broker
-from amqpd.broker.channel import Channel
-from amqpd.broker.queue import Queue
+from amqpd.broker.queues.queue import Queue
 from amqpd.config import Settings
 from amqpd.protocol.constants import PROTOCOL_HEADER
 from amqpd.server.connection import AMQPServerProtocol
+from amqpd.session.channel import Channel
 
 HIGH, LOW = 2_000, 1_000
 MESSAGES = 12_000

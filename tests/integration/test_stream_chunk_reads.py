@@ -12,7 +12,7 @@ from typing import Any
 
 import pika
 
-from amqpd.broker.stream_chunks import CHUNK_BYTES
+from amqpd.broker.streams.chunks import CHUNK_BYTES
 from amqpd.spark.reader import arrow_batches
 from amqpd.spark.wire import Endpoint, StreamReader
 from amqpd.testing import BrokerProcess

@@ -21,7 +21,7 @@ import pytest
 from cryptography import x509
 from tls_certs import CA, write_pair
 
-from amqpd.broker.access import hash_password
+from amqpd.broker.access.control import hash_password
 from amqpd.testing import BrokerProcess
 
 pytestmark = pytest.mark.amqpd_only  # brokers of their own, configured for TLS

@@ -14,11 +14,11 @@ from pamqp import body, commands, frame, header
 from pamqp.base import Frame
 
 from amqpd.broker.broker import Broker
-from amqpd.broker.channel import Channel
 from amqpd.broker.message import Message
-from amqpd.broker.session import Session
 from amqpd.config import Settings
 from amqpd.protocol.fastpath import shortstr
+from amqpd.session.channel import Channel
+from amqpd.session.connection import Session
 
 Decoded = tuple[int, Any]  # (channel id, pamqp frame object)
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
@@ -66,7 +66,7 @@ def publish_frames(
 
 
 class FakeConnection:
-    """What a Channel needs from its connection (amqpd.broker.channel.ConnectionLike)."""
+    """What a Channel needs from its connection (amqpd.session.channel.ConnectionLike)."""
 
     def __init__(self, *, user: str = "guest", frame_max: int = 131072, consumer_cancel_notify: bool = True) -> None:
         self.frame_max = frame_max

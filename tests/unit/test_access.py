@@ -9,7 +9,7 @@ import hashlib
 import pytest
 
 from amqpd import errors
-from amqpd.broker.access import SHA256, SHA512, AccessControl, AccessError, check_password, hash_password
+from amqpd.broker.access.control import SHA256, SHA512, AccessControl, AccessError, check_password, hash_password
 from amqpd.broker.broker import Broker
 from amqpd.config import Settings
 

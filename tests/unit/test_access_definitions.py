@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from amqpd.broker.access import AccessControl, AccessError
-from amqpd.broker.access_definitions import export_access, import_access
+from amqpd.broker.access.control import AccessControl, AccessError
+from amqpd.broker.access.definitions import export_access, import_access
 
 # Trimmed from `rabbitmqctl export_definitions` on RabbitMQ 3.10.8 (the user's password is "guest").
 EXPORTED = {

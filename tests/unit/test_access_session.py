@@ -11,8 +11,8 @@ from fakes import FakeTransport, decode_frames, new_broker, publish_frames
 from pamqp import commands, frame
 
 from amqpd.broker.broker import Broker
-from amqpd.broker.session import Session
 from amqpd.config import Settings
+from amqpd.session.connection import Session
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 CLOSE_ON_FAILURE = {"authentication_failure_close": True}

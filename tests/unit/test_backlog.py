@@ -1,4 +1,4 @@
-"""A durable queue whose backlog lives in the store (amqpd/broker/backlog.py): after a restart its recovered
+"""A durable queue whose backlog lives in the store (amqpd/broker/queues/backlog.py): after a restart its recovered
 messages are store offsets, and persistent messages deep in a backlog are dropped from memory; both are read
 back in batches as they near the head. To a consumer it must look exactly like a queue holding everything in
 memory: same order, same flags, purge and TTL as usual."""
@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import invariant, rule
 from test_queue import QueueModel, RecordingChannel, clock, consumer, drain, msg  # noqa: F401 - clock is a fixture
 
-from amqpd.broker.backlog import Backlog
 from amqpd.broker.message import Message
-from amqpd.broker.queue import Queue
-from amqpd.broker.queue_hooks import QueueHooks
+from amqpd.broker.queues.backlog import Backlog
+from amqpd.broker.queues.hooks import QueueHooks
+from amqpd.broker.queues.queue import Queue
 
 
 class StoreHooks(QueueHooks):

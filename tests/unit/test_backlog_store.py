@@ -12,9 +12,9 @@ import pytest
 from fakes import publish_frames
 from pamqp import commands
 
-from amqpd.broker.backlog import Backlog
 from amqpd.broker.broker import Broker
-from amqpd.broker.queue import Queue
+from amqpd.broker.queues.backlog import Backlog
+from amqpd.broker.queues.queue import Queue
 from amqpd.broker.recovery import restore
 from amqpd.config import Settings
 from store import MessageStore

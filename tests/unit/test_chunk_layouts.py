@@ -1,4 +1,4 @@
-"""Chunk layout 3 (amqpd/broker/stream_chunks.py: a runs table, then store frames as they lie on disk or bare
+"""Chunk layout 3 (amqpd/broker/streams/chunks.py: a runs table, then store frames as they lie on disk or bare
 records) read into rows as layout 2 reads the same records (a differential on chunk_rows.Located), and which
 layout a consumer gets for what it asks (x-amqpd-chunk-layout)."""
 
@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from pamqp import commands
 from test_spark_chunks import read, stream_with
 
-import amqpd.broker.stream_chunks as chunks_module
+import amqpd.broker.streams.chunks as chunks_module
 from amqpd import errors
-from amqpd.broker.stream_chunks import CONTENT_TYPES, encode_chunk, runs_table
+from amqpd.broker.streams.chunks import CONTENT_TYPES, encode_chunk, runs_table
 from amqpd.spark.chunk_rows import chunk_batch
 from amqpd.spark.wire import BrokerError, Chunks
 from store.frame import HEADER_SIZE, append_frames

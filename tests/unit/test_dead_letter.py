@@ -345,9 +345,9 @@ class OneQueueRouter:
 def test_dead_lettering_needs_only_a_router() -> None:
     from test_queue import msg
 
-    from amqpd.broker.dead_letter import dead_letter
     from amqpd.broker.entry import Entry
-    from amqpd.broker.queue import Queue
+    from amqpd.broker.publish.dead_letter import dead_letter
+    from amqpd.broker.queues.queue import Queue
 
     source = Queue("/", "work", arguments={"x-dead-letter-exchange": "dlx"})
     target: Queue = Queue("/", "dead")

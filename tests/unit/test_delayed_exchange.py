@@ -13,8 +13,8 @@ from fakes import ClientChannel, new_broker
 from pamqp import commands, header
 
 from amqpd import errors
-from amqpd.broker.delay_schedule import DelaySchedule
-from amqpd.broker.exchanges import DelayedExchange
+from amqpd.broker.routing.delay_schedule import DelaySchedule
+from amqpd.broker.routing.exchanges import DelayedExchange
 
 T0 = 1_800_000_000_000
 

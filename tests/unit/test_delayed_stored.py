@@ -11,7 +11,7 @@ from fakes import ClientChannel
 from pamqp import commands
 
 from amqpd.broker.broker import Broker
-from amqpd.broker.exchanges import DelayedExchange
+from amqpd.broker.routing.exchanges import DelayedExchange
 from amqpd.config import Settings
 from store import MessageStore
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from amqpd.broker.exchanges import (
+from amqpd.broker.routing.exchanges import (
     EXCHANGE_TYPES,
     DirectExchange,
     Exchange,
@@ -18,8 +18,8 @@ from amqpd.broker.exchanges import (
     TopicExchange,
     make_exchange,
 )
-from amqpd.broker.exchanges import topic as topic_module
-from amqpd.broker.exchanges.base import freeze
+from amqpd.broker.routing.exchanges import topic as topic_module
+from amqpd.broker.routing.exchanges.base import freeze
 from amqpd.errors import PRECONDITION_FAILED, ChannelError
 
 ALL_TYPES = [DirectExchange, FanoutExchange, TopicExchange, HeadersExchange]

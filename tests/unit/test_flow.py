@@ -1,4 +1,4 @@
-"""Publisher flow control by consumer pace (amqpd/broker/flow.py), without sockets: a publisher and a consumer
+"""Publisher flow control by consumer pace (amqpd/broker/queues/flow.py), without sockets: a publisher and a consumer
 on their own connections, the event loop's turns moved by hand (broker.turns.tick() is one turn in which
 something was read). A publisher pauses while a deep queue's consumers come back for more within PACE_TURNS
 turns (they wait on the broker), never behind consumers that are slow on their own, a queue nobody consumes
@@ -14,8 +14,8 @@ from fakes import ClientChannel, Conn, new_broker, publish_frames
 from pamqp import commands, frame
 
 from amqpd.broker.broker import Broker
-from amqpd.broker.flow import PACE_TURNS, TurnClock
-from amqpd.broker.queue import Queue
+from amqpd.broker.queues.flow import PACE_TURNS, TurnClock
+from amqpd.broker.queues.queue import Queue
 
 HIGH, LOW = 8, 4
 

@@ -8,8 +8,8 @@ import pytest
 from fakes import ClientChannel, new_broker
 from pamqp import commands, header
 
-from amqpd.broker import message_ids
-from amqpd.broker.message_ids import HEADER
+from amqpd.broker.publish import message_ids
+from amqpd.broker.publish.message_ids import HEADER
 
 
 @pytest.fixture

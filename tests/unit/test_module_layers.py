@@ -11,19 +11,24 @@ from pathlib import Path
 import pytest
 
 USERS = (
-    "amqpd.broker.queue",
-    "amqpd.broker.channel",
+    "amqpd.broker.queues.queue",
+    "amqpd.session.channel",
     "amqpd.broker.broker",
-    "amqpd.broker.vhost",
+    "amqpd.broker.routing.vhost",
     "amqpd.broker.recovery",
-    "amqpd.broker.stream",
+    "amqpd.broker.streams.stream",
 )
 BROKER = Path(__file__).resolve().parents[2] / "amqpd" / "broker"
 
 
 @pytest.mark.parametrize(
     "module",
-    ["amqpd.broker.entry", "amqpd.broker.queue_hooks", "amqpd.broker.stored_message", "amqpd.broker.subscriber"],
+    [
+        "amqpd.broker.entry",
+        "amqpd.broker.queues.hooks",
+        "amqpd.broker.stored_message",
+        "amqpd.broker.queues.subscriber",
+    ],
 )
 def test_a_leaf_module_loads_none_of_its_users(module: str) -> None:
     # This interpreter's path, so that the child imports the same tree.

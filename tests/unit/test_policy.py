@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from amqpd.broker.policy import EXCHANGE_KEYS, QUEUE_KEYS, Policies, PolicyError, check, merge
+from amqpd.broker.routing.policy import EXCHANGE_KEYS, QUEUE_KEYS, Policies, PolicyError, check, merge
 
 
 def policies(*rows: tuple[str, str, dict, int, str]) -> Policies:

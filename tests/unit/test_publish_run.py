@@ -14,9 +14,9 @@ from pamqp import commands, frame
 from pamqp import header as header_frame
 
 from amqpd.broker.broker import Broker
-from amqpd.broker.channel import Channel
-from amqpd.broker.queue import Queue
+from amqpd.broker.queues.queue import Queue
 from amqpd.config import Settings
+from amqpd.session.channel import Channel
 from store.records import MessageRecord
 
 BODIES = [bytes([65 + i]) * 100 for i in range(5)]

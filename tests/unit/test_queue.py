@@ -14,11 +14,11 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from amqpd.broker.consumer import Consumer
+from amqpd.broker.delivery.consumer import Consumer
 from amqpd.broker.entry import Entry
 from amqpd.broker.message import Message
-from amqpd.broker.queue import Queue
-from amqpd.broker.queue_hooks import QueueHooks
+from amqpd.broker.queues.hooks import QueueHooks
+from amqpd.broker.queues.queue import Queue
 from amqpd.protocol.fastpath import shortstr
 
 
@@ -113,7 +113,7 @@ def test_messages_are_delivered_in_publish_order() -> None:
 
 
 class Taker:
-    """Anything that subscribes (amqpd.broker.subscriber): no channel behind it."""
+    """Anything that subscribes (amqpd.broker.queues.subscriber): no channel behind it."""
 
     def __init__(self, room: int) -> None:
         self.priority, self.exclusive, self.no_ack = 0, False, False

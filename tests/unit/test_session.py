@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from pamqp import body, commands, encode, frame, header
 
 from amqpd.broker.broker import Broker
-from amqpd.broker.session import Session
 from amqpd.protocol.frames import frame as raw_frame
+from amqpd.session.connection import Session
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 

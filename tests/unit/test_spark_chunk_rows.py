@@ -14,7 +14,7 @@ from fakes import header_payload
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from amqpd.broker.stream_chunks import encode_chunk
+from amqpd.broker.streams.chunks import encode_chunk
 from amqpd.spark import chunk_rows
 from amqpd.spark.chunk_rows import chunk_batch
 from amqpd.spark.rows import arrow_schema, record_batch

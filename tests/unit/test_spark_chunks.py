@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from pamqp import commands
 from pamqp import frame as pamqp_frame
 
-import amqpd.broker.stream as stream_module
-import amqpd.broker.stream_chunks as chunks_module
+import amqpd.broker.streams.chunks as chunks_module
+import amqpd.broker.streams.stream as stream_module
 from amqpd.spark import wire
 from amqpd.spark.reader import arrow_batches
 from amqpd.spark.rows import arrow_schema

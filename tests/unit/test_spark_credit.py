@@ -13,7 +13,7 @@ from pamqp import commands
 from pamqp import frame as pamqp_frame
 from pamqp.header import ContentHeader
 
-from amqpd.broker.stream import with_offset_header
+from amqpd.broker.streams.stream import with_offset_header
 from amqpd.protocol.frames import frame
 from amqpd.spark.wire import Endpoint, StreamReader
 

@@ -13,7 +13,7 @@ from pamqp import commands
 from pamqp import frame as pamqp_frame
 from pamqp.header import ContentHeader
 
-from amqpd.broker.stream import with_offset_header
+from amqpd.broker.streams.stream import with_offset_header
 from amqpd.spark.options import ReadOptions
 from amqpd.spark.reader import _capped
 from amqpd.spark.rows import header_text

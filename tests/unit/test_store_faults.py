@@ -12,8 +12,8 @@ from fakes import FakeTransport, decode_frames, publish_frames
 from pamqp import commands
 
 from amqpd.broker.broker import Broker
-from amqpd.broker.session import Session
 from amqpd.config import Settings
+from amqpd.session.connection import Session
 from store import MessageStore
 from tests.store.faulty_io import FailingIO
 from tests.unit.test_session import PROTOCOL_HEADER

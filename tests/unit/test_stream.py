@@ -15,9 +15,9 @@ from pamqp import commands, frame
 
 from amqpd import errors
 from amqpd.broker.broker import Broker
-from amqpd.broker.stream import FEED_BATCHES, READ_BATCH, StreamQueue
-from amqpd.broker.stream_args import parse_age_ms
-from amqpd.broker.stream_log import OffsetRuns
+from amqpd.broker.streams.args import parse_age_ms
+from amqpd.broker.streams.log import OffsetRuns
+from amqpd.broker.streams.stream import FEED_BATCHES, READ_BATCH, StreamQueue
 from amqpd.config import Settings
 
 STREAM = {"x-queue-type": "stream"}

@@ -12,8 +12,8 @@ from fakes import ClientChannel, new_broker
 from pamqp import commands
 
 from amqpd import errors
-from amqpd.broker.stream import StreamQueue
-from amqpd.broker.stream_chunks import CHUNK_BYTES, CONTENT_TYPES, MAX_RECORDS
+from amqpd.broker.streams.chunks import CHUNK_BYTES, CONTENT_TYPES, MAX_RECORDS
+from amqpd.broker.streams.stream import StreamQueue
 from store.record_codec import decode_record
 from store.records import MessageRecord
 

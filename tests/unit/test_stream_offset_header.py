@@ -13,7 +13,7 @@ from pamqp import commands
 from pamqp import frame as pamqp_frame
 from pamqp.header import ContentHeader
 
-from amqpd.broker.stream import _OFFSET_FIELD, _TIMESTAMP_FIELD, with_offset_header
+from amqpd.broker.streams.stream import _OFFSET_FIELD, _TIMESTAMP_FIELD, with_offset_header
 from amqpd.protocol.properties import append_header_field
 
 short = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=20)

@@ -1,4 +1,4 @@
-"""The batched stream replay (amqpd/broker/stream_replay.py) against the per-message path it replaces.
+"""The batched stream replay (amqpd/broker/streams/replay.py) against the per-message path it replaces.
 
 Two consumers of one stream, each on its own connection, are driven in lockstep: one unfiltered (the batched
 replay, straight from the stored bytes, its deliveries held as runs of offsets) and one with a filter that every
@@ -24,12 +24,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pamqp import commands, frame, header
 
-from amqpd.broker import stream_log, stream_replay
 from amqpd.broker.broker import Broker
-from amqpd.broker.session import Session
-from amqpd.broker.stream import StreamQueue
-from amqpd.broker.stream_unacked import OffsetSet, StreamRun
+from amqpd.broker.streams import log as stream_log
+from amqpd.broker.streams import replay as stream_replay
+from amqpd.broker.streams.stream import StreamQueue
+from amqpd.broker.streams.unacked import OffsetSet, StreamRun
 from amqpd.config import Settings
+from amqpd.session.connection import Session
 from store import MessageRecord, MessageStore, segment
 from store.record_codec import encode_record
 

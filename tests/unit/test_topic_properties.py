@@ -13,8 +13,8 @@ from collections.abc import Hashable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amqpd.broker.exchanges import TopicExchange
-from amqpd.broker.topic_trie import TopicTrie
+from amqpd.broker.routing.exchanges import TopicExchange
+from amqpd.broker.routing.topic_trie import TopicTrie
 
 KEY_WORDS = st.sampled_from(["a", "b", "", "ab", "*", "#"])
 PATTERN_WORDS = st.sampled_from(["a", "b", "", "ab", "*", "#"])

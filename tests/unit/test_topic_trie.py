@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from amqpd.broker.topic_trie import TopicTrie, split_words
+from amqpd.broker.routing.topic_trie import TopicTrie, split_words
 
 Q = object()
 

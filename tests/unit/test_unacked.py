@@ -1,4 +1,4 @@
-"""Unacked deliveries have one owner (amqpd/broker/unacked.py): the channel's, consumers' and queues' counts
+"""Unacked deliveries have one owner (amqpd/broker/delivery/unacked.py): the channel's, consumers' and queues' counts
 change there only, so they cannot drift apart."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_queue import msg
 
+from amqpd.broker.delivery.unacked import RANGE_MAX, Outstanding, Run
 from amqpd.broker.entry import Entry
-from amqpd.broker.queue import Queue
-from amqpd.broker.stream_unacked import StreamRun
-from amqpd.broker.unacked import RANGE_MAX, Outstanding, Run
+from amqpd.broker.queues.queue import Queue
+from amqpd.broker.streams.unacked import StreamRun
 
 AMQPD = Path(__file__).resolve().parents[2] / "amqpd"
 

@@ -8,8 +8,8 @@ import pytest
 from fakes import make_message
 
 from amqpd import errors
-from amqpd.broker.queue import Queue
-from amqpd.broker.vhost import VirtualHost
+from amqpd.broker.queues.queue import Queue
+from amqpd.broker.routing.vhost import VirtualHost
 
 OWNER, OTHER = object(), object()
 

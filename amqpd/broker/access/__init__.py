@@ -1,0 +1,1 @@
+"""Users, vhosts and permissions: a leaf that imports nothing of the broker."""

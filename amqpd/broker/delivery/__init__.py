@@ -1,0 +1,1 @@
+"""The one way out: consumers, delivery tags and unacked entries."""

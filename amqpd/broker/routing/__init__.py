@@ -1,0 +1,1 @@
+"""Vhosts, exchanges (one module per type), the topic trie, bindings and policies."""

@@ -1,0 +1,30 @@
+"""The fanout exchange: every bound destination gets every message; the routing key is ignored."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Any
+
+from amqpd.broker.routing.exchanges.base import Exchange
+
+
+class FanoutExchange(Exchange):
+    """The destination list is the same for every message, so it is built once per binding change."""
+
+    type_name = "fanout"
+
+    def __init__(self, name: str, **flags: Any) -> None:
+        super().__init__(name, **flags)
+        self._all: list[Hashable] = []
+
+    def route(self, routing_key: str, headers: dict[str, Any] | None = None) -> list[Hashable]:
+        return self._all
+
+    # A destination appears or disappears only when its first/last binding does; several bindings to one
+    # destination (different keys or arguments) still deliver once.
+
+    def _on_pair_added(self, destination: Hashable, routing_key: str) -> None:
+        self._all = list(self._by_destination)
+
+    def _on_pair_removed(self, destination: Hashable, routing_key: str) -> None:
+        self._all = list(self._by_destination)

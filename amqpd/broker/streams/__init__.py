@@ -1,0 +1,1 @@
+"""Stream queues: the log, cursors, replay and chunk deliveries."""

@@ -1,0 +1,754 @@
+"""One AMQP connection's protocol logic, with no I/O: fed bytes, it answers with bytes.
+
+The server wraps it with a socket (server/connection.py); tests drive it directly. The handshake is a
+state machine: which method may arrive in which state is the table _EXPECTED, and anything else is an
+error with RabbitMQ's reply code.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import struct
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from pamqp import commands
+
+from amqpd import __version__, errors
+from amqpd.protocol.constants import (
+    ACCEPTED_HEADERS,
+    BASIC_ACK,
+    BASIC_NACK,
+    BASIC_PUBLISH,
+    BASIC_REJECT,
+    FRAME_BODY,
+    FRAME_HEADER,
+    FRAME_HEARTBEAT,
+    FRAME_METHOD,
+    FRAME_MIN_SIZE,
+    PROTOCOL_HEADER,
+)
+from amqpd.protocol.frames import PUBLISH, PUBLISH_GROUP, PUBLISH_RUN, BrokenStream, FrameReader
+from amqpd.protocol.methods import decode_method, decode_table, encode_method
+from amqpd.session.channel import Channel, PreparedRun
+
+if TYPE_CHECKING:
+    from amqpd.broker.broker import Broker
+    from amqpd.broker.routing.vhost import VirtualHost
+
+log = logging.getLogger("amqpd.session")
+
+_u32 = struct.Struct(">I")
+_ACK_KEY = _u32.pack(BASIC_ACK)
+
+CAPABILITIES = (
+    "publisher_confirms",
+    "exchange_exchange_bindings",
+    "basic.nack",
+    "consumer_cancel_notify",
+    "connection.blocked",
+    "consumer_priorities",
+    "authentication_failure_close",
+    "per_consumer_qos",
+    "direct_reply_to",
+)
+
+# Handshake states; _HANDSHAKE (after the class) names the one method each accepts on channel 0.
+AWAIT_HEADER, AWAIT_START_OK, AWAIT_TUNE_OK, AWAIT_OPEN, OPEN, CLOSING, CLOSED = range(7)
+
+
+class Transport(Protocol):
+    """What the session asks of the socket layer."""
+
+    def request_flush(self) -> None: ...
+    def close(self) -> None: ...
+    def hold_reading(self, reason: object) -> None: ...
+    def release_reading(self, reason: object) -> None: ...
+
+
+def server_properties() -> dict[str, Any]:
+    return {
+        "product": "amqpd",
+        "version": __version__,
+        "platform": "Python",
+        "copyright": "amqpd contributors",
+        "information": "Licensed under the MIT license",
+        "cluster_name": "amqpd",
+        "capabilities": dict.fromkeys(CAPABILITIES, True),
+    }
+
+
+class Session:
+    def __init__(self, broker: Broker, transport: Transport, peer: str = "") -> None:
+        self.broker = broker
+        self.settings = broker.settings
+        self.transport = transport
+        self.peer = peer
+        self.state = AWAIT_HEADER
+        self.reader = FrameReader(self.settings.frame_max)
+        self.out: list[bytes | memoryview] = []
+        self.in_pieces = False  # `out` holds a large delivery's pieces (send_pieces): flushed unjoined
+        self.channels: dict[int, Channel] = {}
+        self.closing_channels: set[int] = set()  # we sent channel.close and wait for close-ok
+        self.crossed_closes: set[int] = set()  # closes that crossed: a late close-ok may still come
+        self.confirm_channels: set[Channel] = set()
+        self.user = ""
+        self.vhost: VirtualHost | None = None
+        self.frame_max = self.settings.frame_max
+        self.channel_max = self.settings.channel_max
+        self.heartbeat = 0
+        self.client_properties: dict[str, Any] = {}
+        self.consumer_cancel_notify = False
+        self.auth_failure_close = False
+        self._header_buf = b""
+        self.writable = True  # the transport keeps this current (flow control)
+        self.publishes = False  # has published: blocked while a resource alarm is on
+        self.blocked_by_alarm = False
+        self.on_open: Callable[[], None] | None = None
+        self.local = ""  # our end of the socket, "host:port" (the connection's name in the management API)
+        self.connected_at = time.time()
+        # TLS (set by the socket layer): whether this connection is encrypted, and the user its verified
+        # client certificate names (EXTERNAL logs in as that user), if any.
+        self.tls = False
+        self.cert_user: str | None = None
+        self._acking: Channel | None = None  # the channel of the acks just read, if any (_resume_acked)
+        self.unconfirmed = 0  # publishes awaiting their fsync before a confirm, over all channels
+        self.held_for_confirms = False
+
+    # -- output -------------------------------------------------------------------------------------------
+
+    def send(self, data: bytes) -> None:
+        if not self.out:
+            self.transport.request_flush()
+        self.out.append(data)
+
+    def send_pieces(self, pieces: list[bytes | memoryview]) -> None:
+        """Frames as pieces in wire order (frames.content_pieces: a large body not joined), written as they
+        are by a transport that takes a list of buffers (take_pieces)."""
+        if not self.out:
+            self.transport.request_flush()
+        self.out += pieces
+        self.in_pieces = True
+
+    def take_output(self) -> bytes:
+        """Everything to write this loop turn, confirms first settled into one ack per channel."""
+        self._settle_confirms()
+        data = b"".join(self.out)
+        self.out.clear()
+        self.in_pieces = False
+        return data
+
+    def take_pieces(self) -> list[bytes | memoryview]:
+        """take_output not joined, for a transport's writelines (uvloop writes the list with one writev, a
+        chunk's 600 KB body never copied; asyncio before 3.12 joins them as take_output would)."""
+        self._settle_confirms()
+        out, self.out = self.out, []
+        self.in_pieces = False
+        return out
+
+    def _settle_confirms(self) -> None:
+        if self.confirm_channels:
+            channels, self.confirm_channels = self.confirm_channels, set()
+            for ch in channels:
+                ch.emit_confirms()
+
+    def confirms_pending(self, channel: Channel) -> None:
+        if not self.confirm_channels and not self.out:
+            self.transport.request_flush()
+        self.confirm_channels.add(channel)
+
+    def send_method(self, channel: int, method: Any) -> None:
+        self.send(encode_method(channel, method))
+
+    # -- input --------------------------------------------------------------------------------------------
+
+    def feed(self, data: bytes) -> None:
+        """Bytes from the socket. Every error ends up as a close frame, never as an exception."""
+        if self.state == AWAIT_HEADER:
+            data = self._protocol_header(data)
+            if not data:
+                return
+        if self.state == CLOSED:
+            return
+        broken: BrokenStream | None = None
+        try:
+            frames = self.reader.feed(data)
+        except BrokenStream as exc:
+            frames, broken = exc.frames, exc
+        try:
+            for ftype, channel, payload in frames:
+                if self._acking is not None and not (
+                    ftype == FRAME_METHOD and channel == self._acking.id and payload[:4] == _ACK_KEY
+                ):
+                    self._resume_acked()
+                self._frame(ftype, channel, payload)
+                if self.state == CLOSED:
+                    return
+            self._resume_acked()
+            if broken is not None:
+                # Nothing after the damage can be read, close-ok included: close, then hang up.
+                self._fail(broken)
+                self._close_transport()
+        except errors.AMQPError as exc:
+            self._resume_acked()  # what the acks before the error made room for goes first, as it would have
+            self._fail(exc)
+        except Exception as exc:  # a bug of ours must cost one connection, never the broker
+            log.exception("internal error on connection from %s", self.peer)
+            self._fail(errors.ConnectionError(errors.INTERNAL_ERROR, f"internal error: {type(exc).__name__}"))
+        finally:
+            self._resume_acked()  # after a close: nothing to hand out, but the channel resumes at once again
+
+    def _protocol_header(self, data: bytes) -> bytes:
+        buf = self._header_buf + data
+        if len(buf) < 8:
+            if not PROTOCOL_HEADER.startswith(buf[:4]):
+                self._refuse_header()
+            else:
+                self._header_buf = buf
+            return b""
+        if buf[:8] not in ACCEPTED_HEADERS:
+            self._refuse_header()
+            return b""
+        self._header_buf = b""
+        self.state = AWAIT_START_OK
+        mechanisms = "PLAIN AMQPLAIN EXTERNAL" if self.tls else "PLAIN AMQPLAIN"
+        self.send_method(0, commands.Connection.Start(0, 9, server_properties(), mechanisms, "en_US"))
+        return buf[8:]
+
+    def _refuse_header(self) -> None:
+        """Anything but AMQP 0-9-1: tell the peer which protocol we speak, and hang up."""
+        self.send(PROTOCOL_HEADER)
+        self._close_transport()
+
+    def _frame(self, ftype: int, channel: int, payload: Any) -> None:
+        if ftype == PUBLISH:
+            ch = self.channels.get(channel)
+            if ch is None or ch.assembler.busy or self.state != OPEN:
+                for kind, part in zip((FRAME_METHOD, FRAME_HEADER, FRAME_BODY), payload, strict=False):
+                    if kind != FRAME_BODY or part:
+                        self._frame(kind, channel, part)
+                return
+            if not self.publishes:
+                self._first_publish()
+            try:
+                ch.on_whole_publish(*payload)
+            except errors.ChannelError as exc:
+                self._close_channel(ch, exc)
+            return
+        if ftype == PUBLISH_RUN:
+            self._publish_run(channel, *payload)
+            return
+        if ftype == PUBLISH_GROUP:
+            self._publish_group(channel, *payload)
+            return
+        if self.state == CLOSING:
+            self._frame_while_closing(ftype, channel, payload)
+            return
+        if ftype == FRAME_METHOD:
+            if channel == 0:
+                self._connection_method(payload)
+            else:
+                self._channel_method(channel, payload)
+        elif ftype == FRAME_HEADER or ftype == FRAME_BODY:
+            if channel == 0:
+                raise errors.unexpected_frame(f"content frame (type {ftype}) on channel 0")
+            self._content(ftype, channel, payload)
+        elif ftype == FRAME_HEARTBEAT:
+            if payload:  # RabbitMQ knows only the empty heartbeat: anything else is an unknown frame
+                raise errors.frame_error(f"type 8, {len(payload)} octets: unknown_frame")
+            if channel != 0:  # the spec says 501; clients see RabbitMQ's 505
+                raise errors.unexpected_frame(f"heartbeat frame on channel {channel}")
+        else:
+            raise errors.frame_error(f"unknown frame type {ftype}")
+
+    def _publish_run(self, channel: int, method: bytes, header: bytes, bodies: list[bytes]) -> None:
+        """Publishes that differ only by body: in one pass when the channel can take them so, else one by one
+        (parsed once); after a channel error, or if anything is unusual, the rest go frame by frame."""
+        ch = self.channels.get(channel)
+        if ch is not None and not ch.assembler.busy and self.state == OPEN:
+            if not self.publishes:
+                self._first_publish()
+            if ch.on_publish_run(method, header, bodies):
+                return
+            run = ch.prepare_run(method, header)
+            if run is not None:
+                bodies = self._publish_each(ch, run, bodies)
+        for body in bodies:
+            self._frame(PUBLISH, channel, (method, header, body))
+            if self.state == CLOSED:
+                return
+
+    def _publish_group(self, channel: int, method: bytes, headers: list[bytes], bodies: list[bytes]) -> None:
+        """Publishes to one place, each with its own properties: the leading ones the channel can deliver in one
+        pass go so; the others one by one."""
+        ch = self.channels.get(channel)
+        done = 0
+        if ch is not None and not ch.assembler.busy and self.state == OPEN:
+            if not self.publishes:
+                self._first_publish()
+            done = ch.on_publish_group(method, headers, bodies)
+        for i in range(done, len(bodies)):
+            self._frame(PUBLISH, channel, (method, headers[i], bodies[i]))
+            if self.state == CLOSED:
+                return
+
+    def _publish_each(self, ch: Channel, run: PreparedRun, bodies: list[bytes]) -> list[bytes]:
+        """Publish each body as on_whole_publish would; what is left after a channel error."""
+        publish, message, mandatory = ch.publish, run.message, run.mandatory
+        for i, body in enumerate(bodies):
+            try:
+                publish(message(body), mandatory)
+            except errors.ChannelError as exc:
+                self._close_channel(ch, exc)
+                return bodies[i + 1 :]
+        return []
+
+    # -- connection class ---------------------------------------------------------------------------------
+
+    def _connection_method(self, payload: bytes) -> None:
+        method = decode_method(payload, self.settings.max_table_depth)
+        step = _HANDSHAKE.get(self.state)
+        if step is not None:
+            expected, handler = step
+            if not isinstance(method, expected):
+                if self.state != AWAIT_OPEN:
+                    self._close_transport()  # RabbitMQ hangs up on a handshake out of order before tune-ok
+                    return
+                raise self._out_of_order(method)
+            handler(self, method)
+            return
+        if isinstance(method, commands.Connection.Close):
+            self.send_method(0, commands.Connection.CloseOk())
+            self._teardown()
+            self._close_transport()
+        elif isinstance(method, commands.Connection.CloseOk):
+            self._close_transport()
+        elif isinstance(method, (commands.Connection.Blocked, commands.Connection.Unblocked)):
+            return
+        elif isinstance(method, commands.Connection.UpdateSecret):
+            self._update_secret(method)
+        else:
+            raise self._out_of_order(method)
+
+    def _update_secret(self, m: commands.Connection.UpdateSecret) -> None:
+        """Token refresh (OAuth 2 clients): the connection carries on under the new secret if the broker
+        accepts it for the connection's user; if not, RabbitMQ's answer (rabbit_reader) closes it."""
+        secret = m.new_secret if isinstance(m.new_secret, str) else bytes(m.new_secret or b"").decode(errors="replace")
+        if not self.broker.accepts_secret(self.user, secret):
+            log.info("secret update refused for user %r from %s", self.user, self.peer)
+            raise errors.ConnectionError(errors.NOT_ALLOWED, "New secret was refused by one of the backends", 10, 70)
+        self.send_method(0, commands.Connection.UpdateSecretOk())
+
+    def _out_of_order(self, method: Any) -> errors.ConnectionError:
+        state = {AWAIT_START_OK: "starting", AWAIT_TUNE_OK: "tuning", AWAIT_OPEN: "opening"}.get(self.state, "running")
+        return errors.ConnectionError(
+            errors.CHANNEL_ERROR, f"unexpected method in connection state {state}", *_ids(method)
+        )
+
+    def _start_ok(self, m: commands.Connection.StartOk) -> None:
+        self.client_properties = m.client_properties or {}
+        caps = self.capabilities
+        self.consumer_cancel_notify = bool(caps.get("consumer_cancel_notify"))
+        self.auth_failure_close = bool(caps.get("authentication_failure_close"))
+        reason = None
+        if m.mechanism == "EXTERNAL" and self.tls:
+            user = self.cert_user or ""
+            if not user:
+                reason = "no verified client certificate"
+            elif self.broker.access.get_user(user) is None:
+                reason = "invalid credentials"  # certificate-only users need no password, but must exist
+        else:
+            user, password = self._credentials(m.mechanism, m.response)
+            if self.broker.login(user, password) is None:
+                reason = "invalid credentials"  # the same for an unknown user: the log must not tell them apart
+        if reason is None and user in self.settings.loopback_users and not self.from_loopback:
+            reason = f"user '{user}' can only connect via localhost"
+        if reason is not None:
+            self._refuse_login(m.mechanism, user, reason)
+            return
+        self.user = user
+        self.state = AWAIT_TUNE_OK
+        s = self.settings
+        self.send_method(0, commands.Connection.Tune(s.channel_max, s.frame_max, s.heartbeat))
+
+    def _refuse_login(self, mechanism: str, user: str, reason: str) -> None:
+        """RabbitMQ's auth_fail: the client learns only that the login was refused (403 when it asked for
+        authentication_failure_close, else the socket closes); the log says why, and from where."""
+        self.broker.access.failed_logins += 1
+        log.warning("%s login refused for user '%s' from %s: %s", mechanism, user, self.peer, reason)
+        if not self.auth_failure_close:
+            self._close_transport()
+            return
+        raise errors.ConnectionError(
+            errors.ACCESS_REFUSED,
+            f"Login was refused using authentication mechanism {mechanism}. For details see the broker logfile.",
+        )
+
+    @property
+    def from_loopback(self) -> bool:
+        """Is the peer on this machine? A TCP peer is always an IP address; anything else is a session
+        driven without a socket (tests), which is local."""
+        host = self.peer.rsplit(":", 1)[0].strip("[]")
+        try:
+            addr = ipaddress.ip_address(host)
+        except ValueError:
+            return True
+        mapped = getattr(addr, "ipv4_mapped", None)  # ::ffff:127.0.0.1 from a dual-stack listener
+        return addr.is_loopback or (mapped is not None and mapped.is_loopback)
+
+    @property
+    def capabilities(self) -> dict[str, Any]:
+        caps = self.client_properties.get("capabilities")
+        return caps if isinstance(caps, dict) else {}
+
+    def _credentials(self, mechanism: str, response: str | bytes) -> tuple[str, str]:
+        raw = response.encode("latin-1") if isinstance(response, str) else bytes(response)
+        if mechanism == "PLAIN":
+            parts = raw.split(b"\x00")
+            if len(parts) != 3:
+                return "", ""
+            return parts[1].decode(errors="replace"), parts[2].decode(errors="replace")
+        if mechanism == "AMQPLAIN":
+            table = decode_table(_u32.pack(len(raw)) + raw)
+            login, password = table.get("LOGIN", ""), table.get("PASSWORD", "")
+            return _text(login), _text(password)
+        raise errors.ConnectionError(errors.COMMAND_INVALID, f"unknown authentication mechanism '{mechanism}'", 10, 11)
+
+    def _tune_ok(self, m: commands.Connection.TuneOk) -> None:
+        s = self.settings
+        # 0 means "no limit", which is above ours: RabbitMQ refuses it too (validate_negotiated_integer_value).
+        if m.frame_max and m.frame_max < FRAME_MIN_SIZE:
+            raise errors.ConnectionError(
+                errors.NOT_ALLOWED,
+                f"negotiated frame_max = {m.frame_max} is lower than the minimum allowed value ({FRAME_MIN_SIZE})",
+                10,
+                31,
+            )
+        for name, value, limit in (
+            ("frame_max", m.frame_max, s.frame_max),
+            ("channel_max", m.channel_max, s.channel_max),
+        ):
+            if limit and (value == 0 or value > limit):
+                raise errors.ConnectionError(
+                    errors.NOT_ALLOWED,
+                    f"negotiated {name} = {value} is higher than the maximum allowed value ({limit})",
+                    10,
+                    31,
+                )
+        self.frame_max = m.frame_max or s.frame_max
+        self.reader.frame_max = self.frame_max
+        self.channel_max = m.channel_max or s.channel_max
+        self.heartbeat = m.heartbeat
+        self.state = AWAIT_OPEN
+
+    def _open(self, m: commands.Connection.Open) -> None:
+        vhost = self.broker.vhosts.get(m.virtual_host)
+        if vhost is None:
+            raise errors.ConnectionError(errors.NOT_ALLOWED, f"vhost {m.virtual_host} not found", 10, 40)
+        self._check_connection_limits(vhost.name)
+        if not self.broker.access.may_open_vhost(self.user, vhost.name):
+            raise errors.ConnectionError(
+                errors.NOT_ALLOWED, f"access to vhost '{vhost.name}' refused for user '{self.user}'", 10, 40
+            )
+        self.vhost = vhost
+        self.state = OPEN
+        self.broker.connections.add(self)
+        self.send_method(0, commands.Connection.OpenOk(""))
+        if self.on_open is not None:
+            self.on_open()
+
+    def _check_connection_limits(self, vhost: str) -> None:
+        """rabbit_reader's order: the vhost's max-connections, the user's, then (ours) the node's."""
+        refused = f"access to vhost '{vhost}' refused for user '{self.user}'"
+        limit = self.broker.access.vhost_limit(vhost, "max-connections")
+        if limit is not None and self.broker.connection_count(vhost) >= limit:
+            raise errors.ConnectionError(
+                errors.NOT_ALLOWED, f"{refused}: connection limit ({limit}) is reached", 10, 40
+            )
+        limit = self.broker.access.user_limit(self.user, "max-connections")
+        if limit is None:
+            limit = self.settings.max_connections_per_user or None
+        if limit is not None and sum(1 for c in self.broker.connections if c.user == self.user) >= limit:
+            raise errors.ConnectionError(
+                errors.NOT_ALLOWED,
+                f"connection refused for user '{self.user}': user connection limit ({limit}) is reached",
+                10,
+                40,
+            )
+        limit = self.settings.max_connections
+        if limit and len(self.broker.connections) >= limit:
+            raise errors.ConnectionError(
+                errors.NOT_ALLOWED, f"connection refused: node connection limit ({limit}) is reached", 10, 40
+            )
+
+    # -- channels -----------------------------------------------------------------------------------------
+
+    def _channel_method(self, channel: int, payload: bytes) -> None:
+        if self.state != OPEN:
+            raise errors.unexpected_frame("expected method frame on channel 0 before connection.open-ok")
+        ch = self.channels.get(channel)
+        if ch is None:
+            self._method_on_unopened(channel, payload)
+            return
+        key = _u32.unpack_from(payload)[0] if len(payload) >= 4 else 0
+        if ch.assembler.busy:
+            ch.assembler.expect_method()
+        try:
+            if key == BASIC_PUBLISH:
+                if not self.publishes:
+                    self._first_publish()
+                ch.on_publish(payload)
+            elif key == BASIC_ACK:
+                if self._acking is None:
+                    self._acking = ch
+                    ch.resume_after_acks = False
+                ch.on_ack(payload)
+            elif key == BASIC_NACK:
+                ch.on_nack(payload)
+            elif key == BASIC_REJECT:
+                ch.on_reject(payload)
+            else:
+                self._channel_slow_path(ch, payload)
+        except errors.ChannelError as exc:
+            self._close_channel(ch, exc)
+
+    def _resume_acked(self) -> None:
+        """The last of consecutive acks on one channel in a read was taken: its consumers' queues hand out what
+        the acks made room for, once for them all rather than once per ack (a consumer that multiple-acks
+        every few messages sends several in one write)."""
+        ch, self._acking = self._acking, None
+        if ch is None:
+            return
+        resume, ch.resume_after_acks = ch.resume_after_acks, None
+        if resume and not ch.closing:
+            ch.resume_deliveries()
+
+    def _channel_slow_path(self, ch: Channel, payload: bytes) -> None:
+        method = decode_method(payload, self.settings.max_table_depth)
+        if isinstance(method, commands.Channel.Close):
+            self.channels.pop(ch.id, None)
+            ch.shutdown()
+            self.send_method(ch.id, commands.Channel.CloseOk())
+        elif isinstance(method, commands.Channel.Open):
+            raise errors.ConnectionError(errors.CHANNEL_ERROR, "second 'channel.open' seen", 20, 10)
+        elif isinstance(method, commands.Channel.CloseOk):
+            return
+        else:
+            ch.handle(method)
+
+    def _method_on_unopened(self, channel: int, payload: bytes) -> None:
+        method = decode_method(payload, self.settings.max_table_depth)
+        if channel in self.closing_channels:
+            # After our channel.close, everything but close-ok (or the client's own close) is dropped.
+            self.closing_channels.discard(channel)
+            if isinstance(method, commands.Channel.Close):
+                # The client's close crossed ours: answer it, and the channel is closed; the close-ok it
+                # still owes ours may follow and is ignored (unless it opens the channel again first).
+                self.send_method(channel, commands.Channel.CloseOk())
+                self.crossed_closes.add(channel)
+            elif not isinstance(method, commands.Channel.CloseOk):
+                self.closing_channels.add(channel)
+            return
+        if channel in self.crossed_closes:
+            self.crossed_closes.discard(channel)
+            if isinstance(method, commands.Channel.CloseOk):
+                return
+        if not isinstance(method, commands.Channel.Open):
+            raise errors.ConnectionError(errors.CHANNEL_ERROR, "expected 'channel.open'", *_ids(method))
+        # channel_max limits how many channels are open at once, not their ids, as in RabbitMQ (aiormq opens
+        # channel 65535 on purpose; a client that negotiated 3 may open channel 4 while it has fewer than 3).
+        if len(self.channels) >= self.channel_max:
+            raise errors.ConnectionError(
+                errors.NOT_ALLOWED,
+                f"number of channels opened ({len(self.channels)}) has reached the "
+                f"negotiated channel_max ({self.channel_max})",
+            )
+        self._check_user_channel_limit()
+        assert self.vhost is not None
+        self.channels[channel] = Channel(self, channel, self.vhost, self.broker)
+        self.send_method(channel, commands.Channel.OpenOk())
+
+    def _check_user_channel_limit(self) -> None:
+        """The user's max-channels, over all its connections (rabbitmqctl set_user_limits)."""
+        limit = self.broker.access.user_limit(self.user, "max-channels")
+        if limit is not None and sum(len(c.channels) for c in self.broker.connections if c.user == self.user) >= limit:
+            raise errors.ConnectionError(
+                errors.NOT_ALLOWED,
+                f"number of channels opened for user '{self.user}' has reached the maximum "
+                f"allowed user limit of ({limit})",  # RabbitMQ 3.10 names no method (0/0), as for channel_max
+            )
+
+    def _content(self, ftype: int, channel: int, payload: bytes) -> None:
+        ch = self.channels.get(channel)
+        if ch is None:
+            if channel in self.closing_channels or channel in self.crossed_closes:
+                return  # the rest of a message published before our channel.close
+            raise errors.unexpected_frame("expected method frame, got non method frame instead")
+        try:
+            if ftype == FRAME_HEADER:
+                ch.on_header(payload)
+            else:
+                ch.on_body(payload)
+        except errors.ChannelError as exc:
+            self._close_channel(ch, exc)
+
+    def close_channel(self, channel: Channel, exc: errors.AMQPError) -> None:
+        """A channel error found later than the method that caused it (a transaction whose publishes the
+        store could not write): closed as a method's error would close it, if it is still open."""
+        if self.channels.get(channel.id) is channel:
+            self._close_channel(channel, exc)
+
+    def _close_channel(self, ch: Channel, exc: errors.AMQPError) -> None:
+        """A channel error: channel.close to the client, the channel's state cleaned up at once."""
+        log.info("channel %d error: %s %s", ch.id, exc.code, exc.reply_text)
+        self.channels.pop(ch.id, None)
+        self.closing_channels.add(ch.id)
+        ch.shutdown()
+        self.send_method(ch.id, commands.Channel.Close(exc.code, exc.wire_text, exc.class_id, exc.method_id))
+
+    # -- closing ------------------------------------------------------------------------------------------
+
+    def _fail(self, exc: errors.AMQPError) -> None:
+        """A connection error: connection.close with the reason, then wait for close-ok."""
+        log.info("connection error from %s: %s %s", self.peer, exc.code, exc.reply_text)
+        if self.state in (CLOSING, CLOSED):
+            return
+        if self.state == AWAIT_START_OK and exc.code != errors.ACCESS_REFUSED:
+            # Before start-ok the client cannot take a close frame it did not negotiate; drop it.
+            self._close_transport()
+            return
+        self._teardown()
+        self.state = CLOSING
+        self.send_method(0, commands.Connection.Close(exc.code, exc.wire_text, exc.class_id, exc.method_id))
+
+    def close_forced(self, text: str = "broker forced connection closure with reason 'shutdown'") -> None:
+        """Server shutdown: 320 CONNECTION_FORCED."""
+        if self.state == OPEN:
+            self._fail(errors.ConnectionError(errors.CONNECTION_FORCED, text))
+        elif self.state not in (CLOSING, CLOSED):
+            self._close_transport()
+
+    def _frame_while_closing(self, ftype: int, channel: int, payload: bytes) -> None:
+        if ftype != FRAME_METHOD or channel != 0:
+            return
+        try:
+            method = decode_method(payload, self.settings.max_table_depth)
+        except errors.AMQPError:
+            return
+        if isinstance(method, commands.Connection.CloseOk):
+            self._close_transport()
+        elif isinstance(method, commands.Connection.Close):
+            self.send_method(0, commands.Connection.CloseOk())
+            self._close_transport()
+
+    def _close_transport(self) -> None:
+        if self.state != CLOSED:
+            self.state = CLOSED
+            self.transport.close()
+
+    def _teardown(self) -> None:
+        """Channels close (unacked messages go back), exclusive queues go with the connection."""
+        channels = list(self.channels.values())
+        self.channels.clear()
+        for ch in channels:
+            ch.shutdown()
+        if self.vhost is not None:
+            self.vhost.drop_exclusive(self)
+        self.broker.connections.discard(self)
+
+    def connection_lost(self) -> None:
+        self._teardown()
+        self.state = CLOSED
+
+    # -- flow control and heartbeats ------------------------------------------------------------------------
+
+    def _first_publish(self) -> None:
+        self.publishes = True
+        if self.broker.alarms:
+            self.apply_alarms()
+        if self.broker.store_pressure:
+            self.hold_reading_for("store", True)
+
+    def hold_reading_for(self, reason: str, hold: bool) -> None:
+        if hold:
+            self.transport.hold_reading(reason)
+        else:
+            self.transport.release_reading(reason)
+
+    def apply_alarms(self) -> None:
+        """Block a publishing connection while any resource alarm is on; unblock when all clear."""
+        block = bool(self.broker.alarms) and self.publishes and self.state == OPEN
+        if block == self.blocked_by_alarm:
+            return
+        self.blocked_by_alarm = block
+        caps = self.capabilities
+        if block:
+            if caps.get("connection.blocked"):
+                reason = "low on " + " and ".join(sorted(self.broker.alarms))
+                self.send_method(0, commands.Connection.Blocked(reason))
+            self.transport.hold_reading("alarm")
+        else:
+            if caps.get("connection.blocked"):
+                self.send_method(0, commands.Connection.Unblocked())
+            self.transport.release_reading("alarm")
+
+    def unconfirmed_changed(self, delta: int) -> None:
+        """A client may have max_unconfirmed_publishes confirms outstanding: beyond that reading from it
+        pauses (as RabbitMQ's credit flow would) until half of them are confirmed; a slow disk then costs
+        the publisher time, not the broker memory."""
+        self.unconfirmed += delta
+        limit = self.settings.max_unconfirmed_publishes
+        if not limit:
+            return
+        if not self.held_for_confirms and self.unconfirmed >= limit:
+            self.held_for_confirms = True
+            self.transport.hold_reading("unconfirmed")
+        elif self.held_for_confirms and self.unconfirmed <= limit // 2:
+            self.held_for_confirms = False
+            self.transport.release_reading("unconfirmed")
+
+    def check_ack_timeouts(self, now: float) -> None:
+        timeout_ms = self.settings.consumer_timeout
+        if not timeout_ms:
+            return
+        for ch in [ch for ch in self.channels.values() if ch.overdue_ack(now, timeout_ms / 1000)]:
+            self._close_channel(
+                ch,
+                errors.precondition_failed(
+                    f"delivery acknowledgement on channel {ch.id} timed out. Timeout value used: {timeout_ms} ms. "
+                    "This timeout value can be configured, see consumers doc guide to learn more"
+                ),
+            )
+
+    def throttle(self, queue: Any) -> None:
+        """A queue we publish to has a backlog its consumers are not keeping up with: stop reading
+        from this client until it drains (RabbitMQ's credit flow does the same)."""
+        if self not in queue.throttled:
+            queue.throttled.add(self)
+            self.transport.hold_reading(queue)
+
+    def unthrottle(self, queue: Any) -> None:
+        self.transport.release_reading(queue)
+
+    def writable_again(self) -> None:
+        """The socket drained: consumers on this connection may take messages again."""
+        self.writable = True
+        for ch in list(self.channels.values()):
+            ch.resume_deliveries()
+
+
+_HANDSHAKE: dict[int, tuple[type, Callable[[Session, Any], None]]] = {
+    AWAIT_START_OK: (commands.Connection.StartOk, Session._start_ok),
+    AWAIT_TUNE_OK: (commands.Connection.TuneOk, Session._tune_ok),
+    AWAIT_OPEN: (commands.Connection.Open, Session._open),
+}
+
+
+def _ids(method: Any) -> tuple[int, int]:
+    return method.index >> 16, method.index & 0xFFFF
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

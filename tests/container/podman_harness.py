@@ -49,16 +49,28 @@ class Podman:
         return done
 
 
+def tool(name: str) -> str | None:
+    """Where a command is, /usr/sbin included (debootstrap lives there; a non-login PATH may lack it)."""
+    return shutil.which(name, path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"]))
+
+
 def ensure_packages() -> None:
-    missing = [p for p in PACKAGES if shutil.which(p) is None]
+    missing = [p for p in PACKAGES if tool(p) is None]
     if not missing:
         return
     if os.geteuid() != 0:
         pytest.fail(f"{', '.join(missing)} missing and not root: apt-get install {' '.join(PACKAGES)}")
     apt = ["apt-get", "-o", "DPkg::Lock::Timeout=300"]
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    subprocess.run([*apt, "update"], env=env, check=True, capture_output=True, timeout=300)
-    subprocess.run([*apt, "install", "-y", *PACKAGES], env=env, check=True, capture_output=True, timeout=600)
+    run_checked([*apt, "update"], timeout=300, env=env)
+    run_checked([*apt, "install", "-y", *PACKAGES], timeout=600, env=env)
+
+
+def run_checked(command: list[str], timeout: float, env: dict[str, str] | None = None) -> None:
+    """Runs a setup command; its failure says what it printed."""
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        raise AssertionError(f"{' '.join(command)} exited {done.returncode}:\n{(done.stdout + done.stderr)[-3000:]}")
 
 
 def base_image_name() -> str:
@@ -73,12 +85,8 @@ def import_debian_base(podman: Podman, tag: str, workdir: Path) -> None:
     """Debian 12 from Debian's own packages, as debian:bookworm-slim is (minus its doc and locale trimming)."""
     rootfs = workdir / "rootfs"
     try:
-        subprocess.run(
-            ["debootstrap", "--variant=minbase", "bookworm", str(rootfs), DEBIAN_MIRROR],
-            check=True,
-            capture_output=True,
-            timeout=600,
-        )
+        debootstrap = tool("debootstrap") or "debootstrap"
+        run_checked([debootstrap, "--variant=minbase", "bookworm", str(rootfs), DEBIAN_MIRROR], timeout=600)
         for leftovers in ("var/cache/apt/archives", "var/lib/apt/lists"):
             for path in (rootfs / leftovers).glob("*"):
                 if path.is_file():

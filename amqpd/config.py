@@ -231,6 +231,14 @@ class Settings:
     log_file: str = setting("")
     log_format: str = setting("text", choices=("text", "json"))
 
+    def seed_users(self) -> dict[str, str]:
+        """The users a fresh data dir starts with (name -> password): default_user, when set, replaces `users`."""
+        return {self.default_user: self.default_pass or ""} if self.default_user else self.users
+
+    def seed_vhosts(self) -> list[str]:
+        """The vhosts a fresh data dir starts with: a default_vhost other than "/" replaces `vhosts`."""
+        return [self.default_vhost] if self.default_vhost != "/" else self.vhosts
+
 
 ENV_PREFIX = "AMQPD_"
 EX_CONFIG = 78  # sysexits.h: a configuration error
@@ -514,6 +522,9 @@ def _check_together(s: Settings, origins: dict[str, str]) -> None:
         raise ConfigError(
             where, "write_buffer_low", f"at most write_buffer_high ({s.write_buffer_high})", str(s.write_buffer_low)
         )
+    if s.default_user and not s.default_pass:
+        where = _where(origins, "default_user")
+        raise ConfigError(where, "default_pass", f"a password for default_user {shown(s.default_user)}", "none")
     if s.load_definitions and not os.access(s.load_definitions, os.R_OK):
         where = _where(origins, "load_definitions")
         raise ConfigError(where, "load_definitions", "a readable definitions file", _file_problem(s.load_definitions))

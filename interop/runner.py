@@ -63,11 +63,24 @@ def run_pair(sc: Scenario, reference_url: str, target_url: str, same_broker: boo
     return Outcome(sc, ref, tgt, agree, msg or "", time.monotonic() - t0)
 
 
+# Keys by which an observation says the scenario broke rather than observed: the runner's own, Node's
+# (scenarios.js raised, or node exited without a result) and Celery's (a result that never came).
+FAILURE_KEYS = ("scenario_raised", "scenario_hung", "node_raised", "node_failed", "celery_failed")
+
+
 def scenario_failure(obs: Any) -> str | None:
-    """Why an observation is no observation (the scenario raised or hung), or None."""
-    if isinstance(obs, dict) and ("scenario_raised" in obs or "scenario_hung" in obs):
+    """Why an observation is no observation (the scenario raised, hung or crashed anywhere in it), or None."""
+    if _has_failure(obs):
         return dump(obs)
     return None
+
+
+def _has_failure(obs: Any) -> bool:
+    if isinstance(obs, dict):
+        return any(k in obs for k in FAILURE_KEYS) or any(_has_failure(v) for v in obs.values())
+    if isinstance(obs, list):
+        return any(_has_failure(v) for v in obs)
+    return False
 
 
 def dump(obs: Any) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 
 from interop import pika_tools as pt
 from interop.registry import scenario
+from interop.runner import scenario_failure
 from interop.scope import Scope
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -123,7 +124,7 @@ def _run(url: str, queue_type: str, work: Any) -> Any:
             except AttributeError:
                 pass
             app.close()
-        if isinstance(result, dict) and result.get("failed"):
+        if scenario_failure(result) is not None:
             result["worker_log_tail"] = [ln for ln in log.splitlines() if "ERROR" in ln or "rror" in ln][-3:]
         return result
 
@@ -132,7 +133,7 @@ def _get(res: Any, timeout: float = 20) -> Any:
     try:
         return res.get(timeout=timeout, propagate=False)
     except Exception as e:  # celery.exceptions.TimeoutError etc.: the kind of failure is the observation
-        return {"failed": type(e).__name__}
+        return {"celery_failed": type(e).__name__}
 
 
 def _basic(app: Any, s: Scope) -> Any:

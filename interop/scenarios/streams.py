@@ -417,20 +417,29 @@ def _dense_offsets(ref: Any, tgt: Any) -> str | None:
 
 @scenario("streams", compare=_dense_offsets)
 def retention_by_max_length_bytes_drops_the_oldest(url: str) -> Any:
+    # RabbitMQ applies x-max-length-bytes by whole segments, when a segment rolls over, in a process of its
+    # own: how much is kept at a given moment and the offsets (its segments carry offsets of their own, so
+    # they are not the message numbers) are not guaranteed. What is: the newest messages are kept, in order,
+    # offsets increase, and once retention has run the oldest are gone and about max-length-bytes is left.
     with pika_session(url) as (s, conn, ch):
         name = _stream(s, ch, **{"x-max-length-bytes": 20_000, "x-stream-max-segment-size-bytes": 5_000})
         ch.confirm_delivery()
         for i in range(200):
             ch.basic_publish("", name, b"%05d" % i + b"." * 995)
         ch.basic_qos(prefetch_count=300)
-        got = pt.consume_n(ch, name, 200, timeout=2.0, arguments={"x-stream-offset": "first"})
-        offsets = [p.headers["x-stream-offset"] for _, p, _ in got]
-        numbers = [int(b[:5]) for _, _, b in got]
+        deadline = time.monotonic() + 10
+        while True:
+            got = pt.consume_n(ch, name, 200, timeout=1.0, arguments={"x-stream-offset": "first"})
+            offsets = [p.headers["x-stream-offset"] for _, p, _ in got]
+            numbers = [int(b[:5]) for _, _, b in got]
+            retained = bool(numbers) and numbers[0] > 0 and len(numbers) <= 50
+            if retained or time.monotonic() > deadline:
+                break
         return {
-            "oldest_dropped": bool(numbers) and numbers[0] > 0,
+            "oldest_dropped_within_10s": bool(numbers) and numbers[0] > 0,
             "kept_at_most_a_quarter": len(numbers) <= 50,
             "kept_the_newest_in_order": numbers == list(range(numbers[0], 200)) if numbers else False,
-            "offsets_dense": offsets == numbers,
+            "offsets_increasing": all(a < b for a, b in zip(offsets, offsets[1:], strict=False)),
         }
 
 

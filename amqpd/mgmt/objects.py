@@ -46,6 +46,7 @@ EXCHANGE_DESCRIPTIONS = {
     "fanout": "AMQP fanout exchange, as per the AMQP specification",
     "headers": "AMQP headers exchange, as per the AMQP specification",
     "topic": "AMQP topic exchange, as per the AMQP specification",
+    "x-federation-upstream": "Federation upstream helper exchange",
 }
 
 

@@ -161,6 +161,7 @@ class VirtualHost:
             raise self._reserved("exchange", name)
         if checks is not None:
             checks.may_create("exchange", name, arguments)
+        EXCHANGE_TYPES[type_name].check_arguments(arguments)  # the type's validate/1, in rabbit_exchange:declare
         ex = make_exchange(
             type_name, name, durable=durable, auto_delete=auto_delete, internal=internal, arguments=arguments
         )
@@ -194,7 +195,8 @@ class VirtualHost:
         ):
             if new != old:
                 raise inequivalent("exchange", ex.name, self.name, arg, new, old)
-        check_equivalent_args("exchange", ex.name, self.name, EXCHANGE_EQUIVALENCE_ARGS, arguments, ex.arguments)
+        keys = EXCHANGE_EQUIVALENCE_ARGS + ex.equivalence_args
+        check_equivalent_args("exchange", ex.name, self.name, keys, arguments, ex.arguments)
 
     def delete_exchange(self, name: str, if_unused: bool) -> None:
         if name == "":

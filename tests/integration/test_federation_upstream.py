@@ -89,7 +89,10 @@ def federation(rabbit: httpx.Client, amqpd: BrokerProcess) -> Iterator[str]:
 
 
 def running_link(rabbit: httpx.Client, upstream: str, kind: str) -> dict[str, Any] | None:
-    links = [link for link in rabbit.get("/federation-links").json() if link["upstream"] == upstream]
+    answer = rabbit.get("/federation-links")
+    if answer.status_code != 200:  # RabbitMQ 3.10 answers 500 while a link's error cannot be shown as JSON
+        return None
+    links = [link for link in answer.json() if link["upstream"] == upstream]
     return next((link for link in links if link["type"] == kind and link["status"] == "running"), None)
 
 
@@ -133,7 +136,7 @@ def test_rabbitmq_federates_an_exchange_from_amqpd(rabbit: httpx.Client, amqpd: 
             )
             internal = api.get(f"/exchanges/%2F/{quote(bindings[0]['destination'], safe='')}").json()
         assert [b["routing_key"] for b in bindings] == ["orders.#"]
-        assert (internal["type"], internal["internal"], internal["arguments"]["x-max-hops"]) == (
+        assert (internal["type"], internal["internal"], internal["arguments"].get("x-max-hops")) == (
             "x-federation-upstream",
             True,
             1,

@@ -34,6 +34,7 @@ from bench.wire import RawConnection
 WINDOW = 256  # requests in flight per pipelined phase
 PHASE_DEADLINE_S = 300.0
 READ_TIMEOUT_S = 60.0
+MGMT_TIMEOUT_S = 180.0  # RabbitMQ creates and deletes a vhost slowly on a loaded machine
 CHANNELS_PER_CONNECTION = 1_000
 _HEADER = struct.Struct(">BHI")
 _METHOD = struct.Struct(">HH")
@@ -63,6 +64,7 @@ class Broker:
     pid: int | None
     results: dict[tuple[str, int], Result] = field(default_factory=dict)
     stopped_at: dict[str, str] = field(default_factory=dict)  # phase family -> why it could not go on
+    step: str = ""  # what it was doing, for the report when it stops
 
 
 class Pipeline:
@@ -111,6 +113,7 @@ def encode(methods: Iterable[Frame], channel: int = 1) -> list[bytes]:
 
 
 def measure(broker: Broker, phase: str, size: int, count: int, action: Callable[[], None]) -> Result:
+    broker.step = phase
     pid = broker.pid
     cpu0 = cpu_seconds(pid) if pid else 0.0
     rss0 = rss_bytes(pid) if pid else 0
@@ -126,11 +129,13 @@ def measure(broker: Broker, phase: str, size: int, count: int, action: Callable[
     print(
         f"  {broker.name:8} {phase:18} n={size:<7} {result.wall_us():9.1f} µs/op wall {result.cpu_us():9.1f} µs/op cpu"
     )
+    broker.step = f"after {phase}"
     return result
 
 
 def queue_phases(broker: Broker, size: int) -> None:
-    admin = ManagementClient(broker.mgmt_url)
+    broker.step = "creating the vhost"
+    admin = ManagementClient(broker.mgmt_url, timeout=MGMT_TIMEOUT_S)
     vhost = IsolatedVhost(admin, broker.url, f"bench-scale-{size}").create()
     try:
         conn = RawConnection(vhost.url).connect()
@@ -168,7 +173,8 @@ def queue_phases(broker: Broker, size: int) -> None:
 
 
 def connection_phases(broker: Broker, count: int) -> None:
-    admin = ManagementClient(broker.mgmt_url)
+    broker.step = "creating the vhost"
+    admin = ManagementClient(broker.mgmt_url, timeout=MGMT_TIMEOUT_S)
     vhost = IsolatedVhost(admin, broker.url, f"bench-scale-c{count}").create()
     conns: list[RawConnection] = []
     try:
@@ -191,7 +197,8 @@ def connection_phases(broker: Broker, count: int) -> None:
 
 
 def channel_phase(broker: Broker) -> None:
-    admin = ManagementClient(broker.mgmt_url)
+    broker.step = "creating the vhost"
+    admin = ManagementClient(broker.mgmt_url, timeout=MGMT_TIMEOUT_S)
     vhost = IsolatedVhost(admin, broker.url, "bench-scale-ch").create()
     try:
         conn = RawConnection(vhost.url).connect()
@@ -203,23 +210,45 @@ def channel_phase(broker: Broker) -> None:
         admin.close()
 
 
+def free_sockets(broker: Broker) -> tuple[int, int] | None:
+    """(sockets free, socket limit) as the broker's management API reports them (RabbitMQ's nodes endpoint),
+    or None when it does not say: a shared broker may have its limit taken by other clients."""
+    admin = ManagementClient(broker.mgmt_url, timeout=MGMT_TIMEOUT_S)
+    try:
+        nodes = admin.request("GET", "/nodes")
+    finally:
+        admin.close()
+    if not nodes or "sockets_total" not in nodes[0]:
+        return None
+    return nodes[0]["sockets_total"] - nodes[0]["sockets_used"], nodes[0]["sockets_total"]
+
+
 def run(broker: Broker, sizes: list[int], connections: list[int]) -> None:
+    sockets = free_sockets(broker)
+    if sockets is not None:
+        print(f"  {broker.name}: {sockets[0]} of its {sockets[1]} sockets free")
+        if sockets[0] < 2:
+            broker.stopped_at["all"] = f"no free socket: its limit of {sockets[1]} is held by other clients"
+            return
+        for count in [c for c in connections if c > sockets[0] - 2]:
+            broker.stopped_at[f"{count} connections"] = f"only {sockets[0]} of its {sockets[1]} sockets free"
+        connections = [c for c in connections if c <= sockets[0] - 2]
     for size in sizes:
         try:
             queue_phases(broker, size)
         except (OSError, ConnectionError) as exc:
-            broker.stopped_at["queues"] = f"at {size} queues: {exc}"
+            broker.stopped_at["queues"] = f"at {size} queues, {broker.step}: {exc!r}"
             break
     for count in connections:
         try:
             connection_phases(broker, count)
         except (OSError, ConnectionError) as exc:
-            broker.stopped_at["connections"] = f"at {count} connections: {exc}"
+            broker.stopped_at["connections"] = f"at {count} connections, {broker.step}: {exc!r}"
             break
     try:
         channel_phase(broker)
     except (OSError, ConnectionError) as exc:
-        broker.stopped_at["channels"] = str(exc)
+        broker.stopped_at["channels"] = f"{broker.step}: {exc!r}"
 
 
 PHASES = (

@@ -228,9 +228,9 @@ class MessageStore(CatalogueCalls):
         state = self._queues.pop(queue_id, None)
         if state is None:
             return
-        key = self._queue_keys.pop(queue_id, None)
-        if key is not None:
-            del self._queue_ids[key]
+        name = self._queue_keys.pop(queue_id, None)
+        if name is not None:
+            del self._queue_ids[name]
         pending = self._commit.pending
         for offset in state.live:
             self._segments.release(offset, pending)

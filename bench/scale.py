@@ -23,6 +23,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from urllib.parse import quote
 
 from pamqp import commands, frame
 from pamqp.base import Frame
@@ -31,6 +32,7 @@ from amqpd.testing import BrokerProcess, IsolatedVhost, ManagementClient
 from bench.procstat import cpu_seconds, listener_pid, rss_bytes
 from bench.wire import RawConnection
 
+API_PAGES = 6  # management API requests per size, first and last page in turn
 WINDOW = 256  # requests in flight per pipelined phase
 PHASE_DEADLINE_S = 300.0
 READ_TIMEOUT_S = 60.0
@@ -141,7 +143,7 @@ def queue_phases(broker: Broker, size: int) -> None:
         conn = RawConnection(vhost.url).connect()
         pipe = Pipeline(conn)
         names = [f"q{i}" for i in range(size)]
-        half = names[: size // 2]
+        half, rest = names[: size // 2], names[size // 2 :]
         ops: list[tuple[str, list[bytes], tuple[int, int]]] = [
             ("queue.declare", encode(commands.Queue.Declare(queue=n, durable=True) for n in names), (50, 11)),
             (
@@ -155,21 +157,29 @@ def queue_phases(broker: Broker, size: int) -> None:
                 (60, 21),
             ),
             ("basic.cancel", encode(commands.Basic.Cancel(consumer_tag=n) for n in names), (60, 31)),
+            ("queue.delete", encode(commands.Queue.Delete(queue=n) for n in half), (50, 41)),  # still bound
             (
                 "queue.unbind",
-                encode(commands.Queue.Unbind(queue=n, exchange="amq.direct", routing_key=n) for n in names),
+                encode(commands.Queue.Unbind(queue=n, exchange="amq.direct", routing_key=n) for n in rest),
                 (50, 51),
             ),
-            ("queue.delete", encode(commands.Queue.Delete(queue=n) for n in half), (50, 41)),
         ]
         for phase, requests, reply in ops:
             measure(broker, phase, size, len(requests), lambda r=requests, a=reply: pipe.run(r, a))  # type: ignore[misc]
+            if phase == "queue.declare":
+                measure(broker, "api page of 100", size, API_PAGES, lambda: api_pages(admin, vhost.name))
         conn.close()
-        left = size - len(half)
-        measure(broker, "vhost.delete/queue", size, left, vhost.remove)
+        measure(broker, "vhost.delete/queue", size, len(rest), vhost.remove)
     finally:
-        vhost.remove()
-        admin.close()
+        remove(vhost)
+
+
+def api_pages(admin: ManagementClient, vhost: str) -> None:
+    """The first and the last page of the vhost's queue list, as the web UI asks for them."""
+    path = f"/queues/{quote(vhost, safe='')}?page_size=100&name=&use_regex=false&pagination=true"
+    total_pages = admin.request("GET", path + "&page=1")["page_count"]
+    for i in range(1, API_PAGES):
+        admin.request("GET", path + f"&page={total_pages if i % 2 else 1}")
 
 
 def connection_phases(broker: Broker, count: int) -> None:
@@ -192,8 +202,7 @@ def connection_phases(broker: Broker, count: int) -> None:
     finally:
         for c in conns:
             c.close(wait=False)
-        vhost.remove()
-        admin.close()
+        remove(vhost)
 
 
 def channel_phase(broker: Broker) -> None:
@@ -206,8 +215,15 @@ def channel_phase(broker: Broker) -> None:
         Pipeline(conn).run(opens, (20, 11))
         measure(broker, "close 1k channels", CHANNELS_PER_CONNECTION, CHANNELS_PER_CONNECTION, conn.close)
     finally:
-        vhost.remove()
-        admin.close()
+        remove(vhost)
+
+
+def remove(vhost: IsolatedVhost) -> None:
+    """Remove the vhost (again, if a measured removal did) on a new HTTP connection: one that timed out mid-request
+    cannot be reused."""
+    vhost.admin.close()
+    vhost.remove()
+    vhost.admin.close()
 
 
 def free_sockets(broker: Broker) -> tuple[int, int] | None:
@@ -253,11 +269,12 @@ def run(broker: Broker, sizes: list[int], connections: list[int]) -> None:
 
 PHASES = (
     "queue.declare",
+    "api page of 100",
     "queue.bind",
     "basic.consume",
     "basic.cancel",
-    "queue.unbind",
     "queue.delete",
+    "queue.unbind",
     "vhost.delete/queue",
     "connection.open",
     "connection.close",

@@ -1,8 +1,10 @@
 """python -m bench.scale — the cost of one operation on one object as the number of objects grows.
 
 Each size runs in a fresh vhost of its own (created and removed through the management API, on amqpd and on the
-reference RabbitMQ alike): declare N durable queues, bind each to amq.direct, consume from each, cancel,
-unbind, delete half of them one by one, then delete the vhost with the other half still in it. Connections:
+reference RabbitMQ alike): declare N durable queues, bind each to amq.direct, consume from each, cancel, delete
+half of them one by one (still bound), unbind the other half, import N more from a definitions document, then
+delete the vhost with all it holds. A page of the management API's queue list (first and last page) is timed
+after the declarations. Connections:
 open C connections, close them; one connection with 1,000 channels, closed at once. Every phase is pipelined
 (a window of requests in flight) from pre-encoded frames, so the client's cost is small next to the broker's.
 
@@ -169,7 +171,12 @@ def queue_phases(broker: Broker, size: int) -> None:
             if phase == "queue.declare":
                 measure(broker, "api page of 100", size, API_PAGES, lambda: api_pages(admin, vhost.name))
         conn.close()
-        measure(broker, "vhost.delete/queue", size, len(rest), vhost.remove)
+        doc = {
+            "queues": [{"name": f"d{i}", "durable": True, "auto_delete": False, "arguments": {}} for i in range(size)]
+        }
+        path = f"/definitions/{quote(vhost.name, safe='')}"
+        measure(broker, "definitions/queue", size, size, lambda: admin.request("POST", path, doc))
+        measure(broker, "vhost.delete/queue", size, len(rest) + size, vhost.remove)
     finally:
         remove(vhost)
 
@@ -275,6 +282,7 @@ PHASES = (
     "basic.cancel",
     "queue.delete",
     "queue.unbind",
+    "definitions/queue",
     "vhost.delete/queue",
     "connection.open",
     "connection.close",

@@ -273,6 +273,8 @@ def run(broker: Broker, sizes: list[int], connections: list[int]) -> None:
             break
         if "connection.open" in broker.stopped_at:
             break
+    if not connections:
+        return
     try:
         channel_phase(broker)
     except (OSError, ConnectionError) as exc:
@@ -308,13 +310,17 @@ def table(brokers: list[Broker]) -> str:
         rss = " ".join(_per_object(r, phase) for r in got)
         lines.append(f"{phase:20} {size:7} {cells} {ratio} {rss}")
     lines.append("")
-    lines.append("growth: wall µs/op at the largest size over the smallest (1.0 = independent of the count)")
+    lines.append(
+        "growth: µs/op at the largest size over the smallest, wall and broker CPU (1.0 = independent of the count)"
+    )
     for b in brokers:
         for phase in PHASES:
             sizes = sorted(s for p, s in b.results if p == phase)
             if len(sizes) > 1:
                 lo, hi = b.results[(phase, sizes[0])], b.results[(phase, sizes[-1])]
-                lines.append(f"  {b.name:8} {phase:20} {sizes[0]}→{sizes[-1]}: {hi.wall_us() / lo.wall_us():5.2f}")
+                cpu = f"{hi.cpu_us() / lo.cpu_us():5.2f}" if lo.cpu_s > 0 else "  -  "
+                growth = f"wall {hi.wall_us() / lo.wall_us():5.2f}  cpu {cpu}"
+                lines.append(f"  {b.name:8} {phase:20} {sizes[0]:>6}→{sizes[-1]:<7} {growth}")
         for family, why in b.stopped_at.items():
             lines.append(f"  {b.name:8} stopped ({family}): {why}")
     return "\n".join(lines)
@@ -349,21 +355,24 @@ def main(argv: list[str] | None = None) -> int:
     raise_fd_limit()
     print(f"load average before: {os.getloadavg()}")
     brokers: list[Broker] = []
-    amqpd: BrokerProcess | None = None
-    try:
-        if "amqpd" in args.targets:
-            amqpd = BrokerProcess(extra_args=args.amqpd_arg, management=True).start()
-            assert amqpd.proc is not None
-            brokers.append(Broker("amqpd", amqpd.url, amqpd.mgmt_url, amqpd.proc.pid))
-        if "rabbitmq" in args.targets:
-            port = int(args.rabbitmq_url.rsplit(":", 1)[1].split("/")[0])
-            brokers.append(Broker("rabbitmq", args.rabbitmq_url, args.rabbitmq_mgmt, listener_pid(port)))
-        for b in brokers:
-            print(f"{b.name}:")
-            run(b, args.queues, args.connections)
-    finally:
-        if amqpd is not None:
-            amqpd.stop()
+    if "amqpd" in args.targets:
+        amqpd = Broker("amqpd", "", "", None)
+        brokers.append(amqpd)
+        print("amqpd:")
+        # A fresh broker per family: memory the queues freed would otherwise hide what connections take.
+        for sizes, connections in ((args.queues, []), ([], args.connections)):
+            if not sizes and not connections:
+                continue
+            with BrokerProcess(extra_args=args.amqpd_arg, management=True) as proc:
+                assert proc.proc is not None
+                amqpd.url, amqpd.mgmt_url, amqpd.pid = proc.url, proc.mgmt_url, proc.proc.pid
+                run(amqpd, sizes, connections)
+    if "rabbitmq" in args.targets:
+        port = int(args.rabbitmq_url.rsplit(":", 1)[1].split("/")[0])
+        rabbitmq = Broker("rabbitmq", args.rabbitmq_url, args.rabbitmq_mgmt, listener_pid(port))
+        brokers.append(rabbitmq)
+        print("rabbitmq:")
+        run(rabbitmq, args.queues, args.connections)
     print(f"load average after: {os.getloadavg()}")
     print(table(brokers))
     return 0

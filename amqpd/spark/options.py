@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from amqpd.spark.positions import Bounds, Positions
+from amqpd.spark.positions import AmqpPositions, Bounds, HttpPositions, Positions
 from amqpd.spark.wire import Endpoint
 
 EARLIEST, LATEST = "earliest", "latest"
@@ -100,7 +100,7 @@ def _times(options: dict[str, str], one: str, by_stream: str, streams: list[str]
 class ReadOptions:
     uri: str
     endpoint: Endpoint
-    management_uri: str
+    management_uri: str | None
     streams: list[str]
     starting: str | dict[str, int]
     ending: str | dict[str, int]
@@ -170,10 +170,7 @@ class ReadOptions:
         per_trigger = _int(merged, "maxOffsetsPerTrigger", 1)
         if per_trigger is None:
             per_trigger = _int(merged, "maxRecordsPerTrigger", 1)
-        # RabbitMQ's management listens on 15672, or 15671 over TLS: an amqps broker is taken to serve both so
-        management = merged.get("managementUri") or (
-            f"https://{endpoint.host}:15671" if endpoint.tls else f"http://{endpoint.host}:15672"
-        )
+        management = merged.get("managementUri") or None  # an override only: offsets come over AMQP
         return cls(
             uri=merged["uri"],
             endpoint=endpoint,
@@ -192,7 +189,9 @@ class ReadOptions:
         )
 
     def positions(self) -> Positions:
-        return Positions(self.management_uri, self.endpoint)
+        if self.management_uri:
+            return HttpPositions(self.management_uri, self.endpoint)
+        return AmqpPositions(self.endpoint)
 
     def start_offset(self, positions: Positions, stream: str, bounds: Bounds) -> int:
         """Where reading starts in one stream, checked against what retention kept."""

@@ -168,7 +168,8 @@ class Link:
 
     def _handshake(self, ep: Endpoint) -> None:
         self.sock.sendall(pamqp_frame.marshal(ProtocolHeader(), 0))
-        self.expect(commands.Connection.Start)
+        start = self.expect(commands.Connection.Start)
+        self.server_properties: dict[str, Any] = dict(start.server_properties or {})
         response = f"\0{ep.user}\0{ep.password}"
         self.send_method(
             commands.Connection.StartOk(

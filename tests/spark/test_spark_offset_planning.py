@@ -19,7 +19,7 @@ needs_read_limit = pytest.mark.skipif(ReadMaxRows is None, reason="pyspark < 4.2
 
 
 def _reader(broker: BrokerProcess, queue: str, **options: str) -> StreamingReader:
-    opts = {"uri": broker.url, "managementUri": broker.mgmt_url, "queue": queue, **options}
+    opts = {"uri": broker.url, "queue": queue, **options}
     return StreamingReader(ReadOptions.parse(opts, streaming=True))
 
 

@@ -136,6 +136,42 @@ def fill(url: str, messages: int, size: int) -> float:
     return messages / (time.perf_counter() - started)
 
 
+def real_messages(stream: str, messages: int, seed: int = 31) -> Iterator[Outgoing]:
+    """Messages as applications publish them: each its own message_id, correlation_id, timestamp, a
+    content_type, a header, and a JSON body of 80-400 bytes."""
+    import random
+
+    rng = random.Random(seed)
+    pad = "abcdefghijklmnopqrstuvwxyz0123456789" * 12
+    now = int(time.time())
+    for i in range(messages):
+        event = {"id": i, "user": f"u{rng.randrange(100_000)}", "action": rng.choice(("view", "buy", "cart"))}
+        head = json.dumps(event)
+        body = json.dumps({**event, "note": pad[: max(rng.randrange(80, 401) - len(head) - 12, 0)]}).encode()
+        yield Outgoing(
+            body=body,
+            routing_key=stream,
+            message_id=f"msg-{i:08d}-{rng.getrandbits(32):08x}",
+            correlation_id=f"req-{rng.getrandbits(48):012x}",
+            content_type="application/json",
+            headers={"source": rng.choice(("web", "mobile", "batch"))},
+            timestamp=now - (messages - i) // 1000,
+        )
+
+
+def fill_real(url: str, stream: str, messages: int) -> float:
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    conn.channel().queue_declare(stream, durable=True, arguments={"x-queue-type": "stream"})
+    conn.close()
+    publisher = Publisher(Endpoint.parse(url), window=5_000)
+    started = time.perf_counter()
+    for msg in real_messages(stream, messages):
+        publisher.publish(msg)
+    publisher.flush()
+    publisher.close()
+    return messages / (time.perf_counter() - started)
+
+
 def pika_loop(url: str, messages: int) -> float:
     """The plain way: pika's BlockingConnection, prefetch 1,000, an ack (multiple) every 500."""
     conn = pika.BlockingConnection(pika.URLParameters(url))

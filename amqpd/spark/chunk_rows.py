@@ -408,6 +408,8 @@ class _Walk:
         full_lengths = np.zeros(self.n, np.int64)
         full_starts[self.rows] = starts
         full_lengths[self.rows] = lengths
+        if valid.all():  # every row has it: often the same value (a content type), then built once
+            return _names(self.data, full_starts, full_lengths)
         # rows without it: an empty string at the previous row's end keeps the spans in order for _picked
         missing = np.flatnonzero(~valid)
         if len(missing):

@@ -96,6 +96,27 @@ def _times(options: dict[str, str], one: str, by_stream: str, streams: list[str]
     return parsed
 
 
+READ_OPTIONS = (
+    "uri",
+    "queue",
+    "managementUri",
+    "startingOffsets",
+    "endingOffsets",
+    "startingTimestamp",
+    "startingOffsetsByTimestamp",
+    "startingOffsetsByTimestampStrategy",
+    "endingTimestamp",
+    "endingOffsetsByTimestamp",
+    "failOnDataLoss",
+    "includeHeaders",
+    "maxOffsetsPerTrigger",
+    "maxRecordsPerTrigger",
+    "minPartitions",
+    "maxOffsetsPerPartition",
+)
+_READ_LOWER = {name.lower() for name in READ_OPTIONS}
+
+
 @dataclass
 class ReadOptions:
     uri: str
@@ -121,25 +142,11 @@ class ReadOptions:
         def get(name: str) -> dict[str, str]:
             return {name: lower[name.lower()]} if name.lower() in lower else {}
 
+        unknown = sorted(k for k in options if k.lower() not in _READ_LOWER)
+        if unknown:
+            raise ValueError(f"option {unknown[0]} is not known to the amqpd source for reading (see docs/spark.md)")
         merged: dict[str, str] = {}
-        for name in (
-            "uri",
-            "queue",
-            "managementUri",
-            "startingOffsets",
-            "endingOffsets",
-            "startingTimestamp",
-            "startingOffsetsByTimestamp",
-            "startingOffsetsByTimestampStrategy",
-            "endingTimestamp",
-            "endingOffsetsByTimestamp",
-            "failOnDataLoss",
-            "includeHeaders",
-            "maxOffsetsPerTrigger",
-            "maxRecordsPerTrigger",
-            "minPartitions",
-            "maxOffsetsPerPartition",
-        ):
+        for name in READ_OPTIONS:
             merged.update(get(name))
         if "uri" not in merged:
             raise ValueError("option uri is required: amqp://user:password@host:port/vhost")

@@ -16,8 +16,9 @@ from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Inp
 
 from amqpd.spark.chunk_rows import chunk_batch
 from amqpd.spark.options import DataLossError, ReadOptions
+from amqpd.spark.positions import Bounds
 from amqpd.spark.rows import record_batch
-from amqpd.spark.wire import Chunks, Endpoint, StreamReader
+from amqpd.spark.wire import BrokerError, Chunks, Endpoint, StreamReader
 
 try:  # pyspark >= 4.2: admission control and Trigger.AvailableNow
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
@@ -64,6 +65,13 @@ def read_range(part: OffsetRange) -> Iterator[pa.RecordBatch]:
     """The range's rows as record batches, in offset order. A range whose start retention deleted after it
     was planned is data loss: an error with failOnDataLoss, otherwise what is left of it."""
     reader = StreamReader(part.endpoint, part.stream, part.start, part.end, with_headers=part.include_headers)
+    try:
+        yield from _checked_batches(part, reader)
+    except (BrokerError, OSError) as exc:  # the broker went away or refused: one line naming what was read
+        raise BrokerError(f"amqpd stream '{part.stream}', offsets {part.start}..{part.end - 1}: {exc}") from None
+
+
+def _checked_batches(part: OffsetRange, reader: StreamReader) -> Iterator[pa.RecordBatch]:
     checked = False
     for batch in arrow_batches(reader):
         if not checked:
@@ -99,6 +107,18 @@ def read_partition(partition: InputPartition | None) -> Iterator[pa.RecordBatch]
     return read_range(partition)
 
 
+def _check_range(stream: str, start: int, end: int, bounds: Bounds) -> None:
+    """A batch read's range must exist: a start past the stream's end, or an end before the start, is an
+    error naming the stream (a batch read does not wait for offsets to come)."""
+    if start > bounds.end:
+        raise ValueError(
+            f"amqpd stream '{stream}': starting offset {start} is past its end (it holds offsets "
+            f"{bounds.first}..{bounds.end - 1}; the next is {bounds.end})"
+        )
+    if end < start:
+        raise ValueError(f"amqpd stream '{stream}': ending offset {end} is before the starting offset {start}")
+
+
 class BatchReader(DataSourceReader):
     def __init__(self, opts: ReadOptions) -> None:
         self.opts = opts
@@ -111,6 +131,7 @@ class BatchReader(DataSourceReader):
             bounds = positions.bounds(stream)
             start = opts.check_loss(stream, opts.start_offset(positions, stream, bounds), bounds.first)
             ranges[stream] = (start, opts.end_offset(positions, stream, bounds))
+            _check_range(stream, *ranges[stream], bounds)
         return split(opts, ranges)
 
     def read(self, partition: InputPartition | None) -> Iterator[pa.RecordBatch]:

@@ -13,7 +13,8 @@ import pytest
 
 from amqpd.spark.options import ReadOptions
 from amqpd.spark.positions import AmqpPositions, Bounds
-from amqpd.spark.wire import BrokerError, Endpoint
+from amqpd.spark.reader import BatchReader, OffsetRange, read_range
+from amqpd.spark.wire import BrokerError, Endpoint, Outgoing, Publisher
 from amqpd.testing import BrokerProcess
 
 RABBITMQ = "amqp://guest:guest@127.0.0.1:5672/%2F"
@@ -78,3 +79,35 @@ def test_a_broker_that_is_not_amqpd_is_named_in_one_line() -> None:
     finally:
         ch.queue_delete(name)
         conn.close()
+
+
+def test_a_batch_range_that_does_not_exist_is_one_line_naming_the_stream(broker: BrokerProcess) -> None:
+    _stream(broker.url, "pos-range", [b"1", b"2", b"3"])
+    past = {"uri": broker.url, "queue": "pos-range", "startingOffsets": '{"pos-range": 10}'}
+    with pytest.raises(ValueError, match=r"stream 'pos-range': starting offset 10 is past its end .*0\.\.2"):
+        BatchReader(ReadOptions.parse(past, streaming=False)).partitions()
+    backwards = {**past, "startingOffsets": '{"pos-range": 2}', "endingOffsets": '{"pos-range": 1}'}
+    with pytest.raises(ValueError, match=r"stream 'pos-range': ending offset 1 is before the starting offset 2"):
+        BatchReader(ReadOptions.parse(backwards, streaming=False)).partitions()
+    whole = {**past, "startingOffsets": "earliest"}
+    assert [(p.start, p.end) for p in BatchReader(ReadOptions.parse(whole, streaming=False)).partitions()] == [(0, 3)]
+
+
+def test_a_broker_gone_mid_read_is_one_line_naming_the_stream_and_range() -> None:
+    with BrokerProcess() as doomed:
+        _stream(doomed.url, "pos-doomed", [])
+        publisher = Publisher(Endpoint.parse(doomed.url))  # windowed confirms: pika waits for each
+        for _ in range(60_000):
+            publisher.publish(Outgoing(body=b"x" * 200, routing_key="pos-doomed"))
+        publisher.flush()
+        publisher.close()
+        part = OffsetRange(Endpoint.parse(doomed.url), "pos-doomed", 0, 60_000, False, True)
+        batches = read_range(part)
+        assert next(batches).num_rows > 0  # the read is under way: more chunks are on their way
+        assert doomed.proc is not None
+        doomed.proc.kill()
+        doomed.proc.wait(timeout=30)
+        with pytest.raises(BrokerError, match=r"^amqpd stream 'pos-doomed', offsets 0\.\.59999: ") as gone:
+            for _ in batches:
+                pass
+        assert "\n" not in str(gone.value)

@@ -4,6 +4,7 @@ that name the option."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,6 +97,19 @@ def _times(options: dict[str, str], one: str, by_stream: str, streams: list[str]
     return parsed
 
 
+_DURATION = re.compile(r"\s*(\d+)\s*(ms|s|m|min|h|d)?\s*")
+_UNIT_S = {"ms": 0.001, None: 0.001, "s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
+
+
+def _duration_s(options: dict[str, str], name: str, default: str) -> float:
+    """A time as Spark writes one ("15m", "30s", "500ms"; a bare number is ms), in seconds."""
+    raw = str(options.get(name, default))
+    match = _DURATION.fullmatch(raw)
+    if match is None:
+        raise ValueError(f"option {name}: a duration such as '15m', '30s' or '500ms', got {raw!r}")
+    return int(match.group(1)) * _UNIT_S[match.group(2)]
+
+
 READ_OPTIONS = (
     "uri",
     "queue",
@@ -111,6 +125,8 @@ READ_OPTIONS = (
     "includeHeaders",
     "maxOffsetsPerTrigger",
     "maxRecordsPerTrigger",
+    "minOffsetsPerTrigger",
+    "maxTriggerDelay",
     "minPartitions",
     "maxOffsetsPerPartition",
 )
@@ -131,6 +147,8 @@ class ReadOptions:
     fail_on_data_loss: bool
     include_headers: bool
     max_per_trigger: int | None
+    min_per_trigger: int | None
+    max_trigger_delay_s: float
     min_partitions: int
     partition_offsets: int
 
@@ -156,6 +174,9 @@ class ReadOptions:
             raise ValueError("option queue is required: one stream or several, comma-separated")
         starting = _spec(merged, "startingOffsets", LATEST if streaming else EARLIEST)
         ending = _spec(merged, "endingOffsets", LATEST)
+        for name in ("minOffsetsPerTrigger", "maxTriggerDelay"):
+            if not streaming and name in merged:
+                raise ValueError(f"option {name} is for streaming reads only")
         for name in ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp"):
             if streaming and name in merged:
                 raise ValueError(f"option {name} is for batch reads only (a stream has no end)")
@@ -191,6 +212,8 @@ class ReadOptions:
             fail_on_data_loss=_bool(merged, "failOnDataLoss", True),
             include_headers=_bool(merged, "includeHeaders", False),
             max_per_trigger=per_trigger,
+            min_per_trigger=_int(merged, "minOffsetsPerTrigger", 1),
+            max_trigger_delay_s=_duration_s(merged, "maxTriggerDelay", "15m"),
             min_partitions=_int(merged, "minPartitions", 1) or 1,
             partition_offsets=_int(merged, "maxOffsetsPerPartition", 1) or DEFAULT_PARTITION_OFFSETS,
         )

@@ -7,6 +7,7 @@ micro-batch reads the same rows. Offsets in Spark's checkpoint are each stream's
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -148,6 +149,8 @@ class StreamingReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.positions = opts.positions()
         self._last: dict[str, int] | None = None  # for pyspark < 4.2, whose latestOffset() has no start
         self._target: dict[str, int] | None = None  # Trigger.AvailableNow's end
+        self.clock = time.monotonic
+        self._last_trigger: float | None = None  # when the last batch was let through (minOffsetsPerTrigger)
 
     def initialOffset(self) -> dict:
         opts = self.opts
@@ -186,8 +189,23 @@ class StreamingReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         end = {s: max(ends[s], start[s]) for s in self.opts.streams}
         if cap is not None:
             end = _capped(start, end, cap)
+        if self._delayed(start, end):
+            end = dict(start)  # nothing new: Spark runs no batch this trigger
         self._last = end
         return end
+
+    def _delayed(self, start: dict[str, int], end: dict[str, int]) -> bool:
+        """Kafka's minOffsetsPerTrigger: fewer new offsets than that wait for more, at most maxTriggerDelay
+        since the last batch (the first batch is not delayed; Trigger.AvailableNow never is)."""
+        least = self.opts.min_per_trigger
+        if least is None or self._target is not None:
+            return False
+        now = self.clock()
+        waited = self._last_trigger is not None and now - self._last_trigger < self.opts.max_trigger_delay_s
+        if waited and sum(end[s] - start[s] for s in end) < least:
+            return True
+        self._last_trigger = now
+        return False
 
     def reportLatestOffset(self) -> dict | None:
         return {s: self.positions.bounds(s).end for s in self.opts.streams}

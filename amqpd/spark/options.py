@@ -110,6 +110,15 @@ def _duration_s(options: dict[str, str], name: str, default: str) -> float:
     return int(match.group(1)) * _UNIT_S[match.group(2)]
 
 
+def headers_format(options: dict[str, Any]) -> str:
+    """headersFormat: `map` (the default) or `array` (Kafka's source's headers column)."""
+    lower = {k.lower(): v for k, v in options.items()}
+    value = str(lower.get("headersformat", "map")).strip().lower()
+    if value not in ("map", "array"):
+        raise ValueError(f"option headersFormat: 'map' or 'array', got {value!r}")
+    return value
+
+
 READ_OPTIONS = (
     "uri",
     "queue",
@@ -123,6 +132,7 @@ READ_OPTIONS = (
     "endingOffsetsByTimestamp",
     "failOnDataLoss",
     "includeHeaders",
+    "headersFormat",
     "maxOffsetsPerTrigger",
     "maxRecordsPerTrigger",
     "minOffsetsPerTrigger",
@@ -146,6 +156,7 @@ class ReadOptions:
     timestamp_strategy: str
     fail_on_data_loss: bool
     include_headers: bool
+    headers_array: bool  # headersFormat=array: Kafka's array<struct<key, value binary>> instead of the map
     max_per_trigger: int | None
     min_per_trigger: int | None
     max_trigger_delay_s: float
@@ -211,6 +222,7 @@ class ReadOptions:
             timestamp_strategy=strategy,
             fail_on_data_loss=_bool(merged, "failOnDataLoss", True),
             include_headers=_bool(merged, "includeHeaders", False),
+            headers_array=headers_format(merged) == "array",
             max_per_trigger=per_trigger,
             min_per_trigger=_int(merged, "minOffsetsPerTrigger", 1),
             max_trigger_delay_s=_duration_s(merged, "maxTriggerDelay", "15m"),

@@ -18,7 +18,7 @@ from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Inp
 from amqpd.spark.chunk_rows import chunk_batch
 from amqpd.spark.options import DataLossError, ReadOptions
 from amqpd.spark.positions import Bounds
-from amqpd.spark.rows import record_batch
+from amqpd.spark.rows import kafka_headers, record_batch
 from amqpd.spark.wire import BrokerError, Chunks, Endpoint, StreamReader
 
 try:  # pyspark >= 4.2: admission control and Trigger.AvailableNow
@@ -43,6 +43,7 @@ class OffsetRange(InputPartition):
         self.end = end
         self.include_headers = include_headers
         self.fail_on_data_loss = fail_on_data_loss
+        self.headers_array = False  # headersFormat=array (set by split)
 
 
 def split(opts: ReadOptions, ranges: dict[str, tuple[int, int]]) -> list[OffsetRange]:
@@ -58,7 +59,9 @@ def split(opts: ReadOptions, ranges: dict[str, tuple[int, int]]) -> list[OffsetR
         count = -(-(end - start) // size) if end > start else 0
         bounds = [start + (end - start) * k // count for k in range(count)] + [end]
         for lo, hi in zip(bounds, bounds[1:], strict=False):
-            parts.append(OffsetRange(opts.endpoint, stream, lo, hi, opts.include_headers, opts.fail_on_data_loss))
+            part = OffsetRange(opts.endpoint, stream, lo, hi, opts.include_headers, opts.fail_on_data_loss)
+            part.headers_array = opts.headers_array and opts.include_headers
+            parts.append(part)
     return parts
 
 
@@ -67,7 +70,8 @@ def read_range(part: OffsetRange) -> Iterator[pa.RecordBatch]:
     was planned is data loss: an error with failOnDataLoss, otherwise what is left of it."""
     reader = StreamReader(part.endpoint, part.stream, part.start, part.end, with_headers=part.include_headers)
     try:
-        yield from _checked_batches(part, reader)
+        for batch in _checked_batches(part, reader):
+            yield kafka_headers(batch) if part.headers_array else batch
     except (BrokerError, OSError) as exc:  # the broker went away or refused: one line naming what was read
         raise BrokerError(f"amqpd stream '{part.stream}', offsets {part.start}..{part.end - 1}: {exc}") from None
 

@@ -77,6 +77,11 @@ class HttpPositions:
         return int(self._get(path)["offset"])
 
 
+def _refused(exc: Exception) -> bool:
+    """The broker closed the channel on the question: no such queue (404) or not a stream (406)."""
+    return str(exc).startswith(("404 ", "406 "))
+
+
 class AmqpPositions:
     """Positions over AMQP: one connection (opened when first asked, not pickled with the reader), one
     consume/cancel round trip per question."""
@@ -98,16 +103,29 @@ class AmqpPositions:
     def facts(self, stream: str, at_ms: int | None = None) -> dict[str, Any]:
         """The stream's facts (amqpd/broker/streams/info.py's JSON); ValueError naming the stream when the
         broker refuses (no such queue, not a stream), BrokerError when it is not amqpd or goes away."""
+        kept = self._link is not None  # a connection kept from an earlier question may have gone since
         try:
             return self._ask(stream, at_ms)
-        except BrokerError as exc:
-            if self._link is not None:
-                self._link.sock.close()
-                self._link = None
-            text = str(exc)
-            if text.startswith(("404 ", "406 ")):
-                raise ValueError(f"amqpd: stream '{stream}' in vhost '{self.endpoint.vhost}': {text}") from None
-            raise
+        except (BrokerError, OSError) as exc:
+            self._drop()
+            if _refused(exc) or not kept:
+                raise self._named(stream, exc) from None
+        try:  # once more, on a new connection
+            return self._ask(stream, at_ms)
+        except (BrokerError, OSError) as exc:
+            self._drop()
+            raise self._named(stream, exc) from None
+
+    def _named(self, stream: str, exc: Exception) -> Exception:
+        """The broker's refusal as a ValueError naming the stream; anything else as it was."""
+        if _refused(exc):
+            return ValueError(f"amqpd: stream '{stream}' in vhost '{self.endpoint.vhost}': {exc}")
+        return exc
+
+    def _drop(self) -> None:
+        if self._link is not None:
+            self._link.sock.close()
+            self._link = None
 
     def _connect(self) -> Link:
         if self._link is None:

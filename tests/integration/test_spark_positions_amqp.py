@@ -48,6 +48,9 @@ def test_the_amqp_uri_alone_gives_offsets_and_time_to_offset(broker: BrokerProce
     assert positions.bounds("pos-a") == Bounds(0, 3)
     assert positions.offset_at("pos-a", cut) == 2
     assert positions.bounds("pos-a") == Bounds(0, 3)  # the same connection answers again
+    assert positions._link is not None
+    positions._link.sock.close()  # the kept connection is gone (a broker restart, a proxy's idle timeout)
+    assert positions.bounds("pos-a") == Bounds(0, 3)  # asked again on a new one
     positions.close()
 
 

@@ -309,6 +309,7 @@ def table(brokers: list[Broker]) -> str:
         ratio = f"{got[0].wall_s / got[1].wall_s:6.2f}" if len(got) > 1 and got[0] and got[1] else f"{'-':>6}"
         rss = " ".join(_per_object(r, phase) for r in got)
         lines.append(f"{phase:20} {size:7} {cells} {ratio} {rss}")
+    lines.append("ratio: amqpd's wall time over RabbitMQ's, same size, same run (below 1: amqpd is faster)")
     lines.append("")
     lines.append(
         "growth: µs/op at the largest size over the smallest, wall and broker CPU (1.0 = independent of the count)"

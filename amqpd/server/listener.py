@@ -10,6 +10,7 @@ import gc
 import logging
 import os
 import signal
+import sqlite3
 import ssl
 import time
 from typing import IO, Any
@@ -118,10 +119,7 @@ async def serve(settings: Settings) -> None:
             proto.shutdown()
         await _wait_closed(registry)
         if store is not None:
-            broker.save_redelivered_flags()
-            broker.save_stream_segments()
-            await store.close()
-            _leave_clean_marker(settings)
+            await _close_store(broker, store, settings)
         if settings.data_dir:
             runtime_file.remove(settings.data_dir)
         if lock is not None:
@@ -274,6 +272,19 @@ def _lock_data_dir(settings: Settings) -> IO[str] | None:
     return handle
 
 
+async def _close_store(broker: Broker, store: Any, settings: Settings) -> None:
+    """The last commit and the clean-stop marker. The store's reserve makes room for them on a full disk;
+    should they fail all the same, one line says so and the next start recovers as after a crash (what was
+    confirmed is on disk either way)."""
+    broker.save_redelivered_flags()
+    broker.save_stream_segments()
+    try:
+        await store.close()
+        _leave_clean_marker(settings)
+    except (OSError, sqlite3.Error) as exc:
+        log.error("stopped without a clean-stop marker (%s): the next start recovers as after a crash", exc)
+
+
 def _leave_clean_marker(settings: Settings) -> None:
     with open(os.path.join(settings.data_dir, CLEAN_MARKER), "w") as f:
         f.write("amqpd stopped cleanly; the store's delivered-marks are complete\n")
@@ -300,6 +311,8 @@ async def _open_store(settings: Settings) -> tuple[Any, Any]:
         retention_max_bytes=settings.retention_max_bytes,
         max_unwritten_bytes=settings.max_unwritten_bytes,
         holds_log=is_stream,  # a stream's offsets stay runs from recovery on: memory must not grow with its length
+        min_free_bytes=settings.disk_free_limit,
+        reserve_bytes=settings.disk_reserve,
     )
     return store, await store.open(load_records=False)  # a recovered backlog is read back as it is consumed
 

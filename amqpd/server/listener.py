@@ -24,6 +24,7 @@ from amqpd.broker.streams.args import is_stream
 from amqpd.config import Settings
 from amqpd.server.alarms import Alarms
 from amqpd.server.connection import AMQPServerProtocol
+from amqpd.server.fd_budget import FdBudget
 from amqpd.server.load import sample_load
 from amqpd.server.tls import TLSConfigError, reload_context, server_context, tls_enabled
 
@@ -103,14 +104,17 @@ async def serve(settings: Settings, embedding: Embedding | None = None) -> None:
             await store.close()
         raise SystemExit(1)
     registry: set[AMQPServerProtocol] = set()
+    fd_budget = FdBudget()
     try:
-        servers = await _listen(loop, lambda: AMQPServerProtocol(broker, registry), settings.host, settings.port)
+        servers = await _listen(
+            loop, lambda: AMQPServerProtocol(broker, registry, fd_budget), settings.host, settings.port
+        )
     except OSError as exc:  # the port is taken, or the address is not ours: say so plainly and exit 1
         log.error("cannot listen on %s: %s", getattr(exc, "address", settings.port), exc.strerror or exc)
         if store is not None:
             await store.close()
         raise SystemExit(1) from None
-    tls = await _start_tls_listener(settings, broker, registry, store, embedding)
+    tls = await _start_tls_listener(settings, broker, registry, store, embedding, fd_budget)
     amqp = _addresses("amqp", servers) + _addresses("amqp/ssl", tls)
     management = await _start_management(broker, settings, amqp, embedding)
     async with anyio.create_task_group() as tg:
@@ -206,6 +210,7 @@ async def _start_tls_listener(
     registry: set[AMQPServerProtocol],
     store: Any,
     embedding: Embedding | None = None,
+    fd_budget: FdBudget | None = None,
 ) -> tuple[list[Any], ssl.SSLContext] | None:
     """The amqps listener, when a certificate is configured; its address is printed before the plain one
     (`amqpd TLS listening on HOST:PORT`). A bad TLS setting or a taken port stops the broker, as for AMQP."""
@@ -216,7 +221,7 @@ async def _start_tls_listener(
         ctx = server_context(settings)
         servers = await _listen(
             loop,
-            lambda: AMQPServerProtocol(broker, registry),
+            lambda: AMQPServerProtocol(broker, registry, fd_budget),
             settings.host,
             settings.tls_port,
             ssl=ctx,

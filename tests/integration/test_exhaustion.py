@@ -1,0 +1,70 @@
+"""Running out of file descriptors and of memory: amqpd refuses what it cannot serve, keeps serving what it
+has, and comes back when the pressure goes."""
+
+from __future__ import annotations
+
+import resource
+import time
+
+import pika
+import pytest
+
+from amqpd.testing import BrokerProcess
+
+FD_LIMIT = 128
+
+
+def low_fd_limit() -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT))
+
+
+def connect(broker: BrokerProcess) -> pika.BlockingConnection:
+    params = pika.URLParameters(broker.url)
+    params.socket_timeout = 5
+    params.stack_timeout = 10
+    params.connection_attempts = 1
+    return pika.BlockingConnection(params)
+
+
+def refusals_logged(broker: BrokerProcess) -> int:
+    return sum("refusing new connections" in line for line in broker.stderr_lines)
+
+
+def test_out_of_file_descriptors_new_connections_are_refused_and_existing_ones_carry_on() -> None:
+    with BrokerProcess(preexec_fn=low_fd_limit) as broker:
+        held: list[pika.BlockingConnection] = []
+        for _ in range(FD_LIMIT):
+            try:
+                held.append(connect(broker))
+            except pika.exceptions.AMQPConnectionError:
+                break
+        else:
+            pytest.fail(f"{FD_LIMIT} connections accepted under ulimit -n {FD_LIMIT}")
+        assert held, "not one connection accepted"
+
+        # Refused again and again: the broker lives, logs at most a line a second, serves who it holds.
+        started = time.monotonic()
+        for _ in range(30):
+            with pytest.raises(pika.exceptions.AMQPConnectionError):
+                connect(broker)
+        elapsed = time.monotonic() - started
+        assert broker.proc is not None and broker.proc.poll() is None
+        assert 1 <= refusals_logged(broker) <= elapsed + 2
+        ch = held[0].channel()
+        ch.queue_declare("still-served", auto_delete=True)
+        ch.basic_publish("", "still-served", b"hello")
+        assert ch.basic_get("still-served", auto_ack=True)[2] == b"hello"
+
+        # Clients leave: their descriptors come back and new connections are accepted again.
+        for conn in held[1:11]:
+            conn.close()
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                connect(broker).close()
+                break
+            except pika.exceptions.AMQPConnectionError:
+                assert time.monotonic() < deadline, "no connection accepted after ten clients left"
+                held[0].process_data_events(time_limit=0.1)
+        for conn in [held[0], *held[11:]]:
+            conn.close()

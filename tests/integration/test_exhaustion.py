@@ -68,3 +68,51 @@ def test_out_of_file_descriptors_new_connections_are_refused_and_existing_ones_c
                 held[0].process_data_events(time_limit=0.1)
         for conn in [held[0], *held[11:]]:
             conn.close()
+
+
+def rss_of(pid: int) -> int:
+    with open(f"/proc/{pid}/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize()
+
+
+BODY = 256 * 1024
+MAX_BODIES = 2000  # 500 MiB: far past the watermark set below
+
+
+def test_a_queue_nobody_consumes_from_blocks_its_publisher_at_the_memory_alarm_and_drains_losing_nothing() -> None:
+    with BrokerProcess() as idle:  # the broker's own footprint, to set the watermark just above it
+        connect(idle).close()
+        assert idle.proc is not None
+        baseline = rss_of(idle.proc.pid)
+    env = {"AMQPD_MEMORY_HIGH_WATERMARK": str(baseline + 48 * 1024 * 1024), "AMQPD_ALARM_INTERVAL": "0.1"}
+    with BrokerProcess(env=env) as broker:
+        publisher = connect(broker)
+        events: list[str] = []
+        publisher.add_on_connection_blocked_callback(lambda *_: events.append("blocked"))
+        publisher.add_on_connection_unblocked_callback(lambda *_: events.append("unblocked"))
+        pub = publisher.channel()
+        pub.queue_declare("backlog")
+        published = 0
+        while "blocked" not in events:
+            assert published < MAX_BODIES, "the memory alarm never blocked the publisher"
+            pub.basic_publish("", "backlog", b"%08d" % published + b"m" * (BODY - 8))
+            published += 1
+            publisher.process_data_events(time_limit=0)
+
+        consumer = connect(broker)
+        sub = consumer.channel()
+        got: list[int] = []
+        deadline = time.monotonic() + 60
+        while len(got) < published and time.monotonic() < deadline:
+            method, _props, body = sub.basic_get("backlog", auto_ack=True)
+            if method is None:
+                publisher.process_data_events(time_limit=0.05)  # what the block held back arrives now
+                continue
+            got.append(int(body[:8]))
+        assert got == list(range(published)), "messages lost or out of order"
+        deadline = time.monotonic() + 20
+        while "unblocked" not in events and time.monotonic() < deadline:
+            publisher.process_data_events(time_limit=0.1)
+        assert events[-1] == "unblocked", "the memory alarm never cleared after the drain"
+        consumer.close()
+        publisher.close()

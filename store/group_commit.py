@@ -256,7 +256,9 @@ class GroupCommit:
     def _batch_failed(self, batch: Batch, exc: Exception, attempted: bool = True) -> None:
         """The batch is not on disk and never will be: its records, and those of the pending batch (laid out
         after them, in a segment that now ends before them), fail. Their queues keep them, from memory.
-        `attempted=False`: nothing of the batch was tried; its acks, catalogue changes and deletions are kept."""
+        `attempted=False`: nothing of the batch was tried, so its catalogue changes are applied later. Its
+        acks go with its records as after a failed write (a batch that moves a message must not leave the
+        old holder's ack without the new record)."""
         pending = self.pending
         self.pending = fresh = Batch(number=pending.number, first_offset=self._segments.next_offset)
         fresh.catalog_ops = pending.catalog_ops

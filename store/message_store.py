@@ -194,7 +194,7 @@ class MessageStore(CatalogueCalls):
         await self._commit.stop()
         self._space.release()  # the last checkpoint and the clean-stop marker must find room
         await self._commit.commit_once(force_checkpoint=True)
-        for _ in range(2):  # a batch refused for want of space hands its acks to the next: write them
+        for _ in range(2):  # a batch refused for want of space hands its catalogue changes to the next
             if self._commit.pending.is_empty():
                 break
             await self._commit.commit_once(force_checkpoint=True)

@@ -23,6 +23,7 @@ from amqpd.broker.routing.exchanges.delayed import delay_of
 from amqpd.broker.routing.vhost import REPLY_TO, REPLY_TO_PREFIX, VirtualHost, server_generated_name
 from amqpd.broker.streams.args import check_consumer_arguments, parse_filter, parse_offset_spec
 from amqpd.broker.streams.chunks import chunk_records
+from amqpd.broker.streams.info import InfoRun, info_body, info_header, wants_info
 from amqpd.broker.streams.log import now_ms
 from amqpd.broker.streams.stream import StreamQueue
 from amqpd.protocol.assembler import Assembled, ContentAssembler
@@ -1011,6 +1012,9 @@ class Channel:
             priority=priority,
             arguments=args,
         )
+        if wants_info(args, q.name, self.vhost.name, stream):
+            self._answer_info(q, consumer, m.nowait)
+            return
         if stream:
             assert isinstance(q, StreamQueue)
             self._consume_stream(q, consumer, m.nowait)
@@ -1043,6 +1047,22 @@ class Channel:
         if not nowait:
             self.reply(build(commands.Basic.ConsumeOk, consumer.tag))
         q.subscribe(consumer, spec, filter_values, match_unfiltered, tracking)
+
+    def _answer_info(self, q: Queue, consumer: Consumer, nowait: bool) -> None:
+        """x-amqpd-stream-info (streams/info.py): one delivery of the stream's facts, then nothing until the
+        consumer is cancelled (it is never subscribed to the stream)."""
+        assert isinstance(q, StreamQueue)
+        body = info_body(q, consumer.arguments)
+        self.consumers[consumer.tag] = consumer
+        if not nowait:
+            self.reply(build(commands.Basic.ConsumeOk, consumer.tag))
+        tag = self.last_tag = self.last_tag + 1
+        if not consumer.no_ack:
+            self.unacked.add_run(InfoRun(tag, [None], q, consumer, self.broker.clock))
+        route = shortstr("") + shortstr(q.name)
+        self.conn.send(
+            encode_delivery(self.id, consumer.ctag, tag, False, route, info_header(body), body, self.conn.frame_max)
+        )
 
     def _consume_replies(self, m: commands.Basic.Consume) -> None:
         """Direct reply-to: the channel consumes its own pseudo-queue, auto-ack only, one per channel."""

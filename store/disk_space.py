@@ -29,10 +29,7 @@ class DiskSpace:
         self.reserve = reserve
         self._free = -1  # the last figure seen; -1: not yet
         self._seen_at = 0.0
-
-    @property
-    def held(self) -> bool:
-        return self.reserve > 0 and self.path.exists()
+        self.held = False  # known from the first release() on (the store's open)
 
     def floor(self) -> int:
         """Free bytes that new message data must leave: the limit, and the reserve while it is released."""
@@ -73,10 +70,20 @@ class DiskSpace:
             log.warning("store: could not allocate the %d-byte disk reserve: %s", self.reserve, exc)
             self.path.unlink(missing_ok=True)
             return False
+        self.held = True
         return True
 
     def release(self) -> None:
         """Give the reserve's room to what frees space (idempotent)."""
-        if self.held:
-            self.path.unlink(missing_ok=True)
-            log.warning("store: disk reserve of %d bytes released for acks, deletions and checkpoints", self.reserve)
+        if self.reserve <= 0:
+            return
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
+        else:
+            if self.held:  # at open and close it goes without a word
+                log.warning(
+                    "store: disk reserve of %d bytes released for acks, deletions and checkpoints", self.reserve
+                )
+        self.held = False

@@ -42,6 +42,7 @@ from store.catalog import (
 from store.catalogue_calls import CatalogueCalls
 from store.commit import FileIO, Writer
 from store.disk_faults import DiskFaults
+from store.disk_space import DiskSpace
 from store.group_commit import GroupCommit
 from store.queue_state import OffsetRuns, QueueState, hold_range
 from store.read_ahead import ReadAhead
@@ -78,12 +79,16 @@ class MessageStore(CatalogueCalls):
         max_unwritten_bytes: int = DEFAULT_MAX_UNWRITTEN,
         io: FileIO | None = None,
         holds_log: HoldsLog | None = None,
+        min_free_bytes: int = 0,
+        reserve_bytes: int = 0,
     ) -> None:
         """`retention_*`: keep segments no queue needs for log readers, bounded by age and/or total log size
         (both None: delete them as soon as they are unneeded; see store/retention.py). `clock`: wall-clock
         nanoseconds (time.time_ns); message ids, checkpoint times, TTL at recovery and retention use it.
         `max_unwritten_bytes`: see on_pressure. `io`: the I/O seam the writer goes through (tests). `holds_log`:
-        which queues (by their declared arguments) are logs, held as runs from recovery on (hold_as_runs)."""
+        which queues (by their declared arguments) are logs, held as runs from recovery on (hold_as_runs).
+        `min_free_bytes`, `reserve_bytes`: the free-space floor new message data must keep and the reserve file
+        kept for what frees space (disk_space.py)."""
         if fsync not in FSYNC_POLICIES:
             raise ValueError(f"fsync must be one of {FSYNC_POLICIES}, not {fsync!r}")
         if not FILE_HEADER_SIZE < segment_size <= MAX_SEGMENT_SIZE:
@@ -97,7 +102,8 @@ class MessageStore(CatalogueCalls):
         self._writer = Writer(self._layout, fsync == "always-batched", self._io)
         self._segments = segments = SegmentLog(self._layout, segment_size, index_interval, clock)
         self._reader = RecordReader(segments, self._io.pread)
-        self._faults = DiskFaults(self._layout.root)
+        self._space = DiskSpace(self._layout.root, min_free_bytes, reserve_bytes)
+        self._faults = DiskFaults(self._layout.root, self._space)
         self._commit = GroupCommit(
             self._layout,
             self._io,
@@ -138,6 +144,7 @@ class MessageStore(CatalogueCalls):
         started = time.perf_counter()
         self._commit.start()
         self._layout.create_dirs()
+        self._space.release()  # recovery writes (checkpoint, ack file, indexes) before it knows anything
         await self._catalog.open()
         try:
             snap = await self._catalog.load()
@@ -160,6 +167,7 @@ class MessageStore(CatalogueCalls):
         self._open = True
         await self._commit.write_checkpoint(self._commit.checkpoint_data())
         await anyio.to_thread.run_sync(self._commit.delete_ack_files, result.stale_ack_files)
+        await anyio.to_thread.run_sync(self._space.take)  # not held yet: new data keeps the reserve's room free
         result.stats["scan_seconds"] = result.stats["seconds"]
         result.stats["seconds"] = round(time.perf_counter() - started, 4)  # the whole open()
         self._keeper.due = self._retention.enabled  # the first commit may roll the active segment by age
@@ -186,7 +194,12 @@ class MessageStore(CatalogueCalls):
         if not self._open:
             return
         await self._commit.stop()
+        self._space.release()  # the last checkpoint and the clean-stop marker must find room
         await self._commit.commit_once(force_checkpoint=True)
+        for _ in range(2):  # a batch refused for want of space hands its catalogue changes to the next
+            if self._commit.pending.is_empty():
+                break
+            await self._commit.commit_once(force_checkpoint=True)
         await self._release_files()
 
     async def abort(self) -> None:

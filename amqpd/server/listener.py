@@ -10,6 +10,7 @@ import gc
 import logging
 import os
 import signal
+import sqlite3
 import ssl
 import threading
 import time
@@ -23,6 +24,7 @@ from amqpd.broker.streams.args import is_stream
 from amqpd.config import Settings
 from amqpd.server.alarms import Alarms
 from amqpd.server.connection import AMQPServerProtocol
+from amqpd.server.fd_budget import FdBudget
 from amqpd.server.load import sample_load
 from amqpd.server.tls import TLSConfigError, reload_context, server_context, tls_enabled
 
@@ -102,14 +104,17 @@ async def serve(settings: Settings, embedding: Embedding | None = None) -> None:
             await store.close()
         raise SystemExit(1)
     registry: set[AMQPServerProtocol] = set()
+    fd_budget = FdBudget()
     try:
-        servers = await _listen(loop, lambda: AMQPServerProtocol(broker, registry), settings.host, settings.port)
+        servers = await _listen(
+            loop, lambda: AMQPServerProtocol(broker, registry, fd_budget), settings.host, settings.port
+        )
     except OSError as exc:  # the port is taken, or the address is not ours: say so plainly and exit 1
         log.error("cannot listen on %s: %s", getattr(exc, "address", settings.port), exc.strerror or exc)
         if store is not None:
             await store.close()
         raise SystemExit(1) from None
-    tls = await _start_tls_listener(settings, broker, registry, store, embedding)
+    tls = await _start_tls_listener(settings, broker, registry, store, embedding, fd_budget)
     amqp = _addresses("amqp", servers) + _addresses("amqp/ssl", tls)
     management = await _start_management(broker, settings, amqp, embedding)
     async with anyio.create_task_group() as tg:
@@ -139,10 +144,7 @@ async def serve(settings: Settings, embedding: Embedding | None = None) -> None:
             proto.shutdown()
         await _wait_closed(registry)
         if store is not None:
-            broker.save_redelivered_flags()
-            broker.save_stream_segments()
-            await store.close()
-            _leave_clean_marker(settings)
+            await _close_store(broker, store, settings)
         if settings.data_dir:
             runtime_file.remove(settings.data_dir)
         if lock is not None:
@@ -208,6 +210,7 @@ async def _start_tls_listener(
     registry: set[AMQPServerProtocol],
     store: Any,
     embedding: Embedding | None = None,
+    fd_budget: FdBudget | None = None,
 ) -> tuple[list[Any], ssl.SSLContext] | None:
     """The amqps listener, when a certificate is configured; its address is printed before the plain one
     (`amqpd TLS listening on HOST:PORT`). A bad TLS setting or a taken port stops the broker, as for AMQP."""
@@ -218,7 +221,7 @@ async def _start_tls_listener(
         ctx = server_context(settings)
         servers = await _listen(
             loop,
-            lambda: AMQPServerProtocol(broker, registry),
+            lambda: AMQPServerProtocol(broker, registry, fd_budget),
             settings.host,
             settings.tls_port,
             ssl=ctx,
@@ -341,6 +344,19 @@ def _lock_data_dir(settings: Settings) -> IO[str] | None:
     return handle
 
 
+async def _close_store(broker: Broker, store: Any, settings: Settings) -> None:
+    """The last commit and the clean-stop marker. The store's reserve makes room for them on a full disk;
+    should they fail all the same, one line says so and the next start recovers as after a crash (what was
+    confirmed is on disk either way)."""
+    broker.save_redelivered_flags()
+    broker.save_stream_segments()
+    try:
+        await store.close()
+        _leave_clean_marker(settings)
+    except (OSError, sqlite3.Error) as exc:
+        log.error("stopped without a clean-stop marker (%s): the next start recovers as after a crash", exc)
+
+
 def _leave_clean_marker(settings: Settings) -> None:
     with open(os.path.join(settings.data_dir, CLEAN_MARKER), "w") as f:
         f.write("amqpd stopped cleanly; the store's delivered-marks are complete\n")
@@ -367,6 +383,8 @@ async def _open_store(settings: Settings) -> tuple[Any, Any]:
         retention_max_bytes=settings.retention_max_bytes,
         max_unwritten_bytes=settings.max_unwritten_bytes,
         holds_log=is_stream,  # a stream's offsets stay runs from recovery on: memory must not grow with its length
+        min_free_bytes=settings.disk_free_limit,
+        reserve_bytes=settings.disk_reserve,
     )
     return store, await store.open(load_records=False)  # a recovered backlog is read back as it is consumed
 

@@ -94,6 +94,9 @@ def _flag_port(value: int | None) -> int | str | None:
 
 def main(argv: list[str] | None = None) -> None:
     settings = settings_from_args(parse_args(argv))
-    from amqpd.server.listener import run
+    # The composition root: server and mgmt stand side by side on the broker and meet only here.
+    from amqpd.mgmt.definitions import load_definitions_file
+    from amqpd.mgmt.service import start_management
+    from amqpd.server.listener import Services, run
 
-    run(settings)
+    run(settings, Services(start_management, load_definitions_file))

@@ -16,8 +16,7 @@ from amqpd.broker.publish.dead_letter import dead_letter
 from amqpd.broker.publish.delayed_release import DelayedDelivery
 from amqpd.broker.queues.backlog import Backlog
 from amqpd.broker.queues.flow import TurnClock
-from amqpd.broker.queues.hooks import QueueHooks, wall_clock_ms
-from amqpd.broker.queues.queue import Queue
+from amqpd.broker.queues.queue import Queue, QueueHooks, wall_clock_ms
 from amqpd.broker.recovery import message_from_record
 from amqpd.broker.routing.exchanges import Exchange
 from amqpd.broker.routing.policy import QUEUE_KEYS, Policies, merge

@@ -12,7 +12,7 @@ from amqpd.mgmt.http_server import HTTPListener, bind
 from amqpd.mgmt.metrics import MetricsApp
 from amqpd.mgmt.objects import NODE, channels
 from amqpd.mgmt.stats import Rates
-from amqpd.server.tls import TLSConfigError, reload_context, server_context, tls_enabled
+from amqpd.tls import TLSConfigError, reload_context, server_context, tls_enabled
 
 if TYPE_CHECKING:
     from amqpd.broker.broker import Broker
@@ -103,3 +103,14 @@ class Management:
 
 def _describe(protocol: str, host: str, port: int) -> dict[str, Any]:
     return {"node": NODE, "protocol": protocol, "ip_address": host, "port": port, "socket_opts": {}}
+
+
+async def start_management(broker: Broker, settings: Settings, amqp_address: tuple[str, int]) -> Management | None:
+    """The management API, Prometheus listener and rate sampler (amqpd/mgmt), unless every HTTP and HTTPS
+    listener is off."""
+    https = tls_enabled(settings, "mgmt_tls") or tls_enabled(settings, "prometheus_tls")
+    if settings.mgmt_port is None and settings.prometheus_port is None and not https:
+        return None
+    management = Management(broker, settings, (amqp_address[0], amqp_address[1]))
+    await management.start()
+    return management

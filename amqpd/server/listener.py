@@ -12,7 +12,9 @@ import os
 import signal
 import ssl
 import sys
-from typing import IO, Any
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import IO, Any, Protocol
 
 import anyio
 
@@ -22,7 +24,7 @@ from amqpd.config import Settings
 from amqpd.server.alarms import Alarms
 from amqpd.server.connection import AMQPServerProtocol
 from amqpd.server.load import sample_load
-from amqpd.server.tls import TLSConfigError, reload_context, server_context, tls_enabled
+from amqpd.tls import TLSConfigError, reload_context, server_context, tls_enabled
 
 log = logging.getLogger("amqpd")
 # The cyclic GC's thresholds while serving. Python's default (700 allocations) runs a young collection every
@@ -32,7 +34,26 @@ log = logging.getLogger("amqpd")
 GC_THRESHOLDS = (50_000, 20, 10)
 
 
-async def serve(settings: Settings) -> None:
+class Management(Protocol):
+    """The management side's running services (amqpd/mgmt/service.py), as the listener drives them."""
+
+    async def sample_rates(self) -> None: ...
+
+    def reload_tls(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Services:
+    """What runs beside the AMQP listener, given by the composition root (cli.py), so that server never
+    imports mgmt (which stands beside it, on the broker): the management API and the definitions loader."""
+
+    start_management: Callable[[Broker, Settings, tuple[str, int]], Awaitable[Management | None]]
+    load_definitions: Callable[[Broker, str], bool]
+
+
+async def serve(settings: Settings, services: Services) -> None:
     loop = asyncio.get_running_loop()
     lock = _lock_data_dir(settings)  # held until the broker stops
     crashed = _take_clean_marker(settings)
@@ -52,7 +73,7 @@ async def serve(settings: Settings) -> None:
         gc.collect()
         gc.freeze()
         gc.set_threshold(*GC_THRESHOLDS)
-    if settings.load_definitions and not _load_definitions(broker, settings.load_definitions):
+    if settings.load_definitions and not services.load_definitions(broker, settings.load_definitions):
         if store is not None:
             await store.close()
         raise SystemExit(1)
@@ -64,7 +85,7 @@ async def serve(settings: Settings) -> None:
         if store is not None:
             await store.close()
         raise SystemExit(1) from None
-    management = await _start_management(broker, settings, servers[0].sockets[0].getsockname())
+    management = await services.start_management(broker, settings, servers[0].sockets[0].getsockname())
     tls = await _start_tls_listener(settings, broker, registry, store)
     async with anyio.create_task_group() as tg:
         if store is not None:
@@ -108,19 +129,6 @@ async def serve(settings: Settings) -> None:
         tg.cancel_scope.cancel()
 
 
-async def _start_management(broker: Broker, settings: Settings, amqp_address: tuple[str, int]) -> Any:
-    """The management API, Prometheus listener and rate sampler (amqpd/mgmt), unless every HTTP and HTTPS
-    listener is off."""
-    https = tls_enabled(settings, "mgmt_tls") or tls_enabled(settings, "prometheus_tls")
-    if settings.mgmt_port is None and settings.prometheus_port is None and not https:
-        return None
-    from amqpd.mgmt.service import Management
-
-    management = Management(broker, settings, (amqp_address[0], amqp_address[1]))
-    await management.start()
-    return management
-
-
 async def _start_tls_listener(
     settings: Settings, broker: Broker, registry: set[AMQPServerProtocol], store: Any
 ) -> tuple[list[Any], ssl.SSLContext] | None:
@@ -150,24 +158,6 @@ async def _start_tls_listener(
             print(f"amqpd TLS listening on {address}", flush=True)
             log.info("accepting AMQP 0-9-1 connections over TLS on %s", address)
     return servers, ctx
-
-
-def _load_definitions(broker: Broker, path: str) -> bool:
-    """RabbitMQ's load_definitions (`--definitions FILE`): the whole document (users, vhosts, permissions,
-    policies, exchanges, queues, bindings), imported atomically before clients are accepted."""
-    import json
-    from pathlib import Path
-
-    from amqpd.mgmt.definitions import DefinitionsError, import_definitions
-
-    try:
-        import_definitions(broker, json.loads(Path(path).read_text()))
-    except (OSError, ValueError) as exc:  # DefinitionsError is a ValueError, as is bad JSON
-        what = "" if isinstance(exc, DefinitionsError) else "cannot read "
-        log.error("definitions %s%s: %s", what, path, exc)
-        return False
-    log.info("imported definitions from %s", path)
-    return True
 
 
 async def _listen(
@@ -265,7 +255,7 @@ async def _open_store(settings: Settings) -> tuple[Any, Any]:
     return store, await store.open(load_records=False)  # a recovered backlog is read back as it is consumed
 
 
-def run(settings: Settings) -> None:
+def run(settings: Settings, services: Services) -> None:
     logging.basicConfig(
         level=getattr(logging, settings.log_level.upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -278,4 +268,4 @@ def run(settings: Settings) -> None:
         backend_options["use_uvloop"] = True
     except ImportError:
         pass
-    anyio.run(serve, settings, backend="asyncio", backend_options=backend_options)
+    anyio.run(serve, settings, services, backend="asyncio", backend_options=backend_options)

@@ -16,10 +16,10 @@ from amqpd.broker.delivery.consumer import UNLIMITED, Consumer
 from amqpd.broker.delivery.unacked import Outstanding, Run
 from amqpd.broker.entry import Entry
 from amqpd.broker.message import SCANNED_FLAGS, Message, may_name_keys
-from amqpd.broker.publish.message_ids import IDS, stamp
-from amqpd.broker.publish.plan import NOWHERE, PER_MESSAGE_FLAGS, PublishPlan
+from amqpd.broker.queues.message_ids import IDS, stamp
 from amqpd.broker.queues.queue import Queue
 from amqpd.broker.routing.exchanges.delayed import delay_of
+from amqpd.broker.routing.plan import NOWHERE, PER_MESSAGE_FLAGS, PublishPlan
 from amqpd.broker.routing.vhost import REPLY_TO, REPLY_TO_PREFIX, VirtualHost, server_generated_name
 from amqpd.broker.streams.args import check_consumer_arguments, parse_filter, parse_offset_spec
 from amqpd.broker.streams.chunks import chunk_records

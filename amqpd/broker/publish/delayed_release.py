@@ -19,12 +19,11 @@ from __future__ import annotations
 import logging
 import struct
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from amqpd.broker.entry import Entry
 from amqpd.broker.message import Message
-from amqpd.broker.publish.message_ids import stamp_for
-from amqpd.broker.recovery import HOLDER_PREFIX
+from amqpd.broker.queues.message_ids import stamp_for
 from amqpd.broker.routing.exchanges.delayed import DELAY_HEADER, DelayedExchange, delay_of
 from amqpd.broker.stored_message import message_from_record
 from amqpd.protocol.constants import FLAG_HEADERS
@@ -34,7 +33,6 @@ from amqpd.protocol.properties import PropertyScan, rewrite_properties
 from store import MessageRecord
 
 if TYPE_CHECKING:
-    from amqpd.broker.broker import Broker
     from amqpd.broker.queues.queue import Queue
     from amqpd.broker.routing.vhost import VirtualHost
 
@@ -42,12 +40,25 @@ log = logging.getLogger("amqpd.delayed")
 BATCH = 2_000  # messages routed per timer callback: a burst all due at once does not stall the loop
 
 
-def holder_name(exchange: str) -> str:
-    return HOLDER_PREFIX + exchange
+class Host(Protocol):
+    """What delayed delivery needs of the broker (which owns it: this module is below broker.py)."""
+
+    store: Any
+    vhosts: dict[str, VirtualHost]
+
+    def now_ms(self) -> int: ...
+
+    def schedule(self, delay_s: float, callback: Callable[[], None]) -> Any: ...
+
+    def body_of(self, msg: Message) -> bytes: ...
+
+    def store_message(self, msg: Message, queues: list[Queue], on_durable: Callable[[], None] | None) -> bool: ...
+
+    def dead_letter(self, queue: Queue, entry: Entry, reason: str) -> None: ...
 
 
 class DelayedDelivery:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Host) -> None:
         self.broker = broker
         # Unix ms: due times survive restarts, so they are wall-clock times; the broker's clock, which tests
         # inject, so that TTLs and due times move together.

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from amqpd.broker.queues.ready import FifoReady
 
 if TYPE_CHECKING:
-    from amqpd.broker.queues.queue import Entry
+    from amqpd.broker.entry import Entry
 
 # offsets, with their sequence numbers and redelivered flags, and what the worker read ahead for them (or None:
 # read them now) -> the entries of those still readable

@@ -1,16 +1,27 @@
 """Durable storage for amqpd: append-only segment files, per-queue ack logs, a SQLite catalogue.
 
-The broker talks to the store only through `MessageStore` and the record types below; the store knows
-nothing of AMQP (properties stay encoded bytes). On-disk format: FORMAT.md.
+The broker talks to the store only through this module: `MessageStore`, the record types, and the few pieces
+of the on-disk layout that the broker's stream code works with directly (a record's fixed fields and encoding,
+a frame's header size, the key a stream keeps its first position under). The store knows nothing of AMQP
+(properties stay encoded bytes). On-disk format: FORMAT.md.
 """
 
+from store.frame import HEADER_SIZE as FRAME_HEADER_SIZE
 from store.message_store import MessageStore
-from store.queue_reader import QueueLogReader, QueueNotFound
+from store.queue_reader import FIRST_KEY, FIRST_POSITION, QueueLogReader, QueueNotFound
+from store.record_codec import FIXED_AFTER_ID as RECORD_FIXED_AFTER_ID
+from store.record_codec import FLAG_EXPIRES as RECORD_FLAG_EXPIRES
+from store.record_codec import encode_record
 from store.records import AccessRows, MessageRecord, QueueEntry, Recovered, RecoveredMessage
 from store.recovery import MissingCatalogue
 from store.segment import UnsupportedFormat
 
 __all__ = [
+    "FIRST_KEY",
+    "FIRST_POSITION",
+    "FRAME_HEADER_SIZE",
+    "RECORD_FIXED_AFTER_ID",
+    "RECORD_FLAG_EXPIRES",
     "AccessRows",
     "MessageRecord",
     "MessageStore",
@@ -21,4 +32,5 @@ __all__ = [
     "Recovered",
     "RecoveredMessage",
     "UnsupportedFormat",
+    "encode_record",
 ]

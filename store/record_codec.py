@@ -14,7 +14,12 @@ import struct
 
 from store.records import MessageRecord
 
-FIXED = struct.Struct("<QQBBBHI")
+# After the message id: timestamp, flags, exchange length, routing key length, queue count, properties length.
+_AFTER_ID = "QBBBHI"
+FIXED = struct.Struct("<Q" + _AFTER_ID)
+# The fixed fields with the message id skipped, for a reader that slices records without decoding them (a
+# stream's replay); its size is FIXED's, the offset of the optional expiry.
+FIXED_AFTER_ID = struct.Struct("<8x" + _AFTER_ID)
 _EXPIRES = struct.Struct("<Q")
 FLAG_EXPIRES = 1
 MAX_SHORT = 255  # exchange names and routing keys are AMQP short strings

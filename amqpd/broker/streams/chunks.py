@@ -57,7 +57,7 @@ from amqpd.broker.streams.cursor import StreamEntry
 from amqpd.broker.streams.log import payload_bytes
 from amqpd.protocol.constants import FLAG_CONTENT_TYPE, FLAG_HEADERS
 from amqpd.protocol.fastpath import shortstr
-from store.frame import HEADER_SIZE
+from store import FRAME_HEADER_SIZE
 
 if TYPE_CHECKING:
     from amqpd.broker.streams.cursor import Cursor, Feed
@@ -215,7 +215,7 @@ def _read_runs(stream: Feed, start: int, end: int) -> tuple[int, list[bytes]]:
     while at < end and size < CHUNK_BYTES:
         frames, data, unchecked = log.read_frames(at, end - at, CHUNK_BYTES - size)
         if frames:
-            runs += [(count, HEADER_SIZE, length) for count, length in frames]
+            runs += [(count, FRAME_HEADER_SIZE, length) for count, length in frames]
             parts.append(data)
             size += len(data)
             at += sum(count for count, _ in frames)

@@ -16,9 +16,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from amqpd.broker.message import Message
-from store import MessageRecord
-from store.queue_reader import FIRST_KEY, FIRST_POSITION
-from store.record_codec import encode_record
+from store import FIRST_KEY, FIRST_POSITION, MessageRecord, encode_record
 
 
 def now_ms() -> int:

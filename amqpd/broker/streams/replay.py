@@ -9,9 +9,8 @@ content header with x-stream-offset (and x-stream-timestamp) spliced into its he
 channel's unacked table, not an entry per message. A run of records of one layout (a publisher's fixed-size
 messages) is cut and packed by two Structs over the whole run (_encode_uniform), with no Python step per piece.
 
-Record layout (store/FORMAT.md): u64 message id | u64 timestamp_ms | u8 flags | u8 exchange length |
-u8 routing key length | u16 queue count | u32 properties length | [u64 expires] | u32 queue ids |
-exchange | routing key | properties (the content header payload, verbatim) | body.
+The record layout is the store's (store/FORMAT.md): its fixed fields (message id skipped), [u64 expires],
+u32 queue ids, exchange, routing key, properties (the content header payload, verbatim), body.
 """
 
 from __future__ import annotations
@@ -25,13 +24,14 @@ from amqpd.broker.streams.cursor import StreamRun
 from amqpd.broker.streams.offsets import Offsets
 from amqpd.protocol.constants import FLAG_CONTENT_ENCODING, FLAG_CONTENT_TYPE, FLAG_HEADERS
 from amqpd.protocol.fastpath import shortstr
+from store import RECORD_FIXED_AFTER_ID, RECORD_FLAG_EXPIRES
 
 if TYPE_CHECKING:
     from amqpd.broker.streams.cursor import Cursor, Feed
 
-_RECORD = struct.Struct("<8xQBBBHI")  # timestamp, flags, exchange length, routing key length, queues, props
-_RECORD_SIZE = 25
-_EXPIRES_FLAG = 1
+_RECORD = RECORD_FIXED_AFTER_ID  # timestamp, flags, exchange length, routing key length, queues, props
+_RECORD_SIZE = _RECORD.size
+_EXPIRES_FLAG = RECORD_FLAG_EXPIRES
 _DELIVER_PREFIX = b"\x00\x3c\x00\x3c"
 _FRAME_HEAD = struct.Struct(">BHI")
 _BODY_HEAD = struct.Struct(">BBHI")  # the header frame's end byte, then the body frame's head

@@ -16,10 +16,8 @@ from amqpd.broker.delivery.consumer import UNLIMITED, Consumer
 from amqpd.broker.delivery.unacked import Outstanding, Run
 from amqpd.broker.entry import Entry
 from amqpd.broker.message import SCANNED_FLAGS, Message, may_name_keys
-from amqpd.broker.queues.message_ids import IDS, stamp
 from amqpd.broker.queues.queue import Queue
-from amqpd.broker.routing.exchanges.delayed import delay_of
-from amqpd.broker.routing.plan import NOWHERE, PER_MESSAGE_FLAGS, PublishPlan
+from amqpd.broker.routing.plan import PER_MESSAGE_FLAGS, PublishPlan
 from amqpd.broker.routing.vhost import REPLY_TO, REPLY_TO_PREFIX, VirtualHost, server_generated_name
 from amqpd.broker.streams.args import check_consumer_arguments, parse_filter, parse_offset_spec
 from amqpd.broker.streams.chunks import chunk_records
@@ -50,7 +48,6 @@ from amqpd.protocol.methods import AccessRequest, AccessRequestOk, build, encode
 from amqpd.protocol.properties import (
     PropertyScan,
     checked_header,
-    replace_headers,
     rewrite_properties,
     scan_published,
 )
@@ -106,6 +103,7 @@ class Channel:
         self.id = channel_id
         self.vhost = vhost
         self.broker = broker
+        self.publisher = broker.publisher  # the one way in (broker/publish/publisher.py)
         self.closing = False
         self.flow_active = True
         self.last_queue: str | None = None
@@ -214,14 +212,14 @@ class Channel:
         if msgs:
             self.published += len(msgs)
             queue.take_group(msgs)
-            self._flow(queue)
+            self.publish_flow(queue)
         return len(msgs)
 
     def _publish_stored_group(self, method: bytes, headers: list[bytes], bodies: list[bytes]) -> int:
         """Confirm mode: the leading publishes of a group that the publish plan sends to one durable queue or
         stream with nothing on the way but the store and the push (PublishPlan.stored_to) are stored in one
         append and confirmed together once the fsync covering them is done; each is then pushed as
-        _deliver_published pushes one. How many; the caller publishes the others one by one."""
+        Publisher.deliver pushes one. How many; the caller publishes the others one by one."""
         try:
             exchange, routing_key, route, bits = parse_publish_route(method)
         except errors.AMQPError:
@@ -249,7 +247,7 @@ class Channel:
         settle = self._group_confirm(len(msgs))
         self.broker.store_group(msgs, queue, lambda: settle(True), lambda: settle(False))
         queue.push_many(msgs)
-        self._flow(queue)
+        self.publish_flow(queue)
 
     def _store_stream_group(
         self,
@@ -272,7 +270,7 @@ class Channel:
             self.broker.store_stream_group(
                 stream, exchange, routing_key, stored, bodies[:n], lambda: settle(True), lambda: settle(False)
             )
-            self._flow(stream)
+            self.publish_flow(stream)
         return n
 
     def _group_confirm(self, n: int) -> Callable[[bool], None]:
@@ -394,7 +392,7 @@ class Channel:
         if self.confirm:
             self.publish_seq += 1
             seq = self.publish_seq
-        self._deliver_published(msg, mandatory, seq, None)
+        self.publisher.publish(self, self.vhost, msg, mandatory, seq)
 
     def _cleared(self, ex: Any, exchange: str, flags: int) -> bool:
         """Whether a publish to `ex` passes every check of _check_publish without checking: the exchange exists
@@ -457,84 +455,14 @@ class Channel:
                 f"'{self.conn.user}'"
             )
 
-    def _deliver_published(
-        self,
-        msg: Message,
-        mandatory: bool,
-        seq: int,
-        on_stored: Callable[[], None] | None,
-        on_failed: Callable[[], None] | None = None,
-    ) -> bool:
-        """Route and enqueue one message; returns and confirms as RabbitMQ sends them.
-        True when the store took it and on_stored will fire after its fsync."""
-        ex = self.vhost.exchanges.get(msg.exchange)
-        plan = self.vhost.plan_for(ex, msg) if ex is not None else NOWHERE
-        queues = plan.queues
-        if plan.delays and (queues or not mandatory) and msg.has_headers:
-            delay = delay_of(msg.headers)
-            if delay is not None:
-                return self._delay(ex, msg, delay, seq, on_stored)
-        if not queues:
-            if mandatory:
-                self._send_return(msg, errors.NO_ROUTE, "NO_ROUTE")
-            self._confirm(seq, True)
-            return False
-        if msg.may_carry_cc and msg.headers and "BCC" in msg.headers:
-            self._strip_bcc(msg)
-        if plan.stamps:
-            stamp(msg, IDS.next())
-        accepting = queues
-        refused = False
-        always_stored = plan.always_stored
-        if plan.limited:
-            accepting, refused = self._admit(msg, queues)
-            always_stored = _any_stored(accepting)
-        stored = False
-        if self.broker.store is not None and (msg.persistent or always_stored):
-            stored = self.broker.store_message(
-                msg, accepting, self._durable_callback(seq, on_stored), self._failed_callback(seq, on_stored, on_failed)
-            )
-        for q in accepting:
-            q.push(msg)
-            self._flow(q)
-        if refused:
-            self._confirm(seq, False)
-        elif seq and not stored:
-            self._confirm(seq, True)
-        return stored
-
-    def _flow(self, q: Queue) -> None:
+    def publish_flow(self, q: Queue) -> None:
         """A queue grown past FLOW_HIGH with consumers pauses its publishers while those consumers are waiting
         on the broker (flow.py), or while the broker's CPU is saturated (server/load.py)."""
         if len(q.ready) > q.FLOW_HIGH and q.consumers and (q.pace.lagging() or self.broker.busy):
             self.conn.throttle(q)
             self.broker.throttled(q)
 
-    def _delay(self, ex: Any, msg: Message, delay: int, seq: int, on_stored: Callable[[], None] | None) -> bool:
-        """x-delayed-message: the message waits; it is confirmed once stored (or at once when transient).
-        A mandatory one that nothing would route now was returned instead (exchanges/delayed.py says why)."""
-        stored = self.broker.delayed.delay(ex, msg, delay, self._durable_callback(seq, on_stored))
-        if seq and not stored:
-            self._confirm(seq, True)
-        return stored
-
-    def _admit(self, msg: Message, queues: list[Queue]) -> tuple[list[Queue], bool]:
-        """The queues that take the message, and whether one refused it (the publisher then gets a nack).
-        x-overflow reject-publish(-dlx): a full queue refuses it (and with -dlx dead-letters it, reason
-        maxlen). x-message-deduplication: a queue that saw its id drops it quietly (the publisher's confirm
-        is an ack). The others still take it."""
-        accepting = []
-        refused = False
-        for q in queues:
-            if q.would_overflow():
-                refused = True
-                if q.overflow == "reject-publish-dlx":
-                    self.broker.dead_letter(q, Entry(msg, 0, None), "maxlen")
-            elif q.dedup is None or not q.dedup.is_duplicate(msg, now_ms()):  # a refused one is not "seen"
-                accepting.append(q)
-        return accepting, refused
-
-    def _durable_callback(self, seq: int, on_stored: Callable[[], None] | None) -> Callable[[], None] | None:
+    def publish_durable(self, seq: int, on_stored: Callable[[], None] | None) -> Callable[[], None] | None:
         if not seq:
             return on_stored
         self.pending_confirms[seq] = None
@@ -550,27 +478,23 @@ class Channel:
 
         return durable
 
-    def _failed_callback(
+    def publish_failed(
         self, seq: int, on_stored: Callable[[], None] | None, on_failed: Callable[[], None] | None
     ) -> Callable[[], None] | None:
         """The store could not write the message: the publisher's confirm is a nack; a transaction's commit
         fails (on_failed)."""
         if not seq:
             return on_failed or on_stored
-        return lambda: self._confirm(seq, False)
+        return lambda: self.publish_settled(seq, False)
 
-    def _strip_bcc(self, msg: Message) -> None:
-        headers = dict(msg.headers or {})
-        bcc = headers.pop("BCC", None)
-        msg.bcc = [k.decode() if isinstance(k, bytes) else k for k in bcc or [] if isinstance(k, (str, bytes))]
-        msg.header = replace_headers(msg.header, msg.size, headers)
-        msg._headers = headers  # noqa: SLF001 - the message owns this cache, we just re-encoded it
+    def publish_returned(self, msg: Message) -> None:
+        self._send_return(msg, errors.NO_ROUTE, "NO_ROUTE")
 
     def _send_return(self, msg: Message, code: int, text: str) -> None:
         frames = encode_return(self.id, code, text, msg.route)
         self.conn.send(frames + content_frames(self.id, msg.header, self.broker.body_of(msg), self.conn.frame_max))
 
-    def _confirm(self, seq: int, ok: bool) -> None:
+    def publish_settled(self, seq: int, ok: bool) -> None:
         if not seq:
             return
         if seq in self.pending_confirms:
@@ -1156,7 +1080,7 @@ class Channel:
 
         for _exchange, mandatory, msg in publishes:
             waiting[0] += 1
-            if not self._deliver_published(msg, mandatory, 0, stored, not_stored):
+            if not self.publisher.publish(self, self.vhost, msg, mandatory, 0, stored, not_stored):
                 waiting[0] -= 1
         for i, (kind, taken, requeue) in enumerate(acks):
             try:
@@ -1252,11 +1176,6 @@ def _stored_read(plan: PublishPlan, header: bytes, max_size: int) -> tuple[int, 
     if plan.stored_to(flags, persistent, names_keys) is None:
         return None
     return flags, header, scan
-
-
-def _any_stored(queues: list[Queue]) -> bool:
-    """Whether a transient message must be written anyway (a stream is among its queues)."""
-    return queues[0].always_stored if len(queues) == 1 else any(q.always_stored for q in queues)
 
 
 def _ids(method: base.Frame) -> tuple[int, int]:

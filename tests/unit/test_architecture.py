@@ -195,9 +195,6 @@ def test_imports_go_one_way(source: str, forbidden: tuple[str, ...]) -> None:
     assert edges == []
 
 
-@pytest.mark.xfail(
-    strict=True, reason="streams/log.py and streams/chunks.py reach into store modules until #24's store split"
-)
 def test_the_broker_reaches_the_store_only_through_its_front_door() -> None:
     reaches = [e for e in _edges(BROKER, ("store",)) if e.split(" -> ")[1] != "store"]
     assert reaches == []
@@ -208,9 +205,6 @@ def test_nothing_but_spark_imports_spark() -> None:
     assert edges == []
 
 
-@pytest.mark.xfail(
-    strict=True, reason="mgmt/operations.py publishes through Channel._deliver_published until the Publisher"
-)
 def test_mgmt_touches_no_private_attribute_of_another_object() -> None:
     """The management API goes through the broker's public methods: no `obj._name` on anything but itself."""
     touches = []

@@ -124,7 +124,7 @@ class Queue(Generic[S]):
         self.overflow: str = self.arguments.get("x-overflow", "drop-head")
         self.ready_bytes = 0
         self.dedup = Deduplicator.from_arguments(self.arguments)
-        # limited: publishes to it go through Channel._admit (length limits, duplicates)
+        # limited: publishes to it go through Publisher.admit (length limits, duplicates)
         self.limited = self.max_length is not None or self.max_length_bytes is not None or self.dedup is not None
         self.exclusive_consumer: S | None = None
         self.throttled: set[Any] = set()  # publishing connections paused until the backlog drains

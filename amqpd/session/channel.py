@@ -13,6 +13,7 @@ from pamqp import base, commands
 
 from amqpd import errors
 from amqpd.broker.delivery.consumer import UNLIMITED, Consumer
+from amqpd.broker.delivery.deliveries import Deliveries
 from amqpd.broker.delivery.unacked import Outstanding, Run
 from amqpd.broker.entry import Entry
 from amqpd.broker.message import SCANNED_FLAGS, Message, may_name_keys
@@ -30,12 +31,6 @@ from amqpd.protocol.constants import (
 )
 from amqpd.protocol.fastpath import (
     encode_ack,
-    encode_deliver,
-    encode_deliveries,
-    encode_deliveries_each,
-    encode_delivery,
-    encode_delivery_batch,
-    encode_get_ok,
     encode_nack,
     encode_return,
     parse_content_header,
@@ -43,7 +38,7 @@ from amqpd.protocol.fastpath import (
     parse_tag_bits,
     shortstr,
 )
-from amqpd.protocol.frames import content_frames, content_pieces
+from amqpd.protocol.frames import content_frames
 from amqpd.protocol.methods import AccessRequest, AccessRequestOk, build, encode_method
 from amqpd.protocol.properties import (
     PropertyScan,
@@ -97,7 +92,7 @@ class ConnectionLike(Protocol):
     def close_channel(self, channel: Channel, exc: errors.AMQPError) -> None: ...
 
 
-class Channel:
+class Channel(Deliveries):
     def __init__(self, conn: ConnectionLike, channel_id: int, vhost: VirtualHost, broker: Broker) -> None:
         self.conn = conn
         self.id = channel_id
@@ -544,95 +539,6 @@ class Channel:
         """Deliveries the channel's global prefetch still allows (UNLIMITED without one)."""
         return self.global_prefetch - self.unacked.count if self.global_prefetch else UNLIMITED
 
-    def deliver(self, consumer: Consumer, queue: Queue, entry: Entry) -> None:
-        self.last_tag = tag = self.last_tag + 1
-        msg = entry.msg
-        queue.delivered += 1
-        if consumer.no_ack:
-            if queue.store_id is not None:
-                queue.hooks.settled(queue, entry)
-        else:
-            self.unacked.add(tag, queue, entry, consumer, self.broker.clock)
-        header = msg.header if not queue.counts_deliveries else queue.header_for(entry)
-        self.conn.send(
-            encode_delivery(
-                self.id,
-                consumer.ctag,
-                tag,
-                entry.redelivered,
-                msg.route,
-                header,
-                msg.body if msg.body is not None else self.broker.body_of(msg),
-                self.conn.frame_max,
-            )
-        )
-
-    def deliver_many(self, consumer: Consumer, queue: Queue, entries: list[Entry]) -> None:
-        """Acked deliveries to one consumer, encoded in one pass and sent in one write (a stream's replay;
-        the consumer's prefetch room was checked by the caller)."""
-        first = self.last_tag + 1
-        ctag, channel_id = consumer.ctag, self.id
-        frame_max = self.conn.frame_max
-        parts = []
-        for tag, entry in enumerate(entries, first):
-            msg = entry.msg
-            body = msg.body if msg.body is not None else self.broker.body_of(msg)
-            parts.append(
-                encode_delivery(channel_id, ctag, tag, entry.redelivered, msg.route, msg.header, body, frame_max)
-            )
-        self.last_tag = first + len(entries) - 1
-        self.unacked.add_many(first, queue, entries, consumer, self.broker.clock)
-        self.conn.send(b"".join(parts))
-
-    def deliver_parts(self, consumer: Consumer, queue: Queue, entry: Entry, body: list[bytes]) -> None:
-        """deliver_many of one entry whose body is held as `body`'s parts (a stream chunk, ~600 KB): its frames
-        go to the connection as pieces, the parts cut into body frames by views, never joined."""
-        tag = self.last_tag = self.last_tag + 1
-        self.unacked.add_many(tag, queue, [entry], consumer, self.broker.clock)
-        msg = entry.msg
-        method = encode_deliver(self.id, consumer.ctag, tag, entry.redelivered, msg.route)
-        self.conn.send_pieces(content_pieces(self.id, msg.header, body, msg.size, self.conn.frame_max, method))
-
-    def deliver_batch(self, consumer: Consumer, queue: Queue, entries: list[Entry]) -> None:
-        """deliver() of each entry in turn, encoded in one pass and counted unacked as one range (a queue handing
-        a consumer as many as it has room for; `entries` is kept)."""
-        first = self.last_tag + 1
-        n = len(entries)
-        self.last_tag += n
-        queue.delivered += n
-        if consumer.no_ack:
-            if queue.store_id is not None:
-                queue.hooks.settled_many(queue, entries)
-        else:
-            self.unacked.add_many(first, queue, entries, consumer, self.broker.clock)
-        body_of = self.broker.body_of
-        if queue.counts_deliveries:
-            header_for = queue.header_for
-            items = [
-                (e.redelivered, e.msg.route, header_for(e), e.msg.body if e.msg.body is not None else body_of(e.msg))
-                for e in entries
-            ]
-        else:
-            items = [
-                (e.redelivered, m.route, m.header, m.body if m.body is not None else body_of(m))
-                for e in entries
-                for m in (e.msg,)
-            ]
-        self.conn.send(encode_delivery_batch(self.id, consumer.ctag, first, items, self.conn.frame_max))
-
-    def deliver_each(self, consumer: Consumer, route: bytes, headers: list[bytes], bodies: list[bytes]) -> None:
-        """No-ack deliveries of messages with one route, each with its own header, encoded in one pass
-        (on_publish_group)."""
-        first = self.last_tag + 1
-        self.last_tag += len(bodies)
-        self.conn.send(encode_deliveries_each(self.id, consumer.ctag, first, route, headers, bodies))
-
-    def deliver_run(self, consumer: Consumer, route: bytes, header: bytes, bodies: list[bytes]) -> None:
-        """No-ack deliveries of messages that differ only by body, encoded in one pass (on_publish_run)."""
-        first = self.last_tag + 1
-        self.last_tag += len(bodies)
-        self.conn.send(encode_deliveries(self.id, consumer.ctag, first, route, header, bodies))
-
     # -- acks -----------------------------------------------------------------------------------------------
 
     def on_ack(self, payload: bytes) -> None:
@@ -1005,17 +911,7 @@ class Channel:
         if entry is None:
             self.reply(commands.Basic.GetEmpty())
             return
-        self.last_tag = tag = self.last_tag + 1
-        q.delivered += 1
-        if m.no_ack:
-            q.hooks.settled(q, entry)
-        else:
-            self.unacked.add(tag, q, entry, None, self.broker.clock)
-        msg = entry.msg
-        self.conn.send(
-            encode_get_ok(self.id, tag, entry.redelivered, msg.route, len(q.ready))
-            + content_frames(self.id, q.header_for(entry, fetched=True), self.broker.body_of(msg), self.conn.frame_max)
-        )
+        self.deliver_got(q, entry, m.no_ack)
 
     def basic_recover(self, m: commands.Basic.Recover) -> None:
         if not m.requeue:

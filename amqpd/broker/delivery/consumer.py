@@ -18,7 +18,6 @@ class Outlet(Protocol):
     last_tag: int
     conn: Any  # frame_max and send(), for the stream replay's pre-encoded batches
     broker: Any  # its coarse clock, which stamps unacked runs
-    unacked: Any  # the channel's Outstanding table (unacked.py, which types its consumers with this module)
 
     def can_deliver(self) -> bool: ...
 
@@ -32,7 +31,11 @@ class Outlet(Protocol):
 
     def deliver_many(self, consumer: Consumer, queue: Queue, entries: list[Entry]) -> None: ...
 
-    def deliver_parts(self, consumer: Consumer, queue: Queue, entry: Entry, body: list[bytes]) -> None: ...
+    def deliver_parts(
+        self, consumer: Consumer, queue: Queue, entry: Entry, body: list[bytes], records: int
+    ) -> None: ...
+
+    def deliver_encoded_run(self, queue: Queue, run: Any, data: bytes) -> None: ...
 
     def deliver_run(self, consumer: Consumer, route: bytes, header: bytes, bodies: list[bytes]) -> None: ...
 

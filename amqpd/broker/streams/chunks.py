@@ -179,7 +179,7 @@ def feed_chunks(stream: Feed, cursor: Cursor) -> None:
         cursor.next = start + count
         cursor.outstanding.add(start, start + 1)
         delivery = ChunkDelivery(stream.name, start, count, parts, layout)
-        consumer.channel.deliver_parts(consumer, consumer.queue, StreamEntry(delivery, start, cursor), parts)
+        consumer.channel.deliver_parts(consumer, consumer.queue, StreamEntry(delivery, start, cursor), parts, count)
 
 
 def _read_chunk(stream: Feed, start: int, end: int) -> list[bytes | None]:

@@ -31,7 +31,6 @@ class Feed(Protocol):
 
     name: str
     log: StreamLog
-    delivered: int
 
     def steps(self, cursor: Cursor, budget: int, span: int | None = None) -> Iterator[tuple[int, int]]: ...
 

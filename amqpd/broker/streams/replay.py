@@ -62,11 +62,9 @@ def replay(stream: Feed, cursor: Cursor, start: int, limit: int) -> int:
     )
     if not offsets:
         return next_offset
-    channel.last_tag = first_tag + len(offsets) - 1
-    stream.delivered += len(offsets)
     cursor.outstanding.add_offsets(offsets)
-    channel.unacked.add_run(StreamRun(first_tag, offsets, consumer.queue, consumer, cursor, channel.broker.clock))
-    channel.conn.send(data)
+    run = StreamRun(first_tag, offsets, consumer.queue, consumer, cursor, channel.broker.clock)
+    channel.deliver_encoded_run(consumer.queue, run, data)
     return next_offset
 
 

@@ -22,7 +22,6 @@ from amqpd.broker.routing.plan import PER_MESSAGE_FLAGS, PublishPlan
 from amqpd.broker.routing.vhost import REPLY_TO, REPLY_TO_PREFIX, VirtualHost, server_generated_name
 from amqpd.broker.streams.args import check_consumer_arguments, parse_filter, parse_offset_spec
 from amqpd.broker.streams.chunks import chunk_records
-from amqpd.broker.streams.log import now_ms
 from amqpd.broker.streams.stream import StreamQueue
 from amqpd.protocol.assembler import Assembled, ContentAssembler
 from amqpd.protocol.constants import (
@@ -843,7 +842,7 @@ class Channel(Deliveries):
             raise errors.precondition_failed(f"consumer prefetch count is not set for '{where}'")
         args = consumer.arguments
         check_consumer_arguments(args, q.name, self.vhost.name)
-        spec = parse_offset_spec(args.get("x-stream-offset"), q.name, self.vhost.name, now_ms())
+        spec = parse_offset_spec(args.get("x-stream-offset"), q.name, self.vhost.name, self.broker.now_ms())
         filter_values, match_unfiltered = parse_filter(args, q.name, self.vhost.name)
         # LavinMQ: tracking is asked for explicitly, or by an x-stream-offset given as void.
         tracking = args.get("x-stream-automatic-offset-tracking") is True or (

@@ -27,10 +27,9 @@ integer from 2 on is refused (406). Each delivery carries:
   run of its own or joins the one before when it has the same size, with gap 0 (the record as in layout
   2); length 0 is a skipped record, as in layout 2. A reader finds every record with one repeat and one
   cumulative sum over the runs. Layout 2's 4 bytes a record became a few runs a chunk (and 24 bytes of
-  frame header a record on the wire), and a re-read of 1M 100-byte records cost the broker 0.20–0.25 µs
-  of CPU a record instead of 0.36–0.41 (busy machine; 0.12–0.15 quiet): no bytes object, length or join
-  per record. Records are checked in full on their first read as before (that read costs what it did):
-  layout 3 sends as frames only what passed.
+  frame header a record on the wire), and a re-read costs the broker no bytes object, length or join per
+  record (docs and bench/ hold the figures). Records are checked in full on their first read as before
+  (that read costs what it did): layout 3 sends as frames only what passed.
 - The first layout (`…stream-chunk`, a length before each record) had a content type of its own too: a
   reader that gets a layout it does not know sees a delivery it does not know and falls back to message by
   message.

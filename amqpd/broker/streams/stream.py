@@ -22,7 +22,7 @@ from amqpd.broker.streams import replay as stream_replay
 from amqpd.broker.streams.args import FIRST, LAST, NEXT, OffsetSpec, Retention
 from amqpd.broker.streams.chunks import CHUNK_ARG, chunk_layout, feed_chunks
 from amqpd.broker.streams.cursor import TIMESTAMP_ARG, Cursor, StreamEntry
-from amqpd.broker.streams.log import MemoryLog, StoreLog, StreamLog, now_ms
+from amqpd.broker.streams.log import MemoryLog, StoreLog, StreamLog
 from amqpd.protocol.constants import FLAG_CONTENT_ENCODING, FLAG_CONTENT_TYPE, FLAG_HEADERS
 from amqpd.protocol.fastpath import shortstr
 from store import MessageRecord
@@ -87,9 +87,9 @@ class StreamQueue(Queue["Consumer"]):
         self.cursors: dict[Consumer, Cursor] = {}
         self.tracked: dict[str, int] = {}  # consumer tag -> next offset, for tracking consumers
         self.log: StreamLog = (
-            StoreLog(self.store, store_id, 0, self._on_commit)
+            StoreLog(self.store, store_id, self.now_ms, 0, self._on_commit)
             if self.store is not None and store_id is not None
-            else MemoryLog()
+            else MemoryLog(self.now_ms)
         )
         if self.store is not None:
             self.store.hold_as_runs(store_id)  # what the store keeps per stream must not grow with its length
@@ -106,9 +106,9 @@ class StreamQueue(Queue["Consumer"]):
         and what it saved with them."""
         assert self.store is not None and self.store_id is not None
         self.log.close()
-        self.log = StoreLog.recover(self.store, self.store_id, held, values, self._on_commit)
+        self.log = StoreLog.recover(self.store, self.store_id, self.now_ms, held, values, self._on_commit)
         self.store.hold_as_runs(self.store_id)
-        self._segments = _decode_segments(values, self.log.first, self.log.end)
+        self._segments = _decode_segments(values, self.log.first, self.log.end, self.now_ms())
         for key, value in values.items():
             if key.startswith(TRACKED_PREFIX):
                 self.tracked[key[len(TRACKED_PREFIX) :]] = int(value)
@@ -117,7 +117,7 @@ class StreamQueue(Queue["Consumer"]):
 
     def push(self, msg: Message, redelivered: bool = False, enqueued_ms: int | None = None) -> None:
         self.log.append(msg)
-        self._count_in(msg.size + len(msg.header), msg.timestamp_ms or now_ms(), self.log.end)
+        self._count_in(msg.size + len(msg.header), msg.timestamp_ms or self.now_ms(), self.log.end)
         if self.store is None:
             self.dispatch()  # in memory: readable at once
 
@@ -126,7 +126,7 @@ class StreamQueue(Queue["Consumer"]):
         offset = self.log.append_many(msgs)
         for msg in msgs:
             offset += 1
-            self._count_in(msg.size + len(msg.header), msg.timestamp_ms or now_ms(), offset)
+            self._count_in(msg.size + len(msg.header), msg.timestamp_ms or self.now_ms(), offset)
         if self.store is None:
             self.dispatch()
 
@@ -191,7 +191,7 @@ class StreamQueue(Queue["Consumer"]):
 
     def _roll(self, start: int) -> None:
         self._segments.append([start, 0, 0])
-        self.apply_retention(now_ms())
+        self.apply_retention(self.now_ms())
         self._save_segments()
 
     def apply_retention(self, now: int) -> None:
@@ -445,7 +445,7 @@ def _table_position(header: bytes, flags: int) -> int:
     return o
 
 
-def _decode_segments(values: dict[str, bytes], first: int, end: int) -> list[list[int]]:
+def _decode_segments(values: dict[str, bytes], first: int, end: int, now: int) -> list[list[int]]:
     """The segment table saved with the stream, clipped to what the log holds; without one (or after a
     crash made it disagree) the whole log is one open segment, counted from now on."""
     raw = array("q")
@@ -455,5 +455,5 @@ def _decode_segments(values: dict[str, bytes], first: int, end: int) -> list[lis
         segments.append(list(_ACTIVE.unpack(values["stream.active"])))
     segments = [s for s in segments if first <= s[0] <= end]
     if not segments or segments[0][0] != first:
-        segments.insert(0, [first, 0, now_ms()])
+        segments.insert(0, [first, 0, now])
     return segments

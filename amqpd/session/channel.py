@@ -26,7 +26,6 @@ from amqpd.broker.streams.stream import StreamQueue
 from amqpd.protocol.assembler import Assembled, ContentAssembler
 from amqpd.protocol.constants import (
     FLAG_REPLY_TO,
-    FLAG_USER_ID,
 )
 from amqpd.protocol.fastpath import (
     encode_ack,
@@ -45,6 +44,7 @@ from amqpd.protocol.properties import (
     rewrite_properties,
     scan_published,
 )
+from amqpd.session.permissions import Permissions
 
 if TYPE_CHECKING:
     from amqpd.broker.broker import Broker
@@ -125,12 +125,7 @@ class Channel(Deliveries):
         # Counters for the management API (deliveries and gets are last_tag, confirms confirmed_upto).
         self.published = 0
         self.acked = 0
-        # Exchanges this channel's user may publish to, as checked under the access model's generation
-        # `access_generation`: any change to users or permissions empties it, so a revoked permission
-        # applies to the next publish.
-        self.access = broker.access
-        self.access_generation = -1
-        self.may_publish_to: set[str] = set()
+        self.permissions = Permissions(broker, conn, vhost)  # this channel's user's checks (permissions.py)
 
     # -- content assembly ---------------------------------------------------------------------------------
 
@@ -219,7 +214,7 @@ class Channel(Deliveries):
         except errors.AMQPError:
             return 0
         ex = self.vhost.exchanges.get(exchange)
-        if bits & 2 or ex is None or self.broker.store is None or not self._cleared(ex, exchange, 0):
+        if bits & 2 or ex is None or self.broker.store is None or not self.permissions.cleared(ex, exchange, 0):
             return 0
         plan = self.vhost.plan(ex, routing_key)
         if plan.stored is None:
@@ -321,7 +316,7 @@ class Channel(Deliveries):
         except errors.AMQPError:
             return None
         ex = self.vhost.exchanges.get(exchange)
-        if bits & 2 or ex is None or not self._cleared(ex, exchange, 0):  # user_id: straight_to() refuses it
+        if bits & 2 or ex is None or not self.permissions.cleared(ex, exchange, 0):  # user_id: straight_to() refuses it
             return None
         plan = self.vhost.plan(ex, routing_key)
         return None if plan.plain is None else (plan, route)
@@ -374,8 +369,8 @@ class Channel(Deliveries):
 
     def publish(self, msg: Message, mandatory: bool) -> None:
         ex = self.vhost.exchanges.get(msg.exchange)
-        if not self._cleared(ex, msg.exchange, msg.flags):
-            self._check_publish(ex, msg)
+        if not self.permissions.cleared(ex, msg.exchange, msg.flags):
+            self.permissions.check_publish(ex, msg)
         if msg.flags & FLAG_REPLY_TO:
             self._rewrite_reply_to(msg)
         self.published += 1
@@ -387,67 +382,6 @@ class Channel(Deliveries):
             self.publish_seq += 1
             seq = self.publish_seq
         self.publisher.publish(self, self.vhost, msg, mandatory, seq)
-
-    def _cleared(self, ex: Any, exchange: str, flags: int) -> bool:
-        """Whether a publish to `ex` passes every check of _check_publish without checking: the exchange exists
-        and is not internal, this user may publish to it whatever the routing key (learnt once per access
-        model), and there is no user_id to compare."""
-        if ex is None or ex.internal or flags & FLAG_USER_ID:
-            return False
-        return self._may_publish_to(exchange) or self._learn_may_publish(ex)
-
-    def _may_publish_to(self, exchange: str) -> bool:
-        """Checked before, under the current access model: write permission, no topic permission in play."""
-        if self.access_generation != self.access.generation:
-            self.access_generation = self.access.generation
-            self.may_publish_to.clear()
-            return False
-        return exchange in self.may_publish_to
-
-    def _check_publish(self, ex: Any, msg: Message) -> None:
-        """The rare refusals, kept off the per-message path, in rabbit_channel's order: write permission,
-        missing or internal exchange, topic permission, forged user_id."""
-        self._may_publish_to(msg.exchange)  # forgets what an older access model allowed
-        try:
-            user = self.conn.user
-            self.access.check_resource(user, self.vhost.name, "exchange", msg.exchange, "write")
-            if ex is None:
-                self.vhost.exchange(msg.exchange)
-            elif ex.internal:
-                raise errors.access_refused(
-                    f"cannot publish to internal exchange '{msg.exchange}' in vhost '{self.vhost.name}'"
-                )
-            if ex.type_name == "topic":
-                self.access.check_topic(user, self.vhost.name, msg.exchange, msg.routing_key, "write")
-            if msg.flags & FLAG_USER_ID:
-                self._check_user_id(msg)
-            self._learn_may_publish(ex)
-        except errors.AMQPError as exc:
-            raise exc.with_method(60, 40) from None
-
-    def _learn_may_publish(self, ex: Any) -> bool:
-        """Remember that this user may publish to `ex` whatever the routing key (write permission, and no
-        topic permission in play), so the next publishes skip the checks."""
-        user, vhost = self.conn.user, self.vhost.name
-        if not self.access.allowed(user, vhost, ex.name or "amq.default", "write"):
-            return False
-        if ex.type_name == "topic" and self.access.topic_permissions.get((user, vhost)):
-            return False
-        self.may_publish_to.add(ex.name)
-        return True
-
-    def _check_user_id(self, msg: Message) -> None:
-        """Compared as bytes, the other properties left undecoded (pamqp refuses some values RabbitMQ takes)."""
-        user_id = msg.raw_property(FLAG_USER_ID)
-        if (
-            user_id is not None
-            and user_id != self.conn.user.encode()
-            and not self.access.is_impersonator(self.conn.user)
-        ):
-            raise errors.precondition_failed(
-                f"user_id property set to '{user_id.decode(errors='replace')}' but authenticated user was "
-                f"'{self.conn.user}'"
-            )
 
     def publish_flow(self, q: Queue) -> None:
         """A queue grown past FLOW_HIGH with consumers pauses its publishers while those consumers are waiting
@@ -637,35 +571,6 @@ class Channel(Deliveries):
     def reply(self, method: base.Frame) -> None:
         self.conn.send(encode_method(self.id, method))
 
-    # permissions, where rabbit_channel checks them
-
-    def _permit(self, kind: str, name: str, perm: str) -> None:
-        self.access.check_resource(self.conn.user, self.vhost.name, kind, name, perm)
-
-    def may_configure(self, kind: str, name: str) -> None:
-        self._permit(kind, name, "configure")
-
-    def may_create(self, kind: str, name: str, arguments: dict) -> None:
-        """A new exchange with an alternate exchange, or a new queue with a dead-letter exchange, needs read on
-        itself and write on the other; a new queue must fit the vhost's max-queues."""
-        if kind == "queue":
-            self.broker.check_queue_limit(self.vhost, name)
-        other = arguments.get("alternate-exchange" if kind == "exchange" else "x-dead-letter-exchange")
-        if isinstance(other, (str, bytes)):
-            self._permit(kind, name, "read")
-            self._permit("exchange", other.decode() if isinstance(other, bytes) else other, "write")
-
-    def _permit_binding(self, source: str, dest_kind: str, dest: str, routing_key: str) -> None:
-        """rabbit_channel:binding_action: write on the destination, the default exchange refused at either
-        end, read on the source, and the topic read permission for the binding key."""
-        self._permit(dest_kind, dest, "write")
-        if source == "" or (dest_kind == "exchange" and dest == ""):
-            raise errors.access_refused("operation not permitted on the default exchange")
-        self._permit("exchange", source, "read")
-        ex = self.vhost.exchanges.get(source)
-        if ex is not None and ex.type_name == "topic":
-            self.access.check_topic(self.conn.user, self.vhost.name, source, routing_key, "read")
-
     # exchange class
 
     def exchange_declare(self, m: commands.Exchange.Declare) -> None:
@@ -677,20 +582,20 @@ class Channel(Deliveries):
             auto_delete=m.auto_delete,
             internal=m.internal,
             arguments=m.arguments or {},
-            checks=self,
+            checks=self.permissions,
         )
         if not m.nowait:
             self.reply(commands.Exchange.DeclareOk())
 
     def exchange_delete(self, m: commands.Exchange.Delete) -> None:
         if m.exchange and not m.exchange.startswith("amq."):  # those are refused first, whoever asks
-            self._permit("exchange", m.exchange, "configure")
+            self.permissions.permit("exchange", m.exchange, "configure")
         self.vhost.delete_exchange(m.exchange, m.if_unused)
         if not m.nowait:
             self.reply(commands.Exchange.DeleteOk())
 
     def exchange_bind(self, m: commands.Exchange.Bind) -> None:
-        self._permit_binding(m.source, "exchange", m.destination, m.routing_key)
+        self.permissions.permit_binding(m.source, "exchange", m.destination, m.routing_key)
         dest = self._bind_destination_exchange(m.destination)
         self.vhost.exchange(m.source)
         self.vhost.bind(m.source, dest, m.routing_key, m.arguments or {})
@@ -698,7 +603,7 @@ class Channel(Deliveries):
             self.reply(commands.Exchange.BindOk())
 
     def exchange_unbind(self, m: commands.Exchange.Unbind) -> None:
-        self._permit_binding(m.source, "exchange", m.destination, m.routing_key)
+        self.permissions.permit_binding(m.source, "exchange", m.destination, m.routing_key)
         dest = self.vhost.exchanges.get(m.destination)  # a missing one is unbound OK, as in RabbitMQ
         self.vhost.unbind(m.source, dest, m.routing_key, m.arguments or {})
         if not m.nowait:
@@ -724,7 +629,7 @@ class Channel(Deliveries):
             auto_delete=m.auto_delete,
             arguments=m.arguments or {},
             owner=self.conn,
-            checks=self,
+            checks=self.permissions,
         )
         self.last_queue = q.name
         if not m.nowait:
@@ -757,7 +662,7 @@ class Channel(Deliveries):
     def queue_bind(self, m: commands.Queue.Bind) -> None:
         name = self._queue_name(m.queue)
         key = m.routing_key if (m.routing_key or m.queue) else name
-        self._permit_binding(m.exchange, "queue", name, key)
+        self.permissions.permit_binding(m.exchange, "queue", name, key)
         q = self.vhost.queue(name, self.conn)
         self.vhost.exchange(m.exchange) if m.exchange else None
         self.vhost.bind(m.exchange, q, key, m.arguments or {})
@@ -767,21 +672,21 @@ class Channel(Deliveries):
     def queue_unbind(self, m: commands.Queue.Unbind) -> None:
         name = self._queue_name(m.queue)
         key = m.routing_key if (m.routing_key or m.queue) else name
-        self._permit_binding(m.exchange, "queue", name, key)
+        self.permissions.permit_binding(m.exchange, "queue", name, key)
         q = self.vhost.queues.get(name)  # a missing queue or exchange is unbound OK, as in RabbitMQ
         self.vhost.unbind(m.exchange, q, key, m.arguments or {}, owner=self.conn)
         self.reply(commands.Queue.UnbindOk())
 
     def queue_purge(self, m: commands.Queue.Purge) -> None:
         name = self._queue_name(m.queue)
-        self._permit("queue", name, "read")
+        self.permissions.permit("queue", name, "read")
         count = self.vhost.purge_queue(name, self.conn)
         if not m.nowait:
             self.reply(commands.Queue.PurgeOk(count))
 
     def queue_delete(self, m: commands.Queue.Delete) -> None:
         name = self._queue_name(m.queue)
-        self._permit("queue", name, "configure")
+        self.permissions.permit("queue", name, "configure")
         count = self.vhost.delete_queue(name, if_unused=m.if_unused, if_empty=m.if_empty, owner=self.conn)
         if not m.nowait:
             self.reply(commands.Queue.DeleteOk(count))
@@ -803,7 +708,7 @@ class Channel(Deliveries):
             self._consume_replies(m)
             return
         name = self._queue_name(m.queue)
-        self._permit("queue", name, "read")
+        self.permissions.permit("queue", name, "read")
         q = self.vhost.queue(name, self.conn)
         tag = m.consumer_tag or server_generated_name("amq.ctag-")
         if tag in self.consumers:
@@ -904,7 +809,7 @@ class Channel(Deliveries):
 
     def basic_get(self, m: commands.Basic.Get) -> None:
         name = self._queue_name(m.queue)
-        self._permit("queue", name, "read")
+        self.permissions.permit("queue", name, "read")
         q = self.vhost.queue(name, self.conn)
         entry = q.get()  # a stream refuses it (540)
         if entry is None:

@@ -17,10 +17,10 @@ from amqpd.broker.streams.stream import StreamQueue
 log = logging.getLogger("amqpd.recovery")
 
 
-def restore(broker: Any, recovered: Any, crashed: bool = False) -> None:
+def restore(broker: Any, recovered: Any, crashed: bool = False) -> tuple[int, int]:
     """crashed: the last run ended without a clean stop. Delivered-marks written since its last commit are
     lost, so every message is flagged redelivered (as RabbitMQ does after a crash): a consumer may have
-    seen any of them. After a clean stop the flags are exact."""
+    seen any of them. After a clean stop the flags are exact. Returns (queues, messages) recovered."""
     broker.attach_access(getattr(recovered, "access", None))
     for x in recovered.exchanges:
         vhost = broker.vhosts.get(x["vhost"])
@@ -75,7 +75,7 @@ def restore(broker: Any, recovered: Any, crashed: bool = False) -> None:
     for name, vhost in list(broker.vhosts.items()):
         broker.apply_policies(name)
         vhost.set_message_ids(vhost.message_ids)  # the queues recovered above take their vhost's setting
-    log.info(
+    log.debug(
         "recovered %d exchanges, %d queues, %d bindings, %d messages after a %s; %s",
         len(recovered.exchanges),
         len(recovered.queues),
@@ -84,6 +84,7 @@ def restore(broker: Any, recovered: Any, crashed: bool = False) -> None:
         "crash" if crashed else "clean stop",
         recovered.stats,
     )
+    return len(recovered.queues), count
 
 
 def _restore_stream(broker: Any, vhost: Any, entry: Any) -> int:

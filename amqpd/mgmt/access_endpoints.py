@@ -1,5 +1,6 @@
-"""/api/users, /api/vhosts (PUT, DELETE), /api/permissions and /api/topic-permissions: the access model
-(amqpd/broker/access/control.py) through RabbitMQ's management API, administrators only."""
+"""/api/users, /api/vhosts (PUT, DELETE), /api/permissions, /api/topic-permissions, /api/vhost-limits and
+/api/user-limits: the access model (amqpd/broker/access/control.py) through RabbitMQ's management API,
+administrators only."""
 
 from __future__ import annotations
 
@@ -149,6 +150,52 @@ class AccessEndpoints:
         items = [permission_info(u, v, p) for u, v, p in self.access.list_permissions() if v == vhost]
         return self._listing(request, items)
 
+    # -- limits: RabbitMQ's [{"vhost"|"user": name, "value": {limit: n}}], one limit set or cleared at a time ----
+
+    def _limits_of(self, kind: str, name: str | None) -> list[dict[str, Any]]:
+        owners = self.access.list_vhosts() if kind == "vhost" else self.access.list_users()
+        if name is not None and all(o.name != name for o in owners):
+            raise NotFound()
+        return [{kind: o.name, "value": dict(o.limits)} for o in owners if o.limits and name in (None, o.name)]
+
+    async def vhost_limits(self, request: Request, vhost: str | None = None) -> Any:
+        return self._limits_of("vhost", vhost)
+
+    async def user_limits(self, request: Request, user: str | None = None) -> Any:
+        return self._limits_of("user", user)
+
+    async def _limit_value(self, request: Request) -> int:
+        value = (await self._json(request)).get("value")
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise AccessError("value must be an integer")
+        return value
+
+    async def put_vhost_limit(self, request: Request, vhost: str, name: str) -> Any:
+        owner = self.access.vhosts.get(vhost)
+        if owner is None:
+            raise NotFound()
+        self.access.set_vhost_limits(vhost, {**owner.limits, name: await self._limit_value(request)})
+        return self._created(True)
+
+    async def delete_vhost_limit(self, request: Request, vhost: str, name: str) -> Any:
+        owner = self.access.vhosts.get(vhost)
+        if owner is None or name not in owner.limits:
+            raise NotFound()
+        self.access.set_vhost_limits(vhost, {k: v for k, v in owner.limits.items() if k != name})
+        return self._created(True)
+
+    async def put_user_limit(self, request: Request, user: str, name: str) -> Any:
+        owner = self._existing_user(user)
+        self.access.set_user_limits(user, {**owner.limits, name: await self._limit_value(request)})
+        return self._created(True)
+
+    async def delete_user_limit(self, request: Request, user: str, name: str) -> Any:
+        owner = self._existing_user(user)
+        if name not in owner.limits:
+            raise NotFound()
+        self.access.set_user_limits(user, {k: v for k, v in owner.limits.items() if k != name})
+        return self._created(True)
+
     # -- permissions ----------------------------------------------------------------------------------------------
 
     async def permissions(self, request: Request) -> Any:
@@ -226,6 +273,14 @@ ACCESS_ROUTES: list[tuple[str, ...]] = [
     ("PUT", "api/vhosts/{vhost}", "put_vhost", "administrator"),
     ("DELETE", "api/vhosts/{vhost}", "delete_vhost", "administrator"),
     ("GET", "api/vhosts/{vhost}/permissions", "vhost_permissions", "administrator"),
+    ("GET", "api/vhost-limits", "vhost_limits", "administrator"),
+    ("GET", "api/vhost-limits/{vhost}", "vhost_limits", "administrator"),
+    ("PUT", "api/vhost-limits/{vhost}/{name}", "put_vhost_limit", "administrator"),
+    ("DELETE", "api/vhost-limits/{vhost}/{name}", "delete_vhost_limit", "administrator"),
+    ("GET", "api/user-limits", "user_limits", "administrator"),
+    ("GET", "api/user-limits/{user}", "user_limits", "administrator"),
+    ("PUT", "api/user-limits/{user}/{name}", "put_user_limit", "administrator"),
+    ("DELETE", "api/user-limits/{user}/{name}", "delete_user_limit", "administrator"),
     ("GET", "api/permissions", "permissions", "administrator"),
     ("GET", "api/permissions/{vhost}/{user}", "permission", "administrator"),
     ("PUT", "api/permissions/{vhost}/{user}", "put_permission", "administrator"),

@@ -4,7 +4,9 @@
     amqpctl -p /orders purge_queue incoming
     amqpctl --formatter json list_exchanges | jq .
 
-Connection: --url (default http://127.0.0.1:15672), --username/--password (default guest/guest), or
+Connection: --url, else the amqpd whose data dir is --data-dir (AMQPD_DATA_DIR, default amqpd's own), found
+by its runtime file, else http://127.0.0.1:15672 if amqpd (not another broker) answers there;
+--username/--password (default guest/guest), or
 AMQPCTL_URL, AMQPCTL_USERNAME, AMQPCTL_PASSWORD; over https://, --ssl-ca-cert-file (--cacert) and, when the
 broker checks client certificates, --ssl-cert-file and --ssl-key-file (or AMQPCTL_SSL_*). Exit codes: 0 done,
 64 bad usage, 65 the broker refused the request (400/404), 69 the broker is unreachable (a TLS handshake that
@@ -27,6 +29,9 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
+
+from amqpd import __version__, runtime_file
+from amqpd.config import default_data_dir
 
 EX_OK, EX_USAGE, EX_DATAERR, EX_UNAVAILABLE, EX_NOPERM = 0, 64, 65, 69, 77
 
@@ -89,6 +94,58 @@ def tls_context(ca_file: str | None, cert_file: str | None, key_file: str | None
 def q(name: str) -> str:
     """A path segment: vhost names like "/" and queue names with any character."""
     return urllib.parse.quote(name, safe="")
+
+
+# -- finding the broker -----------------------------------------------------------------------------------------
+
+FALLBACK_URL = "http://127.0.0.1:15672"
+
+
+def broker_url(url: str | None, data_dir: str | None) -> tuple[str, str | None]:
+    """The management API to talk to, and the runtime file it came from: --url (or AMQPCTL_URL) as given
+    (None); else the URL a running amqpd wrote in its data dir's runtime file; else RabbitMQ's default port
+    (None: check_amqpd then makes sure amqpd, not another broker, answers there)."""
+    if url:
+        return url, ""
+    directory = data_dir or default_data_dir()
+    info = runtime_file.read(directory)
+    if info is None:
+        return FALLBACK_URL, None
+    found = str(runtime_file.path(directory))
+    if not info.get("management_url"):
+        raise CtlError(
+            f"amqpd (pid {info.get('pid')}, {found}) serves no management API; start it with --management-port",
+            EX_UNAVAILABLE,
+        )
+    return str(info["management_url"]), found
+
+
+class NotAmqpd(CtlError):
+    """The management API found without --url is another broker's."""
+
+
+def open_api(args: argparse.Namespace) -> API:
+    url, found_in = broker_url(args.url, args.data_dir)
+    api = API(
+        url, args.login, args.login_password, args.timeout, tls_context(args.ca_file, args.cert_file, args.key_file)
+    )
+    if found_in is None:
+        check_amqpd(api, args.data_dir)
+    return api
+
+
+def check_amqpd(api: API, data_dir: str | None) -> None:
+    """Refuse to act on a management API that is not amqpd's (a RabbitMQ beside it holds 15672) unless the
+    operator named it with --url."""
+    overview = api.call("GET", "/api/overview") or {}
+    product = overview.get("product_name")
+    if product != "amqpd":
+        what = f"{product or 'RabbitMQ'} {overview.get('product_version') or overview.get('rabbitmq_version', '')}"
+        raise NotAmqpd(
+            f"the management API at {api.url} is {what.strip()}, not amqpd (no running amqpd's runtime file in "
+            f"{data_dir or default_data_dir()}); name it with --url to act on it anyway",
+            EX_UNAVAILABLE,
+        )
 
 
 # -- output ---------------------------------------------------------------------------------------------------
@@ -261,11 +318,13 @@ def status(api: API, args: argparse.Namespace) -> None:
     print("\n".join(lines))
 
 
-def await_startup(api: API, args: argparse.Namespace) -> None:
+def await_startup(args: argparse.Namespace) -> None:
+    """Until the broker answers: without --url, until an amqpd has written its runtime file (or answers on the
+    fallback port; another broker answering there is waited past, as an amqpd may be starting)."""
     deadline = time.monotonic() + args.timeout
     while True:
         try:
-            api.call("GET", "/api/overview")
+            open_api(args).call("GET", "/api/overview")
             return
         except CtlError as exc:
             if exc.code != EX_UNAVAILABLE or time.monotonic() > deadline:
@@ -360,7 +419,6 @@ def replay_dead_letters(api: API, args: argparse.Namespace) -> None:
 
 COMMANDS: dict[str, Callable[[API, argparse.Namespace], None]] = {
     "status": status,
-    "await_startup": await_startup,
     "purge_queue": simple(
         "DELETE",
         lambda a: f"/api/queues/{q(a.vhost)}/{q(a.queue)}/contents",
@@ -444,8 +502,14 @@ def global_options(p: argparse.ArgumentParser, defaults: bool) -> None:
 
     p.add_argument(
         "--url",
-        default=default(env.get("AMQPCTL_URL", "http://127.0.0.1:15672")),
-        help="management API URL (AMQPCTL_URL)",
+        default=default(env.get("AMQPCTL_URL")),
+        help="management API URL (AMQPCTL_URL); default: the one in the runtime file of the amqpd using "
+        "--data-dir, else http://127.0.0.1:15672 if amqpd answers there",
+    )
+    p.add_argument(
+        "--data-dir",
+        default=default(env.get("AMQPD_DATA_DIR")),
+        help="find the amqpd using this data dir (AMQPD_DATA_DIR; default: amqpd's default data dir)",
     )
     p.add_argument("-u", "--username", dest="login", default=default(env.get("AMQPCTL_USERNAME", "guest")))
     p.add_argument("--password", dest="login_password", default=default(env.get("AMQPCTL_PASSWORD", "guest")))
@@ -482,6 +546,7 @@ def global_options(p: argparse.ArgumentParser, defaults: bool) -> None:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="amqpctl", description="Operate amqpd (rabbitmqctl's commands, over HTTP).")
+    p.add_argument("--version", action="version", version=f"amqpctl {__version__}")
     global_options(p, defaults=True)
     common = argparse.ArgumentParser(add_help=False)
     global_options(common, defaults=False)
@@ -570,17 +635,12 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         return EX_USAGE if exc.code else EX_OK
     try:
-        api = API(
-            args.url,
-            args.login,
-            args.login_password,
-            args.timeout,
-            tls_context(args.ca_file, args.cert_file, args.key_file),
-        )
-        if args.command in LISTS:
-            run_list(api, args)
+        if args.command == "await_startup":
+            await_startup(args)
+        elif args.command in LISTS:
+            run_list(open_api(args), args)
         else:
-            COMMANDS[args.command](api, args)
+            COMMANDS[args.command](open_api(args), args)
     except CtlError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return exc.code

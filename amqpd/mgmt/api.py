@@ -7,6 +7,7 @@ Routing is done here on the raw path, segment by segment: RabbitMQ puts the vhos
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import json
@@ -41,6 +42,14 @@ class HTTPError(Exception):
         self.status, self.error, self.reason = status, error, reason
 
 
+class LoginFailed(HTTPError):
+    """Wrong credentials (not missing ones): answered after the configured delay, logged and counted."""
+
+    def __init__(self, user: str) -> None:
+        super().__init__(401, "not_authorized", "Login failed")
+        self.user = user
+
+
 def not_found() -> HTTPError:
     return HTTPError(404, "Object Not Found", "Not Found")
 
@@ -58,8 +67,11 @@ def from_amqp(exc: errors.AMQPError) -> HTTPError:
     return bad_request(exc.text)
 
 
-def error_response(exc: HTTPError) -> JSONResponse:
-    headers = {"WWW-Authenticate": 'Basic realm="RabbitMQ Management"'} if exc.status == 401 else None
+def error_response(exc: HTTPError, from_script: bool = False) -> JSONResponse:
+    """from_script: the web UI asked (X-Requested-With), which handles 401 itself; without the challenge
+    header the browser does not open its own login dialog over the page."""
+    challenge = exc.status == 401 and not from_script
+    headers = {"WWW-Authenticate": 'Basic realm="RabbitMQ Management"'} if challenge else None
     return JSONResponse({"error": exc.error, "reason": exc.reason}, status_code=exc.status, headers=headers)
 
 
@@ -75,6 +87,8 @@ class ManagementAPI(AccessEndpoints):
         self.broker = broker
         self.rates = rates
         self.listeners = listeners
+        # Refused logins from one address wait their turn (address -> its lock, and how many hold or wait)
+        self._refusals: dict[str, tuple[asyncio.Lock, list[int]]] = {}
         self.routes: list[tuple[str, tuple[str, ...], Handler, str]] = []
         for method, path, handler, *level in ROUTES + ACCESS_ROUTES:
             pattern = tuple(path.strip("/").split("/"))
@@ -90,6 +104,7 @@ class ManagementAPI(AccessEndpoints):
     async def respond(self, request: Request) -> Response:
         raw = request.scope.get("raw_path") or request.url.path.encode()
         segments = [urllib.parse.unquote(s.decode("latin-1")) for s in raw.split(b"?")[0].strip(b"/").split(b"/")]
+        from_script = "x-requested-with" in request.headers
         try:
             handler, params, level, allowed = self._match(request.method, segments)
             if handler is None:
@@ -98,14 +113,17 @@ class ManagementAPI(AccessEndpoints):
                 raise not_found()
             self._authorise(request, level, params.get("vhost"))
             result = await handler(request, **params)
+        except LoginFailed as exc:
+            await self._login_failed(request, exc.user)
+            return error_response(exc, from_script)
         except authz.NotAuthorised as exc:
-            return error_response(HTTPError(401, "not_authorised", str(exc)))
+            return error_response(HTTPError(401, "not_authorised", str(exc)), from_script)
         except NotFound:
             return error_response(not_found())
         except (AccessError, PolicyError, ValueError) as exc:
             return error_response(bad_request(str(exc)))
         except HTTPError as exc:
-            return error_response(exc)
+            return error_response(exc, from_script)
         except errors.AMQPError as exc:
             return error_response(from_amqp(exc))
         except listing.BadQuery as exc:
@@ -145,7 +163,29 @@ class ManagementAPI(AccessEndpoints):
             user = self.broker.login(name, password) if name else None
             if user is not None:
                 return user
+            raise LoginFailed(name)
         raise HTTPError(401, "not_authorized", "Login failed")
+
+    async def _login_failed(self, request: Request, user: str) -> None:
+        """As a refused AMQP login: counted and logged with where it came from (never the password), then
+        answered only after a pause. Refusals from one address are answered one after another, so sending
+        guesses in parallel gains nothing; requests that log in, and other addresses, never wait."""
+        self.broker.access.failed_logins += 1
+        host = request.client.host if request.client else "unknown"
+        port = request.client.port if request.client else 0
+        log.warning("HTTP login refused for user %r from %s:%s: invalid credentials", user, host, port)
+        delay = self.broker.settings.mgmt_login_failure_delay
+        if delay <= 0:
+            return
+        lock, users = self._refusals.setdefault(host, (asyncio.Lock(), [0]))
+        users[0] += 1
+        try:
+            async with lock:
+                await asyncio.sleep(delay)
+        finally:
+            users[0] -= 1
+            if not users[0]:
+                del self._refusals[host]
 
     def _authorise(self, request: Request, level: str, vhost: str | None) -> None:
         """The user's tags must reach the route's level, and its permissions cover the vhost in the path."""
@@ -229,7 +269,28 @@ class ManagementAPI(AccessEndpoints):
     # -- overview, nodes, whoami ----------------------------------------------------------------------------------
 
     async def overview(self, request: Request) -> Any:
-        return objects.overview(self.broker, self.rates, self.listeners)
+        info = objects.overview(self.broker, self.rates, self.listeners)
+        for section, age_key, incr_key in (
+            ("message_stats", "msg_rates_age", "msg_rates_incr"),
+            ("queue_totals", "lengths_age", "lengths_incr"),
+        ):
+            if age_key in request.query_params:
+                self._add_samples(info[section], request, age_key, incr_key)
+        return info
+
+    def _add_samples(self, section: dict[str, Any], request: Request, age_key: str, incr_key: str) -> None:
+        """RabbitMQ's ?msg_rates_age=&msg_rates_incr= (and lengths_*): each counter's `samples` in its
+        `_details`, from the history kept at every sampling."""
+        try:
+            age, incr = float(request.query_params[age_key]), float(request.query_params.get(incr_key, "5"))
+        except ValueError:
+            raise bad_request(f"{age_key} and {incr_key} must be numbers of seconds") from None
+        if age <= 0 or incr <= 0:
+            raise bad_request(f"{age_key} and {incr_key} must be positive")
+        now = self.rates.clock()
+        for key in [k for k in section if not k.endswith("_details")]:
+            details = section.setdefault(f"{key}_details", {"rate": 0.0})
+            details["samples"] = self.rates.history.samples(key, age, incr, now)
 
     async def whoami(self, request: Request) -> Any:
         user = self._user(request)
@@ -321,8 +382,10 @@ class ManagementAPI(AccessEndpoints):
     # -- queues ------------------------------------------------------------------------------------------------------
 
     async def queues(self, request: Request, vhost: str | None = None) -> Any:
-        items = [objects.queue_info(q, self.rates) for v in self._vhosts(request, vhost) for q in v.queues.values()]
-        return self._listing(request, items)
+        queues = [q for v in self._vhosts(request, vhost) for q in v.queues.values()]
+        return listing.apply_lazily(
+            queues, request.query_params, lambda q: objects.queue_info(q, self.rates), objects.queue_fields(self.rates)
+        )
 
     async def queue(self, request: Request, vhost: str, queue: str) -> Any:
         q = self._vhost(vhost).queues.get(queue)
@@ -409,6 +472,10 @@ class ManagementAPI(AccessEndpoints):
         self._check(request, v.name, "queue", queue, "read")
         count, start = _int(body, "count", 1), _int(body, "from", 0)
         encoding = body.get("encoding", "auto")
+        q = v.queues[queue]
+        if isinstance(q, StreamQueue):  # a stream keeps what it delivered: `from` is an offset in its log
+            records = q.log.read(start, min(count, listing.MAX_PAGE_SIZE))
+            return [operations.record_json(offset, record, encoding) for offset, record in records]
         entries = operations.peek(v, queue, count, start)
         total = len(v.queues[queue].ready)
         return [operations.message_json(self.broker, e, total, encoding, None) for e in entries]

@@ -6,10 +6,12 @@ from __future__ import annotations
 import base64
 import datetime
 import hashlib
+import operator
 import os
+import shutil
 import socket
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -110,6 +112,42 @@ def queue_info(q: Queue, rates: Rates, details: bool = False) -> dict[str, Any]:
         info["incoming"] = []
         info["deliveries"] = []
     return info
+
+
+def queue_fields(rates: Rates) -> dict[str, Callable[[Queue], Any]]:
+    """queue_info's fields that sorting and filtering a queue list need, read straight from a queue (each equal
+    to queue_info's value): a page of 10,000 queues then builds only the rows it shows."""
+
+    def rate(key: str) -> Callable[[Queue], Any]:
+        def read(q: Queue) -> float:
+            sample = rates.of(q)
+            return sample.rate(key) if sample is not None else 0.0
+
+        return read
+
+    fields: dict[str, Callable[[Queue], Any]] = {
+        "name": operator.attrgetter("name"),
+        "vhost": operator.attrgetter("vhost"),
+        "type": queue_type,
+        "state": lambda q: "running",
+        "durable": lambda q: q.durable,
+        "auto_delete": lambda q: q.auto_delete,
+        "exclusive": lambda q: q.exclusive_owner is not None,
+        "consumers": lambda q: len(q.consumers),
+        "messages": lambda q: len(q.ready) + q.unacked,
+        "messages_ready": lambda q: len(q.ready),
+        "messages_unacknowledged": lambda q: q.unacked,
+        "message_bytes_ready": lambda q: q.ready_bytes,
+        "policy": lambda q: q.policy.name if q.policy is not None else None,
+    }
+
+    def count(key: str) -> Callable[[Queue], int]:
+        return lambda q: queue_counts(q)[key]
+
+    for key in ("publish", "deliver_get", "ack"):
+        fields[f"message_stats.{key}"] = count(key)
+        fields[f"message_stats.{key}_details.rate"] = rate(key)
+    return fields
 
 
 # -- exchanges and bindings -------------------------------------------------------------------------------------
@@ -369,6 +407,7 @@ def node_info(broker: Broker) -> dict[str, Any]:
         "processors": os.cpu_count() or 1,
         "mem_used": rss,
         "mem_alarm": "memory" in broker.alarms,
+        "disk_free": _disk_free(settings.data_dir),
         "disk_free_limit": settings.disk_free_limit,
         "disk_free_alarm": "disk" in broker.alarms,
         "partitions": [],
@@ -381,3 +420,13 @@ def node_info(broker: Broker) -> dict[str, Any]:
         "applications": [{"name": "amqpd", "description": "AMQP 0-9-1 broker", "version": __version__}],
         "being_drained": False,
     }
+
+
+def _disk_free(path: str) -> int | None:
+    """Bytes free where the data lives (None without a data directory, or when it cannot be read)."""
+    if not path:
+        return None
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return None

@@ -34,6 +34,7 @@ from amqpd.protocol.properties import decode_properties
 if TYPE_CHECKING:
     from amqpd.broker.broker import Broker
     from amqpd.broker.routing.vhost import VirtualHost
+    from store import MessageRecord
 
 ACK_MODES = ("ack_requeue_true", "ack_requeue_false", "reject_requeue_true", "reject_requeue_false")
 
@@ -165,6 +166,27 @@ def message_json(
         "message_count": message_count,
         "properties": properties_json(msg.header),
         "payload": text if text is not None else base64.b64encode(shown).decode(),
+        "payload_encoding": "string" if text is not None else "base64",
+    }
+
+
+def record_json(offset: int, record: MessageRecord, encoding: str) -> dict[str, Any]:
+    """A stream's message as peek shows it: message_json's fields plus its offset and append time (ms)."""
+    text: str | None = None
+    if encoding == "auto":
+        try:
+            text = record.body.decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+    return {
+        "offset": offset,
+        "timestamp": record.timestamp_ms,
+        "payload_bytes": len(record.body),
+        "redelivered": False,
+        "exchange": record.exchange,
+        "routing_key": record.routing_key,
+        "properties": properties_json(record.properties),
+        "payload": text if text is not None else base64.b64encode(record.body).decode(),
         "payload_encoding": "string" if text is not None else "base64",
     }
 

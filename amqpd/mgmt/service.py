@@ -7,11 +7,13 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
+from amqpd.logs import announce
 from amqpd.mgmt.api import ManagementAPI
 from amqpd.mgmt.http_server import HTTPListener, bind
 from amqpd.mgmt.metrics import MetricsApp
 from amqpd.mgmt.objects import NODE, channels
 from amqpd.mgmt.stats import Rates
+from amqpd.mgmt.webui import WebUI
 from amqpd.tls import TLSConfigError, reload_context, server_context, tls_enabled
 
 if TYPE_CHECKING:
@@ -70,7 +72,7 @@ class Management:
             host, port = listener.address
             kind = "prometheus" if protocol.endswith("prometheus") else "management"
             over = " TLS" if listener.ssl_context is not None else ""
-            print(f"amqpd {kind}{over} listening on {host}:{port}", flush=True)
+            announce(f"amqpd {kind}{over} listening on {host}:{port}")
 
     def reload_tls(self) -> None:
         """SIGHUP: the HTTPS listeners re-read their certificate, key and CA files (open connections carry on)."""
@@ -79,8 +81,8 @@ class Management:
                 prefix = "prometheus_tls" if protocol.endswith("prometheus") else "mgmt_tls"
                 reload_context(listener.ssl_context, self.settings, prefix)
 
-    def _api(self) -> ManagementAPI:
-        return ManagementAPI(self.broker, self.rates, self.described)
+    def _api(self) -> WebUI:
+        return WebUI(ManagementAPI(self.broker, self.rates, self.described))
 
     def _metrics(self) -> MetricsApp:
         return MetricsApp(self.broker)
@@ -94,7 +96,10 @@ class Management:
         from amqpd.mgmt.objects import totals
 
         queues = [q for v in self.broker.vhosts.values() for q in v.queues.values()]
-        self.rates.sample(queues, channels(self.broker), totals(self.broker))
+        ready = sum(len(q.ready) for q in queues)
+        unacked = sum(q.unacked for q in queues)
+        levels = {"messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked}
+        self.rates.sample(queues, channels(self.broker), totals(self.broker), levels)
 
     async def stop(self) -> None:
         for _protocol, listener in self.listeners:

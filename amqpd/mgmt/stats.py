@@ -9,6 +9,7 @@ so the cost of rates is one pass over the queues and channels per interval, none
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -48,6 +49,38 @@ class Sample:
         return round((self.counts.get(key, 0) - self.prev_counts.get(key, 0)) / elapsed, 1)
 
 
+HISTORY_SECONDS = 600.0  # what the overview's charts can show: RabbitMQ's UI default of the last ten minutes
+HISTORY_POINTS = 3600  # a bound whatever stats_interval is
+
+
+class History:
+    """The broker-wide counters and queue totals at each sampling for the last HISTORY_SECONDS, so that
+    /api/overview?msg_rates_age=...&lengths_age=... can answer RabbitMQ's `samples` lists (the web UI's charts
+    are then full as soon as it opens). One small dict per interval, nothing per queue."""
+
+    def __init__(self) -> None:
+        self.points: deque[tuple[float, Counts]] = deque(maxlen=HISTORY_POINTS)
+
+    def add(self, at: float, counts: Counts) -> None:
+        self.points.append((at, counts))
+        while self.points and self.points[0][0] < at - HISTORY_SECONDS:
+            self.points.popleft()
+
+    def samples(self, key: str, age: float, incr: float, now: float) -> list[dict[str, int]]:
+        """[{"sample": value, "timestamp": ms}], newest first as RabbitMQ lists them, at most one per `incr`
+        seconds, none older than `age` seconds."""
+        out: list[dict[str, int]] = []
+        last: float | None = None
+        for at, counts in reversed(self.points):
+            if at < now - age:
+                break
+            if last is not None and last - at < incr * 0.999:
+                continue
+            last = at
+            out.append({"sample": counts.get(key, 0), "timestamp": int(at * 1000)})
+        return out
+
+
 class Rates:
     """The latest samples of every queue and channel, and of the broker-wide totals."""
 
@@ -55,8 +88,12 @@ class Rates:
         self.clock = clock
         self.samples: dict[Any, Sample] = {}
         self.total = Sample(clock(), {})
+        self.history = History()
 
-    def sample(self, queues: Iterable[Any], channels: Iterable[Any], totals: Counts) -> None:
+    def sample(
+        self, queues: Iterable[Any], channels: Iterable[Any], totals: Counts, levels: Counts | None = None
+    ) -> None:
+        """levels: the queue totals (messages, messages_ready, messages_unacknowledged) kept in the history."""
         now = self.clock()
         seen: dict[Any, Sample] = {}
         for obj, counts in [*((q, queue_counts(q)) for q in queues), *((c, channel_counts(c)) for c in channels)]:
@@ -68,6 +105,7 @@ class Rates:
             seen[obj] = s
         self.samples = seen  # objects that are gone are forgotten
         self.total.take(now, totals)
+        self.history.add(now, {**totals, **(levels or {})})
 
     def of(self, obj: Any) -> Sample | None:
         return self.samples.get(obj)

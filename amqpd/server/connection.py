@@ -61,6 +61,7 @@ class AMQPServerProtocol(asyncio.Protocol):
             self.session.cert_user = cert_login_name(transport.get_extra_info("peercert"), s.tls_cert_login_from)
         self.session.on_open = self._start_heartbeats
         self.registry.add(self)
+        log.info("accepting AMQP connection %s", self.session.name, extra={"peer": self.session.peer})
         self._timers.append(self.loop.call_later(s.handshake_timeout, self._handshake_deadline))
 
     def data_received(self, data: bytes) -> None:
@@ -78,6 +79,31 @@ class AMQPServerProtocol(asyncio.Protocol):
             t.cancel()
         if self.session is not None:
             self.session.connection_lost()
+            self._log_closed(self.session)
+
+    def _log_closed(self, session: Session) -> None:
+        """RabbitMQ's "closing AMQP connection" line: who, and why. Closed by the client, an operator or a
+        shutdown: info; anything else (an error, a timeout, a client that vanished) a warning."""
+        reason = session.close_reason or "client unexpectedly closed TCP connection"
+        vhost = session.vhost.name if session.vhost is not None else ""
+        duration = time.time() - session.connected_at
+        log.log(
+            logging.INFO if session.closed_normally else logging.WARNING,
+            "closing AMQP connection %s (vhost '%s', user '%s') after %.1f s: %s",
+            session.name,
+            vhost,
+            session.user,
+            duration,
+            reason,
+            extra={
+                "peer": session.peer,
+                "user": session.user,
+                "vhost": vhost,
+                "client_name": session.client_name,
+                "reason": reason,
+                "duration_s": round(duration, 3),
+            },
+        )
 
     def pause_writing(self) -> None:
         # The client reads slower than we write: stop delivering to it, and stop reading what it sends
@@ -134,7 +160,7 @@ class AMQPServerProtocol(asyncio.Protocol):
 
     def _handshake_deadline(self) -> None:
         if self.session is not None and self.session.state < OPEN and self.transport is not None:
-            log.info("handshake timeout from %s", self.session.peer)
+            self.session.close_reason = "handshake timeout"
             self.transport.abort()
 
     def _start_heartbeats(self) -> None:
@@ -148,7 +174,8 @@ class AMQPServerProtocol(asyncio.Protocol):
             return
         now = time.monotonic()
         if now - self._last_recv > 2 * interval:
-            log.info("missed heartbeats from client, timeout: %ss", interval)
+            if self.session is not None:
+                self.session.close_reason = f"missed heartbeats from client, timeout: {interval}s"
             self.transport.abort()
             return
         if now - self._last_send >= interval / 2:

@@ -11,13 +11,14 @@ import logging
 import os
 import signal
 import ssl
-import sys
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import IO, Any, Protocol
 
 import anyio
 
+from amqpd import __version__, logs, runtime_file
 from amqpd.broker.broker import Broker
 from amqpd.broker.streams.args import is_stream
 from amqpd.config import Settings
@@ -60,14 +61,26 @@ async def serve(settings: Settings, services: Services) -> None:
     # Recovery builds hundreds of thousands of acyclic objects: the cyclic GC would rescan the growing heap
     # again and again (it doubled recovery time). Collect once at the end and freeze them out of later scans.
     gc.disable()
+    started = time.monotonic()
     try:
         store, recovered = await _open_store(settings)
         broker = Broker(settings, store=store, scheduler=loop.call_later)
         if store is not None:
             from amqpd.broker.recovery import restore
 
-            restore(broker, recovered, crashed)
+            queues, messages = restore(broker, recovered, crashed)
             del recovered
+            after = "a crash" if crashed else "a clean stop"
+            log.info(
+                "recovered %d queues and %d messages in %.2f s (after %s) from %s",
+                queues,
+                messages,
+                time.monotonic() - started,
+                after,
+                settings.data_dir,
+            )
+        else:
+            log.info("in memory: nothing is kept on disk")
     finally:
         gc.enable()
         gc.collect()
@@ -94,13 +107,19 @@ async def serve(settings: Settings, services: Services) -> None:
         tg.start_soon(sample_load, broker)
         if management is not None:
             tg.start_soon(management.sample_rates)
-        for server in servers:
-            for sock in server.sockets:
-                address = _address(sock.getsockname())
-                print(f"amqpd listening on {address}", flush=True)  # amqpd.testing reads the first line
-                log.info("accepting AMQP 0-9-1 connections on %s", address)
-        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        signums = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)
+        with anyio.open_signal_receiver(*signums) as signals:  # before the lines that tell we are up
+            if settings.data_dir:  # before the lines: whoever has read them finds the file
+                runtime_file.write(settings.data_dir, _runtime_info(servers, tls, management))
+            for server in servers:
+                for sock in server.sockets:
+                    # amqpd.testing and scripts read these lines on stdout; a log file gets them too
+                    logs.announce(f"amqpd listening on {_address(sock.getsockname())}")
             async for signum in signals:
+                if signum == signal.SIGUSR1:  # logrotate moved the log file away: write to a new one
+                    logs.reopen()
+                    log.info("log file reopened (SIGUSR1)")
+                    continue
                 if signum == signal.SIGHUP:
                     if tls is not None:
                         reload_context(tls[1], settings)
@@ -124,6 +143,8 @@ async def serve(settings: Settings, services: Services) -> None:
             broker.save_stream_segments()
             await store.close()
             _leave_clean_marker(settings)
+        if settings.data_dir:
+            runtime_file.remove(settings.data_dir)
         if lock is not None:
             lock.close()
         tg.cancel_scope.cancel()
@@ -154,10 +175,24 @@ async def _start_tls_listener(
         raise SystemExit(1) from None
     for server in servers:
         for sock in server.sockets:
-            address = _address(sock.getsockname())
-            print(f"amqpd TLS listening on {address}", flush=True)
-            log.info("accepting AMQP 0-9-1 connections over TLS on %s", address)
+            logs.announce(f"amqpd TLS listening on {_address(sock.getsockname())}")
     return servers, ctx
+
+
+def _runtime_info(servers: list[Any], tls: Any, management: Any) -> dict[str, Any]:
+    """What amqpctl and other local tools need to find this broker (amqpd.runtime_file)."""
+    host, port = servers[0].sockets[0].getsockname()[:2]
+    info: dict[str, Any] = {"pid": os.getpid(), "version": __version__}
+    info["amqp_url"] = runtime_file.url("amqp", host, port)
+    if tls is not None:
+        host, port = tls[0][0].sockets[0].getsockname()[:2]
+        info["amqps_url"] = runtime_file.url("amqps", host, port)
+    info["management_url"] = info["metrics_url"] = None
+    for protocol, listener in management.listeners if management is not None else []:
+        key = "metrics_url" if protocol.endswith("prometheus") else "management_url"
+        if info[key] is None or not protocol.startswith("https"):  # with both, the plain HTTP one
+            info[key] = runtime_file.url(protocol.split("/")[0], *listener.address)
+    return info
 
 
 async def _listen(
@@ -208,7 +243,11 @@ def _take_clean_marker(settings: Settings) -> bool:
     if os.path.exists(marker):
         os.unlink(marker)
         return False
-    return any(name not in (CLEAN_MARKER, "lock") for name in os.listdir(settings.data_dir))
+    # a crash leaves the runtime file (and perhaps its temporary copy): not data
+    return any(
+        name not in (CLEAN_MARKER, "lock") and not name.startswith(runtime_file.NAME)
+        for name in os.listdir(settings.data_dir)
+    )
 
 
 def _lock_data_dir(settings: Settings) -> IO[str] | None:
@@ -256,11 +295,7 @@ async def _open_store(settings: Settings) -> tuple[Any, Any]:
 
 
 def run(settings: Settings, services: Services) -> None:
-    logging.basicConfig(
-        level=getattr(logging, settings.log_level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    logs.configure(settings)
     backend_options = {}
     try:
         import uvloop  # noqa: F401

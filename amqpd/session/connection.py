@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from amqpd.broker.routing.vhost import VirtualHost
 
 log = logging.getLogger("amqpd.session")
+channel_log = logging.getLogger("amqpd.channel")
 
 _u32 = struct.Struct(">I")
 _ACK_KEY = _u32.pack(BASIC_ACK)
@@ -116,6 +117,8 @@ class Session:
         self._acking: Channel | None = None  # the channel of the acks just read, if any (_resume_acked)
         self.unconfirmed = 0  # publishes awaiting their fsync before a confirm, over all channels
         self.held_for_confirms = False
+        self.close_reason = ""  # why the connection ended, for its closing log line (server.connection)
+        self.closed_normally = False  # by the client's connection.close, or by an operator or shutdown (320)
 
     # -- output -------------------------------------------------------------------------------------------
 
@@ -320,6 +323,8 @@ class Session:
             handler(self, method)
             return
         if isinstance(method, commands.Connection.Close):
+            self.close_reason = f"client closed it ({method.reply_code} {method.reply_text})"
+            self.closed_normally = True
             self.send_method(0, commands.Connection.CloseOk())
             self._teardown()
             self._close_transport()
@@ -377,6 +382,7 @@ class Session:
         """RabbitMQ's auth_fail: the client learns only that the login was refused (403 when it asked for
         authentication_failure_close, else the socket closes); the log says why, and from where."""
         self.broker.access.failed_logins += 1
+        self.close_reason = f"{mechanism} login refused for user '{user}': {reason}"
         log.warning("%s login refused for user '%s' from %s: %s", mechanism, user, self.peer, reason)
         if not self.auth_failure_close:
             self._close_transport()
@@ -397,6 +403,17 @@ class Session:
             return True
         mapped = getattr(addr, "ipv4_mapped", None)  # ::ffff:127.0.0.1 from a dual-stack listener
         return addr.is_loopback or (mapped is not None and mapped.is_loopback)
+
+    @property
+    def client_name(self) -> str:
+        """The connection_name client property (RabbitMQ's client-provided name), or ""."""
+        return _text(self.client_properties.get("connection_name", ""))
+
+    @property
+    def name(self) -> str:
+        """The connection as RabbitMQ's log names it: "peer -> local", and " - client name" when given."""
+        base = f"{self.peer} -> {self.local}" if self.local else self.peer
+        return f"{base} - {self.client_name}" if self.client_name else base
 
     @property
     def capabilities(self) -> dict[str, Any]:
@@ -456,6 +473,13 @@ class Session:
         self.state = OPEN
         self.broker.connections.add(self)
         self.send_method(0, commands.Connection.OpenOk(""))
+        log.info(
+            "connection %s: user '%s' authenticated and granted access to vhost '%s'",
+            self.name,
+            self.user,
+            vhost.name,
+            extra={"peer": self.peer, "user": self.user, "vhost": vhost.name, "client_name": self.client_name},
+        )
         if self.on_open is not None:
             self.on_open()
 
@@ -602,7 +626,16 @@ class Session:
 
     def _close_channel(self, ch: Channel, exc: errors.AMQPError) -> None:
         """A channel error: channel.close to the client, the channel's state cleaned up at once."""
-        log.info("channel %d error: %s %s", ch.id, exc.code, exc.reply_text)
+        channel_log.warning(
+            "channel error on connection %s, channel %d (vhost '%s', user '%s'): %s %s",
+            self.name,
+            ch.id,
+            self.vhost.name if self.vhost is not None else "",
+            self.user,
+            exc.code,
+            exc.reply_text,
+            extra={"peer": self.peer, "user": self.user, "channel": ch.id, "reply_code": exc.code},
+        )
         self.channels.pop(ch.id, None)
         self.closing_channels.add(ch.id)
         ch.shutdown()
@@ -612,7 +645,7 @@ class Session:
 
     def _fail(self, exc: errors.AMQPError) -> None:
         """A connection error: connection.close with the reason, then wait for close-ok."""
-        log.info("connection error from %s: %s %s", self.peer, exc.code, exc.reply_text)
+        self.close_reason = self.close_reason or f"{exc.code} {exc.reply_text}"
         if self.state in (CLOSING, CLOSED):
             return
         if self.state == AWAIT_START_OK and exc.code != errors.ACCESS_REFUSED:
@@ -625,6 +658,7 @@ class Session:
 
     def close_forced(self, text: str = "broker forced connection closure with reason 'shutdown'") -> None:
         """Server shutdown: 320 CONNECTION_FORCED."""
+        self.closed_normally = True
         if self.state == OPEN:
             self._fail(errors.ConnectionError(errors.CONNECTION_FORCED, text))
         elif self.state not in (CLOSING, CLOSED):

@@ -30,8 +30,8 @@ DEFAULT_PORTS = (5671, 5672, 5673, 15671, 15672, 15673, 15691, 15692, 15693)
 _PORT = re.compile(r"(?<![\w.])(" + "|".join(str(p) for p in DEFAULT_PORTS) + r")(?![\w])")
 _FENCE = re.compile(r"^```\s*([\w+-]*)\s*$")
 _MARKER = re.compile(r"^<!--\s*doc-test:\s*(.*?)\s*-->\s*$")
-_PIP = re.compile(r"(?:\bpython3?\s+-m\s+)?\bpip3?\s+install\b([^\n;&|]*)")
-DEFAULT_TIMEOUT = 60.0
+_PIP = re.compile(r"(?:\bpython3?\s+-m\s+)?\bpip3?\s+install\b([^\n;&|#]*)")
+DEFAULT_TIMEOUT = 120.0
 _LISTENING = b"amqpd listening on"
 _RUNS_AMQPD = re.compile(r"(?:^|[\s;&|(])(?:python3? -m )?amqpd(?:\s|$)", re.MULTILINE)
 
@@ -112,7 +112,7 @@ def project_extras() -> set[str]:
 
 def check_pip_install(args: str) -> None:
     """What a `pip install` line names must exist: this project's extras, or packages installed here."""
-    for word in shlex.split(args):
+    for word in shlex.split(args, comments=True):
         if word.startswith("-"):
             continue
         name, _, extras = word.partition("[")

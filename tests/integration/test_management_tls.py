@@ -215,3 +215,11 @@ def test_an_unusable_management_certificate_leaves_that_listener_out_not_the_bro
         while not any("https listener not started" in line and "missing.crt" in line for line in b.stderr_lines):
             assert time.monotonic() < deadline, b.stderr_lines
             time.sleep(0.05)
+
+
+def test_the_web_ui_is_served_over_https_with_its_policy(broker: BrokerProcess, certs: Certs) -> None:
+    with httpx.Client(verify=certs.client_context(), timeout=10) as client:
+        page = client.get(broker.mgmt_tls_url + "/")
+        assert page.status_code == 200 and 'src="/ui/app.js"' in page.text
+        assert "script-src 'self'" in page.headers["content-security-policy"]
+        assert client.get(broker.mgmt_tls_url + "/ui/app.js").status_code == 200

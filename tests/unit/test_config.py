@@ -46,11 +46,9 @@ def test_retention_is_off_by_default() -> None:
     assert settings.retention_max_age_ms is None and settings.retention_max_bytes is None
 
 
-def test_a_bad_retention_flag_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exit:
-        cli.parse_args(["--retention-max-bytes", "lots"])
-    assert exit.value.code == 2
-    assert "--retention-max-bytes" in capsys.readouterr().err
+def test_a_bad_retention_flag_is_a_config_error_naming_the_flag() -> None:
+    with pytest.raises(config.ConfigError, match="--retention-max-bytes: retention_max_bytes: expected a size"):
+        cli.settings_from_args(cli.parse_args(["--retention-max-bytes", "lots"]))
 
 
 def test_retention_from_the_config_file_and_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -100,3 +98,64 @@ def test_hosts_from_the_config_file_and_the_environment(tmp_path: Path, monkeypa
 def test_the_example_config_file_lists_the_default_hosts() -> None:
     example = Path(__file__).resolve().parents[2] / "conf" / "amqpd.toml"
     assert config.load(str(example)).host == config.Settings().host
+
+
+# -- one declaration per setting (issue 25) -------------------------------------------------------------------
+
+
+def test_every_setting_is_documented_with_its_type_default_and_environment_variable() -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
+    rows = {line.split("|")[1].strip(" `"): line for line in page.splitlines() if line.startswith("| `")}
+    for name, spec in config.SPECS.items():
+        assert name in rows, f"{name} is not in docs/configuration.md"
+        assert f"`{spec.env}`" in rows[name]
+
+
+def test_list_and_table_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AMQPD_LOOPBACK_USERS", "guest, admin")
+    monkeypatch.setenv("AMQPD_VHOSTS", "")
+    monkeypatch.setenv("AMQPD_USERS", "admin=s3cret,ops=pw=with=equals")
+    monkeypatch.setenv("AMQPD_LOG_LEVELS", "connection=debug,mgmt=Warning")
+    s = config.load()
+    assert (s.loopback_users, s.vhosts) == (["guest", "admin"], [])
+    assert s.users == {"admin": "s3cret", "ops": "pw=with=equals"}
+    assert s.log_levels == {"connection": "DEBUG", "mgmt": "WARNING"}
+
+
+@pytest.mark.parametrize(("text", "users"), [("[]", []), ('["guest", "admin"]', ["guest", "admin"]), ("", [])])
+def test_a_list_from_the_environment_may_be_written_as_in_toml(
+    text: str, users: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The issue's AMQPD_LOOPBACK_USERS='[]' (silently ignored before) lifts the rule."""
+    monkeypatch.setenv("AMQPD_LOOPBACK_USERS", text)
+    assert config.load().loopback_users == users
+
+
+def test_a_list_from_the_environment_that_is_not_toml_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AMQPD_LOOPBACK_USERS", "[guest")
+    with pytest.raises(
+        config.ConfigError, match='AMQPD_LOOPBACK_USERS: loopback_users: expected a list of strings, got "\\[guest"'
+    ):
+        config.load()
+
+
+@pytest.mark.parametrize(("text", "value"), [("yes", True), ("0", False), ("ON", True), ("false", False)])
+def test_booleans_from_the_environment(text: str, value: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AMQPD_TLS_VERIFY_PEER", text)
+    assert config.load().tls_verify_peer is value
+
+
+def test_a_file_value_is_not_coerced(tmp_path: Path) -> None:
+    """TOML has types: a string where an integer is expected is a mistake, not a number to parse."""
+    path = tmp_path / "amqpd.toml"
+    path.write_text('port = "5672"\n')
+    with pytest.raises(config.ConfigError) as refused:
+        config.load(str(path))
+    assert str(refused.value) == f'{path}:1: port: expected an integer 0..65535, got "5672"'
+
+
+def test_write_buffer_low_above_high_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AMQPD_WRITE_BUFFER_LOW", "2000")
+    monkeypatch.setenv("AMQPD_WRITE_BUFFER_HIGH", "1000")
+    with pytest.raises(config.ConfigError, match="AMQPD_WRITE_BUFFER_LOW: write_buffer_low: expected at most"):
+        config.load()

@@ -32,10 +32,9 @@ def test_env_and_file_turn_listeners_off(monkeypatch: pytest.MonkeyPatch, tmp_pa
 
 
 @pytest.mark.parametrize("value", ["70000", "-5", "http"])
-def test_a_bad_port_is_a_usage_error(value: str) -> None:
-    with pytest.raises(SystemExit) as exited:
-        cli.parse_args(["--management-port", value])
-    assert exited.value.code == 2
+def test_a_bad_port_is_a_config_error_naming_the_flag(value: str) -> None:
+    with pytest.raises(config.ConfigError, match="--management-port: mgmt_port: expected a port number"):
+        settings(["--management-port", value])
 
 
 def test_a_management_certificate_alone_serves_https_instead_of_http(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from amqpd.broker.delivery.unacked import Outstanding, Run
 from amqpd.broker.entry import Entry
 from amqpd.broker.message import SCANNED_FLAGS, Message, may_name_keys
 from amqpd.broker.queues.queue import Queue
-from amqpd.broker.routing.plan import PER_MESSAGE_FLAGS, PublishPlan
+from amqpd.broker.routing.plan import PER_MESSAGE_FLAGS, PublishPlan, count_publishes
 from amqpd.broker.routing.vhost import REPLY_TO, REPLY_TO_PREFIX, VirtualHost, server_generated_name
 from amqpd.broker.streams.args import check_consumer_arguments, parse_filter, parse_offset_spec
 from amqpd.broker.streams.chunks import chunk_records
@@ -152,8 +152,9 @@ class Channel(Deliveries):
         target = self._straight_target(method)
         if target is None or not self._goes_straight(target[0], target[2], header):
             return False
-        _plan, route, consumer = target
+        plan, route, consumer = target
         self.published += len(bodies)
+        count_publishes(plan, len(bodies))
         consumer.queue.take_run(len(bodies))
         consumer.channel.deliver_run(consumer, route, header, bodies)
         return True
@@ -182,6 +183,7 @@ class Channel(Deliveries):
             n += 1
         if n:
             self.published += n
+            count_publishes(plan, n)
             queue.take_run(n)
             consumer.channel.deliver_each(consumer, route, headers[:n], bodies[:n])
         return n
@@ -200,6 +202,7 @@ class Channel(Deliveries):
             msgs.append(msg)
         if msgs:
             self.published += len(msgs)
+            count_publishes(plan, len(msgs))
             queue.take_group(msgs)
             self.publish_flow(queue)
         return len(msgs)
@@ -227,6 +230,7 @@ class Channel(Deliveries):
             for (flags, header, scan), body in zip(reads, bodies, strict=False)  # the reads may stop early
         ]
         if msgs:
+            count_publishes(plan, len(msgs))
             self._store_and_push(plan.stored, msgs)
         return len(msgs)
 
@@ -255,6 +259,7 @@ class Channel(Deliveries):
         stored = [header for _flags, header, _scan in _stored_reads(plan, headers, self.assembler.max_size)]
         n = len(stored)
         if n:
+            count_publishes(plan, n)
             settle = self._group_confirm(n)
             self.broker.store_stream_group(
                 stream, exchange, routing_key, stored, bodies[:n], lambda: settle(True), lambda: settle(False)
@@ -713,23 +718,31 @@ class Channel(Deliveries):
         tag = m.consumer_tag or server_generated_name("amq.ctag-")
         if tag in self.consumers:
             raise errors.not_allowed(f"attempt to reuse consumer tag '{tag}'")
-        if q.exclusive_consumer is not None or (m.exclusive and q.consumers):
+        stream = isinstance(q, StreamQueue)
+        # RabbitMQ 3.10's streams ignore exclusive: every consumer reads the whole log, side by side.
+        if not stream and (q.exclusive_consumer is not None or (m.exclusive and q.consumers)):
             raise errors.access_refused(f"queue '{q.name}' in vhost '{self.vhost.name}' in exclusive use")
         args = m.arguments or {}
         priority = args.get("x-priority", 0)
         if not isinstance(priority, int) or isinstance(priority, bool):
             raise errors.precondition_failed(f"invalid x-priority argument: {priority!r}")
+        if not stream and "x-stream-offset" in args:
+            kind = "rabbit_quorum_queue" if q.arguments.get("x-queue-type") == "quorum" else "rabbit_classic_queue"
+            raise errors.precondition_failed(
+                f"invalid arg 'x-stream-offset' for queue '{q.name}' in vhost '{self.vhost.name}' of queue type {kind}"
+            )
         consumer = Consumer(
             tag,
             self,
             q,
             no_ack=m.no_ack,
-            exclusive=m.exclusive,
+            exclusive=m.exclusive and not stream,
             prefetch=self.prefetch_count,
             priority=priority,
             arguments=args,
         )
-        if isinstance(q, StreamQueue):
+        if stream:
+            assert isinstance(q, StreamQueue)
             self._consume_stream(q, consumer, m.nowait)
             return
         self.consumers[tag] = consumer
@@ -820,13 +833,13 @@ class Channel(Deliveries):
     def basic_recover(self, m: commands.Basic.Recover) -> None:
         if not m.requeue:
             raise errors.not_implemented("requeue=false")
-        self.requeue_all()
+        self._apply_settle("recover", self._collect(0, True), True)
         self.reply(commands.Basic.RecoverOk())
 
     def basic_recover_async(self, m: commands.Basic.RecoverAsync) -> None:
         if not m.requeue:
             raise errors.not_implemented("requeue=false")
-        self.requeue_all()
+        self._apply_settle("recover", self._collect(0, True), True)
 
     # channel class (open and close are the session's)
 
@@ -923,13 +936,17 @@ class Channel(Deliveries):
 
 
 def _check_not_stream(kind: str, taken: list[Run[Any]]) -> None:
+    """A stream's deliveries cannot go back: nack and reject are 540 as in RabbitMQ 3.10, and so is a recover
+    (where RabbitMQ 3.10 crashes the connection with 541; docs/compatibility.md)."""
     for run in taken:
         queue = run.queue
         if queue.is_stream:
-            raise errors.not_implemented(
-                f"basic.nack and basic.reject not supported by stream queues queue '{queue.name}' "
-                f"in vhost '{queue.vhost}'"
-            ).with_method(60, 120 if kind == "nack" else 90)
+            what = "basic.recover" if kind == "recover" else "basic.nack and basic.reject"
+            exc = errors.not_implemented(
+                f"{what} not supported by stream queues queue '{queue.name}' in vhost '{queue.vhost}'"
+            )
+            # a nack or reject may be applied at tx.commit: it names its own method; a recover is the method
+            raise exc if kind == "recover" else exc.with_method(60, 120 if kind == "nack" else 90)
 
 
 def _group_scan(header: bytes, max_body: int) -> tuple[int, bytes, PropertyScan, bool, bool] | None:

@@ -141,7 +141,7 @@ class DelayedDelivery:
     def _route(self, vhost: VirtualHost, ex: DelayedExchange, msg: Message) -> None:
         """Route as the plugin does when the time comes: with x-delay swapped to -delay (so it is not delayed
         again), to whatever the bindings say now; nobody to route to: it is dropped, as in the plugin."""
-        self.broker.publisher.publish(UNATTENDED, vhost, _swap_delay_header(msg), False, 0)
+        self.broker.publisher.publish(UNATTENDED, vhost, _swap_delay_header(msg), False, 0, released=True)
 
     # -- recovery -----------------------------------------------------------------------------------------
 

@@ -114,10 +114,15 @@ class Publisher:
         seq: int,
         on_stored: Callback | None = None,
         on_failed: Callback | None = None,
+        *,
+        released: bool = False,
     ) -> bool:
-        """Route and enqueue one message; True when the store took it and on_stored will fire after its fsync."""
+        """Route and enqueue one message; True when the store took it and on_stored will fire after its fsync.
+        released: a delayed exchange's release, whose publish_in was counted when the message arrived."""
         ex = vhost.exchanges.get(msg.exchange)
         plan = vhost.plan_for(ex, msg) if ex is not None else NOWHERE
+        if ex is not None and not released:
+            ex.publish_in += 1
         if plan.delays and (plan.queues or not mandatory) and msg.has_headers:
             delay = delay_of(msg.headers)
             if delay is not None:  # x-delayed-message: it waits, confirmed once stored (or at once when transient)
@@ -157,6 +162,8 @@ class Publisher:
             stored = self.host.store_message(
                 msg, accepting, origin.publish_durable(seq, on_stored), origin.publish_failed(seq, on_stored, on_failed)
             )
+        if plan.exchange is not None:
+            plan.exchange.publish_out += len(accepting)
         for q in accepting:
             q.push(msg)
             origin.publish_flow(q)

@@ -117,8 +117,10 @@ class MessageStore(CatalogueCalls):
             segments.track_age = True
         # Catalogue state needed synchronously.
         self._queues: dict[int, QueueState] = {}
-        self._counts: dict[tuple[int, int], int] = {}  # (queue_id, offset) -> delivery count, when not 0
+        self._counts: dict[int, dict[int, int]] = {}  # queue_id -> offset -> delivery count, when not 0
+        # Both ways, so that deleting one queue touches only its own entries, however many queues exist.
         self._queue_ids: dict[tuple[str, str], int] = {}
+        self._queue_keys: dict[int, tuple[str, str]] = {}
         self._next_queue_id = 1
         self._open = False
         self.stats = self._keeper.stats
@@ -209,6 +211,7 @@ class MessageStore(CatalogueCalls):
             queue_id = self._next_queue_id
             self._next_queue_id += 1
             self._queue_ids[(vhost, name)] = queue_id
+            self._queue_keys[queue_id] = (vhost, name)
             self._queues[queue_id] = QueueState()
         self._catalog_op(put_queue_ops(queue_id, vhost, name, auto_delete, arguments))
         return queue_id
@@ -225,15 +228,16 @@ class MessageStore(CatalogueCalls):
         state = self._queues.pop(queue_id, None)
         if state is None:
             return
-        self._queue_ids = {key: qid for key, qid in self._queue_ids.items() if qid != queue_id}
+        name = self._queue_keys.pop(queue_id, None)
+        if name is not None:
+            del self._queue_ids[name]
         pending = self._commit.pending
         for offset in state.live:
             self._segments.release(offset, pending)
         values = pending.queue_values
         for key in [key for key in values if key[0] == queue_id]:
             del values[key]  # set earlier in this batch: the queue's rows go with it
-        if self._counts:
-            self._counts = {key: n for key, n in self._counts.items() if key[0] != queue_id}
+        self._counts.pop(queue_id, None)
         self._catalog_op(delete_queue_ops(queue_id))
 
     def set_queue_value(self, queue_id: int, key: str, value: bytes | None) -> None:
@@ -316,16 +320,25 @@ class MessageStore(CatalogueCalls):
         commit = self._commit
         commit.ack_entry(ack_log.ACKED, queue_id, offset)
         self._segments.release(offset, commit.pending)
-        if self._counts and self._counts.pop((queue_id, offset), None) is not None:
+        if self._counts and self._forget_count(queue_id, offset):
             self._catalog_op([delete_delivery_count_op(queue_id, offset)])
+
+    def _forget_count(self, queue_id: int, offset: int) -> bool:
+        counts = self._counts.get(queue_id)
+        if counts is None or counts.pop(offset, None) is None:
+            return False
+        if not counts:
+            del self._counts[queue_id]  # empty when no count is kept: ack() tests that first
+        return True
 
     def set_delivery_count(self, queue_id: int, offset: int, count: int) -> None:
         """How many times the queue's message went back unacked (a delivery limit counts these), durable
         with the next commit; forgotten when the queue acks the message."""
         state = self._queues.get(queue_id)
-        if state is None or offset not in state.live or self._counts.get((queue_id, offset)) == count:
+        counts = self._counts.get(queue_id)
+        if state is None or offset not in state.live or (counts is not None and counts.get(offset) == count):
             return
-        self._counts[(queue_id, offset)] = count
+        self._counts.setdefault(queue_id, {})[offset] = count
         self._catalog_op([put_delivery_count_op(queue_id, offset, count)])
 
     def purge(self, queue_id: int, offsets: list[int]) -> None:
@@ -410,6 +423,7 @@ class MessageStore(CatalogueCalls):
     def _install(self, snap: CatalogSnapshot, result: RecoveryResult) -> None:
         self._queues = result.queues
         self._queue_ids = {(vhost, name): qid for qid, vhost, name, _, _ in snap.queues}
+        self._queue_keys = {qid: key for key, qid in self._queue_ids.items()}
         self._next_queue_id = snap.next_queue_id
         self._commit.queues = self._queues
         self._segments.install(result, self._queues)
@@ -455,7 +469,8 @@ class MessageStore(CatalogueCalls):
         if stale:
             self._catalog_op([delete_delivery_count_op(queue_id, offset) for offset in stale])
         kept = {offset: n for offset, n in counts.items() if offset in live}
-        self._counts.update(((queue_id, offset), n) for offset, n in kept.items())
+        if kept:
+            self._counts[queue_id] = dict(kept)
         return kept
 
 

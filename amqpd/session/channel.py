@@ -22,6 +22,7 @@ from amqpd.broker.routing.plan import PER_MESSAGE_FLAGS, PublishPlan, count_publ
 from amqpd.broker.routing.vhost import REPLY_TO, REPLY_TO_PREFIX, VirtualHost, server_generated_name
 from amqpd.broker.streams.args import check_consumer_arguments, parse_filter, parse_offset_spec
 from amqpd.broker.streams.chunks import chunk_records
+from amqpd.broker.streams.info import InfoRun, info_body, info_header, wants_info
 from amqpd.broker.streams.stream import StreamQueue
 from amqpd.protocol.assembler import Assembled, ContentAssembler
 from amqpd.protocol.constants import (
@@ -741,6 +742,9 @@ class Channel(Deliveries):
             priority=priority,
             arguments=args,
         )
+        if wants_info(args, q.name, self.vhost.name, stream):
+            self._answer_info(q, consumer, m.nowait)
+            return
         if stream:
             assert isinstance(q, StreamQueue)
             self._consume_stream(q, consumer, m.nowait)
@@ -773,6 +777,17 @@ class Channel(Deliveries):
         if not nowait:
             self.reply(build(commands.Basic.ConsumeOk, consumer.tag))
         q.subscribe(consumer, spec, filter_values, match_unfiltered, tracking)
+
+    def _answer_info(self, q: Queue, consumer: Consumer, nowait: bool) -> None:
+        """x-amqpd-stream-info (streams/info.py): one delivery of the stream's facts, then nothing until the
+        consumer is cancelled (it is never subscribed to the stream)."""
+        assert isinstance(q, StreamQueue)
+        body = info_body(q, consumer.arguments)
+        self.consumers[consumer.tag] = consumer
+        if not nowait:
+            self.reply(build(commands.Basic.ConsumeOk, consumer.tag))
+        route = shortstr("") + shortstr(q.name)
+        self.deliver_made(consumer, q, route, info_header(body), body, InfoRun)
 
     def _consume_replies(self, m: commands.Basic.Consume) -> None:
         """Direct reply-to: the channel consumes its own pseudo-queue, auto-ack only, one per channel."""

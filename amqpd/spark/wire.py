@@ -167,7 +167,8 @@ class Link:
 
     def _handshake(self, ep: Endpoint) -> None:
         self.sock.sendall(pamqp_frame.marshal(ProtocolHeader(), 0))
-        self.expect(commands.Connection.Start)
+        start = self.expect(commands.Connection.Start)
+        self.server_properties: dict[str, Any] = dict(start.server_properties or {})
         response = f"\0{ep.user}\0{ep.password}"
         self.send_method(
             commands.Connection.StartOk(
@@ -765,6 +766,7 @@ class Outgoing:
     correlation_id: str | None = None
     content_type: str | None = None
     headers: dict[str, Any] | None = None
+    timestamp: int | None = None  # the AMQP timestamp property: seconds since the epoch
 
 
 def encode_publish(msg: Outgoing, frame_max: int) -> bytes:
@@ -785,6 +787,9 @@ def encode_publish(msg: Outgoing, frame_max: int) -> bytes:
     if msg.message_id is not None:
         flags |= F_MESSAGE_ID
         props += _shortstr(msg.message_id)
+    if msg.timestamp is not None:
+        flags |= F_TIMESTAMP
+        props += _U64.pack(msg.timestamp)
     header = _CONTENT_HEADER.pack(60, 0, len(msg.body), flags) + props
     out = _frame(FRAME_METHOD, 1, method) + _frame(FRAME_HEADER, 1, header)
     room = frame_max - 8

@@ -152,3 +152,14 @@ class Deliveries:
         queue.delivered += n
         self.unacked.add_run(run)
         self.conn.send(data)
+
+    def deliver_made(
+        self, consumer: Consumer, queue: Queue, route: bytes, header: bytes, body: bytes, run: type[Run[Any]]
+    ) -> None:
+        """A delivery the broker makes up rather than takes from the queue (a stream's info message,
+        streams/info.py): a tag, and a `run` of one in the unacked table when the consumer acks; no message of
+        the queue, so not counted in its deliveries."""
+        tag = self.last_tag = self.last_tag + 1
+        if not consumer.no_ack:
+            self.unacked.add_run(run(tag, [None], queue, consumer, self.broker.clock))
+        self.conn.send(encode_delivery(self.id, consumer.ctag, tag, False, route, header, body, self.conn.frame_max))

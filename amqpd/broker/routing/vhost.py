@@ -81,6 +81,8 @@ class VirtualHost:
         self.store = store
         self.queues: dict[str, Queue] = {}
         self.replies: dict[str, Queue] = {}  # direct reply-to: token -> the requester's private queue
+        # Exclusive queues by owning connection, so that closing one connection does not look at every queue.
+        self._exclusive: dict[object, dict[Queue, None]] = {}
         self.exchanges: dict[str, Exchange] = {"": DefaultExchange(self.queues, self.replies)}
         # Publish plans (routes and the steps on them) per (exchange, routing key): dropped whenever bindings,
         # queues, exchanges or policies change.
@@ -223,9 +225,8 @@ class VirtualHost:
         """Drop every binding to dest, from the store too: a queue or exchange declared again later under
         the same name must not inherit them at the next restart."""
         for ex in list(self.exchanges.values()):
-            for bound, key, args in ex.bindings():
-                if bound is dest:
-                    self._forget_binding(ex, dest, key, args)
+            for _, key, args in ex.bindings_to(dest):
+                self._forget_binding(ex, dest, key, args)
             if ex.unbind_all(dest):
                 self._maybe_auto_delete(ex)
 
@@ -282,6 +283,8 @@ class VirtualHost:
         )
         q.stamps_ids = q.stamps_ids or self.message_ids
         self.queues[name] = q
+        if exclusive:
+            self._exclusive.setdefault(owner, {})[q] = None
         self.hooks.created(self.name, q)
         q.touch()
         self._route_cache.clear()
@@ -329,6 +332,7 @@ class VirtualHost:
         if self.queues.get(q.name) is not q:
             return 0
         del self.queues[q.name]
+        self._forget_exclusive(q)
         count = 0 if q.is_stream else len(q.ready)  # RabbitMQ's delete-ok counts no stream messages
         self._unbind_everywhere(q)
         for consumer in list(q.consumers):
@@ -481,8 +485,15 @@ class VirtualHost:
     # -- connection teardown ---------------------------------------------------------------------------
 
     def drop_exclusive(self, owner: object) -> None:
-        for q in [q for q in self.queues.values() if q.exclusive_owner is owner]:
+        for q in list(self._exclusive.get(owner, ())):
             self.remove_queue(q)
+
+    def _forget_exclusive(self, q: Queue) -> None:
+        owned = self._exclusive.get(q.exclusive_owner) if q.exclusive_owner is not None else None
+        if owned is not None:
+            owned.pop(q, None)
+            if not owned:
+                del self._exclusive[q.exclusive_owner]
 
     def consumer_gone(self, q: Queue) -> None:
         """auto_delete: a queue that had consumers goes when the last one does."""

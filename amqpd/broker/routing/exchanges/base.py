@@ -133,6 +133,10 @@ class Exchange:
         """(destination, routing_key, arguments) in bind order."""
         return list(self._bindings.values())
 
+    def bindings_to(self, destination: Hashable) -> list[Binding]:
+        """The bindings to one destination, found without looking at the others."""
+        return [self._bindings[key] for key in self._by_destination.get(destination, ())]
+
     def has_bindings(self) -> bool:
         return bool(self._bindings)
 

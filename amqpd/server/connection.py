@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 from amqpd.protocol.frames import HEARTBEAT_FRAME
 from amqpd.server.fd_budget import FdBudget
 from amqpd.server.load import LOOP
-from amqpd.server.tls import cert_login_name
 from amqpd.session.connection import OPEN, Session
+from amqpd.tls import cert_login_name
 
 if TYPE_CHECKING:
     from amqpd.broker.broker import Broker

@@ -14,13 +14,12 @@ from amqpd.spark.wire import Endpoint
 EARLIEST, LATEST = "earliest", "latest"
 ERROR = "error"  # startingOffsetsByTimestampStrategy's default, as Kafka's
 KAFKA_EARLIEST, KAFKA_LATEST = -2, -1  # what Kafka's JSON offsets use for earliest and latest
-# Offsets per partition by default. Spark costs tens of ms of CPU per task whatever it reads (the JVM's task
-# start, the Python worker's per-task setup and gc.collect()): bench.spark_probe's no-I/O source read 1M rows
-# for 0.12-0.16 µs/row in the workers with 2 partitions, 0.17-0.19 with 4, 0.24-0.30 with 8, and the JVM's
-# share rose alike. 500,000 offsets of 100-byte messages are ~50 MB, a few tenths of a second per task, the
-# size of Spark's own file splits (128 MB): larger tasks would save little more and leave cores idle on
-# mid-size reads. A read smaller than 500,000 × the cluster's cores gets fewer tasks than cores: minPartitions
-# is there for that, as in Spark's Kafka source.
+# Offsets per partition by default. Spark costs tens of ms of CPU per task whatever it reads (the JVM's task start,
+# the Python worker's per-task setup and gc.collect()): bench.spark_probe's no-I/O source shows the cost per row
+# rising with the partitions of a read, the JVM's share alike. 500,000 offsets of 100-byte messages are ~50 MB, a few
+# tenths of a second per task, the size of Spark's own file splits (128 MB): larger tasks would save little more and
+# leave cores idle on mid-size reads. A read smaller than 500,000 × the cluster's cores gets fewer tasks than cores:
+# minPartitions is there for that, as in Spark's Kafka source.
 DEFAULT_PARTITION_OFFSETS = 500_000
 
 

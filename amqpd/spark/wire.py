@@ -35,8 +35,7 @@ CHANNEL_CLOSE_OK = (20 << 16) | 41
 PREFETCH = 20_000  # a stream consumer's window (basic.qos prefetch_count is 16 bits)
 CHUNK_ARG = "x-amqpd-chunk"  # amqpd's chunk deliveries (amqpd/broker/streams/chunks.py)
 # Records per chunk delivery asked for: 5,000 100-byte records fill most of the broker's 1 MiB. Each chunk has a
-# fixed cost: with layout 3, reading 1M cost the broker 0.14–0.19 µs a record again (0.54–0.56 the first time)
-# at 5,000 against 0.19–0.25 (0.64–0.66) at 2,000.
+# fixed cost, so the broker's CPU per record falls with larger chunks (bench.spark measures it).
 CHUNK_RECORDS = 5_000
 CHUNK_PREFETCH = 4  # chunks in flight
 CHUNK_LAYOUT_ARG = "x-amqpd-chunk-layout"  # the newest chunk layout the reader knows: the broker sends it or older

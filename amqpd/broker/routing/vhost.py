@@ -19,14 +19,12 @@ from amqpd.broker.arguments import (
     inequivalent,
 )
 from amqpd.broker.message import Message
-from amqpd.broker.publish.delayed_release import holder_name
-from amqpd.broker.publish.message_ids import wants_ids
-from amqpd.broker.publish.plan import PublishPlan
 from amqpd.broker.queues.dedup import check_dedup_arguments
-from amqpd.broker.queues.hooks import QueueHooks
-from amqpd.broker.queues.queue import Queue
+from amqpd.broker.queues.message_ids import wants_ids
+from amqpd.broker.queues.queue import Queue, QueueHooks
 from amqpd.broker.routing.exchanges import EXCHANGE_TYPES, ROUTING_TYPES, DelayedExchange, Exchange, make_exchange
-from amqpd.broker.routing.exchanges.delayed import check_delayed_type
+from amqpd.broker.routing.exchanges.delayed import check_delayed_type, holder_name
+from amqpd.broker.routing.plan import PublishPlan
 from amqpd.broker.streams.args import check_stream_declaration, is_stream
 from amqpd.broker.streams.stream import StreamQueue
 

@@ -42,6 +42,7 @@ from store.catalog import (
     delete_binding_op,
     delete_delivery_count_op,
     delete_exchange_op,
+    delete_parameter_op,
     delete_permission_op,
     delete_policy_op,
     delete_queue_ops,
@@ -51,6 +52,7 @@ from store.catalog import (
     put_binding_op,
     put_delivery_count_op,
     put_exchange_op,
+    put_parameter_op,
     put_permission_op,
     put_policy_op,
     put_queue_ops,
@@ -401,6 +403,13 @@ class MessageStore:
 
     def delete_policy(self, vhost: str, name: str) -> None:
         self._catalog_op([delete_policy_op(vhost, name)])
+
+    # Runtime parameters (a global one has component and vhost ""): one JSON document each, opaque too.
+    def put_parameter(self, component: str, vhost: str, name: str, document: str) -> None:
+        self._catalog_op([put_parameter_op(component, vhost, name, document)])
+
+    def delete_parameter(self, component: str, vhost: str, name: str) -> None:
+        self._catalog_op([delete_parameter_op(component, vhost, name)])
 
     def _catalog_op(self, ops: list[Any]) -> None:
         self._pending.catalog_ops.extend(ops)
@@ -1176,7 +1185,9 @@ class MessageStore:
                 entry.messages = [RecoveredMessage(o, records[o], o in delivered) for o in state.live if o in records]
             entry.delivery_counts = self._recovered_counts(qid, snap.delivery_counts.get(qid))
             queues.append(entry)
-        return Recovered(snap.exchanges, queues, snap.bindings, result.stats, snap.access, snap.policies)
+        return Recovered(
+            snap.exchanges, queues, snap.bindings, result.stats, snap.access, snap.policies, snap.parameters
+        )
 
     def _recovered_counts(self, queue_id: int, counts: dict[int, int] | None) -> dict[int, int]:
         """The queue's delivery counts for the messages it still holds; rows of the others (acked in a

@@ -24,6 +24,7 @@ from amqpd.server.alarms import Alarms
 from amqpd.server.connection import AMQPServerProtocol
 from amqpd.server.load import sample_load
 from amqpd.server.tls import TLSConfigError, reload_context, server_context, tls_enabled
+from amqpd.shovel.supervisor import Shovels
 
 log = logging.getLogger("amqpd")
 # The cyclic GC's thresholds while serving. Python's default (700 allocations) runs a young collection every
@@ -65,6 +66,7 @@ async def serve(settings: Settings) -> None:
         gc.collect()
         gc.freeze()
         gc.set_threshold(*GC_THRESHOLDS)
+    shovels = Shovels(broker.parameters)  # before definitions: they may hold shovels
     if settings.load_definitions and not _load_definitions(broker, settings.load_definitions):
         if store is not None:
             await store.close()
@@ -78,6 +80,7 @@ async def serve(settings: Settings) -> None:
             await store.close()
         raise SystemExit(1) from None
     management = await _start_management(broker, settings, servers[0].sockets[0].getsockname())
+    shovels.start(runtime_file.url("amqp", *servers[0].sockets[0].getsockname()[:2]))
     tls = await _start_tls_listener(settings, broker, registry, store)
     async with anyio.create_task_group() as tg:
         if store is not None:
@@ -107,6 +110,7 @@ async def serve(settings: Settings) -> None:
                     continue
                 log.info("received %s, shutting down", signal.Signals(signum).name)
                 break
+        await shovels.stop()
         for server in servers:
             server.close()
         if management is not None:

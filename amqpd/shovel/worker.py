@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import time
 import urllib.parse
 from collections.abc import Callable
@@ -23,6 +24,9 @@ log = logging.getLogger("amqpd.shovel")
 
 # What a failed connection attempt or a broken session raises: aiormq's errors and the socket's.
 FAILURES = (aiormq.exceptions.AMQPError, OSError, asyncio.TimeoutError, ConnectionError)
+
+
+NODE = f"amqpd@{socket.gethostname().split('.')[0]}"  # as /api/nodes names this broker
 
 
 class Finished(Exception):
@@ -141,6 +145,29 @@ class Shovel:
         await ch.queue_bind(ok.queue, spec.src_exchange, routing_key=spec.src_exchange_key)
         return ok.queue, 0
 
+    def _forward_header(self) -> dict[str, Any]:
+        """RabbitMQ's x-shovelled entry, key for key."""
+        spec = self.spec
+        header: dict[str, Any] = {
+            "shovelled-by": NODE,
+            "shovel-type": "dynamic",
+            "shovel-name": self.name,
+            "shovel-vhost": self.vhost,
+            "src-uri": _redacted(self.src_uri),
+            "dest-uri": _redacted(self.dest_uri),
+        }
+        if spec.src_queue is not None:
+            header["src-queue"] = spec.src_queue
+        else:
+            header["src-exchange"], header["src-exchange-key"] = spec.src_exchange, spec.src_exchange_key
+        if spec.dest_queue is not None:
+            header["dest-queue"] = spec.dest_queue
+        if spec.dest_exchange is not None:
+            header["dest-exchange"] = spec.dest_exchange
+        if spec.dest_exchange_key is not None:
+            header["dest-exchange-key"] = spec.dest_exchange_key
+        return header
+
     def properties(self, message: aiormq.abc.DeliveredMessage) -> Basic.Properties:
         spec, props = self.spec, message.header.properties
         if spec.publish_properties:
@@ -149,17 +176,7 @@ class Shovel:
         if spec.add_forward_headers or spec.add_timestamp_header:
             headers = dict(props.headers or {})
             if spec.add_forward_headers:
-                headers["x-shovelled"] = [
-                    {
-                        "shovel-type": "dynamic",
-                        "shovel-name": self.name,
-                        "shovel-vhost": self.vhost,
-                        "src-uri": _redacted(self.src_uri),
-                        "dest-uri": _redacted(self.dest_uri),
-                        "src-exchange": message.delivery.exchange,
-                        "src-exchange-key": message.delivery.routing_key,
-                    }
-                ]
+                headers["x-shovelled"] = [self._forward_header()]
             if spec.add_timestamp_header:
                 headers["x-shovelled-timestamp"] = int(time.time())
             props.headers = headers

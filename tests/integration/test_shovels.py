@@ -216,3 +216,69 @@ def test_rabbitmqs_shovel_moves_from_amqpd_and_back(amqpd: BrokerProcess, rabbit
     wait_for(lambda: depth(amqpd.url, f"{name}-back") == 300, "300 messages back in amqpd")
     assert depth(amqpd.url, f"{name}-out") == 0
     assert sorted(drain(amqpd.url, f"{name}-back")) == sorted(numbered(300))
+
+
+def shovelled(url: str, api: httpx.Client, name: str) -> dict[str, Any]:
+    """The headers of one message moved by a shovel with forward and timestamp headers and a set property,
+    on the broker behind `url` and `api`, queue to queue on that broker."""
+    with pika.BlockingConnection(pika.URLParameters(url)) as conn:
+        ch = conn.channel()
+        ch.queue_declare(f"{name}-src", durable=True)
+        ch.basic_publish("", f"{name}-src", b"x", pika.BasicProperties(headers={"own": 1}))
+        set_shovel(
+            api,
+            name,
+            **{"src-uri": "amqp://", "src-queue": f"{name}-src", "dest-uri": "amqp://"},
+            **{
+                "dest-queue": f"{name}-dest",
+                "dest-add-forward-headers": True,
+                "dest-add-timestamp-header": True,
+                "dest-publish-properties": {"delivery_mode": 2},
+            },
+        )
+
+        def get() -> Any:
+            method, props, _body = ch.basic_get(f"{name}-dest", auto_ack=True)
+            return props if method is not None else None
+
+        props = wait_for(get, "the shovelled message")
+    assert props.delivery_mode == 2
+    return dict(props.headers)
+
+
+def test_forward_headers_are_rabbitmqs(amqpd: BrokerProcess, rabbit: httpx.Client, name: str) -> None:
+    with api_of(amqpd) as api:
+        ours = shovelled(amqpd.url, api, name)
+    theirs = shovelled(RABBIT_AMQP, rabbit, name)
+    assert ours.keys() == theirs.keys() == {"own", "x-shovelled", "x-shovelled-timestamp"}
+    assert isinstance(ours["x-shovelled-timestamp"], int)
+    (mine,), (reference,) = ours["x-shovelled"], theirs["x-shovelled"]
+    assert mine.keys() == reference.keys()
+    assert {k: v for k, v in mine.items() if k != "shovelled-by"} == {
+        k: v for k, v in reference.items() if k != "shovelled-by"
+    }
+
+
+def test_an_exchange_to_exchange_shovel_keeps_routing_keys(
+    amqpd: BrokerProcess, name: str, rabbit: httpx.Client
+) -> None:
+    with pika.BlockingConnection(pika.URLParameters(amqpd.url)) as conn:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.exchange_declare(f"{name}-in", "topic")
+        ch.exchange_declare(f"{name}-out", "direct")
+        for key in ("a", "b"):
+            ch.queue_declare(f"{name}-{key}")
+            ch.queue_bind(f"{name}-{key}", f"{name}-out", key)
+        with api_of(amqpd) as api:
+            set_shovel(
+                api,
+                name,
+                **{"src-uri": "amqp://", "src-exchange": f"{name}-in", "dest-uri": "amqp://"},
+                **{"dest-exchange": f"{name}-out", "src-exchange-key": "#"},
+            )
+            wait_for(lambda: status(api, name).get("state") == "running", "the shovel running")
+        for key in ("a", "b", "b"):
+            ch.basic_publish(f"{name}-in", key, key.encode())
+        wait_for(lambda: depth(amqpd.url, f"{name}-b") == 2, "two messages routed by key b")
+        assert depth(amqpd.url, f"{name}-a") == 1

@@ -15,9 +15,10 @@ REFERENCE_URL = os.environ.get("AMQPD_REFERENCE_URL", "amqp://guest:guest@127.0.
 
 
 @pytest.fixture(scope="session")
-def amqpd_broker() -> Iterator[BrokerProcess]:
+def project_broker() -> Iterator[BrokerProcess]:
     """One amqpd for the session; tests use unique names so they don't disturb each other. It listens on
-    its default addresses (both loopbacks), as a user's would."""
+    its default addresses (both loopbacks), as a user's would. (Not named amqpd_broker: that is the fixture of
+    the amqpd pytest plugin, amqpd.testing.pytest_plugin, which these tests leave alone.)"""
     with BrokerProcess(hosts=()) as broker:
         yield broker
 
@@ -29,7 +30,7 @@ def amqpd_url(request: pytest.FixtureRequest) -> str:
     override = os.environ.get("AMQPD_TEST_TARGET_URL")
     if override:
         return override
-    broker: BrokerProcess = request.getfixturevalue("amqpd_broker")
+    broker: BrokerProcess = request.getfixturevalue("project_broker")
     return broker.url
 
 

@@ -174,6 +174,10 @@ class Settings:
     frame_max: int = setting(131072, lo=4096, hi=2**31 - 1)
     heartbeat: int = setting(60, lo=0, hi=65535)
     handshake_timeout: float = setting(10.0, lo=0.1, hi=3600)
+    # After close-ok, or a close of the broker's own, the socket's write side is shut and what the client still
+    # sends is read and dropped until it hangs up, for at most this many seconds: closing with its frames unread
+    # would reset the connection and lose our last frames to it ("lingering close").
+    close_linger: float = setting(2.0, lo=0.0, hi=60)
     max_message_size: int = setting(128 * 1024 * 1024, lo=1, hi=512 * 1024 * 1024)
     max_queue_name_length: int = setting(255, lo=1, hi=255)  # a queue name is an AMQP shortstr: 255 bytes at most
     max_table_depth: int = setting(64, lo=1, hi=1000)  # deeper nested field tables are refused (502)
@@ -226,6 +230,14 @@ class Settings:
     log_levels: dict[str, str] = setting({}, keys=tuple(LOG_CATEGORIES), choices=LOG_LEVELS)
     log_file: str = setting("")
     log_format: str = setting("text", choices=("text", "json"))
+
+    def seed_users(self) -> dict[str, str]:
+        """The users a fresh data dir starts with (name -> password): default_user, when set, replaces `users`."""
+        return {self.default_user: self.default_pass or ""} if self.default_user else self.users
+
+    def seed_vhosts(self) -> list[str]:
+        """The vhosts a fresh data dir starts with: a default_vhost other than "/" replaces `vhosts`."""
+        return [self.default_vhost] if self.default_vhost != "/" else self.vhosts
 
 
 ENV_PREFIX = "AMQPD_"
@@ -510,6 +522,9 @@ def _check_together(s: Settings, origins: dict[str, str]) -> None:
         raise ConfigError(
             where, "write_buffer_low", f"at most write_buffer_high ({s.write_buffer_high})", str(s.write_buffer_low)
         )
+    if s.default_user and not s.default_pass:
+        where = _where(origins, "default_user")
+        raise ConfigError(where, "default_pass", f"a password for default_user {shown(s.default_user)}", "none")
     if s.load_definitions and not os.access(s.load_definitions, os.R_OK):
         where = _where(origins, "load_definitions")
         raise ConfigError(where, "load_definitions", "a readable definitions file", _file_problem(s.load_definitions))

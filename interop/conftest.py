@@ -33,7 +33,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(scope="session")
-def amqpd_broker() -> Iterator[BrokerProcess]:
+def project_broker() -> Iterator[BrokerProcess]:
     """The interop suite's own amqpd (default addresses, as a user's would be), with the access scenarios'
     users imported at boot. Its own: the brokers of tests/ must not see those users and vhosts (a test
     listing vhosts would find them)."""
@@ -48,7 +48,7 @@ def amqpd_url(request: pytest.FixtureRequest) -> str:
     override = os.environ.get("AMQPD_TEST_TARGET_URL")
     if override:
         return override
-    broker: BrokerProcess = request.getfixturevalue("amqpd_broker")
+    broker: BrokerProcess = request.getfixturevalue("project_broker")
     return broker.url
 
 

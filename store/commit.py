@@ -5,8 +5,8 @@ the commit loop seals it and hands it to `Writer.write` in a worker thread, whil
 The writer owns every file descriptor it writes through; only one batch is ever in flight.
 
 Every byte the writer puts in a file, every fsync, truncation and unlink, and every read of a record back
-goes through `FileIO`, the store's I/O seam: tests replace it to fail the Nth write or fsync, or to record
-what a power cut would keep.
+goes through `FileIO` (file_io.py), the store's I/O seam: tests replace it to fail the Nth write or fsync,
+or to record what a power cut would keep.
 
 A batch that fails (a write or fsync raising OSError: ENOSPC, EIO) is never retried: after a failed fsync
 the page cache's state is unknown. `Writer.write` raises `WriteFailed` after putting the files back as they
@@ -23,38 +23,10 @@ from dataclasses import dataclass, field
 
 from store import ack_log
 from store.catalog import CatalogOp, CheckpointData
+from store.file_io import FileIO
 from store.frame import append_frame
 from store.segment import ACK_MAGIC, SEGMENT_MAGIC, Layout, file_header
 from store.segment_index import OFFSET_ENTRY, OFFSET_MAGIC, TIME_ENTRY, TIME_MAGIC, index_header
-
-
-class FileIO:
-    """The store's I/O seam (os calls). Methods run in the writer's worker thread, but for `pread`: reading
-    records back, in a read-ahead worker thread or (when nothing was read ahead) on the event loop."""
-
-    def pread(self, fd: int, size: int, pos: int) -> bytes:
-        return os.pread(fd, size, pos)
-
-    def open(self, path: os.PathLike[str] | str, flags: int) -> int:
-        return os.open(path, flags, 0o644)
-
-    def write(self, fd: int, data: memoryview) -> int:
-        return os.write(fd, data)
-
-    def fsync(self, fd: int) -> None:
-        os.fsync(fd)
-
-    def truncate(self, fd: int, size: int) -> None:
-        os.ftruncate(fd, size)
-
-    def close(self, fd: int) -> None:
-        os.close(fd)
-
-    def unlink(self, path: os.PathLike[str] | str) -> None:
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
 
 
 class WriteFailed(Exception):

@@ -19,6 +19,7 @@ from typing import Any
 
 from store import ack_log
 from store.catalog import CatalogSnapshot, Checkpoint
+from store.file_io import FileIO
 from store.frame import ScanReport, header_at, scan_frames
 from store.queue_state import OffsetRuns, QueueState, decode_runs
 from store.record_codec import decode_record
@@ -83,8 +84,10 @@ class _Recovery:
         retention: RetentionPolicy,
         load_checkpointed: bool = True,
         holds_log: HoldsLog = _holds_no_log,
+        io: FileIO | None = None,
     ) -> None:
         self.layout = layout
+        self.io = io if io is not None else FileIO()
         self.retention = retention
         self.load_checkpointed = load_checkpointed
         self.interval = index_interval
@@ -159,11 +162,11 @@ class _Recovery:
         has_tail = upper is None or upper > cp_next
         if first_wanted is None and not has_tail:
             return  # nothing in it is needed: deleted below
-        fd = os.open(self.layout.segment(base), os.O_RDWR)
+        fd = self.io.open(self.layout.segment(base), os.O_RDWR)
         try:
             self._scan_segment(fd, base, first_wanted, has_tail, is_last=upper is None)
         finally:
-            os.close(fd)
+            self.io.close(fd)
 
     def _scan_segment(self, fd: int, base: int, first_wanted: int | None, has_tail: bool, is_last: bool) -> None:
         size = os.fstat(fd).st_size
@@ -171,7 +174,7 @@ class _Recovery:
         if not header_intact(head, SEGMENT_MAGIC, base):
             self.stats["damaged_headers"] += size > 0
             if is_last:  # we will append to it: make it a proper segment again
-                os.pwrite(fd, file_header(SEGMENT_MAGIC, base), 0)
+                self.io.pwrite(fd, file_header(SEGMENT_MAGIC, base), 0)
                 size = max(size, FILE_HEADER_SIZE)
         if size <= FILE_HEADER_SIZE:  # no records: nothing to read or index
             self.indexes[base] = SegmentIndex(base, self.interval)
@@ -198,9 +201,11 @@ class _Recovery:
             report = ScanReport()
             entries_before = len(index.positions)
             self._read_frames(data, start, size, index, report)
-        self._account_damage(fd, base, index, report, size, is_last)
-        if rebuilt or len(index.positions) != entries_before:
-            write_index_files(self.layout.offset_index(base), self.layout.time_index(base), index)
+        cut = self._account_damage(fd, base, index, report, size, is_last)
+        # The files must hold exactly this index before the writer appends to them: entries added, or some
+        # dropped with a torn tail (the same count either way is no proof that nothing changed).
+        if rebuilt or cut or len(index.positions) != entries_before:
+            write_index_files(self.layout.offset_index(base), self.layout.time_index(base), index, self.io)
         self.indexes[base] = index
         self.sizes[base] = report.valid_end if is_last else size
 
@@ -241,20 +246,22 @@ class _Recovery:
 
     def _account_damage(
         self, fd: int, base: int, index: SegmentIndex, report: ScanReport, size: int, is_last: bool
-    ) -> None:
+    ) -> bool:
+        """Count the damage the scan met; cut a torn tail off the last segment. Whether it was cut."""
         self.stats["corrupt_records_skipped"] += report.corrupt_frames
         self.stats["corrupt_bytes_skipped"] += report.corrupt_bytes
         if not report.torn_bytes:
-            return
+            return False
         if is_last:
             # The torn tail of the segment we append to: cut it so new records follow the last good one.
-            os.ftruncate(fd, report.valid_end)
-            os.fsync(fd)
+            self.io.truncate(fd, report.valid_end)
+            self.io.fsync(fd)
             index.drop_from(report.valid_end)
             self.stats["torn_bytes_truncated"] += report.torn_bytes
-        else:
-            self.stats["corrupt_records_skipped"] += 1
-            self.stats["corrupt_bytes_skipped"] += report.torn_bytes
+            return True
+        self.stats["corrupt_records_skipped"] += 1
+        self.stats["corrupt_bytes_skipped"] += report.torn_bytes
+        return False
 
     def _replay_ack_log(self) -> list[int]:
         """Apply ack-log entries written since the checkpoint; return the numbers of files it covers."""
@@ -383,7 +390,7 @@ class _Recovery:
             unneeded = self._outside_retention(bases, keep, unneeded)
         for base in unneeded:
             for path in (self.layout.segment(base), self.layout.offset_index(base), self.layout.time_index(base)):
-                path.unlink(missing_ok=True)
+                self.io.unlink(path)
             self.stats["segments_deleted"] += 1
             self.indexes.pop(base, None)
             self.sizes.pop(base, None)
@@ -393,7 +400,7 @@ class _Recovery:
         (read now if the scan above skipped them), for log readers."""
         for base in bases:
             if base not in self.indexes:
-                index, size, rebuilt = load_retained(self.layout, base, self.interval)
+                index, size, rebuilt = load_retained(self.layout, base, self.interval, self.io)
                 self.indexes[base], self.sizes[base] = index, size
                 self.stats["indexes_rebuilt"] += rebuilt
         infos = [SegmentInfo(b, self.sizes[b], self.indexes[b].max_timestamp, b in keep) for b in bases]
@@ -439,16 +446,19 @@ def _in_ranges(offset: int, ranges: list[tuple[int, int]]) -> bool:
 
 
 def _verified_start(data: mmap.mmap, index: SegmentIndex, target: int, size: int) -> int | None:
-    """Where to start reading for `target`: the index entry at or before it, if that entry really points
-    at its record. None: the index is wrong and must be rebuilt."""
+    """Where to start reading for `target`: the index entry at or before it, if that entry and every entry
+    after it (the stretch the scan reads; the store appends entries after them) point at their records.
+    None: the index is stale or torn and must be rebuilt (an entry for a record a torn tail cut short also
+    counts: rare, and the full scan finds where the tail starts). One header check per entry, on pages
+    the scan reads anyway."""
     entry = index.floor(target)
-    if entry is None:
-        return FILE_HEADER_SIZE
-    offset, position = entry
-    header = header_at(data, position, size)
-    if header is None or header[0] != offset:
-        return None
-    return position
+    first = 0 if entry is None else bisect_left(index.positions, entry[1])
+    base = index.base
+    for rel, position in zip(index.rel_offsets[first:], index.positions[first:], strict=True):
+        header = header_at(data, position, size)
+        if header is None or header[0] != base + rel:
+            return None
+    return FILE_HEADER_SIZE if entry is None else entry[1]
 
 
 def recover_files(
@@ -459,9 +469,11 @@ def recover_files(
     retention: RetentionPolicy | None = None,
     load_checkpointed: bool = True,
     holds_log: HoldsLog = _holds_no_log,
+    io: FileIO | None = None,
 ) -> RecoveryResult:
     """load_checkpointed=False (a lazy open): records held since before the last checkpoint are not read;
-    the caller reads them when it needs them (`MessageStore.read_many`). holds_log: which queues are logs
-    (their offsets are kept as runs, never one by one: MessageStore.hold_as_runs)."""
+        the caller reads them when it needs them (`MessageStore.read_many`). holds_log: which queues are logs
+        (their offsets are kept as runs, never one by one: MessageStore.hold_as_runs). io: the store's I/O seam, for
+    every change recovery makes to a file (a torn tail cut, a header rewritten, indexes replaced, files deleted)."""
     policy = retention or RetentionPolicy()
-    return _Recovery(layout, snap, index_interval, now_ms, policy, load_checkpointed, holds_log).run()
+    return _Recovery(layout, snap, index_interval, now_ms, policy, load_checkpointed, holds_log, io).run()

@@ -15,6 +15,7 @@ import mmap
 import os
 from dataclasses import dataclass
 
+from store.file_io import FileIO
 from store.frame import ScanReport, header_at, scan_frames
 from store.segment import FILE_HEADER_SIZE, SEGMENT_MAGIC, Layout, header_intact
 from store.segment_index import SegmentIndex, load_index, write_index_files
@@ -67,7 +68,7 @@ def select_for_deletion(segments: list[SegmentInfo], policy: RetentionPolicy, no
     return list(doomed.items())
 
 
-def load_retained(layout: Layout, base: int, interval: int) -> tuple[SegmentIndex, int, bool]:
+def load_retained(layout: Layout, base: int, interval: int, io: FileIO) -> tuple[SegmentIndex, int, bool]:
     """(index, file size, rebuilt) of a segment recovery kept only for retention. Reads from the last index
     entry to the end (the index is sparse: its last entry need not be the newest record), or the whole
     segment when the index is missing or wrong. Damage is not repaired: nobody's messages depend on it."""
@@ -89,7 +90,7 @@ def load_retained(layout: Layout, base: int, interval: int) -> tuple[SegmentInde
     finally:
         os.close(fd)
     if rebuilt or len(index.positions) != entries_before:
-        write_index_files(layout.offset_index(base), layout.time_index(base), index)
+        write_index_files(layout.offset_index(base), layout.time_index(base), index, io)
     return index, size, rebuilt
 
 

@@ -2,8 +2,9 @@
 
 An entry is added for the first record of a segment and then for the first record at least
 `interval` bytes past the previous entry, so a lookup lands at most one interval before its target and
-the reader walks forward from there. Both indexes are derived data: they are written without fsync and
-rebuilt from the segment when missing or inconsistent (see FORMAT.md for the file layout).
+the reader walks forward from there. Both indexes are derived data: entries are appended without fsync,
+a whole file is replaced durably (write_index_files), and an index is rebuilt from the segment when missing
+or inconsistent (see FORMAT.md for the file layout and the rules).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from itertools import accumulate
 from pathlib import Path
 
 from store.checked_runs import CheckedRuns
+from store.file_io import FileIO, fsync_dir, write_all
 
 INDEX_HEADER = struct.Struct("<8sHHIQ")  # magic, version, entry size, reserved, base offset
 OFFSET_MAGIC = b"AMQPDIDX"
@@ -165,11 +167,20 @@ def _increases(index: SegmentIndex, rel: int, pos: int, ts: int) -> bool:
     return rel > index.rel_offsets[-1] and pos > index.positions[-1] and ts >= index.max_timestamps[-1]
 
 
-def write_index_files(idx_path: Path, tix_path: Path, index: SegmentIndex) -> None:
-    """Replace both files atomically (write aside, rename); unsaved entries are part of the new files."""
+def write_index_files(idx_path: Path, tix_path: Path, index: SegmentIndex, io: FileIO) -> None:
+    """Replace both files with the whole index (unsaved entries included), durably, through the store's I/O
+    seam: each written aside, fsync'd and renamed over the old one, then the directory fsync'd. The writer
+    appends entries to these files afterwards without fsync: a power cut can cost such an appended tail,
+    never bring back an older file whose entries the segment no longer matches (FORMAT.md, Indexes)."""
     offsets, times = index.file_contents()
     index.take_unsaved()
     for path, data in ((idx_path, offsets), (tix_path, times)):
         tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
+        fd = io.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        try:
+            write_all(io, fd, data)
+            io.fsync(fd)
+        finally:
+            io.close(fd)
+        io.replace(tmp, path)
+    fsync_dir(io, idx_path.parent)

@@ -101,6 +101,17 @@ def check_queue_arguments(args: dict, queue: str, vhost: str) -> None:
         raise _invalid("x-single-active-consumer", queue, vhost, f"{{unacceptable_type,{amqp_type_name(value)}}}")
 
 
+_TYPE_NAMES = {"quorum": "rabbit_quorum_queue", "stream": "rabbit_stream_queue"}
+
+
+def check_server_named(args: dict) -> None:
+    """Only a classic queue may be named by the server (RabbitMQ's is_server_named_allowed): quorum queues
+    and streams live on after their declarer, under a name someone has to know."""
+    kind = _TYPE_NAMES.get(args.get("x-queue-type"))  # type: ignore[arg-type]
+    if kind is not None:
+        raise errors.precondition_failed(f"Cannot declare a server-named queue for type {kind}")
+
+
 def check_queue_type(args: dict, queue: str, vhost: str, durable: bool, exclusive: bool, auto_delete: bool) -> None:
     """A quorum queue (kept here as a durable classic queue with quorum's declaration rules) must be
     durable, shared and not auto-delete, as RabbitMQ requires."""

@@ -213,7 +213,7 @@ class Broker:
         # Users, vhosts and permissions. Seeded from the settings (guest/guest on "/"); the store's copy
         # replaces this at recovery on a data dir that has been seeded before (attach_access).
         self.access = AccessControl(observer=self)
-        self.access.seed(settings.users, settings.vhosts)
+        self.access.seed(settings.seed_users(), settings.seed_vhosts())
         self.alarms: frozenset[str] = frozenset()  # resource alarms in force (server/alarms.py sets them)
         self.clock = time.monotonic()  # coarse, refreshed by the housekeeping timer: stamps deliveries cheaply
         self.turns = TurnClock()  # the event loop's turns: the unit of consumer pace (flow.py)

@@ -31,6 +31,7 @@ from amqpd.session.channel import Channel
 
 if TYPE_CHECKING:
     from amqpd.broker.broker import Broker
+    from amqpd.broker.queues.queue import Queue
     from amqpd.broker.routing.vhost import VirtualHost
 
 Handler = Callable[..., Awaitable[Any]]
@@ -314,15 +315,17 @@ class ManagementAPI(AccessEndpoints, ParameterEndpoints):
         return objects.node_info(self.broker)
 
     async def vhosts(self, request: Request) -> Any:
-        return self._listing(request, [objects.vhost_info(self.broker, v) for v in self._vhosts(request, None)])
+        items = [objects.vhost_info(self.broker, v, self.rates) for v in self._vhosts(request, None)]
+        return self._listing(request, items)
 
     async def vhost(self, request: Request, vhost: str) -> Any:
-        return objects.vhost_info(self.broker, self._vhost(vhost))
+        return objects.vhost_info(self.broker, self._vhost(vhost), self.rates)
 
     # -- exchanges -------------------------------------------------------------------------------------------------
 
     async def exchanges(self, request: Request, vhost: str | None = None) -> Any:
-        items = [objects.exchange_info(v.name, ex) for v in self._vhosts(request, vhost) for ex in v.exchanges.values()]
+        vhosts = self._vhosts(request, vhost)
+        items = [objects.exchange_info(v.name, ex, self.rates) for v in vhosts for ex in v.exchanges.values()]
         return self._listing(request, items)
 
     async def exchange(self, request: Request, vhost: str, exchange: str) -> Any:
@@ -330,7 +333,7 @@ class ManagementAPI(AccessEndpoints, ParameterEndpoints):
         ex = v.exchanges.get(_exchange_name(exchange))
         if ex is None:
             raise not_found()
-        return objects.exchange_info(v.name, ex)
+        return objects.exchange_info(v.name, ex, self.rates)
 
     async def put_exchange(self, request: Request, vhost: str, exchange: str) -> Any:
         v = self._vhost(vhost)
@@ -392,15 +395,18 @@ class ManagementAPI(AccessEndpoints, ParameterEndpoints):
 
     async def queues(self, request: Request, vhost: str | None = None) -> Any:
         queues = [q for v in self._vhosts(request, vhost) for q in v.queues.values()]
-        return listing.apply_lazily(
-            queues, request.query_params, lambda q: objects.queue_info(q, self.rates), objects.queue_fields(self.rates)
-        )
+        held = objects.unacked_bytes(self.broker)
+
+        def build(q: Queue) -> dict[str, Any]:
+            return objects.queue_info(q, self.rates, held_bytes=held.get(q, 0))
+
+        return listing.apply_lazily(queues, request.query_params, build, objects.queue_fields(self.rates))
 
     async def queue(self, request: Request, vhost: str, queue: str) -> Any:
         q = self._vhost(vhost).queues.get(queue)
         if q is None:
             raise not_found()
-        return objects.queue_info(q, self.rates, details=True)
+        return objects.queue_info(q, self.rates, details=True, held_bytes=objects.unacked_bytes(self.broker).get(q, 0))
 
     async def stream_offset(self, request: Request, vhost: str, queue: str) -> Any:
         """Time -> offset for a stream: the first offset appended at or after ?timestamp= (ms since the epoch),
@@ -581,7 +587,7 @@ class ManagementAPI(AccessEndpoints, ParameterEndpoints):
 
     async def connections(self, request: Request) -> Any:
         sessions = self._own(request, objects.sessions(self.broker))
-        return self._listing(request, [objects.connection_info(s) for s in sessions])
+        return self._listing(request, [objects.connection_info(s, self.rates) for s in sessions])
 
     def _session(self, request: Request, name: str) -> Any:
         for s in self._own(request, list(self.broker.connections)):
@@ -590,7 +596,7 @@ class ManagementAPI(AccessEndpoints, ParameterEndpoints):
         raise not_found()
 
     async def connection(self, request: Request, name: str) -> Any:
-        return objects.connection_info(self._session(request, name))
+        return objects.connection_info(self._session(request, name), self.rates)
 
     async def close_connection(self, request: Request, name: str) -> Any:
         session = self._session(request, name)

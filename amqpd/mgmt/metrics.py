@@ -34,6 +34,17 @@ QUEUE_GAUGES = (
     ("rabbitmq_queue_messages_ready_bytes", "Size in bytes of ready messages", lambda q: q.ready_bytes),
 )
 QUEUE_COUNTERS = (("rabbitmq_queue_messages_published_total", "Messages published to queues", lambda q: q.published),)
+# Read from the channels' unacked tables once per scrape (objects.unacked_bytes), hence apart from QUEUE_GAUGES.
+QUEUE_HELD_BYTES = (
+    ("rabbitmq_queue_messages_bytes", "Size in bytes of ready and unacknowledged messages", True),
+    ("rabbitmq_queue_messages_unacked_bytes", "Size in bytes of all unacknowledged messages", False),
+)
+CONNECTION_COUNTERS = (
+    ("rabbitmq_connection_incoming_bytes_total", "Total number of bytes received on a connection", "recv_oct"),
+    ("rabbitmq_connection_outgoing_bytes_total", "Total number of bytes sent on a connection", "send_oct"),
+    ("rabbitmq_connection_incoming_packets_total", "Total number of packets received on a connection", "recv_cnt"),
+    ("rabbitmq_connection_outgoing_packets_total", "Total number of packets sent on a connection", "send_cnt"),
+)
 CHANNEL_COUNTERS = (
     ("rabbitmq_channel_messages_published_total", "Messages published into an exchange on a channel", "publish"),
     (
@@ -65,6 +76,7 @@ class BrokerCollector:
         yield from self._info()
         yield from self._totals(queues)
         yield from self._queues(queues)
+        yield from self._connections()
         yield from self._delayed()
         totals = objects.totals(broker)
         channel_totals = {
@@ -121,6 +133,26 @@ class BrokerCollector:
             yield self._per_queue(GaugeMetricFamily, name, doc, value, queues)
         for name, doc, value in QUEUE_COUNTERS:
             yield self._per_queue(CounterMetricFamily, name, doc, value, queues)
+        held = objects.unacked_bytes(self.broker)
+        for name, doc, with_ready in QUEUE_HELD_BYTES:
+
+            def value(q: Any, with_ready: bool = with_ready) -> int:
+                return held.get(q, 0) + (q.ready_bytes if with_ready else 0)
+
+            yield self._per_queue(GaugeMetricFamily, name, doc, value, queues)
+
+    def _connections(self) -> Iterator[Metric]:
+        """Per connection (labelled `channel` with its name, as rabbitmq_prometheus labels them), or summed over
+        the open ones."""
+        sessions = objects.sessions(self.broker)
+        for name, doc, attr in CONNECTION_COUNTERS:
+            if self.per_object:
+                family = CounterMetricFamily(name, doc, labels=["channel"])
+                for s in sessions:
+                    family.add_metric([objects.connection_name(s)], getattr(s, attr))
+                yield family
+            else:
+                yield _counter(name, doc, sum(getattr(s, attr) for s in sessions))
 
     def _delayed(self) -> Iterator[Metric]:
         """amqpd's own (rabbitmq_prometheus has no delayed-message metrics): messages waiting in

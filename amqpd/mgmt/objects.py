@@ -11,17 +11,25 @@ import os
 import shutil
 import socket
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from amqpd import __version__
-from amqpd.broker.delivery.unacked import taken_count
+from amqpd.broker.delivery.unacked import QueueRun, taken_count
 from amqpd.broker.publish.message_ids import VHOST_FIELD
 from amqpd.broker.queues.queue import Queue
 from amqpd.broker.routing.exchanges import EXCHANGE_TYPES, DelayedExchange, Exchange
 from amqpd.broker.streams.stream import StreamQueue
-from amqpd.mgmt.stats import Rates, channel_counts, message_stats, queue_counts
+from amqpd.mgmt.stats import (
+    Rates,
+    channel_counts,
+    connection_counts,
+    depth_rates,
+    exchange_counts,
+    message_stats,
+    queue_counts,
+)
 
 if TYPE_CHECKING:
     from amqpd.broker.broker import Broker
@@ -70,10 +78,23 @@ def queue_type(q: Queue) -> str:
     return kind if kind in ("quorum", "stream") else "classic"
 
 
-def queue_info(q: Queue, rates: Rates, details: bool = False) -> dict[str, Any]:
+def unacked_bytes(broker: Broker) -> dict[Queue, int]:
+    """Body bytes of each queue's deliveries not yet acked, read from the channels' unacked tables when asked
+    (the deliver and ack paths keep no byte count of their own). A stream's deliveries stay in its log."""
+    held: dict[Queue, int] = {}
+    for ch in channels(broker):
+        for run in ch.unacked.ranges():
+            if isinstance(run, QueueRun):
+                held[run.queue] = held.get(run.queue, 0) + sum(e.msg.size for e in run.items)
+    return held
+
+
+def queue_info(q: Queue, rates: Rates, details: bool = False, held_bytes: int = 0) -> dict[str, Any]:
+    """held_bytes: the bytes of its unacked deliveries (unacked_bytes)."""
     sample = rates.of(q)
     policy = q.policy
     ready, unacked = len(q.ready), q.unacked
+    messages_rate, ready_rate, unacked_rate = depth_rates([sample])
     info: dict[str, Any] = {
         "name": q.name,
         "vhost": q.vhost,
@@ -90,10 +111,12 @@ def queue_info(q: Queue, rates: Rates, details: bool = False) -> dict[str, Any]:
         "messages": ready + unacked,
         "messages_ready": ready,
         "messages_unacknowledged": unacked,
+        "message_bytes": q.ready_bytes + held_bytes,
         "message_bytes_ready": q.ready_bytes,
-        "messages_details": {"rate": 0.0},
-        "messages_ready_details": {"rate": 0.0},
-        "messages_unacknowledged_details": {"rate": 0.0},
+        "message_bytes_unacknowledged": held_bytes,
+        "messages_details": {"rate": messages_rate},
+        "messages_ready_details": {"rate": ready_rate},
+        "messages_unacknowledged_details": {"rate": unacked_rate},
         "policy": policy.name if policy is not None else None,
         "operator_policy": None,
         "effective_policy_definition": dict(policy.definition) if policy is not None else {},
@@ -153,7 +176,7 @@ def queue_fields(rates: Rates) -> dict[str, Callable[[Queue], Any]]:
 # -- exchanges and bindings -------------------------------------------------------------------------------------
 
 
-def exchange_info(vhost: str, ex: Exchange) -> dict[str, Any]:
+def exchange_info(vhost: str, ex: Exchange, rates: Rates | None = None) -> dict[str, Any]:
     info: dict[str, Any] = {
         "name": ex.name,
         "vhost": vhost,
@@ -165,6 +188,8 @@ def exchange_info(vhost: str, ex: Exchange) -> dict[str, Any]:
         "user_who_performed_action": "rmq-internal" if ex.name == "" or ex.name.startswith("amq.") else "",
         "policy": ex.policy.name if ex.policy is not None else None,
     }
+    if ex.publish_in or ex.publish_out:  # as RabbitMQ: no message_stats until something was published
+        info["message_stats"] = message_stats(exchange_counts(ex), rates.of(ex) if rates is not None else None)
     if isinstance(ex, DelayedExchange):
         # The delayed-message plugin adds messages_delayed to its exchanges' info (rabbit_exchange:info/1
         # appends the type's own items); next_delivery_due (Unix ms, null when none wait) is amqpd's.
@@ -221,7 +246,7 @@ def connection_name(s: Session) -> str:
     return f"{s.peer} -> {s.local}"
 
 
-def connection_info(s: Session) -> dict[str, Any]:
+def connection_info(s: Session, rates: Rates | None = None) -> dict[str, Any]:
     peer_host, peer_port = _split(s.peer)
     host, port = _split(s.local)
     props = jsonable(s.client_properties)
@@ -239,13 +264,16 @@ def connection_info(s: Session) -> dict[str, Any]:
         "port": port,
         "protocol": "AMQP 0-9-1",
         "type": "network",
-        "ssl": False,
+        "ssl": s.tls,
         "auth_mechanism": "PLAIN",
         "client_properties": props,
         "connected_at": int(s.connected_at * 1000),
         "frame_max": s.frame_max,
         "channel_max": s.channel_max,
         "timeout": s.heartbeat,
+        **message_stats(connection_counts(s), rates.of(s) if rates is not None else None),
+        "recv_cnt": s.recv_cnt,
+        "send_cnt": s.send_cnt,
     }
     if isinstance(props.get("connection_name"), str):
         info["user_provided_name"] = props["connection_name"]
@@ -329,7 +357,7 @@ def totals(broker: Broker) -> dict[str, int]:
     return counts
 
 
-def vhost_info(broker: Broker, v: VirtualHost) -> dict[str, Any]:
+def vhost_info(broker: Broker, v: VirtualHost, rates: Rates | None = None) -> dict[str, Any]:
     ready = sum(len(q.ready) for q in v.queues.values())
     unacked = sum(q.unacked for q in v.queues.values())
     record = broker.access.vhosts.get(v.name)  # description and tags live with the access model
@@ -343,20 +371,24 @@ def vhost_info(broker: Broker, v: VirtualHost) -> dict[str, Any]:
         "tracing": False,
         VHOST_FIELD: v.message_ids,
         "cluster_state": {NODE: "running"},
-        **message_counts(ready, unacked),
+        **message_counts(ready, unacked, _depth_rates(v.queues.values(), rates)),
     }
 
 
-def message_counts(ready: int, unacked: int) -> dict[str, Any]:
-    """RabbitMQ's message totals, with their rates at 0.0 (queue lengths are not sampled into rates)."""
+def message_counts(ready: int, unacked: int, rates: tuple[float, float, float]) -> dict[str, Any]:
+    """RabbitMQ's message totals, each with how fast it changes (the queues' sampled lengths, summed)."""
     return {
         "messages": ready + unacked,
         "messages_ready": ready,
         "messages_unacknowledged": unacked,
-        "messages_details": {"rate": 0.0},
-        "messages_ready_details": {"rate": 0.0},
-        "messages_unacknowledged_details": {"rate": 0.0},
+        "messages_details": {"rate": rates[0]},
+        "messages_ready_details": {"rate": rates[1]},
+        "messages_unacknowledged_details": {"rate": rates[2]},
     }
+
+
+def _depth_rates(queues: Iterable[Queue], rates: Rates | None) -> tuple[float, float, float]:
+    return depth_rates(rates.of(q) for q in queues) if rates is not None else (0.0, 0.0, 0.0)
 
 
 def exchange_types() -> list[dict[str, Any]]:
@@ -379,7 +411,7 @@ def overview(broker: Broker, rates: Rates, listeners: list[dict[str, Any]]) -> d
         "enable_queue_totals": False,
         "exchange_types": exchange_types(),
         "message_stats": message_stats(totals(broker), rates.total),
-        "queue_totals": message_counts(ready, unacked),
+        "queue_totals": message_counts(ready, unacked, _depth_rates(queues, rates)),
         "object_totals": {
             "connections": len(broker.connections),
             "channels": sum(len(s.channels) for s in broker.connections),

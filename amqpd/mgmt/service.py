@@ -24,14 +24,14 @@ log = logging.getLogger("amqpd.mgmt")
 
 
 class Management:
-    def __init__(self, broker: Broker, settings: Settings, amqp_address: tuple[str, int]) -> None:
+    def __init__(self, broker: Broker, settings: Settings, amqp: list[tuple[str, str, int]]) -> None:
         self.broker = broker
         self.settings = settings
         self.rates = Rates()
         self.listeners: list[tuple[str, HTTPListener]] = []
-        self.described: list[dict[str, Any]] = [_describe("amqp", *amqp_address)]
+        self.described: list[dict[str, Any]] = [_describe(*listener) for listener in amqp]
 
-    async def start(self) -> None:
+    async def start(self, quiet: bool = False) -> None:
         """Bind and serve each configured listener; a port that cannot be bound, or TLS settings that cannot
         be used, are logged and that listener left out (the broker's job is AMQP; its port is the one whose
         failure stops it)."""
@@ -72,7 +72,8 @@ class Management:
             host, port = listener.address
             kind = "prometheus" if protocol.endswith("prometheus") else "management"
             over = " TLS" if listener.ssl_context is not None else ""
-            announce(f"amqpd {kind}{over} listening on {host}:{port}")
+            if not quiet:  # an embedded broker (amqpd.testing.EmbeddedBroker) hands its addresses over instead
+                announce(f"amqpd {kind}{over} listening on {host}:{port}")
 
     def reload_tls(self) -> None:
         """SIGHUP: the HTTPS listeners re-read their certificate, key and CA files (open connections carry on)."""
@@ -95,11 +96,15 @@ class Management:
     def sample(self) -> None:
         from amqpd.mgmt.objects import totals
 
-        queues = [q for v in self.broker.vhosts.values() for q in v.queues.values()]
+        vhosts = self.broker.vhosts.values()
+        queues = [q for v in vhosts for q in v.queues.values()]
+        exchanges = [x for v in vhosts for x in v.exchanges.values()]
         ready = sum(len(q.ready) for q in queues)
         unacked = sum(q.unacked for q in queues)
         levels = {"messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked}
-        self.rates.sample(queues, channels(self.broker), totals(self.broker), levels)
+        self.rates.sample(
+            queues, channels(self.broker), totals(self.broker), levels, exchanges, self.broker.connections
+        )
 
     async def stop(self) -> None:
         for _protocol, listener in self.listeners:

@@ -20,6 +20,20 @@ def queue_counts(q: Any) -> Counts:
     return {"publish": q.published, "deliver_get": q.delivered, "ack": q.acked}
 
 
+def queue_depths(q: Any) -> Counts:
+    """A queue's lengths, sampled like the counters: their rates are how fast it grows (+) or drains (-)."""
+    ready, unacked = len(q.ready), q.unacked
+    return {"messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked}
+
+
+def exchange_counts(ex: Any) -> Counts:
+    return {"publish_in": ex.publish_in, "publish_out": ex.publish_out}
+
+
+def connection_counts(s: Any) -> Counts:
+    return {"recv_oct": s.recv_oct, "send_oct": s.send_oct}
+
+
 def channel_counts(ch: Any) -> Counts:
     return {"publish": ch.published, "deliver_get": ch.last_tag, "ack": ch.acked, "confirm": ch.confirmed_upto}
 
@@ -91,12 +105,23 @@ class Rates:
         self.history = History()
 
     def sample(
-        self, queues: Iterable[Any], channels: Iterable[Any], totals: Counts, levels: Counts | None = None
+        self,
+        queues: Iterable[Any],
+        channels: Iterable[Any],
+        totals: Counts,
+        levels: Counts | None = None,
+        exchanges: Iterable[Any] = (),
+        connections: Iterable[Any] = (),
     ) -> None:
         """levels: the queue totals (messages, messages_ready, messages_unacknowledged) kept in the history."""
         now = self.clock()
         seen: dict[Any, Sample] = {}
-        for obj, counts in [*((q, queue_counts(q)) for q in queues), *((c, channel_counts(c)) for c in channels)]:
+        for obj, counts in [
+            *((q, {**queue_counts(q), **queue_depths(q)}) for q in queues),
+            *((c, channel_counts(c)) for c in channels),
+            *((x, exchange_counts(x)) for x in exchanges),
+            *((s, connection_counts(s)) for s in connections),
+        ]:
             s = self.samples.get(obj)
             if s is None:
                 s = Sample(now, counts)
@@ -118,3 +143,13 @@ def message_stats(counts: Counts, sample: Sample | None) -> dict[str, Any]:
         stats[key] = value
         stats[f"{key}_details"] = {"rate": sample.rate(key) if sample is not None else 0.0}
     return stats
+
+
+def depth_rates(samples: Iterable[Sample | None]) -> tuple[float, float, float]:
+    """How fast messages, messages_ready and messages_unacknowledged change, summed over queues' samples."""
+    rates = [0.0, 0.0, 0.0]
+    for sample in samples:
+        if sample is not None:
+            for i, key in enumerate(("messages", "messages_ready", "messages_unacknowledged")):
+                rates[i] += sample.rate(key)
+    return round(rates[0], 1), round(rates[1], 1), round(rates[2], 1)

@@ -1,5 +1,6 @@
 """A thin asyncio Protocol around a Session: bytes in, one coalesced write per loop turn out,
-reads paused while the client's output is backed up, heartbeats and the handshake timeout."""
+reads paused while the client's output is backed up, heartbeats, the handshake timeout and the lingering
+close."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ class AMQPServerProtocol(asyncio.Protocol):
         self._vectored = True
         self._read_holds: set[object] = set()  # why reading is paused: our output backed up, a full queue
         self._closed = False
+        self._lingering = False  # closing: our side written and shut, the client's bytes read and dropped
         self._last_recv = time.monotonic()
         self._last_send = time.monotonic()
         self._timers: list[asyncio.TimerHandle] = []
@@ -65,11 +67,16 @@ class AMQPServerProtocol(asyncio.Protocol):
         self._timers.append(self.loop.call_later(s.handshake_timeout, self._handshake_deadline))
 
     def data_received(self, data: bytes) -> None:
+        if self._lingering:
+            return
         start = time.perf_counter()
         self._last_recv = time.monotonic()
-        assert self.session is not None
+        session = self.session
+        assert session is not None
+        session.recv_oct += len(data)
+        session.recv_cnt += 1
         self.broker.turns.start(self.loop.call_soon)  # this turn read something (flow.py: consumer pace)
-        self.session.feed(data)
+        session.feed(data)
         LOOP.busy += time.perf_counter() - start
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -118,13 +125,13 @@ class AMQPServerProtocol(asyncio.Protocol):
             self.session.writable_again()
 
     def hold_reading(self, reason: object) -> None:
-        if not self._read_holds and self.transport is not None and not self._closed:
+        if not self._read_holds and self.transport is not None and not self._closed and not self._lingering:
             self.transport.pause_reading()
         self._read_holds.add(reason)
 
     def release_reading(self, reason: object) -> None:
         self._read_holds.discard(reason)
-        if not self._read_holds and self.transport is not None and not self._closed:
+        if not self._read_holds and self.transport is not None and not self._closed and not self._lingering:
             self.transport.resume_reading()
 
     # -- the Session's transport interface ---------------------------------------------------------------
@@ -136,32 +143,47 @@ class AMQPServerProtocol(asyncio.Protocol):
 
     def flush(self) -> None:
         self._flush_scheduled = False
-        if self.session is None or self.transport is None or self.transport.is_closing():
+        if self.session is None or self.transport is None or self.transport.is_closing() or self._lingering:
             return
         start = time.perf_counter()
-        if self.session.in_pieces and self._vectored:  # a large delivery's frames as pieces: one writev
+        session = self.session
+        if session.in_pieces and self._vectored:  # a large delivery's frames as pieces: one writev
             self._last_send = time.monotonic()
-            self.transport.writelines(self.session.take_pieces())
+            pieces = session.take_pieces()
+            session.send_oct += sum(map(len, pieces))
+            session.send_cnt += 1
+            self.transport.writelines(pieces)
         else:
-            data = self.session.take_output()
+            data = session.take_output()
             if data:
                 self._last_send = time.monotonic()
+                session.send_oct += len(data)
+                session.send_cnt += 1
                 self.transport.write(data)
         LOOP.busy += time.perf_counter() - start
 
     def close(self) -> None:
-        """Write what is pending, then close; the peer gets our last frames."""
-        if self.transport is None or self._closed:
+        """Write what is pending, shut our side, and hang up once the client has hung up too, or after
+        close_linger seconds. Meanwhile what it still sends (publishes it had queued behind its close) is read
+        and dropped: a socket closed with bytes unread answers the client with a reset, and a client writing
+        after that gets EPIPE or loses our last frames (the close-ok) before it read them."""
+        if self.transport is None or self._closed or self._lingering:
             return
         self.flush()
-        self.transport.close()
+        self._lingering = True
+        for t in self._timers:
+            t.cancel()
+        self._timers = [self.loop.call_later(self.broker.settings.close_linger, self._abort)]
+        if self.transport.can_write_eof():  # TLS cannot half-close: the client's close_notify or EOF ends it
+            self.transport.write_eof()
+        self.transport.resume_reading()  # eof_received (the client's close) then closes the transport
 
     # -- timers -------------------------------------------------------------------------------------------
 
     def _handshake_deadline(self) -> None:
         if self.session is not None and self.session.state < OPEN and self.transport is not None:
             self.session.close_reason = "handshake timeout"
-            self.transport.abort()
+            self.close()
 
     def _start_heartbeats(self) -> None:
         assert self.session is not None
@@ -180,6 +202,9 @@ class AMQPServerProtocol(asyncio.Protocol):
             return
         if now - self._last_send >= interval / 2:
             self._last_send = now
+            if self.session is not None:
+                self.session.send_oct += len(HEARTBEAT_FRAME)
+                self.session.send_cnt += 1
             self.transport.write(HEARTBEAT_FRAME)
         self._timers.append(self.loop.call_later(interval / 2, self._heartbeat, interval))
         if len(self._timers) > 16:

@@ -11,6 +11,7 @@ import logging
 import os
 import signal
 import ssl
+import threading
 import time
 from typing import IO, Any
 
@@ -34,13 +35,43 @@ log = logging.getLogger("amqpd")
 GC_THRESHOLDS = (50_000, 20, 10)
 
 
-async def serve(settings: Settings) -> None:
+class Embedding:
+    """serve() inside another program's thread (amqpd.testing.EmbeddedBroker): no signal handlers and no change
+    to the process's garbage collector (they belong to the host program); the listening addresses are handed
+    over through `started` instead of printed, and `stop()` may be called from any thread."""
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.addresses: dict[str, tuple[str, int]] = {}  # "amqp", "amqps", "management", "prometheus"
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._stop_requested = False
+
+    def announce(self, kind: str, sockname: tuple[Any, ...]) -> None:
+        self.addresses.setdefault(kind, (sockname[0], sockname[1]))  # the first address of each kind
+
+    async def wait(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        if self._stop_requested:
+            self._stop.set()
+        self.started.set()
+        await self._stop.wait()
+
+    def stop(self) -> None:
+        self._stop_requested = True
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+
+
+async def serve(settings: Settings, embedding: Embedding | None = None) -> None:
     loop = asyncio.get_running_loop()
     lock = _lock_data_dir(settings)  # held until the broker stops
     crashed = _take_clean_marker(settings)
     # Recovery builds hundreds of thousands of acyclic objects: the cyclic GC would rescan the growing heap
     # again and again (it doubled recovery time). Collect once at the end and freeze them out of later scans.
-    gc.disable()
+    if embedding is None:
+        gc.disable()
     started = time.monotonic()
     try:
         store, recovered = await _open_store(settings)
@@ -62,10 +93,11 @@ async def serve(settings: Settings) -> None:
         else:
             log.info("in memory: nothing is kept on disk")
     finally:
-        gc.enable()
-        gc.collect()
-        gc.freeze()
-        gc.set_threshold(*GC_THRESHOLDS)
+        if embedding is None:
+            gc.enable()
+            gc.collect()
+            gc.freeze()
+            gc.set_threshold(*GC_THRESHOLDS)
     shovels = Shovels(broker.parameters)  # before definitions: they may hold shovels
     if settings.load_definitions and not _load_definitions(broker, settings.load_definitions):
         if store is not None:
@@ -79,9 +111,10 @@ async def serve(settings: Settings) -> None:
         if store is not None:
             await store.close()
         raise SystemExit(1) from None
-    management = await _start_management(broker, settings, servers[0].sockets[0].getsockname())
+    tls = await _start_tls_listener(settings, broker, registry, store, embedding)
+    amqp = _addresses("amqp", servers) + _addresses("amqp/ssl", tls)
+    management = await _start_management(broker, settings, amqp, embedding)
     shovels.start(runtime_file.url("amqp", *servers[0].sockets[0].getsockname()[:2]))
-    tls = await _start_tls_listener(settings, broker, registry, store)
     async with anyio.create_task_group() as tg:
         if store is not None:
             tg.start_soon(store.run)
@@ -89,27 +122,15 @@ async def serve(settings: Settings) -> None:
         tg.start_soon(sample_load, broker)
         if management is not None:
             tg.start_soon(management.sample_rates)
-        signums = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)
-        with anyio.open_signal_receiver(*signums) as signals:  # before the lines that tell we are up
-            if settings.data_dir:  # before the lines: whoever has read them finds the file
+        if embedding is not None:
+            if settings.data_dir:
                 runtime_file.write(settings.data_dir, _runtime_info(servers, tls, management))
             for server in servers:
                 for sock in server.sockets:
-                    # amqpd.testing and scripts read these lines on stdout; a log file gets them too
-                    logs.announce(f"amqpd listening on {_address(sock.getsockname())}")
-            async for signum in signals:
-                if signum == signal.SIGUSR1:  # logrotate moved the log file away: write to a new one
-                    logs.reopen()
-                    log.info("log file reopened (SIGUSR1)")
-                    continue
-                if signum == signal.SIGHUP:
-                    if tls is not None:
-                        reload_context(tls[1], settings)
-                    if management is not None:
-                        management.reload_tls()
-                    continue
-                log.info("received %s, shutting down", signal.Signals(signum).name)
-                break
+                    embedding.announce("amqp", sock.getsockname())
+            await embedding.wait()
+        else:
+            await _serve_until_signal(settings, servers, tls, management)
         await shovels.stop()
         for server in servers:
             server.close()
@@ -133,21 +154,64 @@ async def serve(settings: Settings) -> None:
         tg.cancel_scope.cancel()
 
 
-async def _start_management(broker: Broker, settings: Settings, amqp_address: tuple[str, int]) -> Any:
+async def _serve_until_signal(settings: Settings, servers: list[Any], tls: Any, management: Any) -> None:
+    """Until SIGTERM or SIGINT; SIGHUP reloads the TLS certificates, SIGUSR1 reopens the log file."""
+    signums = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)
+    with anyio.open_signal_receiver(*signums) as signals:  # before the lines that tell we are up
+        if settings.data_dir:  # before the lines: whoever has read them finds the file
+            runtime_file.write(settings.data_dir, _runtime_info(servers, tls, management))
+        for server in servers:
+            for sock in server.sockets:
+                # amqpd.testing and scripts read these lines on stdout; a log file gets them too
+                logs.announce(f"amqpd listening on {_address(sock.getsockname())}")
+        async for signum in signals:
+            if signum == signal.SIGUSR1:  # logrotate moved the log file away: write to a new one
+                logs.reopen()
+                log.info("log file reopened (SIGUSR1)")
+                continue
+            if signum == signal.SIGHUP:
+                if tls is not None:
+                    reload_context(tls[1], settings)
+                if management is not None:
+                    management.reload_tls()
+                continue
+            log.info("received %s, shutting down", signal.Signals(signum).name)
+            return
+
+
+def _addresses(protocol: str, servers: Any) -> list[tuple[str, str, int]]:
+    """(protocol, host, port) of every socket the servers listen on (a host each, IPv4 and IPv6 apart):
+    the listeners /api/overview and `amqpctl status` show. `servers`: a list, (list, TLS context) or None."""
+    if isinstance(servers, tuple):
+        servers = servers[0]
+    return [(protocol, *sock.getsockname()[:2]) for server in servers or () for sock in server.sockets]
+
+
+async def _start_management(
+    broker: Broker, settings: Settings, amqp: list[tuple[str, str, int]], embedding: Embedding | None = None
+) -> Any:
     """The management API, Prometheus listener and rate sampler (amqpd/mgmt), unless every HTTP and HTTPS
-    listener is off."""
+    listener is off. `amqp`: the AMQP and AMQPS listeners, as (protocol, host, port)."""
     https = tls_enabled(settings, "mgmt_tls") or tls_enabled(settings, "prometheus_tls")
     if settings.mgmt_port is None and settings.prometheus_port is None and not https:
         return None
     from amqpd.mgmt.service import Management
 
-    management = Management(broker, settings, (amqp_address[0], amqp_address[1]))
-    await management.start()
+    management = Management(broker, settings, amqp)
+    await management.start(quiet=embedding is not None)
+    if embedding is not None:
+        for protocol, listener in management.listeners:
+            kind = "prometheus" if protocol.endswith("prometheus") else "management"
+            embedding.announce(kind + ("-tls" if protocol.startswith("https") else ""), listener.address)
     return management
 
 
 async def _start_tls_listener(
-    settings: Settings, broker: Broker, registry: set[AMQPServerProtocol], store: Any
+    settings: Settings,
+    broker: Broker,
+    registry: set[AMQPServerProtocol],
+    store: Any,
+    embedding: Embedding | None = None,
 ) -> tuple[list[Any], ssl.SSLContext] | None:
     """The amqps listener, when a certificate is configured; its address is printed before the plain one
     (`amqpd TLS listening on HOST:PORT`). A bad TLS setting or a taken port stops the broker, as for AMQP."""
@@ -171,7 +235,10 @@ async def _start_tls_listener(
         raise SystemExit(1) from None
     for server in servers:
         for sock in server.sockets:
-            logs.announce(f"amqpd TLS listening on {_address(sock.getsockname())}")
+            if embedding is not None:
+                embedding.announce("amqps", sock.getsockname())
+            else:
+                logs.announce(f"amqpd TLS listening on {_address(sock.getsockname())}")
     return servers, ctx
 
 

@@ -17,7 +17,7 @@ from amqpd.broker.delivery.unacked import Outstanding, Run
 from amqpd.broker.entry import Entry
 from amqpd.broker.message import SCANNED_FLAGS, Message, may_name_keys
 from amqpd.broker.publish.message_ids import IDS, stamp
-from amqpd.broker.publish.plan import NOWHERE, PER_MESSAGE_FLAGS, PublishPlan
+from amqpd.broker.publish.plan import NOWHERE, PER_MESSAGE_FLAGS, PublishPlan, count_publishes
 from amqpd.broker.queues.queue import Queue
 from amqpd.broker.routing.exchanges.delayed import delay_of
 from amqpd.broker.routing.vhost import REPLY_TO, REPLY_TO_PREFIX, VirtualHost, server_generated_name
@@ -165,8 +165,9 @@ class Channel:
         target = self._straight_target(method)
         if target is None or not self._goes_straight(target[0], target[2], header):
             return False
-        _plan, route, consumer = target
+        plan, route, consumer = target
         self.published += len(bodies)
+        count_publishes(plan, len(bodies))
         consumer.queue.take_run(len(bodies))
         consumer.channel.deliver_run(consumer, route, header, bodies)
         return True
@@ -195,6 +196,7 @@ class Channel:
             n += 1
         if n:
             self.published += n
+            count_publishes(plan, n)
             queue.take_run(n)
             consumer.channel.deliver_each(consumer, route, headers[:n], bodies[:n])
         return n
@@ -213,6 +215,7 @@ class Channel:
             msgs.append(msg)
         if msgs:
             self.published += len(msgs)
+            count_publishes(plan, len(msgs))
             queue.take_group(msgs)
             self._flow(queue)
         return len(msgs)
@@ -240,6 +243,7 @@ class Channel:
             for (flags, header, scan), body in zip(reads, bodies, strict=False)  # the reads may stop early
         ]
         if msgs:
+            count_publishes(plan, len(msgs))
             self._store_and_push(plan.stored, msgs)
         return len(msgs)
 
@@ -268,6 +272,7 @@ class Channel:
         stored = [header for _flags, header, _scan in _stored_reads(plan, headers, self.assembler.max_size)]
         n = len(stored)
         if n:
+            count_publishes(plan, n)
             settle = self._group_confirm(n)
             self.broker.store_stream_group(
                 stream, exchange, routing_key, stored, bodies[:n], lambda: settle(True), lambda: settle(False)
@@ -470,6 +475,8 @@ class Channel:
         ex = self.vhost.exchanges.get(msg.exchange)
         plan = self.vhost.plan_for(ex, msg) if ex is not None else NOWHERE
         queues = plan.queues
+        if ex is not None:
+            ex.publish_in += 1
         if plan.delays and (queues or not mandatory) and msg.has_headers:
             delay = delay_of(msg.headers)
             if delay is not None:
@@ -494,6 +501,8 @@ class Channel:
             stored = self.broker.store_message(
                 msg, accepting, self._durable_callback(seq, on_stored), self._failed_callback(seq, on_stored, on_failed)
             )
+        if ex is not None:
+            ex.publish_out += len(accepting)
         for q in accepting:
             q.push(msg)
             self._flow(q)
@@ -979,23 +988,31 @@ class Channel:
         tag = m.consumer_tag or server_generated_name("amq.ctag-")
         if tag in self.consumers:
             raise errors.not_allowed(f"attempt to reuse consumer tag '{tag}'")
-        if q.exclusive_consumer is not None or (m.exclusive and q.consumers):
+        stream = isinstance(q, StreamQueue)
+        # RabbitMQ 3.10's streams ignore exclusive: every consumer reads the whole log, side by side.
+        if not stream and (q.exclusive_consumer is not None or (m.exclusive and q.consumers)):
             raise errors.access_refused(f"queue '{q.name}' in vhost '{self.vhost.name}' in exclusive use")
         args = m.arguments or {}
         priority = args.get("x-priority", 0)
         if not isinstance(priority, int) or isinstance(priority, bool):
             raise errors.precondition_failed(f"invalid x-priority argument: {priority!r}")
+        if not stream and "x-stream-offset" in args:
+            kind = "rabbit_quorum_queue" if q.arguments.get("x-queue-type") == "quorum" else "rabbit_classic_queue"
+            raise errors.precondition_failed(
+                f"invalid arg 'x-stream-offset' for queue '{q.name}' in vhost '{self.vhost.name}' of queue type {kind}"
+            )
         consumer = Consumer(
             tag,
             self,
             q,
             no_ack=m.no_ack,
-            exclusive=m.exclusive,
+            exclusive=m.exclusive and not stream,
             prefetch=self.prefetch_count,
             priority=priority,
             arguments=args,
         )
-        if isinstance(q, StreamQueue):
+        if stream:
+            assert isinstance(q, StreamQueue)
             self._consume_stream(q, consumer, m.nowait)
             return
         self.consumers[tag] = consumer
@@ -1096,13 +1113,13 @@ class Channel:
     def basic_recover(self, m: commands.Basic.Recover) -> None:
         if not m.requeue:
             raise errors.not_implemented("requeue=false")
-        self.requeue_all()
+        self._apply_settle("recover", self._collect(0, True), True)
         self.reply(commands.Basic.RecoverOk())
 
     def basic_recover_async(self, m: commands.Basic.RecoverAsync) -> None:
         if not m.requeue:
             raise errors.not_implemented("requeue=false")
-        self.requeue_all()
+        self._apply_settle("recover", self._collect(0, True), True)
 
     # channel class (open and close are the session's)
 
@@ -1199,13 +1216,17 @@ class Channel:
 
 
 def _check_not_stream(kind: str, taken: list[Run[Any]]) -> None:
+    """A stream's deliveries cannot go back: nack and reject are 540 as in RabbitMQ 3.10, and so is a recover
+    (where RabbitMQ 3.10 crashes the connection with 541; docs/compatibility.md)."""
     for run in taken:
         queue = run.queue
         if queue.is_stream:
-            raise errors.not_implemented(
-                f"basic.nack and basic.reject not supported by stream queues queue '{queue.name}' "
-                f"in vhost '{queue.vhost}'"
-            ).with_method(60, 120 if kind == "nack" else 90)
+            what = "basic.recover" if kind == "recover" else "basic.nack and basic.reject"
+            exc = errors.not_implemented(
+                f"{what} not supported by stream queues queue '{queue.name}' in vhost '{queue.vhost}'"
+            )
+            # a nack or reject may be applied at tx.commit: it names its own method; a recover is the method
+            raise exc if kind == "recover" else exc.with_method(60, 120 if kind == "nack" else 90)
 
 
 def _group_scan(header: bytes, max_body: int) -> tuple[int, bytes, PropertyScan, bool, bool] | None:

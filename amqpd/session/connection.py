@@ -110,6 +110,9 @@ class Session:
         self.on_open: Callable[[], None] | None = None
         self.local = ""  # our end of the socket, "host:port" (the connection's name in the management API)
         self.connected_at = time.time()
+        # Octets and reads/writes on the socket (recv_oct, send_oct, recv_cnt, send_cnt in the management API),
+        # counted by the socket layer once per read and once per flush.
+        self.recv_oct = self.send_oct = self.recv_cnt = self.send_cnt = 0
         # TLS (set by the socket layer): whether this connection is encrypted, and the user its verified
         # client certificate names (EXTERNAL logs in as that user), if any.
         self.tls = False

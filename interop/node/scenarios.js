@@ -215,6 +215,28 @@ const SCENARIOS = {
     });
   },
 
+  closeAfterPublishes(url, n) {
+    // The callback API sends connection.close ahead of the channel's queued publishes: the broker must
+    // still answer close-ok after the frames that follow it, or the callback never fires.
+    const cb = require('amqplib/callback_api');
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => resolve({ closeCallback: 'never fired' }), 8000);
+      const done = (obs) => { clearTimeout(timer); resolve(obs); };
+      cb.connect(url, (err, conn) => {
+        if (err) return done(errObs(err));
+        conn.on('error', (e) => done({ connectionError: errObs(e) }));
+        conn.createChannel((err2, ch) => {
+          if (err2) return done(errObs(err2));
+          ch.assertQueue(n.q, { durable: false }, (err3) => {
+            if (err3) return done(errObs(err3));
+            for (let i = 1; i <= 10; i++) ch.sendToQueue(n.q, Buffer.from('m' + i));
+            conn.close((err4) => done({ closeCallback: 'fired', error: err4 ? errObs(err4) : null }));
+          });
+        });
+      });
+    });
+  },
+
   async largeBody(url, n) {
     return withConn(url, async (conn) => {
       const ch = await conn.createChannel();

@@ -78,5 +78,6 @@ for _name, _q, _x in [
     ("largeBody", ("q",), ()),
     ("updateSecret", ("q",), ()),
     ("ipv6Loopback", ("q",), ()),
+    ("closeAfterPublishes", ("q",), ()),
 ]:
     add("client-node", _name, _node_case(_name, _q, _x), timeout=25)

@@ -250,6 +250,10 @@ for _name, _offset, _expect in [
     ("timestamp_future", _FUTURE, 0),
     ("interval_1h", "1h", 5),
     ("interval_30m", "30m", 5),
+    # pika and Go send bytes as a byte array ('x'), not a longstr: RabbitMQ reads the three words either way
+    ("bytes_first", b"first", 5),
+    ("bytes_last", b"last", 1),
+    ("bytes_next", b"next", 0),
 ]:
     add("streams", f"offset_{_name}", _offset_case(_offset, _expect))
 
@@ -282,6 +286,9 @@ def _crash_541_becomes_406(ref: Any, tgt: Any) -> str | None:
 
 add("streams", "offset_word_406_not_541", _bad_offset("foo"), compare=_crash_541_becomes_406)
 add("streams", "offset_bool_406_not_541", _bad_offset(True), compare=_crash_541_becomes_406)
+# A byte array other than the three words (an interval, a word, digits) crashes RabbitMQ 3.10 too.
+add("streams", "offset_bytes_interval_406_not_541", _bad_offset(b"1h"), compare=_crash_541_becomes_406)
+add("streams", "offset_bytes_word_406_not_541", _bad_offset(b"foo"), compare=_crash_541_becomes_406)
 
 
 @scenario("streams")
@@ -447,3 +454,97 @@ def table_and_array_headers(url: str) -> Any:
         ch.basic_qos(prefetch_count=10)
         ((_, p, _),) = pt.consume_n(ch, name, 1, arguments={"x-stream-offset": "first"})
         return {k: pt.jsonable(v) for k, v in p.headers.items()}
+
+
+# --- the last rules: server-named, a stream's arguments elsewhere, exclusive consumers, recover ---------------
+
+
+def _server_named(queue_type: str) -> Any:
+    def run(url: str) -> Any:
+        with pika_session(url) as (s, conn, ch):
+
+            def declare() -> Any:
+                ok = ch.queue_declare("", durable=True, arguments={"x-queue-type": queue_type})
+                s.track_queue(ok.method.queue)
+                return ok
+
+            return pt.expect_close(declare)
+
+    return run
+
+
+add("streams", "declare_server_named_406", _server_named("stream"))
+add("streams", "declare_server_named_quorum_406", _server_named("quorum"))
+
+
+def _offset_on_a_queue(queue_type: str) -> Any:
+    """x-stream-offset on a consumer of a queue that is not a stream is refused, naming the queue's type."""
+
+    def run(url: str) -> Any:
+        with pika_session(url) as (s, conn, ch):
+            name = s.queue("q")
+            ch.queue_declare(name, durable=True, arguments={"x-queue-type": queue_type})
+            return pt.expect_close(lambda: ch.basic_consume(name, lambda *a: None, arguments={"x-stream-offset": 0}))
+
+    return run
+
+
+add("streams", "offset_on_a_classic_queue_406", _offset_on_a_queue("classic"))
+add("streams", "offset_on_a_quorum_queue_406", _offset_on_a_queue("quorum"))
+
+
+@scenario("streams")
+def exclusive_consumer_reads_beside_others(url: str) -> Any:
+    """RabbitMQ 3.10's streams ignore exclusive: consumers on this and another connection, exclusive or not,
+    each read the whole log."""
+    with pika_session(url) as (s, conn, ch):
+        name = _stream(s, ch)
+        _publish(conn.channel(), name, 3)
+        ch.basic_qos(prefetch_count=10)
+        mine: list[Any] = []
+        ch.basic_consume(
+            name, lambda c, m, p, b: mine.append(b.decode()), exclusive=True, arguments={"x-stream-offset": "first"}
+        )
+        pt.settle(conn, lambda: len(mine))
+        other = pt.connect(url)
+        try:
+            och = other.channel()
+            och.basic_qos(prefetch_count=10)
+            beside = pt.expect_close(
+                lambda: [b.decode() for _, _, b in pt.consume_n(och, name, 3, arguments={"x-stream-offset": "first"})]
+            )
+            second = pt.expect_close(
+                lambda: bool(och.basic_consume(name, lambda *a: None, exclusive=True)) if och.is_open else "closed"
+            )
+        finally:
+            pt.close_quietly(other)
+        return {"exclusive": mine, "beside": beside, "second_exclusive": second}
+
+
+def _recover_540_not_541(ref: Any, tgt: Any) -> str | None:
+    """RabbitMQ 3.10 crashes the connection (541) on basic.recover with a stream's deliveries unacked; amqpd
+    answers as for the stream's nack and reject: 540, naming basic.recover."""
+    if not isinstance(ref, dict) or ref.get("close", {}).get("code") != 541:
+        return f"RabbitMQ no longer answers 541 here (saw {ref!r}): update the scenario"
+    want = {"closed": "connection", "code": 540, "text": "NOT_IMPLEMENTED", "class_id": 60, "method_id": 110}
+    got = tgt.get("close") if isinstance(tgt, dict) else None
+    if got != want or tgt.get("got") != ref.get("got"):
+        return f"expected {want} after {ref.get('got')} deliveries, got {tgt!r}"
+    return None
+
+
+@scenario("streams", compare=_recover_540_not_541)
+def recover_with_a_streams_deliveries_540_not_541(url: str) -> Any:
+    with pika_session(url) as (s, conn, ch):
+        name = _stream(s, ch)
+        _publish(conn.channel(), name, 2)
+        ch.basic_qos(prefetch_count=10)
+        got: list[Any] = []
+        ch.basic_consume(name, lambda c, m, p, b: got.append(b.decode()), arguments={"x-stream-offset": "first"})
+        pt.settle(conn, lambda: len(got))
+
+        def recover() -> Any:
+            ch.basic_recover(requeue=True)
+            pt.pump(conn, 0.5)
+
+        return {"got": len(got), "close": pt.expect_close(recover)}

@@ -1,5 +1,6 @@
 """FileIO stand-ins for the store's I/O seam: one that fails on the Nth write or fsync of a segment file, and
-one that records every write, fsync, truncation and unlink so a test can rebuild what a power cut keeps."""
+one that records every write, fsync, truncation, rename and unlink so a test can rebuild what a power cut
+keeps."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from store.commit import FileIO
+from store.file_io import FileIO
 
 
 class FailingIO(FileIO):
@@ -64,7 +65,10 @@ class FailingIO(FileIO):
 class FileImage:
     synced: bytes = b""  # content as of the file's last fsync
     current: bytes = b""  # content now (page cache)
-    durable_entry: bool = False  # its directory was fsync'd since it was created
+    durable_entry: bool = False  # its directory was fsync'd since it was created (or renamed here)
+    # Renamed over another file and the directory not fsync'd since: a power cut leaves that file (as
+    # synced) under this name instead.
+    replaced: FileImage | None = None
 
 
 @dataclass
@@ -97,8 +101,16 @@ class RecordingIO(FileIO):
             self.snapshots.append(self.snapshot())
 
     def snapshot(self) -> Snapshot:
-        images = {p: FileImage(i.synced, i.current, i.durable_entry) for p, i in self.files.items()}
+        images = {p: FileImage(i.synced, i.current, i.durable_entry, i.replaced) for p, i in self.files.items()}
         return Snapshot(images, _catalog_bytes(self.root / "catalog.sqlite"), self.events)
+
+    def adopt(self) -> None:
+        """Take every file already under `root` as durable as it is (a data directory a power cut left,
+        about to be opened again), so that snapshots include what this run does not write."""
+        for path in sorted(self.root.rglob("*")):
+            if path.is_file() and path.name != "catalog.sqlite" and not path.name.startswith("catalog.sqlite"):
+                content = path.read_bytes()
+                self.files[str(path)] = FileImage(content, content, durable_entry=True)
 
     def open(self, path: os.PathLike[str] | str, flags: int) -> int:
         with self.lock:
@@ -130,10 +142,28 @@ class RecordingIO(FileIO):
                 if os.path.isdir(key):
                     for path, image in self.files.items():
                         if os.path.dirname(path) == key:
-                            image.durable_entry = True
+                            image.durable_entry, image.replaced = True, None
                 else:
                     image = self.files[key]
                     image.synced = image.current
+            self._event()
+
+    def pwrite(self, fd: int, data: bytes, pos: int) -> int:
+        with self.lock:
+            written = super().pwrite(fd, data, pos)
+            image = self.files[self.paths[fd]]
+            current = image.current.ljust(pos, b"\0")
+            image.current = current[:pos] + data[:written] + current[pos + written :]
+            self._event()
+            return written
+
+    def replace(self, source: os.PathLike[str] | str, target: os.PathLike[str] | str) -> None:
+        with self.lock:
+            super().replace(source, target)
+            image = self.files.pop(str(source))
+            old = self.files.get(str(target))
+            shown = old if old is None or old.durable_entry else old.replaced
+            self.files[str(target)] = FileImage(image.synced, image.current, durable_entry=False, replaced=shown)
             self._event()
 
     def truncate(self, fd: int, size: int) -> None:
@@ -174,7 +204,8 @@ def restore(
 ) -> None:
     """Write into `root` the data directory a power cut at the snapshot leaves: each store file with its
     synced content (plus the first `torn[path]` bytes of its unsynced rest), files whose directory entry was
-    never fsync'd missing, the catalogue as committed. killed=True: what a kill -9 leaves instead (the page
+    never fsync'd missing (or, renamed over another file, that file as it was synced), the catalogue as
+    committed. killed=True: what a kill -9 leaves instead (the page
     cache survives, so every file holds all that was written to it, synced or not)."""
     for path, image in snapshot.files.items():
         rel = Path(path).relative_to(layout_root)
@@ -185,7 +216,9 @@ def restore(
         elif extra:
             content = image.current[: len(image.synced) + extra]
         if not (image.durable_entry or killed):
-            continue
+            if image.replaced is None:
+                continue
+            content = image.replaced.synced  # the rename is lost with its directory's unsynced state
         target = root / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(content)

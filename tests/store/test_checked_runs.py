@@ -58,7 +58,7 @@ async def test_a_second_read_of_the_same_records_gives_them_without_hashing_each
     # then only a frame or two per read (where the general walk starts, or a block ends)
     assert calls[0] - hashed_first < 3000 // 50
     # a stream of fixed-size records keeps one run for the whole segment, whatever the steps it was read in
-    assert len(store._indexes[0].checked) == 1  # noqa: SLF001
+    assert len(store._segments.indexes[0].checked) == 1  # noqa: SLF001
 
 
 def write_frames(path: Path, index: SegmentIndex, first: int, payloads: list[bytes]) -> None:

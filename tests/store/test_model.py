@@ -214,8 +214,9 @@ class RetentionMachine(StoreMachine):
         bases = sorted(int(p.stem) for p in (self.dir / "segments").glob("*.seg"))
         held = {o for h in self.current.queues.values() for o in h}
         unneeded = [b for b, upper in zip(bases, bases[1:], strict=False) if not any(b <= o < upper for o in held)]
+        indexes = self.store._segments.indexes
         for base in unneeded:
-            assert self.clock_ms - self.store._indexes[base].max_timestamp <= self.MAX_AGE, f"{base} is too old"
+            assert self.clock_ms - indexes[base].max_timestamp <= self.MAX_AGE, f"{base} is too old"
         if unneeded:
             assert sum((self.dir / "segments" / f"{b:020d}.seg").stat().st_size for b in bases) <= self.MAX_BYTES
 

@@ -27,7 +27,7 @@ def read_counting_bytes(store: MessageStore, directory: Path, steps: list[list[i
 
     fd = os.open(segment, os.O_RDONLY)
     try:
-        index = store._indexes[0]  # noqa: SLF001 - the store's own index of this segment
+        index = store._segments.indexes[0]  # noqa: SLF001 - the store's own index of this segment
         payloads = [p for step in steps for p in read_payloads(fd, index, step, pread=counting_pread)]
     finally:
         os.close(fd)

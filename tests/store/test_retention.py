@@ -64,8 +64,8 @@ async def fill_and_ack(store: MessageStore, count: int, keep: set[int] = frozens
 async def test_without_retention_unneeded_segments_go_at_once(tmp_path: Path) -> None:
     store, _ = await reopen(tmp_path, Clock())
     offsets = await fill_and_ack(store, 60)
-    assert bases_on_disk(tmp_path) == [store._active]  # only the segment being appended to
-    assert offsets_read(store) == [o for o in offsets if o >= store._active]  # type: ignore[operator]
+    assert bases_on_disk(tmp_path) == [store._segments.active]  # only the segment being appended to
+    assert offsets_read(store) == [o for o in offsets if o >= store._segments.active]  # type: ignore[operator]
     assert store.stats == {"retention_deleted_age": 0, "retention_deleted_size": 0}
     await store.close()
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from amqpd.mgmt import listing
-from amqpd.mgmt.stats import Rates, message_stats
+from amqpd.mgmt.stats import Rates, depth_rates, message_stats
 
 ITEMS = [
     {"name": "b", "messages": 3, "message_stats": {"publish_details": {"rate": 1.5}}},
@@ -70,6 +70,8 @@ def test_bad_list_parameters_are_refused_with_rabbitmqs_error_tags(query: dict[s
 class Counted:
     def __init__(self) -> None:
         self.published = self.delivered = self.acked = 0
+        self.ready: list[object] = []
+        self.unacked = 0
 
 
 def test_rates_are_the_counter_difference_over_the_sampling_interval_and_idle_since_is_set() -> None:
@@ -90,3 +92,19 @@ def test_rates_are_the_counter_difference_over_the_sampling_interval_and_idle_si
     assert rates.of(q).idle_since == 105.0  # type: ignore[union-attr]
     rates.sample([], [], {})
     assert rates.of(q) is None  # a deleted queue is forgotten
+
+
+def test_length_rates_are_how_fast_a_queue_grows_or_drains_summed_over_queues() -> None:
+    now = [100.0]
+    rates = Rates(clock=lambda: now[0])
+    a, b = Counted(), Counted()
+    rates.sample([a, b], [], {})
+    a.ready, a.unacked = [None] * 20, 5  # a grows by 25 in 5 s
+    b.ready = []  # b stays empty
+    now[0] = 105.0
+    rates.sample([a, b], [], {})
+    assert depth_rates([rates.of(a), rates.of(b)]) == (5.0, 4.0, 1.0)
+    a.ready, a.unacked = [], 0  # a drains
+    now[0] = 110.0
+    rates.sample([a, b], [], {})
+    assert depth_rates([rates.of(a), rates.of(b)]) == (-5.0, -4.0, -1.0)

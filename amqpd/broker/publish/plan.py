@@ -36,6 +36,7 @@ class PublishPlan:
     steps it takes on that route."""
 
     __slots__ = (
+        "exchange",
         "queues",
         "needs_headers",
         "delays",
@@ -48,6 +49,7 @@ class PublishPlan:
     )
 
     def __init__(self, ex: Exchange | None, queues: list[Queue], needs_headers: bool) -> None:
+        self.exchange = ex  # counts the publishes that take the plan (Exchange.publish_in / publish_out)
         self.queues = queues  # shared with every user of the plan: never changed
         self.needs_headers = needs_headers  # a headers exchange on the way: a message with headers may go elsewhere
         self.delays = ex is not None and ex.delays  # x-delayed-message: a message with x-delay waits first
@@ -89,3 +91,11 @@ class PublishPlan:
 
 
 NOWHERE = PublishPlan(None, [], False)  # no such exchange (it went while a transaction waited to commit)
+
+
+def count_publishes(plan: PublishPlan, n: int) -> None:
+    """n publishes that went, each to the plan's one queue, on a batched path."""
+    ex = plan.exchange
+    if ex is not None:
+        ex.publish_in += n
+        ex.publish_out += n

@@ -15,6 +15,7 @@ from amqpd.broker.arguments import (
     check_equivalent_args,
     check_queue_arguments,
     check_queue_type,
+    check_server_named,
     inequivalent,
 )
 from amqpd.broker.message import Message
@@ -251,6 +252,7 @@ class VirtualHost:
         if passive:
             return self.queue(name, owner)
         if not name:
+            check_server_named(arguments)
             name = server_generated_name("amq.gen-")
         elif name.startswith("amq."):
             raise self._reserved("queue", name)

@@ -130,6 +130,8 @@ def parse_offset_spec(value: Any, queue: str, vhost: str, now_ms: int) -> Offset
         return OffsetSpec(NEXT)
     if isinstance(value, str) and value in (FIRST, LAST, NEXT):
         return OffsetSpec(value)
+    if isinstance(value, (bytes, bytearray)) and value in (b"first", b"last", b"next"):  # pika's, Go's []byte
+        return OffsetSpec(value.decode())
     if isinstance(value, int) and not isinstance(value, bool):
         return OffsetSpec("offset", max(value, 0))  # before the log's start reads from the first
     if isinstance(value, datetime.datetime):  # an AMQP timestamp: whole seconds

@@ -79,6 +79,10 @@ class Exchange:
         self.arguments: dict[str, Any] = dict(arguments) if arguments else {}
         self.policy: Any = None  # the policy that applies (broker/policy.py), if any
         self.policy_alternate: str | None = None  # its alternate-exchange; the argument wins over it
+        # Publishes into this exchange from clients, and the copies it routed to queues (the management API's
+        # publish_in / publish_out); bumped once per publish, or once per batch on the batched paths.
+        self.publish_in = 0
+        self.publish_out = 0
         self._bindings: dict[BindingKey, Binding] = {}  # insertion order is bind order
         self._by_destination: dict[Hashable, dict[BindingKey, None]] = {}  # order: first bound
         self._rank: dict[Hashable, int] = {}  # position of each destination in _by_destination's order

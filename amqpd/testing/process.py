@@ -1,4 +1,4 @@
-"""Run amqpd from a test suite: a subprocess on an ephemeral port, stopped when the block ends.
+"""amqpd as a subprocess on ephemeral ports, stopped when the block ends.
 
 with BrokerProcess() as broker:
     pika.BlockingConnection(pika.URLParameters(broker.url))
@@ -20,6 +20,7 @@ _LISTENING = re.compile(rb"amqpd listening on (\S+):(\d+)")
 # management / prometheus, or management-tls / prometheus-tls for their HTTPS listeners
 _HTTP_LISTENING = re.compile(rb"amqpd (management|prometheus)( TLS)? listening on (\S+):(\d+)")
 _TLS_LISTENING = re.compile(rb"amqpd TLS listening on (\S+):(\d+)")  # printed before _LISTENING
+_LOGGED_ERROR = re.compile(r" (?:ERROR|CRITICAL) [\w.]+: (.*)")  # amqpd's log format: time, level, logger: message
 
 
 class BrokerProcess:
@@ -50,10 +51,15 @@ class BrokerProcess:
         self.stderr_lines: list[str] = []
         self.management = management
         self.http_ports: dict[str, int] = {}
+        self._same_ports = False  # restart(): listen where the last run did, so that clients' URLs still work
 
     @property
     def mgmt_url(self) -> str:
         return f"http://{self.host}:{self.http_ports['management']}"
+
+    @property
+    def management_url(self) -> str:
+        return self.mgmt_url
 
     @property
     def mgmt_tls_url(self) -> str:
@@ -69,26 +75,32 @@ class BrokerProcess:
         return f"amqp://guest:guest@{self.host}:{self.port}/%2F"
 
     def start(self, timeout: float = 30.0) -> BrokerProcess:
+        same = self._same_ports
         cmd = [
             sys.executable,
             "-m",
             "amqpd",
             *(f"--host={h}" for h in self.hosts),
             "--port",
-            "0",
+            str(self.port if same else 0),
             "--data-dir",
             self.data_dir,
         ]
-        port = "0" if self.management else "off"  # never the default ports: tests run beside a RabbitMQ
-        cmd += ["--management-port", port, "--prometheus-port", port]
+        for flag, kind in (("--management-port", "management"), ("--prometheus-port", "prometheus")):
+            # never the default ports: tests run beside a RabbitMQ
+            cmd += [flag, str(self.http_ports[kind] if same and kind in self.http_ports else 0)]
+            if not self.management:
+                cmd[-1] = "off"
         env = dict(os.environ, **(self.env or {}))
+        if same and self.tls_port:
+            env["AMQPD_TLS_PORT"] = str(self.tls_port)
         env.setdefault("PYTHONUNBUFFERED", "1")
         self.proc = subprocess.Popen(
             cmd + self.extra_args,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=env,
-            cwd=str(Path(__file__).resolve().parent.parent),
+            cwd=str(Path(__file__).resolve().parents[2]),  # the directory holding the amqpd package
         )
         threading.Thread(target=self._pump_stderr, daemon=True).start()
         found = threading.Event()
@@ -114,11 +126,29 @@ class BrokerProcess:
             raise RuntimeError("amqpd did not start:\n" + "\n".join(self.stderr_lines[-40:]))
         return self
 
+    def failure(self) -> str:
+        """Why the broker did not start, in one line: the last error it logged, else its last line of output."""
+        errors = [m.group(1) for m in map(_LOGGED_ERROR.search, self.stderr_lines) if m]
+        line = (errors or self.stderr_lines or ["it exited without a word"])[-1]
+        return line.removeprefix("amqpd: ")  # a usage or configuration error names the program
+
     def _pump_stderr(self) -> None:
         assert self.proc and self.proc.stderr
         for line in self.proc.stderr:
             self.stderr_lines.append(line.decode(errors="replace").rstrip())
             del self.stderr_lines[:-2000]
+
+    def restart(self, kill: bool = False, timeout: float = 30.0) -> BrokerProcess:
+        """Stop (SIGTERM; with kill=True SIGKILL, a crash) and start again on the same data dir and ports."""
+        if kill:
+            self.kill()
+        else:
+            self.stop()
+        self._same_ports = True
+        try:
+            return self.start(timeout)
+        finally:
+            self._same_ports = False
 
     def kill(self) -> None:
         """SIGKILL: a crash, for recovery tests."""

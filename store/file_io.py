@@ -1,0 +1,59 @@
+"""The store's I/O seam: every os call that changes a store file (and reading records back) goes through a
+`FileIO`, so tests can fail the Nth write or fsync, or record what a power cut would keep (tests/store)."""
+
+from __future__ import annotations
+
+import os
+
+
+class FileIO:
+    """The store's I/O seam (os calls). Methods run in the writer's worker thread (and recovery's, at open),
+    but for `pread`: reading records back, in a read-ahead worker thread or (when nothing was read ahead) on
+    the event loop."""
+
+    def pread(self, fd: int, size: int, pos: int) -> bytes:
+        return os.pread(fd, size, pos)
+
+    def open(self, path: os.PathLike[str] | str, flags: int) -> int:
+        return os.open(path, flags, 0o644)
+
+    def write(self, fd: int, data: memoryview) -> int:
+        return os.write(fd, data)
+
+    def pwrite(self, fd: int, data: bytes, pos: int) -> int:
+        return os.pwrite(fd, data, pos)
+
+    def fsync(self, fd: int) -> None:
+        os.fsync(fd)
+
+    def truncate(self, fd: int, size: int) -> None:
+        os.ftruncate(fd, size)
+
+    def close(self, fd: int) -> None:
+        os.close(fd)
+
+    def replace(self, source: os.PathLike[str] | str, target: os.PathLike[str] | str) -> None:
+        """Rename over `target` (atomic; durable once the directory is fsync'd)."""
+        os.replace(source, target)
+
+    def unlink(self, path: os.PathLike[str] | str) -> None:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+
+def write_all(io: FileIO, fd: int, data: bytes | bytearray) -> None:
+    view = memoryview(data)
+    while view:
+        written = io.write(fd, view)
+        view = view[written:]
+
+
+def fsync_dir(io: FileIO, path: os.PathLike[str] | str) -> None:
+    """Make the directory's entries (files created, renamed or removed in it) durable."""
+    fd = io.open(path, os.O_RDONLY)
+    try:
+        io.fsync(fd)
+    finally:
+        io.close(fd)

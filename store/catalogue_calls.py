@@ -1,6 +1,6 @@
-"""The catalogue's calls (exchanges, bindings, users, vhosts, permissions, policies,
-runtime parameters): each becomes a
-statement of the next group commit, written to SQLite before that batch's files (FORMAT.md, catalog.sqlite).
+"""The catalogue's calls (exchanges, bindings, users, vhosts, permissions, policies, runtime parameters): each
+becomes a statement of the next group commit, written to SQLite before that batch's files (FORMAT.md,
+catalog.sqlite).
 Queues are not here: they hold messages, and MessageStore keeps them."""
 
 from __future__ import annotations

@@ -224,6 +224,7 @@ def shovelled(url: str, api: httpx.Client, name: str) -> dict[str, Any]:
     with pika.BlockingConnection(pika.URLParameters(url)) as conn:
         ch = conn.channel()
         ch.queue_declare(f"{name}-src", durable=True)
+        ch.queue_declare(f"{name}-dest", durable=True)  # as the shovel declares it, so that basic_get finds it
         ch.basic_publish("", f"{name}-src", b"x", pika.BasicProperties(headers={"own": 1}))
         set_shovel(
             api,
@@ -268,7 +269,7 @@ def test_an_exchange_to_exchange_shovel_keeps_routing_keys(
         ch.exchange_declare(f"{name}-in", "topic")
         ch.exchange_declare(f"{name}-out", "direct")
         for key in ("a", "b"):
-            ch.queue_declare(f"{name}-{key}")
+            ch.queue_declare(f"{name}-{key}", durable=True)
             ch.queue_bind(f"{name}-{key}", f"{name}-out", key)
         with api_of(amqpd) as api:
             set_shovel(

@@ -19,6 +19,7 @@ import anyio
 
 from amqpd import __version__, logs, runtime_file
 from amqpd.broker.broker import Broker
+from amqpd.broker.parameters import ParameterError
 from amqpd.broker.streams.args import is_stream
 from amqpd.config import Settings
 from amqpd.server.alarms import Alarms
@@ -99,6 +100,10 @@ async def serve(settings: Settings, embedding: Embedding | None = None) -> None:
             gc.freeze()
             gc.set_threshold(*GC_THRESHOLDS)
     shovels = Shovels(broker.parameters)  # before definitions: they may hold shovels
+    if not _add_static_shovels(shovels, settings):
+        if store is not None:
+            await store.close()
+        raise SystemExit(1)
     if settings.load_definitions and not _load_definitions(broker, settings.load_definitions):
         if store is not None:
             await store.close()
@@ -256,6 +261,17 @@ def _runtime_info(servers: list[Any], tls: Any, management: Any) -> dict[str, An
         if info[key] is None or not protocol.startswith("https"):  # with both, the plain HTTP one
             info[key] = runtime_file.url(protocol.split("/")[0], *listener.address)
     return info
+
+
+def _add_static_shovels(shovels: Shovels, settings: Settings) -> bool:
+    """The config file's shovels; one whose keys RabbitMQ would refuse stops the broker, naming it."""
+    for name, value in settings.shovels.items():
+        try:
+            shovels.add_static(name, value)
+        except ParameterError as exc:
+            log.error("shovel %s in the configuration: %s", name, exc)
+            return False
+    return True
 
 
 def _load_definitions(broker: Broker, path: str) -> bool:

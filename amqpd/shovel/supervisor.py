@@ -26,6 +26,7 @@ class Shovels:
         self.specs: dict[tuple[str, str], ShovelSpec] = {}
         self.running: dict[tuple[str, str], Shovel] = {}
         self.local: str | None = None
+        self.static: set[tuple[str, str]] = set()  # from the config file: no parameter behind them
         self._stopping: set[asyncio.Task[None]] = set()
         parameters.register(COMPONENT, self)
 
@@ -41,6 +42,12 @@ class Shovels:
         self.specs[key] = parse(name, value)
         if self.local is not None:
             self._start(key)
+
+    def add_static(self, name: str, value: Any) -> None:
+        """A shovel of the config file (RabbitMQ's static shovels): ParameterError if its value is wrong."""
+        key = ("/", name)
+        self.specs[key] = parse(name, value)
+        self.static.add(key)
 
     def start(self, local: str) -> None:
         """`local`: this broker's AMQP URL, what `amqp://` without a host stands for."""
@@ -79,20 +86,25 @@ class Shovels:
     def _finished(self, key: tuple[str, str]) -> None:
         """src-delete-after reached: RabbitMQ deletes the parameter (the shovel is gone from the status)."""
         self.running.pop(key, None)
-        self.parameters.delete(COMPONENT, *key)
+        if key not in self.static:
+            self.parameters.delete(COMPONENT, *key)
 
     def status(self, vhost: str | None = None) -> list[dict[str, Any]]:
-        return [_status(s) for key, s in sorted(self.running.items()) if vhost in (None, key[0])]
+        return [
+            _status(s, "static" if key in self.static else "dynamic")
+            for key, s in sorted(self.running.items())
+            if vhost in (None, key[0])
+        ]
 
 
-def _status(s: Shovel) -> dict[str, Any]:
+def _status(s: Shovel, kind: str) -> dict[str, Any]:
     spec = s.spec
     info: dict[str, Any] = {
         "node": f"amqpd@{socket.gethostname().split('.')[0]}",
         "timestamp": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.started_at)),
         "name": s.name,
         "vhost": s.vhost,
-        "type": "dynamic",
+        "type": kind,
         "state": s.state,
         "src_uri": s.src_uri,
         "src_protocol": "amqp091",

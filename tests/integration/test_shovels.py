@@ -283,3 +283,28 @@ def test_an_exchange_to_exchange_shovel_keeps_routing_keys(
             ch.basic_publish(f"{name}-in", key, key.encode())
         wait_for(lambda: depth(amqpd.url, f"{name}-b") == 2, "two messages routed by key b")
         assert depth(amqpd.url, f"{name}-a") == 1
+
+
+def test_a_static_shovel_from_the_config_file_moves_and_is_listed_static(tmp_path: Any) -> None:
+    config = tmp_path / "amqpd.toml"
+    config.write_text(
+        '[shovels.from-config]\n"src-uri" = "amqp://"\n"src-queue" = "static-src"\n'
+        '"dest-uri" = "amqp://"\n"dest-queue" = "static-dest"\n'
+    )
+    with BrokerProcess(management=True, extra_args=["--config", str(config)]) as broker:
+        publish(broker.url, "static-src", numbered(100))
+        with api_of(broker) as api:
+            wait_for(lambda: status(api, "from-config").get("messages_moved") == 100, "100 messages moved")
+            assert status(api, "from-config")["type"] == "static"
+            assert api.get("/api/parameters").json() == []  # not a runtime parameter
+        assert sorted(drain(broker.url, "static-dest")) == sorted(numbered(100))
+
+
+def test_a_static_shovel_rabbitmq_would_refuse_stops_the_broker_naming_it(tmp_path: Any) -> None:
+    config = tmp_path / "amqpd.toml"
+    config.write_text('[shovels.bad]\n"src-uri" = "http://x"\n"src-queue" = "q"\n"dest-uri" = "amqp://"\n')
+    broker = BrokerProcess(extra_args=["--config", str(config)])
+    with pytest.raises(RuntimeError):
+        broker.start(timeout=20)
+    broker.close()
+    assert any("shovel bad in the configuration" in line and "not a valid URI" in line for line in broker.stderr_lines)

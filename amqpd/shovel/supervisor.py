@@ -111,6 +111,7 @@ def _status(s: Shovel, kind: str) -> dict[str, Any]:
         "dest_protocol": "amqp091",
         "dest_uri": s.dest_uri,
         "messages_moved": s.moved,
+        "messages_redelivered": s.redelivered,
     }
     for key, value in (
         ("src_queue", spec.src_queue),

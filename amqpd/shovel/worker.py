@@ -63,6 +63,9 @@ class Shovel:
         self.last_error: str | None = None
         self.last_error_at: float | None = None
         self.moved = 0  # messages acknowledged to the source (or sent, without acks) since it started
+        # of them, those the source marked redelivered: the only ones that may have reached the destination
+        # before (an interruption after the destination took them, before the source heard of it)
+        self.redelivered = 0
         self.attempt = 0
         self.started_at = time.time()
         self.task: asyncio.Task[None] | None = None
@@ -227,6 +230,8 @@ class _Mover:
             return
         await self.src_ch.basic_ack(tag)
         shovel.moved += 1
+        if message.redelivered:
+            shovel.redelivered += 1
 
     async def wait(self, src: aiormq.abc.AbstractConnection, dest: aiormq.abc.AbstractConnection) -> None:
         """Until a side closes, a message fails or the limit is reached (then Finished)."""

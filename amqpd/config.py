@@ -189,6 +189,10 @@ class Settings:
     # dir's disk has less free space than disk_free_limit bytes. Checked every alarm_interval seconds.
     memory_high_watermark: float = setting(0.4, lo=0.0001, hi=float(INT_MAX))
     disk_free_limit: int = setting(50 * 1024 * 1024, lo=0, hi=INT_MAX)
+    # Room kept on the data dir's disk for what frees space (acks, deletions, checkpoints, the clean-stop
+    # marker): a file of this many bytes, released when the disk fills (docs/operating.md, "A full disk").
+    # New message data also keeps disk_free_limit bytes free, checked at each commit near the limit.
+    disk_reserve: int = setting(16 * 1024 * 1024, lo=0, hi=INT_MAX)
     alarm_interval: float = setting(1.0, lo=0.01, hi=3600)
     # A delivery left unacked this long (ms) closes its channel with 406, as RabbitMQ 3.10 does; 0: never.
     consumer_timeout: int = setting(1_800_000, lo=0, hi=INT_MAX)

@@ -9,12 +9,12 @@ from typing import Any
 from amqpd.broker.queues.backlog import Backlog
 from amqpd.broker.queues.queue import Queue
 from amqpd.broker.routing.exchanges import DelayedExchange, make_exchange
+from amqpd.broker.routing.exchanges.delayed import HOLDER_PREFIX
 from amqpd.broker.stored_message import message_from_record
 from amqpd.broker.streams.args import is_stream
 from amqpd.broker.streams.stream import StreamQueue
 
 log = logging.getLogger("amqpd.recovery")
-HOLDER_PREFIX = "amq.delayed-message/"  # delayed_delivery.holder_name: a delayed exchange's store holder
 
 
 def restore(broker: Any, recovered: Any, crashed: bool = False) -> tuple[int, int]:

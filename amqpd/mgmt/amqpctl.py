@@ -369,7 +369,7 @@ def add_vhost_body(args: argparse.Namespace) -> dict[str, Any]:
     if args.description is not None:
         body["description"] = args.description
     if args.amqpd_message_ids:
-        body["amqpd_message_ids"] = True  # message_ids.VHOST_FIELD (amqpctl imports nothing of the broker)
+        body["amqpd_message_ids"] = True  # access/definitions.VHOST_FIELD (amqpctl imports nothing of the broker)
     return body
 
 

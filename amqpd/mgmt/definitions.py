@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
+import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from amqpd import __version__, errors
 from amqpd.broker.access.control import AccessError
-from amqpd.broker.access.definitions import export_access, import_access
+from amqpd.broker.access.definitions import VHOST_FIELD, export_access, import_access
 from amqpd.broker.arguments import (
     EXCHANGE_EQUIVALENCE_ARGS,
     QUEUE_EQUIVALENCE_ARGS,
@@ -24,7 +27,6 @@ from amqpd.broker.arguments import (
     check_queue_type,
 )
 from amqpd.broker.parameters import ParameterError
-from amqpd.broker.publish.message_ids import VHOST_FIELD
 from amqpd.broker.queues.queue import Queue
 from amqpd.broker.routing.exchanges import EXCHANGE_TYPES, make_exchange
 from amqpd.broker.routing.policy import PolicyError, check
@@ -34,6 +36,9 @@ if TYPE_CHECKING:
     from amqpd.broker.broker import Broker
 
 HASHING_ALGORITHMS = ("rabbit_password_hashing_sha256", "rabbit_password_hashing_sha512", "rabbit_password_hashing_md5")
+
+
+log = logging.getLogger("amqpd")  # the listener's: a definitions file is read at boot
 
 
 class DefinitionsError(ValueError):
@@ -412,3 +417,16 @@ def apply(broker: Broker, doc: dict[str, Any], vhost: str | None = None) -> None
 def import_definitions(broker: Broker, doc: Any, vhost: str | None = None) -> None:
     validate(broker, doc, vhost)
     apply(broker, doc, vhost)
+
+
+def load_definitions_file(broker: Broker, path: str) -> bool:
+    """RabbitMQ's load_definitions (`--definitions FILE`): the whole document (users, vhosts, permissions,
+    policies, exchanges, queues, bindings), imported atomically before clients are accepted."""
+    try:
+        import_definitions(broker, json.loads(Path(path).read_text()))
+    except (OSError, ValueError) as exc:  # DefinitionsError is a ValueError, as is bad JSON
+        what = "" if isinstance(exc, DefinitionsError) else "cannot read "
+        log.error("definitions %s%s: %s", what, path, exc)
+        return False
+    log.info("imported definitions from %s", path)
+    return True

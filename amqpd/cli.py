@@ -97,6 +97,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.check_config:
         print(config.describe(loaded))
         return
-    from amqpd.server.listener import run
+    # The composition root: server and mgmt stand side by side on the broker and meet only here.
+    from amqpd.mgmt.definitions import load_definitions_file
+    from amqpd.mgmt.service import start_management
+    from amqpd.server.listener import Services, run
 
-    run(loaded.settings)
+    run(loaded.settings, Services(start_management, load_definitions_file))

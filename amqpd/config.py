@@ -189,6 +189,10 @@ class Settings:
     # dir's disk has less free space than disk_free_limit bytes. Checked every alarm_interval seconds.
     memory_high_watermark: float = setting(0.4, lo=0.0001, hi=float(INT_MAX))
     disk_free_limit: int = setting(50 * 1024 * 1024, lo=0, hi=INT_MAX)
+    # Room kept on the data dir's disk for what frees space (acks, deletions, checkpoints, the clean-stop
+    # marker): a file of this many bytes, released when the disk fills (docs/operating.md, "A full disk").
+    # New message data also keeps disk_free_limit bytes free, checked at each commit near the limit.
+    disk_reserve: int = setting(16 * 1024 * 1024, lo=0, hi=INT_MAX)
     alarm_interval: float = setting(1.0, lo=0.01, hi=3600)
     # A delivery left unacked this long (ms) closes its channel with 406, as RabbitMQ 3.10 does; 0: never.
     consumer_timeout: int = setting(1_800_000, lo=0, hi=INT_MAX)
@@ -212,6 +216,9 @@ class Settings:
     # A RabbitMQ definitions file (JSON) whose users, vhosts, permissions and limits are imported at every
     # boot, as RabbitMQ's load_definitions; "" : none.
     load_definitions: str = setting("")
+    # Static shovels (docs/shovels.md): name -> a table with a dynamic shovel's keys ("src-uri", "src-queue",
+    # ...), started at boot on vhost "/", not kept in the catalogue; each one's keys are checked at startup.
+    shovels: dict[str, Any] = setting({}, parse=lambda v: _shovel_tables(v), expected="a table of tables")
     # Store (see store/FORMAT.md).
     segment_size: int = setting(1024 * 1024 * 1024, lo=64 * 1024, hi=INT_MAX)
     fsync: str = setting("always-batched", choices=("always-batched", "none"))  # "none": tests/bench only
@@ -405,6 +412,14 @@ def _choice(choices: tuple[str, ...], value: str) -> str:
         if choice.lower() == value.strip().lower():
             return choice
     raise _Bad
+
+
+def _shovel_tables(value: Any) -> dict[str, dict[str, Any]]:
+    if isinstance(value, str):  # from the environment: JSON
+        value = json.loads(value)
+    if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
+        raise ValueError("not a table of tables")
+    return {str(k): dict(v) for k, v in value.items()}
 
 
 def _table(spec: Spec, value: Any) -> dict[str, str]:

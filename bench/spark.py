@@ -4,13 +4,16 @@ same rows from a local Parquet file and beside a plain pika consumer loop, in th
     python -m bench.spark [--messages 1000000] [--size 100]
     python -m bench.spark --latency 20000 [--seconds 30]   # streaming end-to-end latency at a fixed rate
 
-Starts its own amqpd (ephemeral ports, a temporary data directory), fills one stream with confirmed
-publishes, then times each reader over the whole stream (each forced to read every body), the readers
-taking turns round by round (the first read of the stream, which writes the Parquet file, is not timed).
-Prints rows/s and the ratios, and for each amqpd round the CPU per row of each share: the broker, Spark's
-JVM and its Python workers. A side row shows Spark's own floor for any Python data source on this machine: one that
-yields a ready record batch with the same schema and bodies over and over, with no I/O at all. Needs the
-`spark` extra and Java 17.
+Starts its own amqpd (ephemeral ports, a temporary data directory) and fills two streams with confirmed
+publishes: the headline's, messages as applications publish them (each its own message_id, correlation_id,
+timestamp, content_type and a header, JSON bodies of 80-400 B), and the bare shape (no properties, one
+size) as a side row. Then times each reader over a whole stream (each forced to read every body), the
+readers taking turns round by round, each as many rounds: the real stream's first read (the broker is
+restarted before it, so that it checks every record as a first read does) and its repeat read, the bare
+stream, Parquet of the real rows, Spark's floor. Prints rows/s, the ratios and the load average, and for
+each amqpd round the CPU per row of each share: the broker, Spark's JVM and its Python workers. The floor
+row is Spark's own cost for any Python data source on this machine: one that yields a ready record batch
+with the same schema and bodies over and over, with no I/O at all. Needs the `spark` extra and Java 17.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from amqpd.testing import BrokerProcess
 from bench import procstat
 
 STREAM = "bench-spark"
+REAL = "bench-spark-real"
 
 
 class Shares:
@@ -136,6 +140,42 @@ def fill(url: str, messages: int, size: int) -> float:
     return messages / (time.perf_counter() - started)
 
 
+def real_messages(stream: str, messages: int, seed: int = 31) -> Iterator[Outgoing]:
+    """Messages as applications publish them: each its own message_id, correlation_id, timestamp, a
+    content_type, a header, and a JSON body of 80-400 bytes."""
+    import random
+
+    rng = random.Random(seed)
+    pad = "abcdefghijklmnopqrstuvwxyz0123456789" * 12
+    now = int(time.time())
+    for i in range(messages):
+        event = {"id": i, "user": f"u{rng.randrange(100_000)}", "action": rng.choice(("view", "buy", "cart"))}
+        head = json.dumps(event)
+        body = json.dumps({**event, "note": pad[: max(rng.randrange(80, 401) - len(head) - 12, 0)]}).encode()
+        yield Outgoing(
+            body=body,
+            routing_key=stream,
+            message_id=f"msg-{i:08d}-{rng.getrandbits(32):08x}",
+            correlation_id=f"req-{rng.getrandbits(48):012x}",
+            content_type="application/json",
+            headers={"source": rng.choice(("web", "mobile", "batch"))},
+            timestamp=now - (messages - i) // 1000,
+        )
+
+
+def fill_real(url: str, stream: str, messages: int) -> float:
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    conn.channel().queue_declare(stream, durable=True, arguments={"x-queue-type": "stream"})
+    conn.close()
+    publisher = Publisher(Endpoint.parse(url), window=5_000)
+    started = time.perf_counter()
+    for msg in real_messages(stream, messages):
+        publisher.publish(msg)
+    publisher.flush()
+    publisher.close()
+    return messages / (time.perf_counter() - started)
+
+
 def pika_loop(url: str, messages: int) -> float:
     """The plain way: pika's BlockingConnection, prefetch 1,000, an ack (multiple) every 500."""
     conn = pika.BlockingConnection(pika.URLParameters(url))
@@ -188,7 +228,6 @@ def latency(rate: int, seconds: float, size: int) -> None:
         query = (
             spark.readStream.format("amqpd")
             .option("uri", broker.url)
-            .option("managementUri", broker.mgmt_url)
             .option("queue", stream)
             .load()
             .select("body")
@@ -243,7 +282,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--size", type=int, default=100)
-    parser.add_argument("--rounds", type=int, default=5, help="Spark reads per source, in turns (the best is kept)")
+    parser.add_argument("--rounds", type=int, default=5, help="reads per reader, in turns (the best is kept)")
     parser.add_argument("--latency", type=int, metavar="RATE", help="measure streaming latency at RATE msg/s")
     parser.add_argument("--seconds", type=float, default=30.0, help="with --latency: how long to publish")
     args = parser.parse_args()
@@ -255,74 +294,97 @@ def main() -> None:
 
     from amqpd.spark import register
 
-    with BrokerProcess(management=True) as broker, tempfile.TemporaryDirectory(prefix="bench-spark-") as tmp:
-        print(f"filling {STREAM} with {args.messages:,} messages of {args.size} B …", flush=True)
+    print(f"load average at start: {_load()}", flush=True)
+    with BrokerProcess() as broker, tempfile.TemporaryDirectory(prefix="bench-spark-") as tmp:
+        print(f"filling {REAL} with {args.messages:,} messages as applications publish them …", flush=True)
+        print(f"  confirmed publish: {fill_real(broker.url, REAL, args.messages):,.0f} msg/s", flush=True)
+        print(f"filling {STREAM} with {args.messages:,} bare messages of {args.size} B …", flush=True)
         print(f"  confirmed publish: {fill(broker.url, args.messages, args.size):,.0f} msg/s", flush=True)
         spark = local_session("bench.spark")
         register(spark)
 
-        def amqpd_reader():  # type: ignore[no-untyped-def]
-            return (
-                spark.read.format("amqpd")
-                .option("uri", broker.url)
-                .option("managementUri", broker.mgmt_url)
-                .option("queue", STREAM)
-            )
+        def amqpd_df(stream: str):  # type: ignore[no-untyped-def]
+            return spark.read.format("amqpd").option("uri", broker.url).option("queue", stream).load()
 
-        def amqpd_df():  # type: ignore[no-untyped-def]
-            return amqpd_reader().load()
-
-        def timed(make, shares: Shares | None = None) -> float:  # type: ignore[no-untyped-def]
+        def timed(name: str, make, shares: Shares | None = None) -> float:  # type: ignore[no-untyped-def]
             before = shares.now() if shares else {}
             started = time.perf_counter()
             row = make().agg(F.count("*").alias("n"), F.sum(F.length("body")).alias("bytes")).collect()[0]
             rate = row.n / (time.perf_counter() - started)
             assert row.n == args.messages, f"read {row.n} rows, expected {args.messages}"
-            if shares:
-                used = Shares.per_row(before, shares.now(), row.n)
-                print(f"  amqpd.spark: {rate:,.0f} rows/s, µs CPU per row: {used}", flush=True)
+            used = f", µs CPU per row: {Shares.per_row(before, shares.now(), row.n)}" if shares else ""
+            print(f"  {name}: {rate:,.0f} rows/s{used}", flush=True)
             return rate
 
         # The session's first job pays for the JVM's class loading and the Python workers' start (seconds):
         # a small read first, in two partitions so that both Python workers local[2] runs are started.
-        warm = amqpd_reader().option("endingOffsets", json.dumps({STREAM: 20_000})).option("minPartitions", "2")
+        warm = (
+            spark.read.format("amqpd")
+            .option("uri", broker.url)
+            .option("queue", STREAM)
+            .option("endingOffsets", json.dumps({STREAM: 20_000}))
+            .option("minPartitions", "2")
+        )
         warm.load().agg(F.count("*")).collect()
-        assert broker.proc is not None
         parquet = str(Path(tmp) / "rows.parquet")
-        amqpd_df().write.parquet(parquet)
+        amqpd_df(REAL).write.parquet(parquet)  # the same rows as the headline's
         spark.dataSource.register(floor_source(args.messages, args.size))
+
+        def restarted() -> Shares:
+            """A first read is one the broker has not checked since it started (store/checked_runs.py)."""
+            broker.stop()
+            broker.start()
+            assert broker.proc is not None
+            return Shares(broker.proc.pid)
+
         readers = {
-            "amqpd": lambda: timed(amqpd_df, Shares(broker.proc.pid)),  # type: ignore[union-attr]
-            "parquet": lambda: timed(lambda: spark.read.parquet(parquet)),
-            "floor": lambda: timed(lambda: spark.read.format("bench_floor").load()),
+            "real traffic, first read": lambda: timed("real, first read", lambda: amqpd_df(REAL), restarted()),
+            "real traffic, repeat read": lambda: timed(
+                "real, repeat read",
+                lambda: amqpd_df(REAL),
+                Shares(broker.proc.pid),  # type: ignore[union-attr]
+            ),
+            "bare, repeat read": lambda: timed(
+                f"bare {args.size} B, repeat read",
+                lambda: amqpd_df(STREAM),
+                Shares(broker.proc.pid),  # type: ignore[union-attr]
+            ),
+            "parquet": lambda: timed("Parquet (the real rows)", lambda: spark.read.parquet(parquet)),
+            "floor": lambda: timed("no-I/O source", lambda: spark.read.format("bench_floor").load()),
         }
-        # The readers take turns, round by round: Spark's JVM keeps compiling over the first millions of rows
-        # (its CPU per row falls for several reads whatever the source, bench.spark_probe), so a reader timed
-        # only after the others had run would be measured on a warmer JVM than they were. Five rounds by
-        # default: the JVM's share was still falling at the third (2026-11-26: 1.29, 0.81, 0.82, 0.69, 0.64
-        # µs/row for amqpd.spark's five rounds), and a pipeline's long-lived session runs warm.
+        # The readers take turns, round by round, each read `rounds` times: Spark's JVM keeps compiling over
+        # the first millions of rows (its CPU per row falls for several reads whatever the source,
+        # bench.spark_probe), so a reader timed only after the others had run would be measured on a warmer
+        # JVM than they were. The broker restarts before each round's first read.
         best = dict.fromkeys(readers, 0.0)
         for round_ in range(args.rounds):
             print(f"round {round_ + 1}:", flush=True)
             for name, read in readers.items():
                 best[name] = max(best[name], read())
-        amqpd_rate, parquet_rate, floor_rate = best["amqpd"], best["parquet"], best["floor"]
         spark.stop()
         # as many rounds as each Spark reader had, the best kept: the loop's rate moves with the machine too
         pika_rates = [pika_loop(broker.url, args.messages) for _ in range(args.rounds)]
-        print("pika consumer loop rounds: " + ", ".join(f"{r:,.0f}" for r in pika_rates), flush=True)
-        pika_rate = max(pika_rates)
+        print("pika consumer loop rounds (bare): " + ", ".join(f"{r:,.0f}" for r in pika_rates), flush=True)
+        best["pika"] = max(pika_rates)
 
-    print(f"\nbatch read of {args.messages:,} × {args.size} B on local[2] (best of {args.rounds}):")
-    print(f"  {'reader':<28}{'rows/s':>12}{'vs amqpd.spark':>16}")
+    headline = best["real traffic, first read"]
+    print(f"\nbatch read of {args.messages:,} rows on local[2] (best of {args.rounds} each); load average {_load()}")
+    print("real traffic: each message its own message_id, correlation_id, timestamp, content_type, a header, JSON")
+    print(f"80-400 B; bare: {args.size} B, no properties")
+    print(f"  {'reader':<40}{'rows/s':>12}{'vs headline':>13}")
     for name, rate in (
-        ("amqpd.spark (format amqpd)", amqpd_rate),
-        ("Spark on local Parquet", parquet_rate),
-        ("Python source, no I/O", floor_rate),
-        ("pika consumer loop", pika_rate),
+        ("amqpd.spark, real traffic, first read", headline),
+        ("amqpd.spark, real traffic, repeat read", best["real traffic, repeat read"]),
+        (f"amqpd.spark, bare {args.size} B, repeat read", best["bare, repeat read"]),
+        ("Spark on local Parquet (real rows)", best["parquet"]),
+        ("Python source, no I/O (bare rows)", best["floor"]),
+        ("pika consumer loop (bare)", best["pika"]),
     ):
-        print(f"  {name:<28}{rate:>12,.0f}{rate / amqpd_rate:>16.2f}")
-    print(f"  amqpd.spark / pika loop: {amqpd_rate / pika_rate:.1f}×")
+        print(f"  {name:<40}{rate:>12,.0f}{rate / headline:>13.2f}")
+
+
+def _load() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@
     pip install -e '.[spark]'               # or: pip install 'amqpd[spark]'
     python examples/spark_pipeline.py       # starts its own amqpd on free ports, unless --uri is given
 
-With your own broker: --uri amqp://guest:guest@host:5672/%2F --management-uri http://host:15672.
+With your own broker: --uri amqp://guest:guest@host:5672/%2F (offsets come over AMQP too).
 """
 
 from __future__ import annotations
@@ -78,10 +78,12 @@ def publish_events(uri: str, count: int, minutes: int, seed: int = 7) -> int:
 
 
 def source(
-    spark: SparkSession, uri: str, management_uri: str, queue: str, streaming: bool, **options: Any
+    spark: SparkSession, uri: str, management_uri: str | None, queue: str, streaming: bool, **options: Any
 ) -> DataFrame:
     reader = spark.readStream if streaming else spark.read
-    r = reader.format("amqpd").option("uri", uri).option("managementUri", management_uri).option("queue", queue)
+    r = reader.format("amqpd").option("uri", uri).option("queue", queue)
+    if management_uri:  # an override only: by default the driver asks for offsets over AMQP
+        r = r.option("managementUri", management_uri)
     for key, value in options.items():
         r = r.option(key, str(value))
     return r.load()
@@ -100,7 +102,7 @@ def per_minute(events: DataFrame) -> DataFrame:
     ).select("minute", "action", "count", F.to_json(F.struct("minute", "action", "count")).alias("body"))
 
 
-def run_aggregation(spark: SparkSession, uri: str, management_uri: str, checkpoint: str) -> None:
+def run_aggregation(spark: SparkSession, uri: str, management_uri: str | None, checkpoint: str) -> None:
     """Everything available now, in micro-batches of at most 5,000 events; run it again later (same
     checkpoint) and it goes on from where it stopped."""
     events = source(
@@ -120,7 +122,7 @@ def run_aggregation(spark: SparkSession, uri: str, management_uri: str, checkpoi
     query.awaitTermination()
 
 
-def reread_since_yesterday(spark: SparkSession, uri: str, management_uri: str) -> DataFrame:
+def reread_since_yesterday(spark: SparkSession, uri: str, management_uri: str | None) -> DataFrame:
     """A batch job: every event appended since yesterday 00:00 UTC, found through the broker's time index."""
     today = datetime.datetime.now(datetime.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     since_ms = int((today - datetime.timedelta(days=1)).timestamp() * 1000)
@@ -131,7 +133,7 @@ def reread_since_yesterday(spark: SparkSession, uri: str, management_uri: str) -
 def main() -> None:
     parser = argparse.ArgumentParser(description="amqpd + Spark: events in, per-minute counts out")
     parser.add_argument("--uri", help="amqp://… of a running amqpd (default: start one)")
-    parser.add_argument("--management-uri", help="its HTTP API (default: http://<host>:15672)")
+    parser.add_argument("--management-uri", help="ask its HTTP API for offsets instead of AMQP (optional)")
     parser.add_argument("--events", type=int, default=20_000)
     args = parser.parse_args()
     spark = (
@@ -147,11 +149,10 @@ def main() -> None:
     if args.uri is None:
         from amqpd.testing import BrokerProcess
 
-        broker = BrokerProcess(management=True).start()
-        uri, management_uri = broker.url, broker.mgmt_url
+        broker = BrokerProcess().start()
+        uri, management_uri = broker.url, None
     else:
-        uri = args.uri
-        management_uri = args.management_uri or f"http://{pika.URLParameters(uri).host}:15672"
+        uri, management_uri = args.uri, args.management_uri
     try:
         declare_streams(uri)
         print(f"published {publish_events(uri, args.events, minutes=10)} events to '{EVENTS}'")

@@ -154,6 +154,11 @@ class Writer:
                 self._drop_ack_file()
                 self._ack_wanted = batch.rotate_ack_to
 
+    def refuse(self, batch: Batch) -> None:
+        """The batch will not be written (no room above the floor): as after a failed one, the next record
+        starts a new segment and the ack log a new file."""
+        self._undo(batch, {})
+
     def close(self) -> None:
         for base in list(self._segments):
             self._close_segment(base)

@@ -3,12 +3,15 @@ and how much room the failed work needs, and the rate-limited log line (the rule
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import sqlite3
 import time
 from collections.abc import Callable
 
 from store.commit import WriteFailed
+from store.disk_space import DiskSpace
 from store.frame import HEADER_SIZE
 
 log = logging.getLogger(__name__)
@@ -17,8 +20,9 @@ FAILURE_LOG_S = 10.0  # a run of failures logs its first, then at most one summa
 
 
 class DiskFaults:
-    def __init__(self, root: os.PathLike[str]) -> None:
+    def __init__(self, root: os.PathLike[str], space: DiskSpace) -> None:
         self._root = root
+        self.space = space
         self.stats = {"write_failures": 0, "fsync_failures": 0, "records_failed": 0}
         self.out_of_space = False
         self.on_disk_full: Callable[[bool], None] | None = None
@@ -31,21 +35,35 @@ class DiskFaults:
         self._count(exc, records)
         if isinstance(exc, WriteFailed) and exc.out_of_space:
             self._space_needed = max(self._space_needed, size)
+            self.space.release()  # what frees space (acks, deletions, checkpoints) must find room
+            if not self.out_of_space:
+                self.out_of_space = True
+                if self.on_disk_full is not None:
+                    self.on_disk_full(True)
+
+    def cleanup_failed(self, exc: OSError | sqlite3.Error) -> None:
+        """A checkpoint or cleanup after a durable batch failed (logged in one line). Out of space: the reserve
+        is released for the next attempt, and the store is out of space as after a failed batch."""
+        log.error("store: checkpoint or cleanup after a durable batch failed: %s (tried again later)", exc)
+        if _out_of_space(exc):
+            self.space.release()
             if not self.out_of_space:
                 self.out_of_space = True
                 if self.on_disk_full is not None:
                     self.on_disk_full(True)
 
     def check_space(self) -> bool:
-        """While out of space: whether there is room again for what failed (and then clear the state).
-        Returns the current out_of_space."""
+        """While out of space: whether there is room again for what failed above the floor and the
+        reserve (then the reserve is taken again and the state cleared). Returns the current out_of_space."""
         if not self.out_of_space:
             return False
         try:
             free = _free_bytes(self._root)
         except OSError:
             return True
-        if free > self._space_needed + 2 * HEADER_SIZE:
+        space = self.space
+        if free > self._space_needed + 2 * HEADER_SIZE + space.min_free + space.reserve:
+            space.take()
             log.warning("store: disk space is available again (%d bytes free)", free)
             self.out_of_space, self._space_needed = False, 0
             if self.on_disk_full is not None:
@@ -70,6 +88,12 @@ class DiskFaults:
             self.stats,
         )
         self._logged_at, self._unlogged = now, 0
+
+
+def _out_of_space(exc: OSError | sqlite3.Error) -> bool:
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    return isinstance(exc, sqlite3.OperationalError) and "full" in str(exc)  # SQLITE_FULL has no errno
 
 
 def _free_bytes(path: os.PathLike[str]) -> int:

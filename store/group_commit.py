@@ -10,6 +10,7 @@ batch that fails is never retried: its records and those of the batch filling be
 
 from __future__ import annotations
 
+import errno
 import logging
 import sqlite3
 from collections.abc import Callable
@@ -178,6 +179,9 @@ class GroupCommit:
             batch = self._seal(force_checkpoint)
             if batch.queue_values:
                 batch.catalog_ops.extend(queue_value_ops(batch.queue_values))
+            if batch.chunks and not self._faults.space.room_for(batch.size):
+                await self._refuse(batch)
+                return
             try:
                 if batch.catalog_ops:  # before the fsync: a confirmed message never names a lost queue
                     await self._catalog.apply(batch.catalog_ops)
@@ -201,10 +205,21 @@ class GroupCommit:
                     await self.write_checkpoint(batch.checkpoint)
                     stale = [n for n in self._layout.ack_numbers() if n < batch.checkpoint.checkpoint.ack_number]
                     await anyio.to_thread.run_sync(self.delete_ack_files, stale)
-            except (OSError, sqlite3.Error):
+            except (OSError, sqlite3.Error) as exc:
                 # Nothing is lost: the old checkpoint and its ack-log files stay valid, an undeleted segment
-                # is deleted at the next open.
-                log.exception("store: checkpoint or cleanup after a durable batch failed")
+                # is deleted at the next open. The checkpoint is tried again after the next batch.
+                self.since_checkpoint = self._checkpoint_bytes
+                self._faults.cleanup_failed(exc)
+
+    async def _refuse(self, batch: Batch) -> None:
+        """New message data would take the free space below the floor: the batch's records fail as if the
+        disk were full (nothing of the batch is written); its acks and catalogue changes go with the next."""
+        await anyio.to_thread.run_sync(self._writer.refuse, batch)
+        floor = self._faults.space.floor()
+        cause = OSError(errno.ENOSPC, f"{batch.size} bytes of messages would leave under {floor} bytes free")
+        self._batch_failed(batch, WriteFailed("write", cause), attempted=False)
+        self._batch_done(batch)
+        await anyio.sleep(FAILURE_BACKOFF_S)
 
     def _seal(self, force_checkpoint: bool) -> Batch:
         self.apply_retention()
@@ -238,16 +253,22 @@ class GroupCommit:
         if self.on_pressure is not None:
             self.on_pressure(on)
 
-    def _batch_failed(self, batch: Batch, exc: Exception) -> None:
+    def _batch_failed(self, batch: Batch, exc: Exception, attempted: bool = True) -> None:
         """The batch is not on disk and never will be: its records, and those of the pending batch (laid out
-        after them, in a segment that now ends before them), fail. Their queues keep them, from memory."""
+        after them, in a segment that now ends before them), fail. Their queues keep them, from memory.
+        `attempted=False`: nothing of the batch was tried, so its catalogue changes are applied later. Its
+        acks go with its records as after a failed write (a batch that moves a message must not leave the
+        old holder's ack without the new record)."""
         pending = self.pending
         self.pending = fresh = Batch(number=pending.number, first_offset=self._segments.next_offset)
         fresh.catalog_ops = pending.catalog_ops
-        if isinstance(exc, sqlite3.Error):
+        fresh.queue_values = pending.queue_values
+        if isinstance(exc, sqlite3.Error) or not attempted:
             fresh.catalog_ops = batch.catalog_ops + fresh.catalog_ops  # SQLite rolled back: apply them later
-        fresh.acks = pending.acks
-        fresh.delete_segments = pending.delete_segments
+        fresh.acks = pending.acks if attempted else batch.acks + pending.acks
+        fresh.delete_segments = (
+            pending.delete_segments if attempted else batch.delete_segments + pending.delete_segments
+        )
         self._unwritten_bytes -= pending.size
         failed = self._segments.forget_records([*batch.chunks, *pending.chunks], self.queues)
         for base in self._segments.drop_failed(batch, pending):

@@ -42,6 +42,7 @@ from store.catalog import (
 from store.catalogue_calls import CatalogueCalls
 from store.commit import FileIO, Writer
 from store.disk_faults import DiskFaults
+from store.disk_space import DiskSpace
 from store.group_commit import GroupCommit
 from store.queue_state import OffsetRuns, QueueState, hold_range
 from store.read_ahead import ReadAhead
@@ -78,12 +79,16 @@ class MessageStore(CatalogueCalls):
         max_unwritten_bytes: int = DEFAULT_MAX_UNWRITTEN,
         io: FileIO | None = None,
         holds_log: HoldsLog | None = None,
+        min_free_bytes: int = 0,
+        reserve_bytes: int = 0,
     ) -> None:
         """`retention_*`: keep segments no queue needs for log readers, bounded by age and/or total log size
         (both None: delete them as soon as they are unneeded; see store/retention.py). `clock`: wall-clock
         nanoseconds (time.time_ns); message ids, checkpoint times, TTL at recovery and retention use it.
         `max_unwritten_bytes`: see on_pressure. `io`: the I/O seam the writer goes through (tests). `holds_log`:
-        which queues (by their declared arguments) are logs, held as runs from recovery on (hold_as_runs)."""
+        which queues (by their declared arguments) are logs, held as runs from recovery on (hold_as_runs).
+        `min_free_bytes`, `reserve_bytes`: the free-space floor new message data must keep and the reserve file
+        kept for what frees space (disk_space.py)."""
         if fsync not in FSYNC_POLICIES:
             raise ValueError(f"fsync must be one of {FSYNC_POLICIES}, not {fsync!r}")
         if not FILE_HEADER_SIZE < segment_size <= MAX_SEGMENT_SIZE:
@@ -97,7 +102,8 @@ class MessageStore(CatalogueCalls):
         self._writer = Writer(self._layout, fsync == "always-batched", self._io)
         self._segments = segments = SegmentLog(self._layout, segment_size, index_interval, clock)
         self._reader = RecordReader(segments, self._io.pread)
-        self._faults = DiskFaults(self._layout.root)
+        self._space = DiskSpace(self._layout.root, min_free_bytes, reserve_bytes)
+        self._faults = DiskFaults(self._layout.root, self._space)
         self._commit = GroupCommit(
             self._layout,
             self._io,
@@ -117,8 +123,10 @@ class MessageStore(CatalogueCalls):
             segments.track_age = True
         # Catalogue state needed synchronously.
         self._queues: dict[int, QueueState] = {}
-        self._counts: dict[tuple[int, int], int] = {}  # (queue_id, offset) -> delivery count, when not 0
+        self._counts: dict[int, dict[int, int]] = {}  # queue_id -> offset -> delivery count, when not 0
+        # Both ways, so that deleting one queue touches only its own entries, however many queues exist.
         self._queue_ids: dict[tuple[str, str], int] = {}
+        self._queue_keys: dict[int, tuple[str, str]] = {}
         self._next_queue_id = 1
         self._open = False
         self.stats = self._keeper.stats
@@ -136,6 +144,7 @@ class MessageStore(CatalogueCalls):
         started = time.perf_counter()
         self._commit.start()
         self._layout.create_dirs()
+        self._space.release()  # recovery writes (checkpoint, ack file, indexes) before it knows anything
         await self._catalog.open()
         try:
             snap = await self._catalog.load()
@@ -158,6 +167,7 @@ class MessageStore(CatalogueCalls):
         self._open = True
         await self._commit.write_checkpoint(self._commit.checkpoint_data())
         await anyio.to_thread.run_sync(self._commit.delete_ack_files, result.stale_ack_files)
+        await anyio.to_thread.run_sync(self._space.take)  # not held yet: new data keeps the reserve's room free
         result.stats["scan_seconds"] = result.stats["seconds"]
         result.stats["seconds"] = round(time.perf_counter() - started, 4)  # the whole open()
         self._keeper.due = self._retention.enabled  # the first commit may roll the active segment by age
@@ -184,7 +194,12 @@ class MessageStore(CatalogueCalls):
         if not self._open:
             return
         await self._commit.stop()
+        self._space.release()  # the last checkpoint and the clean-stop marker must find room
         await self._commit.commit_once(force_checkpoint=True)
+        for _ in range(2):  # a batch refused for want of space hands its catalogue changes to the next
+            if self._commit.pending.is_empty():
+                break
+            await self._commit.commit_once(force_checkpoint=True)
         await self._release_files()
 
     async def abort(self) -> None:
@@ -209,6 +224,7 @@ class MessageStore(CatalogueCalls):
             queue_id = self._next_queue_id
             self._next_queue_id += 1
             self._queue_ids[(vhost, name)] = queue_id
+            self._queue_keys[queue_id] = (vhost, name)
             self._queues[queue_id] = QueueState()
         self._catalog_op(put_queue_ops(queue_id, vhost, name, auto_delete, arguments))
         return queue_id
@@ -225,15 +241,16 @@ class MessageStore(CatalogueCalls):
         state = self._queues.pop(queue_id, None)
         if state is None:
             return
-        self._queue_ids = {key: qid for key, qid in self._queue_ids.items() if qid != queue_id}
+        name = self._queue_keys.pop(queue_id, None)
+        if name is not None:
+            del self._queue_ids[name]
         pending = self._commit.pending
         for offset in state.live:
             self._segments.release(offset, pending)
         values = pending.queue_values
         for key in [key for key in values if key[0] == queue_id]:
             del values[key]  # set earlier in this batch: the queue's rows go with it
-        if self._counts:
-            self._counts = {key: n for key, n in self._counts.items() if key[0] != queue_id}
+        self._counts.pop(queue_id, None)
         self._catalog_op(delete_queue_ops(queue_id))
 
     def set_queue_value(self, queue_id: int, key: str, value: bytes | None) -> None:
@@ -316,16 +333,25 @@ class MessageStore(CatalogueCalls):
         commit = self._commit
         commit.ack_entry(ack_log.ACKED, queue_id, offset)
         self._segments.release(offset, commit.pending)
-        if self._counts and self._counts.pop((queue_id, offset), None) is not None:
+        if self._counts and self._forget_count(queue_id, offset):
             self._catalog_op([delete_delivery_count_op(queue_id, offset)])
+
+    def _forget_count(self, queue_id: int, offset: int) -> bool:
+        counts = self._counts.get(queue_id)
+        if counts is None or counts.pop(offset, None) is None:
+            return False
+        if not counts:
+            del self._counts[queue_id]  # empty when no count is kept: ack() tests that first
+        return True
 
     def set_delivery_count(self, queue_id: int, offset: int, count: int) -> None:
         """How many times the queue's message went back unacked (a delivery limit counts these), durable
         with the next commit; forgotten when the queue acks the message."""
         state = self._queues.get(queue_id)
-        if state is None or offset not in state.live or self._counts.get((queue_id, offset)) == count:
+        counts = self._counts.get(queue_id)
+        if state is None or offset not in state.live or (counts is not None and counts.get(offset) == count):
             return
-        self._counts[(queue_id, offset)] = count
+        self._counts.setdefault(queue_id, {})[offset] = count
         self._catalog_op([put_delivery_count_op(queue_id, offset, count)])
 
     def purge(self, queue_id: int, offsets: list[int]) -> None:
@@ -410,6 +436,7 @@ class MessageStore(CatalogueCalls):
     def _install(self, snap: CatalogSnapshot, result: RecoveryResult) -> None:
         self._queues = result.queues
         self._queue_ids = {(vhost, name): qid for qid, vhost, name, _, _ in snap.queues}
+        self._queue_keys = {qid: key for key, qid in self._queue_ids.items()}
         self._next_queue_id = snap.next_queue_id
         self._commit.queues = self._queues
         self._segments.install(result, self._queues)
@@ -443,7 +470,9 @@ class MessageStore(CatalogueCalls):
                 entry.messages = [RecoveredMessage(o, records[o], o in delivered) for o in state.live if o in records]
             entry.delivery_counts = self._recovered_counts(qid, snap.delivery_counts.get(qid))
             queues.append(entry)
-        return Recovered(snap.exchanges, queues, snap.bindings, result.stats, snap.access, snap.policies)
+        return Recovered(
+            snap.exchanges, queues, snap.bindings, result.stats, snap.access, snap.policies, snap.parameters
+        )
 
     def _recovered_counts(self, queue_id: int, counts: dict[int, int] | None) -> dict[int, int]:
         """The queue's delivery counts for the messages it still holds; rows of the others (acked in a
@@ -455,7 +484,8 @@ class MessageStore(CatalogueCalls):
         if stale:
             self._catalog_op([delete_delivery_count_op(queue_id, offset) for offset in stale])
         kept = {offset: n for offset, n in counts.items() if offset in live}
-        self._counts.update(((queue_id, offset), n) for offset, n in kept.items())
+        if kept:
+            self._counts[queue_id] = dict(kept)
         return kept
 
 

@@ -12,14 +12,16 @@ from amqpd import errors
 from amqpd.broker.access.control import AccessControl, User
 from amqpd.broker.entry import Entry
 from amqpd.broker.message import Message
+from amqpd.broker.parameters import Parameters
 from amqpd.broker.publish.dead_letter import dead_letter
 from amqpd.broker.publish.delayed_release import DelayedDelivery
+from amqpd.broker.publish.publisher import UNATTENDED, Publisher
 from amqpd.broker.queues.backlog import Backlog
 from amqpd.broker.queues.flow import TurnClock
-from amqpd.broker.queues.hooks import QueueHooks, wall_clock_ms
-from amqpd.broker.queues.queue import Queue
+from amqpd.broker.queues.queue import Queue, QueueHooks, wall_clock_ms
 from amqpd.broker.recovery import message_from_record
 from amqpd.broker.routing.exchanges import Exchange
+from amqpd.broker.routing.plan import PublishPlan
 from amqpd.broker.routing.policy import QUEUE_KEYS, Policies, merge
 from amqpd.broker.routing.vhost import VirtualHost
 from amqpd.broker.streams.stream import StreamQueue
@@ -220,8 +222,10 @@ class Broker:
         self.throttling: set[Queue] = set()  # queues with paused publishers
         self.policies = Policies(store)
         self.policies.changed = self.apply_policies
+        self.parameters = Parameters(store)  # runtime parameters; components (amqpd/shovel) register on it
         self.closed_totals = ChannelTotals()  # message counts of channels that have closed (overview totals)
         self.started_at = time.time()
+        self.publisher = Publisher(self)  # the one way in
         self.delayed = DelayedDelivery(self)
         self.store_pressure = False  # the store has more unwritten bytes than it may: publishers pause
         if store is not None:
@@ -285,6 +289,7 @@ class Broker:
         exchanges are deleted."""
         vhost = self.vhosts.pop(name, None)
         self.policies.drop_vhost(name)
+        self.parameters.drop_vhost(name)
         if vhost is None:
             return
         for conn in [c for c in self.connections if c.vhost is vhost]:
@@ -483,6 +488,10 @@ class Broker:
         """dead_letter.Router: whether the exchange exists."""
         v = self.vhosts.get(vhost)
         return v is not None and name in v.exchanges
+
+    def enqueue(self, msg: Message, queues: list[Queue]) -> None:
+        """dead_letter.Router: a dead letter enters its queues as any publish does, with nobody to confirm to."""
+        self.publisher.deliver(UNATTENDED, msg, PublishPlan(None, queues, False), 0)
 
     def route_to(self, vhost: str, exchange: str, msg: Message) -> list[Queue]:
         """dead_letter.Router: the queues msg goes to from an existing exchange."""

@@ -9,12 +9,12 @@ from typing import Any
 from amqpd.broker.queues.backlog import Backlog
 from amqpd.broker.queues.queue import Queue
 from amqpd.broker.routing.exchanges import DelayedExchange, make_exchange
+from amqpd.broker.routing.exchanges.delayed import HOLDER_PREFIX
 from amqpd.broker.stored_message import message_from_record
 from amqpd.broker.streams.args import is_stream
 from amqpd.broker.streams.stream import StreamQueue
 
 log = logging.getLogger("amqpd.recovery")
-HOLDER_PREFIX = "amq.delayed-message/"  # delayed_delivery.holder_name: a delayed exchange's store holder
 
 
 def restore(broker: Any, recovered: Any, crashed: bool = False) -> tuple[int, int]:
@@ -72,6 +72,7 @@ def restore(broker: Any, recovered: Any, crashed: bool = False) -> tuple[int, in
         if source is not None and dest is not None:
             source.bind(dest, b["routing_key"], b["arguments"])
     broker.policies.load(getattr(recovered, "policies", []))
+    broker.parameters.load(getattr(recovered, "parameters", []))
     for name, vhost in list(broker.vhosts.items()):
         broker.apply_policies(name)
         vhost.set_message_ids(vhost.message_ids)  # the queues recovered above take their vhost's setting

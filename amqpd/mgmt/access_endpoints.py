@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 
 from amqpd.broker.access.control import FULL, SHA256, AccessControl, AccessError, Permission, TopicPermission, User
-from amqpd.broker.publish.message_ids import VHOST_FIELD
+from amqpd.broker.access.definitions import VHOST_FIELD
 
 if TYPE_CHECKING:
     from amqpd.broker.broker import Broker

@@ -25,6 +25,7 @@ from amqpd.broker.routing.policy import PolicyError
 from amqpd.broker.streams.stream import StreamQueue
 from amqpd.mgmt import authz, definitions, listing, objects, operations
 from amqpd.mgmt.access_endpoints import ACCESS_ROUTES, AccessEndpoints, NotFound
+from amqpd.mgmt.parameter_endpoints import PARAMETER_ROUTES, ParameterEndpoints
 from amqpd.mgmt.stats import Rates
 from amqpd.session.channel import Channel
 
@@ -81,18 +82,17 @@ class NoContent(Response):
         super().__init__(status_code=status, headers=headers)
 
 
-class ManagementAPI(AccessEndpoints):
+class ManagementAPI(AccessEndpoints, ParameterEndpoints):
     """The ASGI application. `listeners` describes the broker's listeners for /api/overview and health checks."""
 
     def __init__(self, broker: Broker, rates: Rates, listeners: list[dict[str, Any]]) -> None:
         self.broker = broker
         self.rates = rates
         self.listeners = listeners
-        self._channels: dict[str, Channel] = {}
         # Refused logins from one address wait their turn (address -> its lock, and how many hold or wait)
         self._refusals: dict[str, tuple[asyncio.Lock, list[int]]] = {}
         self.routes: list[tuple[str, tuple[str, ...], Handler, str]] = []
-        for method, path, handler, *level in ROUTES + ACCESS_ROUTES:
+        for method, path, handler, *level in ROUTES + ACCESS_ROUTES + PARAMETER_ROUTES:
             pattern = tuple(path.strip("/").split("/"))
             self.routes.append((method, pattern, getattr(self, handler), level[0] if level else "management"))
 
@@ -225,13 +225,6 @@ class ManagementAPI(AccessEndpoints):
         """Connections a user may see: all for monitoring users, else its own."""
         user = self._user(request)
         return sessions if authz.sees_everything(user) else [s for s in sessions if s.user == user.name]
-
-    def _channel(self, vhost: VirtualHost) -> Channel:
-        """The API's own channel on a vhost: publishes go through the same path as a client's."""
-        ch = self._channels.get(vhost.name)
-        if ch is None or ch.vhost is not vhost:
-            ch = self._channels[vhost.name] = Channel(operations.NoConnection(), 0, vhost, self.broker)
-        return ch
 
     async def _json(self, request: Request) -> dict[str, Any]:
         raw = await self._body(request)
@@ -370,7 +363,7 @@ class ManagementAPI(AccessEndpoints):
             payload = operations.payload_bytes(body["payload"], body["payload_encoding"])
             properties = body["properties"] if isinstance(body["properties"], dict) else {}
             routed = await operations.publish(
-                self.broker, self._channel(v), _exchange_name(exchange), str(body["routing_key"]), properties, payload
+                self.broker, v, _exchange_name(exchange), str(body["routing_key"]), properties, payload
             )
         except ValueError as exc:
             raise bad_request(str(exc)) from None
@@ -514,7 +507,7 @@ class ManagementAPI(AccessEndpoints):
             raise bad_request("say where to: destination, exchange (+ routing_key) or dead_letters")
         if target is not None:
             self._check(request, v.name, "exchange", target[0], "write")
-        moved, error = await operations.move(self.broker, self._channel(v), queue, count, target)
+        moved, error = await operations.move(self.broker, v, queue, count, target)
         if error is not None:
             return JSONResponse({"error": "bad_request", "reason": error.text, "moved": moved}, status_code=400)
         return {"moved": moved}
@@ -691,7 +684,7 @@ class ManagementAPI(AccessEndpoints):
         v.declare_queue(
             "aliveness-test", passive=False, durable=False, exclusive=False, auto_delete=False, arguments={}, owner=None
         )
-        await operations.publish(self.broker, self._channel(v), "", "aliveness-test", {}, b"test_message")
+        await operations.publish(self.broker, v, "", "aliveness-test", {}, b"test_message")
         fetched = operations.get(v, "aliveness-test", 1, "ack_requeue_false")
         if not fetched:
             return JSONResponse({"status": "failed", "reason": "aliveness test message lost"}, status_code=503)

@@ -50,7 +50,7 @@ class HTTPListener:
         self.ssl_context = ssl_context
         config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off", timeout_graceful_shutdown=2)
         if ssl_context is not None:
-            # HTTPS with the broker's own context (amqpd.server.tls), so that SIGHUP's in-place reload reaches
+            # HTTPS with the broker's own context (amqpd.tls), so that SIGHUP's in-place reload reaches
             # this listener too: uvicorn hands config.ssl to create_server once load() has run.
             config.load()
             config.ssl = ssl_context

@@ -16,8 +16,8 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from amqpd import __version__
+from amqpd.broker.access.definitions import VHOST_FIELD
 from amqpd.broker.delivery.unacked import QueueRun, taken_count
-from amqpd.broker.publish.message_ids import VHOST_FIELD
 from amqpd.broker.queues.queue import Queue
 from amqpd.broker.routing.exchanges import EXCHANGE_TYPES, DelayedExchange, Exchange
 from amqpd.broker.streams.stream import StreamQueue
@@ -33,7 +33,7 @@ from amqpd.mgmt.stats import (
 
 if TYPE_CHECKING:
     from amqpd.broker.broker import Broker
-    from amqpd.broker.delivery.consumer import Consumer
+    from amqpd.broker.delivery.consumer import Consumer, Outlet
     from amqpd.broker.routing.vhost import VirtualHost
     from amqpd.session.channel import Channel
     from amqpd.session.connection import Session
@@ -46,6 +46,7 @@ EXCHANGE_DESCRIPTIONS = {
     "fanout": "AMQP fanout exchange, as per the AMQP specification",
     "headers": "AMQP headers exchange, as per the AMQP specification",
     "topic": "AMQP topic exchange, as per the AMQP specification",
+    "x-federation-upstream": "Federation upstream helper exchange",
 }
 
 
@@ -280,7 +281,7 @@ def connection_info(s: Session, rates: Rates | None = None) -> dict[str, Any]:
     return info
 
 
-def channel_name(ch: Channel) -> str:
+def channel_name(ch: Channel | Outlet) -> str:
     return f"{connection_name(ch.conn)} ({ch.id})"  # type: ignore[arg-type]
 
 

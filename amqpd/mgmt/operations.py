@@ -23,13 +23,13 @@ from pamqp.header import ContentHeader
 from amqpd import errors
 from amqpd.broker.entry import Entry
 from amqpd.broker.message import Message
+from amqpd.broker.publish.publisher import UNATTENDED
 from amqpd.broker.queues.backlog import Backlog
 from amqpd.broker.queues.queue import Queue
 from amqpd.broker.routing.exchanges import Exchange
 from amqpd.mgmt.objects import jsonable
 from amqpd.protocol.fastpath import shortstr
 from amqpd.protocol.properties import decode_properties
-from amqpd.session.channel import Channel
 
 if TYPE_CHECKING:
     from amqpd.broker.broker import Broker
@@ -37,33 +37,6 @@ if TYPE_CHECKING:
     from store import MessageRecord
 
 ACK_MODES = ("ack_requeue_true", "ack_requeue_false", "reject_requeue_true", "reject_requeue_false")
-
-
-class NoConnection:
-    """The connection behind the API's own channel: nothing is ever written to it."""
-
-    frame_max = 131072
-    user = ""
-    consumer_cancel_notify = False
-    writable = True
-
-    def send(self, data: bytes) -> None:
-        """Nothing to send: the API publishes without returns, and its confirms are awaited directly."""
-
-    def send_pieces(self, pieces: list[bytes | memoryview]) -> None:
-        """Nothing to send: the API's channel never consumes."""
-
-    def confirms_pending(self, channel: Channel) -> None:
-        """Confirms are awaited through _deliver_published's callback instead."""
-
-    def throttle(self, queue: Queue) -> None:
-        """The API publishes one message per request: nothing to pause."""
-
-    def unconfirmed_changed(self, delta: int) -> None:
-        """The API waits for each of its own publishes: nothing to limit."""
-
-    def close_channel(self, channel: Channel, exc: errors.AMQPError) -> None:
-        """Only a transaction closes a channel late, and the API's channel is never transactional."""
 
 
 # -- queues and exchanges --------------------------------------------------------------------------------------
@@ -138,11 +111,11 @@ def encode_header(properties: dict[str, Any], body_size: int) -> bytes:
 
 
 async def publish(
-    broker: Broker, channel: Channel, exchange: str, routing_key: str, properties: dict[str, Any], body: bytes
+    broker: Broker, vhost: VirtualHost, exchange: str, routing_key: str, properties: dict[str, Any], body: bytes
 ) -> bool:
-    """Publish one message as a client on `channel` would; True when it reached a queue. A persistent message
-    is on disk before this returns (the API's answer is its confirm)."""
-    vhost = channel.vhost
+    """Publish one message as a client would (through the broker's Publisher, with nobody to confirm to); True
+    when it reached a queue. A persistent message is on disk before this returns (the API's answer is its
+    confirm)."""
     ex = vhost.exchange(exchange)
     if ex.internal:
         raise errors.access_refused(f"cannot publish to internal exchange '{exchange}' in vhost '{vhost.name}'")
@@ -151,8 +124,7 @@ async def publish(
     msg = Message(exchange, routing_key, shortstr(exchange) + shortstr(routing_key), header, body, flags)
     routed = bool(vhost.route(ex, msg))
     done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    channel.published += 1
-    if channel._deliver_published(msg, False, 0, _resolver(done)):  # noqa: SLF001 - the channel's own publish step
+    if broker.publisher.publish(UNATTENDED, vhost, msg, False, 0, _resolver(done)):
         await done
     return routed
 
@@ -302,20 +274,19 @@ def death_origin(msg: Message) -> tuple[str, str] | None:
 
 
 async def move(
-    broker: Broker, channel: Channel, source: str, count: int | None, target: tuple[str, str] | None
+    broker: Broker, vhost: VirtualHost, source: str, count: int | None, target: tuple[str, str] | None
 ) -> tuple[int, errors.AMQPError | None]:
     """Republish up to `count` ready messages of `source` (all when None) to target=(exchange, routing key), or,
     target None, to where each one's x-death says it came from; each one leaves `source` only once the
     republished copy is routed and, when persistent, on disk. A message with nowhere to go stops the move and
     stays at the head of `source`. Returns how many moved, and what stopped the move early."""
-    vhost = channel.vhost
     q = vhost.queue(source)
     moved = 0
     while count is None or moved < count:
         batch = _take(q, MOVE_BATCH if count is None else min(MOVE_BATCH, count - moved))
         if not batch:
             break
-        done, error = await _republish(broker, channel, batch, target)
+        done, error = await _republish(broker, vhost, batch, target)
         for entry in batch[:done]:
             q.hooks.settled(q, entry)
         if done < len(batch):
@@ -337,11 +308,10 @@ def _take(q: Queue, n: int) -> list[Entry]:
 
 
 async def _republish(
-    broker: Broker, channel: Channel, batch: list[Entry], target: tuple[str, str] | None
+    broker: Broker, vhost: VirtualHost, batch: list[Entry], target: tuple[str, str] | None
 ) -> tuple[int, errors.AMQPError | None]:
     """Publish each entry's message to its destination and wait for the disk; (how many went, the error that
     stopped the rest)."""
-    vhost = channel.vhost
     waits: list[asyncio.Future[None]] = []
     loop = asyncio.get_running_loop()
     for i, entry in enumerate(batch):
@@ -361,8 +331,7 @@ async def _republish(
             )
             return await _settled(waits, i, error)
         done: asyncio.Future[None] = loop.create_future()
-        channel.published += 1
-        if channel._deliver_published(copy, False, 0, _resolver(done)):  # noqa: SLF001 - the channel's publish step
+        if broker.publisher.publish(UNATTENDED, vhost, copy, False, 0, _resolver(done)):
             waits.append(done)
     return await _settled(waits, len(batch), None)
 

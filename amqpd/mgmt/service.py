@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from amqpd.logs import announce
 from amqpd.mgmt.api import ManagementAPI
@@ -14,7 +14,7 @@ from amqpd.mgmt.metrics import MetricsApp
 from amqpd.mgmt.objects import NODE, channels
 from amqpd.mgmt.stats import Rates
 from amqpd.mgmt.webui import WebUI
-from amqpd.server.tls import TLSConfigError, reload_context, server_context, tls_enabled
+from amqpd.tls import TLSConfigError, reload_context, server_context, tls_enabled
 
 if TYPE_CHECKING:
     from amqpd.broker.broker import Broker
@@ -113,3 +113,26 @@ class Management:
 
 def _describe(protocol: str, host: str, port: int) -> dict[str, Any]:
     return {"node": NODE, "protocol": protocol, "ip_address": host, "port": port, "socket_opts": {}}
+
+
+class Announces(Protocol):
+    """A broker embedded in another program (server/listener.py's Embedding): told each listener's address."""
+
+    def announce(self, kind: str, sockname: tuple[Any, ...]) -> None: ...
+
+
+async def start_management(
+    broker: Broker, settings: Settings, amqp: list[tuple[str, str, int]], embedding: Announces | None = None
+) -> Management | None:
+    """The management API, Prometheus listener and rate sampler (amqpd/mgmt), unless every HTTP and HTTPS
+    listener is off. `amqp`: the AMQP and AMQPS listeners, as (protocol, host, port)."""
+    https = tls_enabled(settings, "mgmt_tls") or tls_enabled(settings, "prometheus_tls")
+    if settings.mgmt_port is None and settings.prometheus_port is None and not https:
+        return None
+    management = Management(broker, settings, amqp)
+    await management.start(quiet=embedding is not None)
+    if embedding is not None:
+        for protocol, listener in management.listeners:
+            kind = "prometheus" if protocol.endswith("prometheus") else "management"
+            embedding.announce(kind + ("-tls" if protocol.startswith("https") else ""), listener.address)
+    return management

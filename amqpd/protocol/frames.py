@@ -46,8 +46,9 @@ class FrameReader:
     A basic.publish whose header and body frames are all buffered comes out as one PUBLISH item
     with the payload triple: the per-message path then takes one step instead of three (the
     frames are checked exactly as they would be one by one). Publishes that repeat the one before
-    them byte for byte up to the body join it in one PUBLISH_RUN item, so that the broker can route
-    the run once."""
+    them byte for byte up to the body join it in one PUBLISH_RUN item, and publishes to the same
+    place with their own properties in one PUBLISH_GROUP item, so that the broker can route them
+    once."""
 
     __slots__ = ("_buf", "_need", "frame_max")
 

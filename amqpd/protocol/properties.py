@@ -314,11 +314,6 @@ def rewrite_properties(header: bytes, body_size: int, changes: dict[int, bytes |
     return join_properties(body_size, parts)
 
 
-def replace_headers(header: bytes, body_size: int, headers: dict | None) -> bytes:
-    """The same header payload with its headers table replaced (used to strip BCC)."""
-    return rewrite_properties(header, body_size, {FLAG_HEADERS: encode_table(headers) if headers else None})
-
-
 def encode_table(table: dict) -> bytes:
     return pencode.field_table(table)
 

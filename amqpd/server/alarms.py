@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import resource
 import shutil
 import time
 from typing import TYPE_CHECKING
@@ -20,14 +21,16 @@ log = logging.getLogger("amqpd.alarms")
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
+_statm: list[int] = []  # /proc/self/statm, opened once: out of file descriptors it must still be readable
+
+
 def process_rss() -> int:
     try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * _PAGE
+        if not _statm:
+            _statm.append(os.open("/proc/self/statm", os.O_RDONLY))
+        return int(os.pread(_statm[0], 256, 0).split()[1]) * _PAGE
     except OSError:
-        import resource
-
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # the peak: better than nothing
 
 
 def total_memory() -> int:

@@ -11,9 +11,10 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from amqpd.protocol.frames import HEARTBEAT_FRAME
+from amqpd.server.fd_budget import FdBudget
 from amqpd.server.load import LOOP
-from amqpd.server.tls import cert_login_name
 from amqpd.session.connection import OPEN, Session
+from amqpd.tls import cert_login_name
 
 if TYPE_CHECKING:
     from amqpd.broker.broker import Broker
@@ -24,9 +25,10 @@ CLOSE_GRACE_S = 3.0  # how long to wait for close-ok before dropping the socket
 
 
 class AMQPServerProtocol(asyncio.Protocol):
-    def __init__(self, broker: Broker, registry: set[AMQPServerProtocol]) -> None:
+    def __init__(self, broker: Broker, registry: set[AMQPServerProtocol], fd_budget: FdBudget | None = None) -> None:
         self.broker = broker
         self.registry = registry
+        self.fd_budget = fd_budget
         self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self.session: Session | None = None
@@ -45,6 +47,10 @@ class AMQPServerProtocol(asyncio.Protocol):
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
         sock = transport.get_extra_info("socket")
+        if self.fd_budget is not None and sock is not None and not self.fd_budget.admit(sock.fileno()):
+            self._closed = True
+            transport.abort()  # the client sees the connection reset before any AMQP is spoken
+            return
         if sock is not None:
             try:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -10,21 +10,27 @@ import gc
 import logging
 import os
 import signal
+import sqlite3
 import ssl
 import threading
 import time
-from typing import IO, Any
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import IO, Any, Protocol
 
 import anyio
 
 from amqpd import __version__, logs, runtime_file
 from amqpd.broker.broker import Broker
+from amqpd.broker.parameters import ParameterError
 from amqpd.broker.streams.args import is_stream
 from amqpd.config import Settings
 from amqpd.server.alarms import Alarms
 from amqpd.server.connection import AMQPServerProtocol
+from amqpd.server.fd_budget import FdBudget
 from amqpd.server.load import sample_load
-from amqpd.server.tls import TLSConfigError, reload_context, server_context, tls_enabled
+from amqpd.shovel.supervisor import Shovels
+from amqpd.tls import TLSConfigError, reload_context, server_context, tls_enabled
 
 log = logging.getLogger("amqpd")
 # The cyclic GC's thresholds while serving. Python's default (700 allocations) runs a young collection every
@@ -63,7 +69,29 @@ class Embedding:
             self._loop.call_soon_threadsafe(self._stop.set)
 
 
-async def serve(settings: Settings, embedding: Embedding | None = None) -> None:
+class Management(Protocol):
+    """The management side's running services (amqpd/mgmt/service.py), as the listener drives them."""
+
+    listeners: list[tuple[str, Any]]
+
+    async def sample_rates(self) -> None: ...
+
+    def reload_tls(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Services:
+    """What runs beside the AMQP listener, given by a composition root (cli.py, amqpd.testing), so that server
+    never imports mgmt (which stands beside it, on the broker): the management API and the definitions loader.
+    start_management(broker, settings, the AMQP listeners as (protocol, host, port), the embedding or None)."""
+
+    start_management: Callable[[Broker, Settings, list[tuple[str, str, int]], Any], Awaitable[Management | None]]
+    load_definitions: Callable[[Broker, str], bool]
+
+
+async def serve(settings: Settings, services: Services, embedding: Embedding | None = None) -> None:
     loop = asyncio.get_running_loop()
     lock = _lock_data_dir(settings)  # held until the broker stops
     crashed = _take_clean_marker(settings)
@@ -97,21 +125,30 @@ async def serve(settings: Settings, embedding: Embedding | None = None) -> None:
             gc.collect()
             gc.freeze()
             gc.set_threshold(*GC_THRESHOLDS)
-    if settings.load_definitions and not _load_definitions(broker, settings.load_definitions):
+    shovels = Shovels(broker.parameters)  # before definitions: they may hold shovels
+    if not _add_static_shovels(shovels, settings):
+        if store is not None:
+            await store.close()
+        raise SystemExit(1)
+    if settings.load_definitions and not services.load_definitions(broker, settings.load_definitions):
         if store is not None:
             await store.close()
         raise SystemExit(1)
     registry: set[AMQPServerProtocol] = set()
+    fd_budget = FdBudget()
     try:
-        servers = await _listen(loop, lambda: AMQPServerProtocol(broker, registry), settings.host, settings.port)
+        servers = await _listen(
+            loop, lambda: AMQPServerProtocol(broker, registry, fd_budget), settings.host, settings.port
+        )
     except OSError as exc:  # the port is taken, or the address is not ours: say so plainly and exit 1
         log.error("cannot listen on %s: %s", getattr(exc, "address", settings.port), exc.strerror or exc)
         if store is not None:
             await store.close()
         raise SystemExit(1) from None
-    tls = await _start_tls_listener(settings, broker, registry, store, embedding)
+    tls = await _start_tls_listener(settings, broker, registry, store, embedding, fd_budget)
     amqp = _addresses("amqp", servers) + _addresses("amqp/ssl", tls)
-    management = await _start_management(broker, settings, amqp, embedding)
+    management = await services.start_management(broker, settings, amqp, embedding)
+    shovels.start(runtime_file.url("amqp", *servers[0].sockets[0].getsockname()[:2]))
     async with anyio.create_task_group() as tg:
         if store is not None:
             tg.start_soon(store.run)
@@ -128,6 +165,7 @@ async def serve(settings: Settings, embedding: Embedding | None = None) -> None:
             await embedding.wait()
         else:
             await _serve_until_signal(settings, servers, tls, management)
+        await shovels.stop()
         for server in servers:
             server.close()
         if management is not None:
@@ -139,10 +177,7 @@ async def serve(settings: Settings, embedding: Embedding | None = None) -> None:
             proto.shutdown()
         await _wait_closed(registry)
         if store is not None:
-            broker.save_redelivered_flags()
-            broker.save_stream_segments()
-            await store.close()
-            _leave_clean_marker(settings)
+            await _close_store(broker, store, settings)
         if settings.data_dir:
             runtime_file.remove(settings.data_dir)
         if lock is not None:
@@ -183,31 +218,13 @@ def _addresses(protocol: str, servers: Any) -> list[tuple[str, str, int]]:
     return [(protocol, *sock.getsockname()[:2]) for server in servers or () for sock in server.sockets]
 
 
-async def _start_management(
-    broker: Broker, settings: Settings, amqp: list[tuple[str, str, int]], embedding: Embedding | None = None
-) -> Any:
-    """The management API, Prometheus listener and rate sampler (amqpd/mgmt), unless every HTTP and HTTPS
-    listener is off. `amqp`: the AMQP and AMQPS listeners, as (protocol, host, port)."""
-    https = tls_enabled(settings, "mgmt_tls") or tls_enabled(settings, "prometheus_tls")
-    if settings.mgmt_port is None and settings.prometheus_port is None and not https:
-        return None
-    from amqpd.mgmt.service import Management
-
-    management = Management(broker, settings, amqp)
-    await management.start(quiet=embedding is not None)
-    if embedding is not None:
-        for protocol, listener in management.listeners:
-            kind = "prometheus" if protocol.endswith("prometheus") else "management"
-            embedding.announce(kind + ("-tls" if protocol.startswith("https") else ""), listener.address)
-    return management
-
-
 async def _start_tls_listener(
     settings: Settings,
     broker: Broker,
     registry: set[AMQPServerProtocol],
     store: Any,
     embedding: Embedding | None = None,
+    fd_budget: FdBudget | None = None,
 ) -> tuple[list[Any], ssl.SSLContext] | None:
     """The amqps listener, when a certificate is configured; its address is printed before the plain one
     (`amqpd TLS listening on HOST:PORT`). A bad TLS setting or a taken port stops the broker, as for AMQP."""
@@ -218,7 +235,7 @@ async def _start_tls_listener(
         ctx = server_context(settings)
         servers = await _listen(
             loop,
-            lambda: AMQPServerProtocol(broker, registry),
+            lambda: AMQPServerProtocol(broker, registry, fd_budget),
             settings.host,
             settings.tls_port,
             ssl=ctx,
@@ -254,24 +271,6 @@ def _runtime_info(servers: list[Any], tls: Any, management: Any) -> dict[str, An
     return info
 
 
-def _load_definitions(broker: Broker, path: str) -> bool:
-    """RabbitMQ's load_definitions (`--definitions FILE`): the whole document (users, vhosts, permissions,
-    policies, exchanges, queues, bindings), imported atomically before clients are accepted."""
-    import json
-    from pathlib import Path
-
-    from amqpd.mgmt.definitions import DefinitionsError, import_definitions
-
-    try:
-        import_definitions(broker, json.loads(Path(path).read_text()))
-    except (OSError, ValueError) as exc:  # DefinitionsError is a ValueError, as is bad JSON
-        what = "" if isinstance(exc, DefinitionsError) else "cannot read "
-        log.error("definitions %s%s: %s", what, path, exc)
-        return False
-    log.info("imported definitions from %s", path)
-    return True
-
-
 async def _listen(
     loop: asyncio.AbstractEventLoop, factory: Any, hosts: list[str], port: int, **options: Any
 ) -> list[Any]:
@@ -300,6 +299,17 @@ async def _listen(
 def _address(sockname: tuple[Any, ...]) -> str:
     host, port = sockname[0], sockname[1]
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _add_static_shovels(shovels: Shovels, settings: Settings) -> bool:
+    """The config file's shovels; one whose keys RabbitMQ would refuse stops the broker, naming it."""
+    for name, value in settings.shovels.items():
+        try:
+            shovels.add_static(name, value)
+        except ParameterError as exc:
+            log.error("shovel %s in the configuration: %s", name, exc)
+            return False
+    return True
 
 
 async def _wait_closed(registry: set[Any], timeout: float = 5.0) -> None:
@@ -341,6 +351,19 @@ def _lock_data_dir(settings: Settings) -> IO[str] | None:
     return handle
 
 
+async def _close_store(broker: Broker, store: Any, settings: Settings) -> None:
+    """The last commit and the clean-stop marker. The store's reserve makes room for them on a full disk;
+    should they fail all the same, one line says so and the next start recovers as after a crash (what was
+    confirmed is on disk either way)."""
+    broker.save_redelivered_flags()
+    broker.save_stream_segments()
+    try:
+        await store.close()
+        _leave_clean_marker(settings)
+    except (OSError, sqlite3.Error) as exc:
+        log.error("stopped without a clean-stop marker (%s): the next start recovers as after a crash", exc)
+
+
 def _leave_clean_marker(settings: Settings) -> None:
     with open(os.path.join(settings.data_dir, CLEAN_MARKER), "w") as f:
         f.write("amqpd stopped cleanly; the store's delivered-marks are complete\n")
@@ -367,11 +390,13 @@ async def _open_store(settings: Settings) -> tuple[Any, Any]:
         retention_max_bytes=settings.retention_max_bytes,
         max_unwritten_bytes=settings.max_unwritten_bytes,
         holds_log=is_stream,  # a stream's offsets stay runs from recovery on: memory must not grow with its length
+        min_free_bytes=settings.disk_free_limit,
+        reserve_bytes=settings.disk_reserve,
     )
     return store, await store.open(load_records=False)  # a recovered backlog is read back as it is consumed
 
 
-def run(settings: Settings) -> None:
+def run(settings: Settings, services: Services) -> None:
     logs.configure(settings)
     backend_options = {}
     try:
@@ -380,4 +405,4 @@ def run(settings: Settings) -> None:
         backend_options["use_uvloop"] = True
     except ImportError:
         pass
-    anyio.run(serve, settings, backend="asyncio", backend_options=backend_options)
+    anyio.run(serve, settings, services, backend="asyncio", backend_options=backend_options)

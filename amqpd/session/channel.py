@@ -13,31 +13,23 @@ from pamqp import base, commands
 
 from amqpd import errors
 from amqpd.broker.delivery.consumer import UNLIMITED, Consumer
+from amqpd.broker.delivery.deliveries import Deliveries
 from amqpd.broker.delivery.unacked import Outstanding, Run
 from amqpd.broker.entry import Entry
 from amqpd.broker.message import SCANNED_FLAGS, Message, may_name_keys
-from amqpd.broker.publish.message_ids import IDS, stamp
-from amqpd.broker.publish.plan import NOWHERE, PER_MESSAGE_FLAGS, PublishPlan, count_publishes
 from amqpd.broker.queues.queue import Queue
-from amqpd.broker.routing.exchanges.delayed import delay_of
+from amqpd.broker.routing.plan import PER_MESSAGE_FLAGS, PublishPlan, count_publishes
 from amqpd.broker.routing.vhost import REPLY_TO, REPLY_TO_PREFIX, VirtualHost, server_generated_name
 from amqpd.broker.streams.args import check_consumer_arguments, parse_filter, parse_offset_spec
 from amqpd.broker.streams.chunks import chunk_records
-from amqpd.broker.streams.log import now_ms
+from amqpd.broker.streams.info import InfoRun, info_body, info_header, wants_info
 from amqpd.broker.streams.stream import StreamQueue
 from amqpd.protocol.assembler import Assembled, ContentAssembler
 from amqpd.protocol.constants import (
     FLAG_REPLY_TO,
-    FLAG_USER_ID,
 )
 from amqpd.protocol.fastpath import (
     encode_ack,
-    encode_deliver,
-    encode_deliveries,
-    encode_deliveries_each,
-    encode_delivery,
-    encode_delivery_batch,
-    encode_get_ok,
     encode_nack,
     encode_return,
     parse_content_header,
@@ -45,15 +37,15 @@ from amqpd.protocol.fastpath import (
     parse_tag_bits,
     shortstr,
 )
-from amqpd.protocol.frames import content_frames, content_pieces
+from amqpd.protocol.frames import content_frames
 from amqpd.protocol.methods import AccessRequest, AccessRequestOk, build, encode_method
 from amqpd.protocol.properties import (
     PropertyScan,
     checked_header,
-    replace_headers,
     rewrite_properties,
     scan_published,
 )
+from amqpd.session.permissions import Permissions
 
 if TYPE_CHECKING:
     from amqpd.broker.broker import Broker
@@ -100,12 +92,13 @@ class ConnectionLike(Protocol):
     def close_channel(self, channel: Channel, exc: errors.AMQPError) -> None: ...
 
 
-class Channel:
+class Channel(Deliveries):
     def __init__(self, conn: ConnectionLike, channel_id: int, vhost: VirtualHost, broker: Broker) -> None:
         self.conn = conn
         self.id = channel_id
         self.vhost = vhost
         self.broker = broker
+        self.publisher = broker.publisher  # the one way in (broker/publish/publisher.py)
         self.closing = False
         self.flow_active = True
         self.last_queue: str | None = None
@@ -133,12 +126,7 @@ class Channel:
         # Counters for the management API (deliveries and gets are last_tag, confirms confirmed_upto).
         self.published = 0
         self.acked = 0
-        # Exchanges this channel's user may publish to, as checked under the access model's generation
-        # `access_generation`: any change to users or permissions empties it, so a revoked permission
-        # applies to the next publish.
-        self.access = broker.access
-        self.access_generation = -1
-        self.may_publish_to: set[str] = set()
+        self.permissions = Permissions(broker, conn, vhost)  # this channel's user's checks (permissions.py)
 
     # -- content assembly ---------------------------------------------------------------------------------
 
@@ -217,20 +205,20 @@ class Channel:
             self.published += len(msgs)
             count_publishes(plan, len(msgs))
             queue.take_group(msgs)
-            self._flow(queue)
+            self.publish_flow(queue)
         return len(msgs)
 
     def _publish_stored_group(self, method: bytes, headers: list[bytes], bodies: list[bytes]) -> int:
         """Confirm mode: the leading publishes of a group that the publish plan sends to one durable queue or
         stream with nothing on the way but the store and the push (PublishPlan.stored_to) are stored in one
         append and confirmed together once the fsync covering them is done; each is then pushed as
-        _deliver_published pushes one. How many; the caller publishes the others one by one."""
+        Publisher.deliver pushes one. How many; the caller publishes the others one by one."""
         try:
             exchange, routing_key, route, bits = parse_publish_route(method)
         except errors.AMQPError:
             return 0
         ex = self.vhost.exchanges.get(exchange)
-        if bits & 2 or ex is None or self.broker.store is None or not self._cleared(ex, exchange, 0):
+        if bits & 2 or ex is None or self.broker.store is None or not self.permissions.cleared(ex, exchange, 0):
             return 0
         plan = self.vhost.plan(ex, routing_key)
         if plan.stored is None:
@@ -253,7 +241,7 @@ class Channel:
         settle = self._group_confirm(len(msgs))
         self.broker.store_group(msgs, queue, lambda: settle(True), lambda: settle(False))
         queue.push_many(msgs)
-        self._flow(queue)
+        self.publish_flow(queue)
 
     def _store_stream_group(
         self,
@@ -277,7 +265,7 @@ class Channel:
             self.broker.store_stream_group(
                 stream, exchange, routing_key, stored, bodies[:n], lambda: settle(True), lambda: settle(False)
             )
-            self._flow(stream)
+            self.publish_flow(stream)
         return n
 
     def _group_confirm(self, n: int) -> Callable[[bool], None]:
@@ -334,7 +322,7 @@ class Channel:
         except errors.AMQPError:
             return None
         ex = self.vhost.exchanges.get(exchange)
-        if bits & 2 or ex is None or not self._cleared(ex, exchange, 0):  # user_id: straight_to() refuses it
+        if bits & 2 or ex is None or not self.permissions.cleared(ex, exchange, 0):  # user_id: straight_to() refuses it
             return None
         plan = self.vhost.plan(ex, routing_key)
         return None if plan.plain is None else (plan, route)
@@ -387,8 +375,8 @@ class Channel:
 
     def publish(self, msg: Message, mandatory: bool) -> None:
         ex = self.vhost.exchanges.get(msg.exchange)
-        if not self._cleared(ex, msg.exchange, msg.flags):
-            self._check_publish(ex, msg)
+        if not self.permissions.cleared(ex, msg.exchange, msg.flags):
+            self.permissions.check_publish(ex, msg)
         if msg.flags & FLAG_REPLY_TO:
             self._rewrite_reply_to(msg)
         self.published += 1
@@ -399,151 +387,16 @@ class Channel:
         if self.confirm:
             self.publish_seq += 1
             seq = self.publish_seq
-        self._deliver_published(msg, mandatory, seq, None)
+        self.publisher.publish(self, self.vhost, msg, mandatory, seq)
 
-    def _cleared(self, ex: Any, exchange: str, flags: int) -> bool:
-        """Whether a publish to `ex` passes every check of _check_publish without checking: the exchange exists
-        and is not internal, this user may publish to it whatever the routing key (learnt once per access
-        model), and there is no user_id to compare."""
-        if ex is None or ex.internal or flags & FLAG_USER_ID:
-            return False
-        return self._may_publish_to(exchange) or self._learn_may_publish(ex)
-
-    def _may_publish_to(self, exchange: str) -> bool:
-        """Checked before, under the current access model: write permission, no topic permission in play."""
-        if self.access_generation != self.access.generation:
-            self.access_generation = self.access.generation
-            self.may_publish_to.clear()
-            return False
-        return exchange in self.may_publish_to
-
-    def _check_publish(self, ex: Any, msg: Message) -> None:
-        """The rare refusals, kept off the per-message path, in rabbit_channel's order: write permission,
-        missing or internal exchange, topic permission, forged user_id."""
-        self._may_publish_to(msg.exchange)  # forgets what an older access model allowed
-        try:
-            user = self.conn.user
-            self.access.check_resource(user, self.vhost.name, "exchange", msg.exchange, "write")
-            if ex is None:
-                self.vhost.exchange(msg.exchange)
-            elif ex.internal:
-                raise errors.access_refused(
-                    f"cannot publish to internal exchange '{msg.exchange}' in vhost '{self.vhost.name}'"
-                )
-            if ex.type_name == "topic":
-                self.access.check_topic(user, self.vhost.name, msg.exchange, msg.routing_key, "write")
-            if msg.flags & FLAG_USER_ID:
-                self._check_user_id(msg)
-            self._learn_may_publish(ex)
-        except errors.AMQPError as exc:
-            raise exc.with_method(60, 40) from None
-
-    def _learn_may_publish(self, ex: Any) -> bool:
-        """Remember that this user may publish to `ex` whatever the routing key (write permission, and no
-        topic permission in play), so the next publishes skip the checks."""
-        user, vhost = self.conn.user, self.vhost.name
-        if not self.access.allowed(user, vhost, ex.name or "amq.default", "write"):
-            return False
-        if ex.type_name == "topic" and self.access.topic_permissions.get((user, vhost)):
-            return False
-        self.may_publish_to.add(ex.name)
-        return True
-
-    def _check_user_id(self, msg: Message) -> None:
-        """Compared as bytes, the other properties left undecoded (pamqp refuses some values RabbitMQ takes)."""
-        user_id = msg.raw_property(FLAG_USER_ID)
-        if (
-            user_id is not None
-            and user_id != self.conn.user.encode()
-            and not self.access.is_impersonator(self.conn.user)
-        ):
-            raise errors.precondition_failed(
-                f"user_id property set to '{user_id.decode(errors='replace')}' but authenticated user was "
-                f"'{self.conn.user}'"
-            )
-
-    def _deliver_published(
-        self,
-        msg: Message,
-        mandatory: bool,
-        seq: int,
-        on_stored: Callable[[], None] | None,
-        on_failed: Callable[[], None] | None = None,
-    ) -> bool:
-        """Route and enqueue one message; returns and confirms as RabbitMQ sends them.
-        True when the store took it and on_stored will fire after its fsync."""
-        ex = self.vhost.exchanges.get(msg.exchange)
-        plan = self.vhost.plan_for(ex, msg) if ex is not None else NOWHERE
-        queues = plan.queues
-        if ex is not None:
-            ex.publish_in += 1
-        if plan.delays and (queues or not mandatory) and msg.has_headers:
-            delay = delay_of(msg.headers)
-            if delay is not None:
-                return self._delay(ex, msg, delay, seq, on_stored)
-        if not queues:
-            if mandatory:
-                self._send_return(msg, errors.NO_ROUTE, "NO_ROUTE")
-            self._confirm(seq, True)
-            return False
-        if msg.may_carry_cc and msg.headers and "BCC" in msg.headers:
-            self._strip_bcc(msg)
-        if plan.stamps:
-            stamp(msg, IDS.next())
-        accepting = queues
-        refused = False
-        always_stored = plan.always_stored
-        if plan.limited:
-            accepting, refused = self._admit(msg, queues)
-            always_stored = _any_stored(accepting)
-        stored = False
-        if self.broker.store is not None and (msg.persistent or always_stored):
-            stored = self.broker.store_message(
-                msg, accepting, self._durable_callback(seq, on_stored), self._failed_callback(seq, on_stored, on_failed)
-            )
-        if ex is not None:
-            ex.publish_out += len(accepting)
-        for q in accepting:
-            q.push(msg)
-            self._flow(q)
-        if refused:
-            self._confirm(seq, False)
-        elif seq and not stored:
-            self._confirm(seq, True)
-        return stored
-
-    def _flow(self, q: Queue) -> None:
+    def publish_flow(self, q: Queue) -> None:
         """A queue grown past FLOW_HIGH with consumers pauses its publishers while those consumers are waiting
         on the broker (flow.py), or while the broker's CPU is saturated (server/load.py)."""
         if len(q.ready) > q.FLOW_HIGH and q.consumers and (q.pace.lagging() or self.broker.busy):
             self.conn.throttle(q)
             self.broker.throttled(q)
 
-    def _delay(self, ex: Any, msg: Message, delay: int, seq: int, on_stored: Callable[[], None] | None) -> bool:
-        """x-delayed-message: the message waits; it is confirmed once stored (or at once when transient).
-        A mandatory one that nothing would route now was returned instead (exchanges/delayed.py says why)."""
-        stored = self.broker.delayed.delay(ex, msg, delay, self._durable_callback(seq, on_stored))
-        if seq and not stored:
-            self._confirm(seq, True)
-        return stored
-
-    def _admit(self, msg: Message, queues: list[Queue]) -> tuple[list[Queue], bool]:
-        """The queues that take the message, and whether one refused it (the publisher then gets a nack).
-        x-overflow reject-publish(-dlx): a full queue refuses it (and with -dlx dead-letters it, reason
-        maxlen). x-message-deduplication: a queue that saw its id drops it quietly (the publisher's confirm
-        is an ack). The others still take it."""
-        accepting = []
-        refused = False
-        for q in queues:
-            if q.would_overflow():
-                refused = True
-                if q.overflow == "reject-publish-dlx":
-                    self.broker.dead_letter(q, Entry(msg, 0, None), "maxlen")
-            elif q.dedup is None or not q.dedup.is_duplicate(msg, now_ms()):  # a refused one is not "seen"
-                accepting.append(q)
-        return accepting, refused
-
-    def _durable_callback(self, seq: int, on_stored: Callable[[], None] | None) -> Callable[[], None] | None:
+    def publish_durable(self, seq: int, on_stored: Callable[[], None] | None) -> Callable[[], None] | None:
         if not seq:
             return on_stored
         self.pending_confirms[seq] = None
@@ -559,27 +412,23 @@ class Channel:
 
         return durable
 
-    def _failed_callback(
+    def publish_failed(
         self, seq: int, on_stored: Callable[[], None] | None, on_failed: Callable[[], None] | None
     ) -> Callable[[], None] | None:
         """The store could not write the message: the publisher's confirm is a nack; a transaction's commit
         fails (on_failed)."""
         if not seq:
             return on_failed or on_stored
-        return lambda: self._confirm(seq, False)
+        return lambda: self.publish_settled(seq, False)
 
-    def _strip_bcc(self, msg: Message) -> None:
-        headers = dict(msg.headers or {})
-        bcc = headers.pop("BCC", None)
-        msg.bcc = [k.decode() if isinstance(k, bytes) else k for k in bcc or [] if isinstance(k, (str, bytes))]
-        msg.header = replace_headers(msg.header, msg.size, headers)
-        msg._headers = headers  # noqa: SLF001 - the message owns this cache, we just re-encoded it
+    def publish_returned(self, msg: Message) -> None:
+        self._send_return(msg, errors.NO_ROUTE, "NO_ROUTE")
 
     def _send_return(self, msg: Message, code: int, text: str) -> None:
         frames = encode_return(self.id, code, text, msg.route)
         self.conn.send(frames + content_frames(self.id, msg.header, self.broker.body_of(msg), self.conn.frame_max))
 
-    def _confirm(self, seq: int, ok: bool) -> None:
+    def publish_settled(self, seq: int, ok: bool) -> None:
         if not seq:
             return
         if seq in self.pending_confirms:
@@ -628,95 +477,6 @@ class Channel:
     def prefetch_room(self) -> int:
         """Deliveries the channel's global prefetch still allows (UNLIMITED without one)."""
         return self.global_prefetch - self.unacked.count if self.global_prefetch else UNLIMITED
-
-    def deliver(self, consumer: Consumer, queue: Queue, entry: Entry) -> None:
-        self.last_tag = tag = self.last_tag + 1
-        msg = entry.msg
-        queue.delivered += 1
-        if consumer.no_ack:
-            if queue.store_id is not None:
-                queue.hooks.settled(queue, entry)
-        else:
-            self.unacked.add(tag, queue, entry, consumer, self.broker.clock)
-        header = msg.header if not queue.counts_deliveries else queue.header_for(entry)
-        self.conn.send(
-            encode_delivery(
-                self.id,
-                consumer.ctag,
-                tag,
-                entry.redelivered,
-                msg.route,
-                header,
-                msg.body if msg.body is not None else self.broker.body_of(msg),
-                self.conn.frame_max,
-            )
-        )
-
-    def deliver_many(self, consumer: Consumer, queue: Queue, entries: list[Entry]) -> None:
-        """Acked deliveries to one consumer, encoded in one pass and sent in one write (a stream's replay;
-        the consumer's prefetch room was checked by the caller)."""
-        first = self.last_tag + 1
-        ctag, channel_id = consumer.ctag, self.id
-        frame_max = self.conn.frame_max
-        parts = []
-        for tag, entry in enumerate(entries, first):
-            msg = entry.msg
-            body = msg.body if msg.body is not None else self.broker.body_of(msg)
-            parts.append(
-                encode_delivery(channel_id, ctag, tag, entry.redelivered, msg.route, msg.header, body, frame_max)
-            )
-        self.last_tag = first + len(entries) - 1
-        self.unacked.add_many(first, queue, entries, consumer, self.broker.clock)
-        self.conn.send(b"".join(parts))
-
-    def deliver_parts(self, consumer: Consumer, queue: Queue, entry: Entry, body: list[bytes]) -> None:
-        """deliver_many of one entry whose body is held as `body`'s parts (a stream chunk, ~600 KB): its frames
-        go to the connection as pieces, the parts cut into body frames by views, never joined."""
-        tag = self.last_tag = self.last_tag + 1
-        self.unacked.add_many(tag, queue, [entry], consumer, self.broker.clock)
-        msg = entry.msg
-        method = encode_deliver(self.id, consumer.ctag, tag, entry.redelivered, msg.route)
-        self.conn.send_pieces(content_pieces(self.id, msg.header, body, msg.size, self.conn.frame_max, method))
-
-    def deliver_batch(self, consumer: Consumer, queue: Queue, entries: list[Entry]) -> None:
-        """deliver() of each entry in turn, encoded in one pass and counted unacked as one range (a queue handing
-        a consumer as many as it has room for; `entries` is kept)."""
-        first = self.last_tag + 1
-        n = len(entries)
-        self.last_tag += n
-        queue.delivered += n
-        if consumer.no_ack:
-            if queue.store_id is not None:
-                queue.hooks.settled_many(queue, entries)
-        else:
-            self.unacked.add_many(first, queue, entries, consumer, self.broker.clock)
-        body_of = self.broker.body_of
-        if queue.counts_deliveries:
-            header_for = queue.header_for
-            items = [
-                (e.redelivered, e.msg.route, header_for(e), e.msg.body if e.msg.body is not None else body_of(e.msg))
-                for e in entries
-            ]
-        else:
-            items = [
-                (e.redelivered, m.route, m.header, m.body if m.body is not None else body_of(m))
-                for e in entries
-                for m in (e.msg,)
-            ]
-        self.conn.send(encode_delivery_batch(self.id, consumer.ctag, first, items, self.conn.frame_max))
-
-    def deliver_each(self, consumer: Consumer, route: bytes, headers: list[bytes], bodies: list[bytes]) -> None:
-        """No-ack deliveries of messages with one route, each with its own header, encoded in one pass
-        (on_publish_group)."""
-        first = self.last_tag + 1
-        self.last_tag += len(bodies)
-        self.conn.send(encode_deliveries_each(self.id, consumer.ctag, first, route, headers, bodies))
-
-    def deliver_run(self, consumer: Consumer, route: bytes, header: bytes, bodies: list[bytes]) -> None:
-        """No-ack deliveries of messages that differ only by body, encoded in one pass (on_publish_run)."""
-        first = self.last_tag + 1
-        self.last_tag += len(bodies)
-        self.conn.send(encode_deliveries(self.id, consumer.ctag, first, route, header, bodies))
 
     # -- acks -----------------------------------------------------------------------------------------------
 
@@ -817,35 +577,6 @@ class Channel:
     def reply(self, method: base.Frame) -> None:
         self.conn.send(encode_method(self.id, method))
 
-    # permissions, where rabbit_channel checks them
-
-    def _permit(self, kind: str, name: str, perm: str) -> None:
-        self.access.check_resource(self.conn.user, self.vhost.name, kind, name, perm)
-
-    def may_configure(self, kind: str, name: str) -> None:
-        self._permit(kind, name, "configure")
-
-    def may_create(self, kind: str, name: str, arguments: dict) -> None:
-        """A new exchange with an alternate exchange, or a new queue with a dead-letter exchange, needs read on
-        itself and write on the other; a new queue must fit the vhost's max-queues."""
-        if kind == "queue":
-            self.broker.check_queue_limit(self.vhost, name)
-        other = arguments.get("alternate-exchange" if kind == "exchange" else "x-dead-letter-exchange")
-        if isinstance(other, (str, bytes)):
-            self._permit(kind, name, "read")
-            self._permit("exchange", other.decode() if isinstance(other, bytes) else other, "write")
-
-    def _permit_binding(self, source: str, dest_kind: str, dest: str, routing_key: str) -> None:
-        """rabbit_channel:binding_action: write on the destination, the default exchange refused at either
-        end, read on the source, and the topic read permission for the binding key."""
-        self._permit(dest_kind, dest, "write")
-        if source == "" or (dest_kind == "exchange" and dest == ""):
-            raise errors.access_refused("operation not permitted on the default exchange")
-        self._permit("exchange", source, "read")
-        ex = self.vhost.exchanges.get(source)
-        if ex is not None and ex.type_name == "topic":
-            self.access.check_topic(self.conn.user, self.vhost.name, source, routing_key, "read")
-
     # exchange class
 
     def exchange_declare(self, m: commands.Exchange.Declare) -> None:
@@ -857,20 +588,20 @@ class Channel:
             auto_delete=m.auto_delete,
             internal=m.internal,
             arguments=m.arguments or {},
-            checks=self,
+            checks=self.permissions,
         )
         if not m.nowait:
             self.reply(commands.Exchange.DeclareOk())
 
     def exchange_delete(self, m: commands.Exchange.Delete) -> None:
         if m.exchange and not m.exchange.startswith("amq."):  # those are refused first, whoever asks
-            self._permit("exchange", m.exchange, "configure")
+            self.permissions.permit("exchange", m.exchange, "configure")
         self.vhost.delete_exchange(m.exchange, m.if_unused)
         if not m.nowait:
             self.reply(commands.Exchange.DeleteOk())
 
     def exchange_bind(self, m: commands.Exchange.Bind) -> None:
-        self._permit_binding(m.source, "exchange", m.destination, m.routing_key)
+        self.permissions.permit_binding(m.source, "exchange", m.destination, m.routing_key)
         dest = self._bind_destination_exchange(m.destination)
         self.vhost.exchange(m.source)
         self.vhost.bind(m.source, dest, m.routing_key, m.arguments or {})
@@ -878,7 +609,7 @@ class Channel:
             self.reply(commands.Exchange.BindOk())
 
     def exchange_unbind(self, m: commands.Exchange.Unbind) -> None:
-        self._permit_binding(m.source, "exchange", m.destination, m.routing_key)
+        self.permissions.permit_binding(m.source, "exchange", m.destination, m.routing_key)
         dest = self.vhost.exchanges.get(m.destination)  # a missing one is unbound OK, as in RabbitMQ
         self.vhost.unbind(m.source, dest, m.routing_key, m.arguments or {})
         if not m.nowait:
@@ -904,7 +635,7 @@ class Channel:
             auto_delete=m.auto_delete,
             arguments=m.arguments or {},
             owner=self.conn,
-            checks=self,
+            checks=self.permissions,
         )
         self.last_queue = q.name
         if not m.nowait:
@@ -937,7 +668,7 @@ class Channel:
     def queue_bind(self, m: commands.Queue.Bind) -> None:
         name = self._queue_name(m.queue)
         key = m.routing_key if (m.routing_key or m.queue) else name
-        self._permit_binding(m.exchange, "queue", name, key)
+        self.permissions.permit_binding(m.exchange, "queue", name, key)
         q = self.vhost.queue(name, self.conn)
         self.vhost.exchange(m.exchange) if m.exchange else None
         self.vhost.bind(m.exchange, q, key, m.arguments or {})
@@ -947,21 +678,21 @@ class Channel:
     def queue_unbind(self, m: commands.Queue.Unbind) -> None:
         name = self._queue_name(m.queue)
         key = m.routing_key if (m.routing_key or m.queue) else name
-        self._permit_binding(m.exchange, "queue", name, key)
+        self.permissions.permit_binding(m.exchange, "queue", name, key)
         q = self.vhost.queues.get(name)  # a missing queue or exchange is unbound OK, as in RabbitMQ
         self.vhost.unbind(m.exchange, q, key, m.arguments or {}, owner=self.conn)
         self.reply(commands.Queue.UnbindOk())
 
     def queue_purge(self, m: commands.Queue.Purge) -> None:
         name = self._queue_name(m.queue)
-        self._permit("queue", name, "read")
+        self.permissions.permit("queue", name, "read")
         count = self.vhost.purge_queue(name, self.conn)
         if not m.nowait:
             self.reply(commands.Queue.PurgeOk(count))
 
     def queue_delete(self, m: commands.Queue.Delete) -> None:
         name = self._queue_name(m.queue)
-        self._permit("queue", name, "configure")
+        self.permissions.permit("queue", name, "configure")
         count = self.vhost.delete_queue(name, if_unused=m.if_unused, if_empty=m.if_empty, owner=self.conn)
         if not m.nowait:
             self.reply(commands.Queue.DeleteOk(count))
@@ -983,7 +714,7 @@ class Channel:
             self._consume_replies(m)
             return
         name = self._queue_name(m.queue)
-        self._permit("queue", name, "read")
+        self.permissions.permit("queue", name, "read")
         q = self.vhost.queue(name, self.conn)
         tag = m.consumer_tag or server_generated_name("amq.ctag-")
         if tag in self.consumers:
@@ -1011,6 +742,9 @@ class Channel:
             priority=priority,
             arguments=args,
         )
+        if wants_info(args, q.name, self.vhost.name, stream):
+            self._answer_info(q, consumer, m.nowait)
+            return
         if stream:
             assert isinstance(q, StreamQueue)
             self._consume_stream(q, consumer, m.nowait)
@@ -1030,7 +764,7 @@ class Channel:
             raise errors.precondition_failed(f"consumer prefetch count is not set for '{where}'")
         args = consumer.arguments
         check_consumer_arguments(args, q.name, self.vhost.name)
-        spec = parse_offset_spec(args.get("x-stream-offset"), q.name, self.vhost.name, now_ms())
+        spec = parse_offset_spec(args.get("x-stream-offset"), q.name, self.vhost.name, self.broker.now_ms())
         filter_values, match_unfiltered = parse_filter(args, q.name, self.vhost.name)
         # LavinMQ: tracking is asked for explicitly, or by an x-stream-offset given as void.
         tracking = args.get("x-stream-automatic-offset-tracking") is True or (
@@ -1043,6 +777,17 @@ class Channel:
         if not nowait:
             self.reply(build(commands.Basic.ConsumeOk, consumer.tag))
         q.subscribe(consumer, spec, filter_values, match_unfiltered, tracking)
+
+    def _answer_info(self, q: Queue, consumer: Consumer, nowait: bool) -> None:
+        """x-amqpd-stream-info (streams/info.py): one delivery of the stream's facts, then nothing until the
+        consumer is cancelled (it is never subscribed to the stream)."""
+        assert isinstance(q, StreamQueue)
+        body = info_body(q, consumer.arguments)
+        self.consumers[consumer.tag] = consumer
+        if not nowait:
+            self.reply(build(commands.Basic.ConsumeOk, consumer.tag))
+        route = shortstr("") + shortstr(q.name)
+        self.deliver_made(consumer, q, route, info_header(body), body, InfoRun)
 
     def _consume_replies(self, m: commands.Basic.Consume) -> None:
         """Direct reply-to: the channel consumes its own pseudo-queue, auto-ack only, one per channel."""
@@ -1092,23 +837,13 @@ class Channel:
 
     def basic_get(self, m: commands.Basic.Get) -> None:
         name = self._queue_name(m.queue)
-        self._permit("queue", name, "read")
+        self.permissions.permit("queue", name, "read")
         q = self.vhost.queue(name, self.conn)
         entry = q.get()  # a stream refuses it (540)
         if entry is None:
             self.reply(commands.Basic.GetEmpty())
             return
-        self.last_tag = tag = self.last_tag + 1
-        q.delivered += 1
-        if m.no_ack:
-            q.hooks.settled(q, entry)
-        else:
-            self.unacked.add(tag, q, entry, None, self.broker.clock)
-        msg = entry.msg
-        self.conn.send(
-            encode_get_ok(self.id, tag, entry.redelivered, msg.route, len(q.ready))
-            + content_frames(self.id, q.header_for(entry, fetched=True), self.broker.body_of(msg), self.conn.frame_max)
-        )
+        self.deliver_got(q, entry, m.no_ack)
 
     def basic_recover(self, m: commands.Basic.Recover) -> None:
         if not m.requeue:
@@ -1173,7 +908,7 @@ class Channel:
 
         for _exchange, mandatory, msg in publishes:
             waiting[0] += 1
-            if not self._deliver_published(msg, mandatory, 0, stored, not_stored):
+            if not self.publisher.publish(self, self.vhost, msg, mandatory, 0, stored, not_stored):
                 waiting[0] -= 1
         for i, (kind, taken, requeue) in enumerate(acks):
             try:
@@ -1273,11 +1008,6 @@ def _stored_read(plan: PublishPlan, header: bytes, max_size: int) -> tuple[int, 
     if plan.stored_to(flags, persistent, names_keys) is None:
         return None
     return flags, header, scan
-
-
-def _any_stored(queues: list[Queue]) -> bool:
-    """Whether a transient message must be written anyway (a stream is among its queues)."""
-    return queues[0].always_stored if len(queues) == 1 else any(q.always_stored for q in queues)
 
 
 def _ids(method: base.Frame) -> tuple[int, int]:

@@ -1,8 +1,8 @@
 """One AMQP connection's protocol logic, with no I/O: fed bytes, it answers with bytes.
 
 The server wraps it with a socket (server/connection.py); tests drive it directly. The handshake is a
-state machine: which method may arrive in which state is the table _EXPECTED, and anything else is an
-error with RabbitMQ's reply code.
+state machine: the one method each handshake state accepts on channel 0 is the table _HANDSHAKE, and
+anything else is an error with RabbitMQ's reply code.
 """
 
 from __future__ import annotations

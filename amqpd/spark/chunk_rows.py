@@ -25,7 +25,21 @@ import numpy as np
 import pyarrow as pa
 
 from amqpd.spark.rows import arrow_schema, headers_array
-from amqpd.spark.wire import SHOWN, BrokerError, Chunks, scan_properties, table_headers
+from amqpd.spark.wire import (
+    F_CONTENT_ENCODING,
+    F_CONTENT_TYPE,
+    F_CORRELATION_ID,
+    F_DELIVERY_MODE,
+    F_EXPIRATION,
+    F_HEADERS,
+    F_MESSAGE_ID,
+    F_PRIORITY,
+    F_REPLY_TO,
+    SHOWN,
+    BrokerError,
+    Chunks,
+    table_headers,
+)
 
 _FIXED = 25  # store/FORMAT.md's Record: the fixed fields' bytes (little-endian), before the queue ids
 _MS_TO_US = 1000
@@ -146,7 +160,7 @@ class _Alike:
             pa.array(self.times, _US),
             _repeat(data[names : names + ex_len], n),
             _repeat(data[names + ex_len : props], n),
-            *_same_properties(data, props, n, include_headers),
+            *_same_properties(data, props, props_len, n, include_headers),
             _fixed_binary(data, starts + body, self.size - body),
         ]
 
@@ -214,12 +228,14 @@ def _untimed(blocks: Iterable[np.ndarray], times: np.ndarray) -> Iterator[np.nda
         yield block
 
 
-def _same_properties(data: bytes | bytearray, props: int, n: int, include_headers: bool) -> list[pa.Array]:
+def _same_properties(
+    data: bytes | bytearray, props: int, props_len: int, n: int, include_headers: bool
+) -> list[pa.Array]:
     """The property columns of n rows that all have the properties at `props`: scanned once."""
     none = np.zeros(0, np.int64)
     if not (data[props + 12] << 8 | data[props + 13]) & SHOWN:
-        return _properties(data, none, none, n, include_headers)
-    one = _properties(data, np.array([props]), np.array([0]), 1, include_headers)
+        return _properties(data, none, none, none, n, include_headers)
+    one = _properties(data, np.array([props]), np.array([props + props_len]), np.array([0]), 1, include_headers)
     return [column.take(np.zeros(n, np.intp)) for column in one]
 
 
@@ -259,7 +275,7 @@ def _mixed_columns(at: Located, include_headers: bool) -> list[pa.Array]:
         pa.array(fields["time"] * _MS_TO_US, _US),  # the broker's ms, as Spark's timestamp (µs)
         _names(data, names, ex_len),
         _names(data, names + ex_len, rk_len),
-        *_properties(data, props, rich, n, include_headers),
+        *_properties(data, props, body, rich, n, include_headers),
         _bodies(data, body, at.ends - body),
     ]
 
@@ -304,27 +320,104 @@ def _strings(data: bytes | bytearray, starts: np.ndarray, lengths: np.ndarray) -
 
 
 def _properties(
-    data: bytes | bytearray, props: np.ndarray, rich: np.ndarray, n: int, include_headers: bool
+    data: bytes | bytearray,
+    props: np.ndarray,
+    stops: np.ndarray,
+    rich: np.ndarray,
+    n: int,
+    include_headers: bool,
 ) -> list[pa.Array]:
     """The message_id, correlation_id and content_type (and headers) columns: null (and empty maps) but
-    for the `rich` rows, whose content headers are scanned one by one."""
+    for the `rich` rows, whose property lists (each row's content header at props, ending at stops) are
+    walked all at once (_Walk); only the headers tables are decoded one by one (and only with
+    includeHeaders)."""
     if not len(rich):
         nulls = [pa.nulls(n, pa.string()) for _ in range(3)]
         if include_headers:
             empty = pa.array([], pa.string())
             nulls.append(pa.MapArray.from_arrays(np.zeros(n + 1, np.int32), empty, empty))
         return nulls
-    content_type: list[str | None] = [None] * n
-    correlation_id: list[str | None] = [None] * n
-    message_id: list[str | None] = [None] * n
-    headers: list[dict[str, Any] | None] = [{} for _ in range(n)] if include_headers else []
-    for row in rich.tolist():
-        at = int(props[row])
-        flags = data[at + 12] << 8 | data[at + 13]
-        content_type[row], table, end, correlation_id[row], message_id[row] = scan_properties(data, at + 14, flags)
-        if include_headers and table:
-            headers[row] = table_headers(bytes(data[table:end]))
-    columns = [pa.array(c, pa.string()) for c in (message_id, correlation_id, content_type)]
+    walk = _Walk(data, props[rich] + 12, stops[rich], n, rich)
+    columns = [walk.column(name) for name in ("message_id", "correlation_id", "content_type")]
     if include_headers:
+        headers: list[dict[str, Any] | None] = [{} for _ in range(n)]
+        for row, (start, end) in zip(rich.tolist(), walk.tables.tolist(), strict=True):
+            if start:
+                headers[row] = table_headers(bytes(data[start:end]))
         columns.append(headers_array(headers))
     return columns
+
+
+# a content header's properties in the order they are laid out (AMQP 0-9-1, basic class), up to the last
+# one with a column (message_id): each a short string, a table (u32 size), or one byte
+_LAYOUT = (
+    (F_CONTENT_TYPE, "content_type"),
+    (F_CONTENT_ENCODING, "shortstr"),
+    (F_HEADERS, "table"),
+    (F_DELIVERY_MODE, "octet"),
+    (F_PRIORITY, "octet"),
+    (F_CORRELATION_ID, "correlation_id"),
+    (F_REPLY_TO, "shortstr"),
+    (F_EXPIRATION, "shortstr"),
+    (F_MESSAGE_ID, "message_id"),
+)
+
+
+class _Walk:
+    """The property lists of many rows walked in step, one property at a time for all of them: each row's
+    position moves past the properties its flags say it has, and the shown ones' places are kept (a short
+    string's start and length, the headers table's start and end). Rows are `rows` of n; `at` is where
+    each one's property flags are in `data`, `limit` where its property list ends (its body): a walk past
+    it is a corrupt record, refused."""
+
+    def __init__(self, data: bytes | bytearray, at: np.ndarray, limit: np.ndarray, n: int, rows: np.ndarray) -> None:
+        self.data, self.n, self.rows = data, n, rows
+        flags = _loads(data, ">u2")[at].astype(np.int64)
+        pos = at + 2
+        self.found: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self.tables = np.zeros((len(rows), 2), np.int64)
+        octets = np.frombuffer(data, np.uint8)
+        for flag, kind in _LAYOUT:
+            has = (flags & flag) != 0
+            if not has.any():
+                continue
+            where = np.where(has, np.minimum(pos, limit - 1), 0)  # loads stay inside data (PAD bytes follow)
+            if kind == "octet":
+                pos = pos + has
+            elif kind == "table":
+                size = np.where(has, _loads(data, ">u4")[where].astype(np.int64), 0)
+                self.tables[has] = np.stack([pos[has], (pos + 4 + size)[has]], axis=1)
+                pos = pos + has * (4 + size)
+            else:
+                length = np.where(has, octets[where].astype(np.int64), 0)
+                if kind != "shortstr":
+                    self.found[kind] = (has, pos + 1, length)
+                pos = pos + has * (1 + length)
+            if (pos > limit).any():
+                raise BrokerError("a chunk delivery with a record whose properties run past its end")
+
+    def column(self, name: str) -> pa.Array:
+        """One short-string property as a string column of all n rows: null where a row does not have it."""
+        got = self.found.get(name)
+        if got is None:
+            return pa.nulls(self.n, pa.string())
+        has, starts, lengths = got
+        valid = np.zeros(self.n, bool)
+        valid[self.rows[has]] = True
+        full_starts = np.zeros(self.n, np.int64)
+        full_lengths = np.zeros(self.n, np.int64)
+        full_starts[self.rows] = starts
+        full_lengths[self.rows] = lengths
+        if valid.all():  # every row has it: often the same value (a content type), then built once
+            return _names(self.data, full_starts, full_lengths)
+        # rows without it: an empty string at the previous row's end keeps the spans in order for _picked
+        missing = np.flatnonzero(~valid)
+        if len(missing):
+            ends = full_starts + full_lengths
+            prior = np.maximum.accumulate(np.where(valid, ends, 0))
+            full_starts[missing] = prior[missing]
+        values = _strings(self.data, full_starts, full_lengths)
+        if values.offset:  # the validity bitmap below starts at row 0
+            values = pa.concat_arrays([values.take(np.arange(self.n))])
+        bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
+        return pa.Array.from_buffers(pa.string(), self.n, [bitmap, *values.buffers()[1:]])

@@ -4,22 +4,22 @@ that name the option."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
-from amqpd.spark.positions import Bounds, Positions
+from amqpd.spark.positions import AmqpPositions, Bounds, HttpPositions, Positions
 from amqpd.spark.wire import Endpoint
 
 EARLIEST, LATEST = "earliest", "latest"
 ERROR = "error"  # startingOffsetsByTimestampStrategy's default, as Kafka's
 KAFKA_EARLIEST, KAFKA_LATEST = -2, -1  # what Kafka's JSON offsets use for earliest and latest
-# Offsets per partition by default. Spark costs tens of ms of CPU per task whatever it reads (the JVM's task
-# start, the Python worker's per-task setup and gc.collect()): bench.spark_probe's no-I/O source read 1M rows
-# for 0.12-0.16 µs/row in the workers with 2 partitions, 0.17-0.19 with 4, 0.24-0.30 with 8, and the JVM's
-# share rose alike. 500,000 offsets of 100-byte messages are ~50 MB, a few tenths of a second per task, the
-# size of Spark's own file splits (128 MB): larger tasks would save little more and leave cores idle on
-# mid-size reads. A read smaller than 500,000 × the cluster's cores gets fewer tasks than cores: minPartitions
-# is there for that, as in Spark's Kafka source.
+# Offsets per partition by default. Spark costs tens of ms of CPU per task whatever it reads (the JVM's task start,
+# the Python worker's per-task setup and gc.collect()): bench.spark_probe's no-I/O source shows the cost per row
+# rising with the partitions of a read, the JVM's share alike. 500,000 offsets of 100-byte messages are ~50 MB, a few
+# tenths of a second per task, the size of Spark's own file splits (128 MB): larger tasks would save little more and
+# leave cores idle on mid-size reads. A read smaller than 500,000 × the cluster's cores gets fewer tasks than cores:
+# minPartitions is there for that, as in Spark's Kafka source.
 DEFAULT_PARTITION_OFFSETS = 500_000
 
 
@@ -96,11 +96,57 @@ def _times(options: dict[str, str], one: str, by_stream: str, streams: list[str]
     return parsed
 
 
+_DURATION = re.compile(r"\s*(\d+)\s*(ms|s|m|min|h|d)?\s*")
+_UNIT_S = {"ms": 0.001, None: 0.001, "s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
+
+
+def _duration_s(options: dict[str, str], name: str, default: str) -> float:
+    """A time as Spark writes one ("15m", "30s", "500ms"; a bare number is ms), in seconds."""
+    raw = str(options.get(name, default))
+    match = _DURATION.fullmatch(raw)
+    if match is None:
+        raise ValueError(f"option {name}: a duration such as '15m', '30s' or '500ms', got {raw!r}")
+    return int(match.group(1)) * _UNIT_S[match.group(2)]
+
+
+def headers_format(options: dict[str, Any]) -> str:
+    """headersFormat: `map` (the default) or `array` (Kafka's source's headers column)."""
+    lower = {k.lower(): v for k, v in options.items()}
+    value = str(lower.get("headersformat", "map")).strip().lower()
+    if value not in ("map", "array"):
+        raise ValueError(f"option headersFormat: 'map' or 'array', got {value!r}")
+    return value
+
+
+READ_OPTIONS = (
+    "uri",
+    "queue",
+    "managementUri",
+    "startingOffsets",
+    "endingOffsets",
+    "startingTimestamp",
+    "startingOffsetsByTimestamp",
+    "startingOffsetsByTimestampStrategy",
+    "endingTimestamp",
+    "endingOffsetsByTimestamp",
+    "failOnDataLoss",
+    "includeHeaders",
+    "headersFormat",
+    "maxOffsetsPerTrigger",
+    "maxRecordsPerTrigger",
+    "minOffsetsPerTrigger",
+    "maxTriggerDelay",
+    "minPartitions",
+    "maxOffsetsPerPartition",
+)
+_READ_LOWER = {name.lower() for name in READ_OPTIONS}
+
+
 @dataclass
 class ReadOptions:
     uri: str
     endpoint: Endpoint
-    management_uri: str
+    management_uri: str | None
     streams: list[str]
     starting: str | dict[str, int]
     ending: str | dict[str, int]
@@ -109,7 +155,10 @@ class ReadOptions:
     timestamp_strategy: str
     fail_on_data_loss: bool
     include_headers: bool
+    headers_array: bool  # headersFormat=array: Kafka's array<struct<key, value binary>> instead of the map
     max_per_trigger: int | None
+    min_per_trigger: int | None
+    max_trigger_delay_s: float
     min_partitions: int
     partition_offsets: int
 
@@ -121,25 +170,11 @@ class ReadOptions:
         def get(name: str) -> dict[str, str]:
             return {name: lower[name.lower()]} if name.lower() in lower else {}
 
+        unknown = sorted(k for k in options if k.lower() not in _READ_LOWER)
+        if unknown:
+            raise ValueError(f"option {unknown[0]} is not known to the amqpd source for reading (see docs/spark.md)")
         merged: dict[str, str] = {}
-        for name in (
-            "uri",
-            "queue",
-            "managementUri",
-            "startingOffsets",
-            "endingOffsets",
-            "startingTimestamp",
-            "startingOffsetsByTimestamp",
-            "startingOffsetsByTimestampStrategy",
-            "endingTimestamp",
-            "endingOffsetsByTimestamp",
-            "failOnDataLoss",
-            "includeHeaders",
-            "maxOffsetsPerTrigger",
-            "maxRecordsPerTrigger",
-            "minPartitions",
-            "maxOffsetsPerPartition",
-        ):
+        for name in READ_OPTIONS:
             merged.update(get(name))
         if "uri" not in merged:
             raise ValueError("option uri is required: amqp://user:password@host:port/vhost")
@@ -149,6 +184,9 @@ class ReadOptions:
             raise ValueError("option queue is required: one stream or several, comma-separated")
         starting = _spec(merged, "startingOffsets", LATEST if streaming else EARLIEST)
         ending = _spec(merged, "endingOffsets", LATEST)
+        for name in ("minOffsetsPerTrigger", "maxTriggerDelay"):
+            if not streaming and name in merged:
+                raise ValueError(f"option {name} is for streaming reads only")
         for name in ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp"):
             if streaming and name in merged:
                 raise ValueError(f"option {name} is for batch reads only (a stream has no end)")
@@ -170,10 +208,7 @@ class ReadOptions:
         per_trigger = _int(merged, "maxOffsetsPerTrigger", 1)
         if per_trigger is None:
             per_trigger = _int(merged, "maxRecordsPerTrigger", 1)
-        # RabbitMQ's management listens on 15672, or 15671 over TLS: an amqps broker is taken to serve both so
-        management = merged.get("managementUri") or (
-            f"https://{endpoint.host}:15671" if endpoint.tls else f"http://{endpoint.host}:15672"
-        )
+        management = merged.get("managementUri") or None  # an override only: offsets come over AMQP
         return cls(
             uri=merged["uri"],
             endpoint=endpoint,
@@ -186,13 +221,18 @@ class ReadOptions:
             timestamp_strategy=strategy,
             fail_on_data_loss=_bool(merged, "failOnDataLoss", True),
             include_headers=_bool(merged, "includeHeaders", False),
+            headers_array=headers_format(merged) == "array",
             max_per_trigger=per_trigger,
+            min_per_trigger=_int(merged, "minOffsetsPerTrigger", 1),
+            max_trigger_delay_s=_duration_s(merged, "maxTriggerDelay", "15m"),
             min_partitions=_int(merged, "minPartitions", 1) or 1,
             partition_offsets=_int(merged, "maxOffsetsPerPartition", 1) or DEFAULT_PARTITION_OFFSETS,
         )
 
     def positions(self) -> Positions:
-        return Positions(self.management_uri, self.endpoint)
+        if self.management_uri:
+            return HttpPositions(self.management_uri, self.endpoint)
+        return AmqpPositions(self.endpoint)
 
     def start_offset(self, positions: Positions, stream: str, bounds: Bounds) -> int:
         """Where reading starts in one stream, checked against what retention kept."""

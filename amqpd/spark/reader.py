@@ -7,6 +7,7 @@ micro-batch reads the same rows. Offsets in Spark's checkpoint are each stream's
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -16,8 +17,9 @@ from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Inp
 
 from amqpd.spark.chunk_rows import chunk_batch
 from amqpd.spark.options import DataLossError, ReadOptions
-from amqpd.spark.rows import record_batch
-from amqpd.spark.wire import Chunks, Endpoint, StreamReader
+from amqpd.spark.positions import Bounds
+from amqpd.spark.rows import kafka_headers, record_batch
+from amqpd.spark.wire import BrokerError, Chunks, Endpoint, StreamReader
 
 try:  # pyspark >= 4.2: admission control and Trigger.AvailableNow
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
@@ -41,6 +43,7 @@ class OffsetRange(InputPartition):
         self.end = end
         self.include_headers = include_headers
         self.fail_on_data_loss = fail_on_data_loss
+        self.headers_array = False  # headersFormat=array (set by split)
 
 
 def split(opts: ReadOptions, ranges: dict[str, tuple[int, int]]) -> list[OffsetRange]:
@@ -56,7 +59,9 @@ def split(opts: ReadOptions, ranges: dict[str, tuple[int, int]]) -> list[OffsetR
         count = -(-(end - start) // size) if end > start else 0
         bounds = [start + (end - start) * k // count for k in range(count)] + [end]
         for lo, hi in zip(bounds, bounds[1:], strict=False):
-            parts.append(OffsetRange(opts.endpoint, stream, lo, hi, opts.include_headers, opts.fail_on_data_loss))
+            part = OffsetRange(opts.endpoint, stream, lo, hi, opts.include_headers, opts.fail_on_data_loss)
+            part.headers_array = opts.headers_array and opts.include_headers
+            parts.append(part)
     return parts
 
 
@@ -64,6 +69,14 @@ def read_range(part: OffsetRange) -> Iterator[pa.RecordBatch]:
     """The range's rows as record batches, in offset order. A range whose start retention deleted after it
     was planned is data loss: an error with failOnDataLoss, otherwise what is left of it."""
     reader = StreamReader(part.endpoint, part.stream, part.start, part.end, with_headers=part.include_headers)
+    try:
+        for batch in _checked_batches(part, reader):
+            yield kafka_headers(batch) if part.headers_array else batch
+    except (BrokerError, OSError) as exc:  # the broker went away or refused: one line naming what was read
+        raise BrokerError(f"amqpd stream '{part.stream}', offsets {part.start}..{part.end - 1}: {exc}") from None
+
+
+def _checked_batches(part: OffsetRange, reader: StreamReader) -> Iterator[pa.RecordBatch]:
     checked = False
     for batch in arrow_batches(reader):
         if not checked:
@@ -99,6 +112,18 @@ def read_partition(partition: InputPartition | None) -> Iterator[pa.RecordBatch]
     return read_range(partition)
 
 
+def _check_range(stream: str, start: int, end: int, bounds: Bounds) -> None:
+    """A batch read's range must exist: a start past the stream's end, or an end before the start, is an
+    error naming the stream (a batch read does not wait for offsets to come)."""
+    if start > bounds.end:
+        raise ValueError(
+            f"amqpd stream '{stream}': starting offset {start} is past its end (it holds offsets "
+            f"{bounds.first}..{bounds.end - 1}; the next is {bounds.end})"
+        )
+    if end < start:
+        raise ValueError(f"amqpd stream '{stream}': ending offset {end} is before the starting offset {start}")
+
+
 class BatchReader(DataSourceReader):
     def __init__(self, opts: ReadOptions) -> None:
         self.opts = opts
@@ -111,6 +136,7 @@ class BatchReader(DataSourceReader):
             bounds = positions.bounds(stream)
             start = opts.check_loss(stream, opts.start_offset(positions, stream, bounds), bounds.first)
             ranges[stream] = (start, opts.end_offset(positions, stream, bounds))
+            _check_range(stream, *ranges[stream], bounds)
         return split(opts, ranges)
 
     def read(self, partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
@@ -127,6 +153,8 @@ class StreamingReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.positions = opts.positions()
         self._last: dict[str, int] | None = None  # for pyspark < 4.2, whose latestOffset() has no start
         self._target: dict[str, int] | None = None  # Trigger.AvailableNow's end
+        self.clock = time.monotonic
+        self._last_trigger: float | None = None  # when the last batch was let through (minOffsetsPerTrigger)
 
     def initialOffset(self) -> dict:
         opts = self.opts
@@ -165,8 +193,23 @@ class StreamingReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         end = {s: max(ends[s], start[s]) for s in self.opts.streams}
         if cap is not None:
             end = _capped(start, end, cap)
+        if self._delayed(start, end):
+            end = dict(start)  # nothing new: Spark runs no batch this trigger
         self._last = end
         return end
+
+    def _delayed(self, start: dict[str, int], end: dict[str, int]) -> bool:
+        """Kafka's minOffsetsPerTrigger: fewer new offsets than that wait for more, at most maxTriggerDelay
+        since the last batch (the first batch is not delayed; Trigger.AvailableNow never is)."""
+        least = self.opts.min_per_trigger
+        if least is None or self._target is not None:
+            return False
+        now = self.clock()
+        waited = self._last_trigger is not None and now - self._last_trigger < self.opts.max_trigger_delay_s
+        if waited and sum(end[s] - start[s] for s in end) < least:
+            return True
+        self._last_trigger = now
+        return False
 
     def reportLatestOffset(self) -> dict | None:
         return {s: self.positions.bounds(s).end for s in self.opts.streams}

@@ -25,8 +25,23 @@ _MS = pa.timestamp("ms", tz="UTC")
 _US = pa.timestamp("us", tz="UTC")
 
 
-def schema_ddl(include_headers: bool) -> str:
-    return BASE_COLUMNS + (", headers map<string,string>" if include_headers else "") + ", body binary"
+KAFKA_HEADERS = "array<struct<key:string,value:binary>>"
+
+
+def schema_ddl(include_headers: bool, headers_array: bool = False) -> str:
+    headers = f", headers {KAFKA_HEADERS if headers_array else 'map<string,string>'}" if include_headers else ""
+    return BASE_COLUMNS + headers + ", body binary"
+
+
+def kafka_headers(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The batch with its headers map as Kafka's source shows headers: an array of (key, value) structs,
+    the values as UTF-8 bytes of the map's text, in the table's order."""
+    at = batch.schema.get_field_index("headers")
+    maps = batch.column(at)
+    pairs = pa.StructArray.from_arrays([maps.keys, maps.items.cast(pa.binary())], names=["key", "value"])
+    offsets = maps.offsets
+    array = pa.ListArray.from_arrays(offsets, pairs, mask=maps.is_null() if maps.null_count else None)
+    return batch.set_column(at, pa.field("headers", array.type), array)
 
 
 def arrow_schema(include_headers: bool) -> pa.Schema:

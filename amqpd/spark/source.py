@@ -11,7 +11,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from amqpd.spark.options import ReadOptions
+from amqpd.spark.options import ReadOptions, headers_format
 from amqpd.spark.reader import BatchReader, StreamingReader
 from amqpd.spark.rows import schema_ddl
 from amqpd.spark.writer import (
@@ -31,7 +31,7 @@ class AmqpdDataSource(DataSource):
 
     def schema(self) -> str:
         include = str(self.options.get("includeHeaders", self.options.get("includeheaders", "false")))
-        return schema_ddl(include.strip().lower() == "true")
+        return schema_ddl(include.strip().lower() == "true", headers_format(dict(self.options)) == "array")
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return BatchReader(ReadOptions.parse(dict(self.options), streaming=False))

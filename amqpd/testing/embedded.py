@@ -84,7 +84,11 @@ class EmbeddedBroker:
     def _run(self, settings: Any) -> None:
         import anyio
 
-        from amqpd.server.listener import serve
+        from amqpd.mgmt.definitions import load_definitions_file
+        from amqpd.mgmt.service import start_management
+        from amqpd.server.listener import Services, serve
+
+        services = Services(start_management, load_definitions_file)  # server and mgmt meet here, as in cli.py
 
         options = {}
         try:
@@ -94,7 +98,7 @@ class EmbeddedBroker:
         except ImportError:
             pass
         try:
-            anyio.run(serve, settings, self._embedding, backend="asyncio", backend_options=options)
+            anyio.run(serve, settings, services, self._embedding, backend="asyncio", backend_options=options)
         except BaseException as exc:  # SystemExit included: serve() exits 1 on a port in use
             self._error = exc
         finally:

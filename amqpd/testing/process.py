@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +35,10 @@ class BrokerProcess:
         env: dict[str, str] | None = None,
         hosts: tuple[str, ...] = ("127.0.0.1",),
         management: bool = False,
+        preexec_fn: Callable[[], None] | None = None,
     ) -> None:
-        """hosts: the --host flags (the first one is the one `url` names); () leaves amqpd's default."""
+        """hosts: the --host flags (the first one is the one `url` names); () leaves amqpd's default.
+        preexec_fn: run in the child before amqpd starts (to set a resource limit, say)."""
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         if data_dir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="amqpd-")
@@ -50,6 +53,7 @@ class BrokerProcess:
         self.tls_port = 0  # the amqps port, when the broker was configured with a certificate
         self.stderr_lines: list[str] = []
         self.management = management
+        self.preexec_fn = preexec_fn
         self.http_ports: dict[str, int] = {}
         self._same_ports = False  # restart(): listen where the last run did, so that clients' URLs still work
 
@@ -101,6 +105,7 @@ class BrokerProcess:
             stderr=subprocess.PIPE,
             env=env,
             cwd=str(Path(__file__).resolve().parents[2]),  # the directory holding the amqpd package
+            preexec_fn=self.preexec_fn,
         )
         threading.Thread(target=self._pump_stderr, daemon=True).start()
         found = threading.Event()

@@ -31,7 +31,7 @@ def publish(
 
 def reader(spark: SparkSession, broker: BrokerProcess, queue: str, streaming: bool = False, **options: Any) -> Any:
     r = (spark.readStream if streaming else spark.read).format("amqpd").option("uri", broker.url)
-    r = r.option("managementUri", broker.mgmt_url).option("queue", queue)
+    r = r.option("queue", queue)  # offsets over AMQP: no management URI
     for key, value in options.items():
         r = r.option(key, str(value))
     return r.load()

@@ -1,6 +1,6 @@
 """Fixtures for the PySpark connector's tests: one SparkSession for the whole run (local[2,2]: two threads,
-and a failed task is retried once, which the writer's exactly-once test needs), and one amqpd with its
-management API (where the driver asks for offsets). Each test uses streams of its own names."""
+and a failed task is retried once, which the writer's exactly-once test needs), and one amqpd (with its
+management API, which only the TLS test's managementUri override uses). Each test uses streams of its own names."""
 
 from __future__ import annotations
 

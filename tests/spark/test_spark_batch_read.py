@@ -82,6 +82,20 @@ def test_include_headers_gives_a_string_map_with_json_for_other_types(
     assert row.headers == {"s": "text", "n": "7", "f": "true", "b": "AP8=", "list": '[1,"a"]'}
 
 
+def test_headers_format_array_gives_kafkas_key_value_pairs_in_the_tables_order(
+    spark: SparkSession, broker: BrokerProcess, stream_name: Callable[[str], str]
+) -> None:
+    name = stream_name("hdr-array")
+    declare_stream(broker, name)
+    headers = {"trace": "t-1", "n": 7, "b": b"\x00\xff"}
+    publish(broker, name, [b"x", b"y"], lambda i: pika.BasicProperties(headers=headers if i == 0 else None))
+    df = reader(spark, broker, name, includeHeaders="true", headersFormat="array")
+    assert df.schema["headers"].dataType.simpleString() == "array<struct<key:string,value:binary>>"
+    rows = sorted(df.collect(), key=lambda r: r.offset)
+    assert [(h.key, bytes(h.value)) for h in rows[0].headers] == [("trace", b"t-1"), ("n", b"7"), ("b", b"AP8=")]
+    assert not rows[1].headers  # no headers table: none (or an empty list)
+
+
 def test_a_batch_read_refuses_latest_start_and_earliest_end(
     spark: SparkSession, broker: BrokerProcess, stream_name: Callable[[str], str]
 ) -> None:

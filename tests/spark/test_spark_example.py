@@ -24,20 +24,18 @@ def test_the_example_pipeline_counts_every_event_once_per_minute_and_rereads_by_
     pipeline.declare_streams(broker.url)
     published = pipeline.publish_events(broker.url, 300, minutes=3)
     checkpoint = str(tmp_path / "checkpoint")
-    pipeline.run_aggregation(spark, broker.url, broker.mgmt_url, checkpoint)
+    pipeline.run_aggregation(spark, broker.url, None, checkpoint)
 
     def results() -> list:
-        df = pipeline.source(spark, broker.url, broker.mgmt_url, pipeline.PER_MINUTE, streaming=False)
+        df = pipeline.source(spark, broker.url, None, pipeline.PER_MINUTE, streaming=False)
         return pipeline.body_json(df, StructType.fromDDL("minute string, action string, count long")).collect()
 
     first = results()
     assert sum(r["count"] for r in first) == published - 1  # all but the tick, whose minute is not final
     assert max(Counter((r.minute, r.action) for r in first).values()) == 1
-    pipeline.run_aggregation(spark, broker.url, broker.mgmt_url, checkpoint)  # again, from its checkpoint
+    pipeline.run_aggregation(spark, broker.url, None, checkpoint)  # again, from its checkpoint
     assert len(results()) == len(first)
-    by_action = {
-        r.action: r["count"] for r in pipeline.reread_since_yesterday(spark, broker.url, broker.mgmt_url).collect()
-    }
+    by_action = {r.action: r["count"] for r in pipeline.reread_since_yesterday(spark, broker.url, None).collect()}
     assert sum(by_action.values()) == published and by_action["tick"] == 1
 
 

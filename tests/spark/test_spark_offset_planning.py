@@ -19,7 +19,7 @@ needs_read_limit = pytest.mark.skipif(ReadMaxRows is None, reason="pyspark < 4.2
 
 
 def _reader(broker: BrokerProcess, queue: str, **options: str) -> StreamingReader:
-    opts = {"uri": broker.url, "managementUri": broker.mgmt_url, "queue": queue, **options}
+    opts = {"uri": broker.url, "queue": queue, **options}
     return StreamingReader(ReadOptions.parse(opts, streaming=True))
 
 
@@ -127,3 +127,30 @@ def test_without_options_a_million_offsets_are_read_in_two_partitions_of_500_000
     opts = ReadOptions.parse({"uri": "amqp://localhost/", "queue": "a"}, False)
     parts = split(opts, {"a": (7, 1_000_007)})
     assert [(p.start, p.end) for p in parts] == [(7, 500_007), (500_007, 1_000_007)]
+
+
+@needs_read_limit
+def test_min_offsets_per_trigger_waits_for_enough_new_offsets_at_most_max_trigger_delay(
+    broker: BrokerProcess, stream_name: Callable[[str], str]
+) -> None:
+    name = stream_name("min-per-trigger")
+    declare_stream(broker, name)
+    publish(broker, name, [b"m"] * 5)
+    r = _reader(broker, name, startingOffsets="earliest", minOffsetsPerTrigger="10", maxTriggerDelay="1m")
+    now = [1000.0]
+    r.clock = lambda: now[0]  # the delay is measured on this clock
+    start = r.initialOffset()
+    assert r.latestOffset(start, ReadAllAvailable()) == {name: 5}  # the first batch is not delayed, as Kafka's
+    publish(broker, name, [b"m"] * 3)
+    now[0] += 30
+    assert r.latestOffset({name: 5}, ReadAllAvailable()) == {name: 5}  # 3 < 10 new: no batch yet
+    publish(broker, name, [b"m"] * 7)
+    now[0] += 1
+    assert r.latestOffset({name: 5}, ReadAllAvailable()) == {name: 15}  # 10 new: a batch
+    publish(broker, name, [b"m"] * 2)
+    now[0] += 59
+    assert r.latestOffset({name: 15}, ReadAllAvailable()) == {name: 15}
+    now[0] += 2  # past maxTriggerDelay since the last batch: what there is goes
+    assert r.latestOffset({name: 15}, ReadAllAvailable()) == {name: 17}
+    with pytest.raises(ValueError, match="option maxTriggerDelay: a duration"):
+        _reader(broker, name, maxTriggerDelay="soon")

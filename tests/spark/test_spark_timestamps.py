@@ -41,9 +41,7 @@ def _three_eras(broker: BrokerProcess, name: str) -> tuple[int, int]:
 
 
 def _planned(broker: BrokerProcess, queue: str, **options: str) -> dict[str, tuple[int, int]]:
-    opts = ReadOptions.parse(
-        {"uri": broker.url, "managementUri": broker.mgmt_url, "queue": queue, **options}, streaming=False
-    )
+    opts = ReadOptions.parse({"uri": broker.url, "queue": queue, **options}, streaming=False)
     ranges: dict[str, tuple[int, int]] = {}
     for part in BatchReader(opts).partitions():
         lo, hi = ranges.get(part.stream, (part.start, part.start))
@@ -105,7 +103,6 @@ def test_a_starting_time_with_nothing_after_it_is_an_error_unless_the_strategy_i
     opts = ReadOptions.parse(
         {
             "uri": broker.url,
-            "managementUri": broker.mgmt_url,
             "queue": name,
             "startingOffsetsByTimestamp": json.dumps({name: int(later)}),
             "startingOffsetsByTimestampStrategy": "latest",

@@ -15,8 +15,7 @@ from test_queue import QueueModel, RecordingChannel, clock, consumer, drain, msg
 
 from amqpd.broker.message import Message
 from amqpd.broker.queues.backlog import Backlog
-from amqpd.broker.queues.hooks import QueueHooks
-from amqpd.broker.queues.queue import Queue
+from amqpd.broker.queues.queue import Queue, QueueHooks
 
 
 class StoreHooks(QueueHooks):

@@ -6,7 +6,7 @@ import datetime
 from typing import Any
 
 import pytest
-from fakes import ClientChannel
+from fakes import ClientChannel, method_payload, new_broker
 from pamqp import body, commands, header
 
 from amqpd.broker.broker import Broker
@@ -331,9 +331,10 @@ class OneQueueRouter:
     def route_to(self, vhost: str, exchange: str, msg: Any) -> list[Any]:
         return [self.target]
 
-    def store_message(self, msg: Any, queues: list[Any], on_durable: Any) -> bool:
+    def enqueue(self, msg: Any, queues: list[Any]) -> None:
         self.stored.append(msg)
-        return False
+        for q in queues:
+            q.push(msg)
 
     def body_of(self, msg: Any) -> bytes:
         return msg.body
@@ -360,3 +361,20 @@ def test_dead_lettering_needs_only_a_router() -> None:
     (death,) = entry.msg.headers["x-death"]
     assert (death["queue"], death["reason"], death["count"]) == ("work", "expired", 1)
     assert death["time"] == datetime.datetime.fromtimestamp(1_700_000_000, datetime.UTC)
+
+
+def test_a_dead_lettered_duplicate_is_dropped_by_a_deduplicating_queue() -> None:
+    """Dead-lettering enters a queue as any publish does: x-message-deduplication drops a repeated id (the
+    plugin's queue-level check sits in the backing queue, which every delivery into the queue passes)."""
+    broker = new_broker()
+    c = ClientChannel(broker)
+    c.call(commands.Exchange.Declare(exchange="dlx", exchange_type="fanout"))
+    c.declare_queue("dead", arguments={"x-message-deduplication": True})
+    c.call(commands.Queue.Bind(queue="dead", exchange="dlx"))
+    c.declare_queue("src", arguments={"x-dead-letter-exchange": "dlx"})
+    for payload in (b"first", b"again"):
+        c.publish("", "src", payload, message_id="same")
+    for tag in (1, 2):
+        c.call(commands.Basic.Get(queue="src"))
+        c.ch.on_reject(method_payload(commands.Basic.Reject(tag, requeue=False)))
+    assert [e.msg.body for e in broker.vhosts["/"].queues["dead"].ready] == [b"first"]

@@ -225,7 +225,7 @@ def test_a_message_that_fails_to_route_leaves_the_others_scheduled(
     def broken(ex: Any, msg: Any) -> Any:
         raise RuntimeError("routing failed")
 
-    monkeypatch.setattr(vhost, "route", broken)
+    monkeypatch.setattr(vhost, "plan_for", broken)  # the release routes as a publish does
     clock[0] += 10
     with pytest.raises(RuntimeError):
         client.broker.delayed.release_due(exchange(client))
@@ -257,3 +257,14 @@ def test_released_headers_keep_every_value_byte_for_byte_sorted_with_x_delay_a_s
     want = [entries[2], (b"x-delay", b"I" + struct.pack(">i", -100)), entries[0]]
     table = b"".join(bytes((len(k),)) + k + v for k, v in want)
     assert entry.msg.header.endswith(struct.pack(">I", len(table)) + table)
+
+
+def test_a_duplicate_released_into_a_deduplicating_queue_is_dropped(client: ClientChannel, clock: list[int]) -> None:
+    """A delayed message takes every step of a publish when it is released, deduplication included: the
+    second message with the same id reaches the x-message-deduplication queue not at all."""
+    client.declare_queue("once", arguments={"x-message-deduplication": True})
+    client.call(commands.Queue.Bind(queue="once", exchange="dx", routing_key="once"))
+    for body in (b"first", b"again"):
+        client.publish("dx", "once", body, message_id="same", headers={"x-delay": 1000})
+    advance(client, clock, 1000)
+    assert [body for body, _ in drain(client, "once")] == [b"first"]

@@ -33,8 +33,9 @@ def queues(n: int) -> list[Hashable]:
 
 
 def test_registry_knows_the_four_standard_types() -> None:
-    # and the delayed-message plugin's type, which routes as one of them (test_delayed_exchange.py)
-    assert set(EXCHANGE_TYPES) == {"direct", "fanout", "topic", "headers", "x-delayed-message"}
+    # and the delayed-message plugin's type, which routes as one of them (test_delayed_exchange.py), and the
+    # federation plugin's upstream helper (test_federation_upstream_exchange.py)
+    assert set(EXCHANGE_TYPES) == {"direct", "fanout", "topic", "headers", "x-delayed-message", "x-federation-upstream"}
     for name, cls in EXCHANGE_TYPES.items():
         assert cls.type_name == name
 

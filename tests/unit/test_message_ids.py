@@ -8,8 +8,8 @@ import pytest
 from fakes import ClientChannel, new_broker
 from pamqp import commands, header
 
-from amqpd.broker.publish import message_ids
-from amqpd.broker.publish.message_ids import HEADER
+from amqpd.broker.queues import message_ids
+from amqpd.broker.queues.message_ids import HEADER
 
 
 @pytest.fixture

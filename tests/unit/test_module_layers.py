@@ -25,7 +25,6 @@ BROKER = Path(__file__).resolve().parents[2] / "amqpd" / "broker"
     "module",
     [
         "amqpd.broker.entry",
-        "amqpd.broker.queues.hooks",
         "amqpd.broker.stored_message",
         "amqpd.broker.queues.subscriber",
     ],

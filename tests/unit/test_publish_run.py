@@ -812,3 +812,84 @@ async def test_a_stored_group_the_store_could_not_write_is_nacked_tag_by_tag(
         ("Nack", 5, False),
     ]
     assert [body for _, body in left[:-1]] == BODIES  # still in the queue, from memory
+
+
+# -- every entry takes the same steps ---------------------------------------------------------------------------
+# A message that enters the queues from a delayed exchange's release or from dead-lettering goes through the same
+# Publisher as a client's publish: fed the same messages, the queues must end up holding the same messages, with
+# the same ids, whatever the queue features in play (only the headers that say how it came differ).
+
+ENTRY_QUEUES: dict[str, list[tuple[str, dict[str, Any]]]] = {
+    "plain queue": [("q", {})],
+    "deduplicating queue": [("q", {"x-message-deduplication": True})],
+    "max-length reject-publish": [("q", {"x-max-length": 1, "x-overflow": "reject-publish"})],
+    "max-length drop-head": [("q", {"x-max-length": 1})],
+    "queue that stamps ids": [("q", {"x-amqpd-message-id": True})],
+    "two queues, one deduplicating": [("q", {}), ("q2", {"x-message-deduplication": True})],
+    "reject-publish-dlx into a second queue": [
+        ("q", {"x-max-length": 1, "x-overflow": "reject-publish-dlx", "x-dead-letter-exchange": "overflow"}),
+    ],
+}
+_HOW_IT_CAME = ("x-delay", "x-death", "x-first-death-exchange", "x-first-death-queue", "x-first-death-reason")
+
+
+def _entered(entry: str, queues: list[tuple[str, dict[str, Any]]]) -> dict[str, list[tuple[bytes, Any]]]:
+    """Each queue's messages (body, headers but those naming the entry; an id only as present or not) after
+    three publishes, two of them with one message id, enter through `entry`."""
+    from fakes import ClientChannel, method_payload
+
+    clock = [1_800_000_000_000]
+    broker = new_broker(now_ms=lambda: clock[0])
+    c = ClientChannel(broker)
+    c.call(commands.Exchange.Declare(exchange="x", exchange_type="direct"))
+    c.call(commands.Exchange.Declare(exchange="overflow", exchange_type="fanout"))
+    c.declare_queue("overflowed")
+    c.call(commands.Queue.Bind(queue="overflowed", exchange="overflow"))
+    c.call(
+        commands.Exchange.Declare(
+            exchange="dx", exchange_type="x-delayed-message", arguments={"x-delayed-type": "direct"}
+        )
+    )
+    for name, arguments in queues:
+        c.declare_queue(name, arguments=arguments)
+        c.call(commands.Queue.Bind(queue=name, exchange="x", routing_key="k"))
+        c.call(commands.Queue.Bind(queue=name, exchange="dx", routing_key="k"))
+    c.declare_queue("src", arguments={"x-dead-letter-exchange": "x", "x-dead-letter-routing-key": "k"})
+    sent = [(b"one", "a"), (b"two", "b"), (b"three", "a")]
+    for body, message_id in sent:
+        if entry == "client":
+            c.publish("x", "k", body, message_id=message_id)
+        elif entry == "delayed release":
+            c.publish("dx", "k", body, message_id=message_id, headers={"x-delay": 10})
+        else:
+            c.publish("", "src", body, message_id=message_id)
+    if entry == "delayed release":
+        clock[0] += 10
+        ex = broker.vhosts["/"].exchanges["dx"]
+        broker.delayed.release_due(ex)  # type: ignore[arg-type]
+    elif entry == "dead-lettering":
+        for tag in range(1, len(sent) + 1):
+            c.call(commands.Basic.Get(queue="src"))
+            c.ch.on_reject(method_payload(commands.Basic.Reject(tag, requeue=False)))
+    found = {}
+    for name in [n for n, _ in queues] + ["overflowed"]:
+        found[name] = [
+            (
+                e.msg.body,
+                {
+                    k: (v if k != "x-amqpd-message-id" else "id")
+                    for k, v in (e.msg.headers or {}).items()
+                    if k not in _HOW_IT_CAME
+                },
+            )
+            for e in broker.vhosts["/"].queues[name].ready
+        ]
+    return found
+
+
+@pytest.mark.parametrize("queues", ENTRY_QUEUES.values(), ids=ENTRY_QUEUES.keys())
+@pytest.mark.parametrize("entry", ["delayed release", "dead-lettering"])
+def test_a_delayed_release_and_a_dead_letter_enter_queues_as_a_client_publish_does(
+    entry: str, queues: list[tuple[str, dict[str, Any]]]
+) -> None:
+    assert _entered(entry, queues) == _entered("client", queues)

@@ -17,8 +17,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from amqpd.broker.delivery.consumer import Consumer
 from amqpd.broker.entry import Entry
 from amqpd.broker.message import Message
-from amqpd.broker.queues.hooks import QueueHooks
-from amqpd.broker.queues.queue import Queue
+from amqpd.broker.queues.queue import Queue, QueueHooks
 from amqpd.protocol.fastpath import shortstr
 
 

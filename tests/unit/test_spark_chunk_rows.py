@@ -259,3 +259,74 @@ def test_what_came_of_a_body_before_the_next_delivery_began_is_not_read() -> Non
     assert chunk_batch("s", chunks, include_headers=False).to_pydict()["body"] == [b"body0", b"body1", b"body2"]
     assert chunks.bodies == [encode_chunk(whole[:2]), encode_chunk(whole[2:])]
     assert not any(chunks.data[chunks.size :])
+
+
+# every basic property, so that the vectorised walk (chunk_rows._Walk) must step over the ones it does not show
+short_text = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=30)
+header_tables = st.dictionaries(
+    st.text(alphabet="abcdefgh-", min_size=1, max_size=8), st.integers(-5, 5) | short_text | st.booleans(), max_size=3
+)
+ANY_PROPERTIES = st.fixed_dictionaries(
+    {},
+    optional={
+        "content_type": short_text,
+        "content_encoding": short_text,
+        "headers": header_tables,
+        "delivery_mode": st.sampled_from([1, 2]),
+        "priority": st.integers(0, 9),
+        "correlation_id": short_text,
+        "reply_to": short_text,
+        "expiration": st.sampled_from(["1000", "60000"]),
+        "message_id": short_text,
+        "timestamp": st.datetimes(
+            min_value=__import__("datetime").datetime(2000, 1, 1), max_value=__import__("datetime").datetime(2030, 1, 1)
+        ),
+        "message_type": short_text,
+        "user_id": short_text,
+        "app_id": short_text,
+    },
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    messages=st.lists(
+        st.tuples(ANY_PROPERTIES, st.binary(max_size=400), st.sampled_from(NAMES), st.booleans()),
+        min_size=1,
+        max_size=30,
+    ),
+    chunk=st.integers(1, 9),
+    with_headers=st.booleans(),
+    not_utf8=st.booleans(),
+)
+def test_rows_each_with_properties_of_their_own_read_as_one_by_one(
+    messages: list[tuple[dict[str, object], bytes, str, bool]], chunk: int, with_headers: bool, not_utf8: bool
+) -> None:
+    """Real traffic: every row its own properties (any of them, in any combination), bodies of any length;
+    the property columns come from one walk over all rows at once, and must equal each row decoded alone."""
+    payloads: list[bytes | None] = []
+    for i, (properties, body, name, skipped) in enumerate(messages):
+        if skipped and i:
+            payloads.append(None)  # a damaged record: its offset is skipped
+            continue
+        props = header_payload(0, **properties)
+        if not_utf8:  # é in a short string's bytes becomes two bytes that are not UTF-8 (the length is kept)
+            props = props.replace("é".encode(), b"\xff\xfe")
+        rec = MessageRecord("", name, props, body, 1_700_000_000_000 + i)
+        payloads.append(encode_record(i, rec, []))
+    chunks = Chunks(1 << 62)
+    for at in range(0, len(payloads), chunk):
+        chunks.add(encode_chunk(payloads[at : at + chunk]), at, len(payloads[at : at + chunk]))
+    got = chunk_batch("s", chunks, with_headers)
+    expected = one_by_one(payloads, 0, 1 << 62, with_headers)
+    assert got.to_pydict() == expected.to_pydict()
+    assert got.equals(expected)
+
+
+def test_a_property_list_that_runs_past_its_record_is_an_error() -> None:
+    props = bytearray(header_payload(0, content_type="text/plain", message_id="m-1"))
+    props[14] = 200  # the content type's length now runs past the message id and the record's end
+    chunks = Chunks(1 << 62)
+    chunks.add(encode_chunk([encode_record(1, MessageRecord("", "s", bytes(props), b"x", 1), [])]), 0, 1)
+    with pytest.raises(BrokerError, match="properties run past"):
+        chunk_batch("s", chunks, include_headers=False)

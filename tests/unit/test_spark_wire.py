@@ -131,6 +131,8 @@ def test_the_uri_names_the_vhost_as_rabbitmq_reads_it() -> None:
         ({"uri": "amqp://h", "queue": "a,b", "startingOffsets": '{"a": 1}'}, r"missing \['b'\]"),
         ({"uri": "amqp://h", "queue": "s", "failOnDataLoss": "maybe"}, "'true' or 'false'"),
         ({"uri": "amqp://h", "queue": "s", "maxOffsetsPerTrigger": "0"}, "at least 1"),
+        ({"uri": "amqp://h", "queue": "s", "startingOffset": "earliest"}, "option startingOffset is not known"),
+        ({"uri": "amqp://h", "queue": "s", "routing_key": "x"}, "option routing_key is not known"),
     ],
 )
 def test_bad_options_are_refused_naming_the_option(options: dict[str, str], error: str) -> None:

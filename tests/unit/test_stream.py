@@ -16,7 +16,7 @@ from pamqp import commands, frame
 from amqpd import errors
 from amqpd.broker.broker import Broker
 from amqpd.broker.streams.args import parse_age_ms
-from amqpd.broker.streams.log import OffsetRuns
+from amqpd.broker.streams.log import OffsetMap
 from amqpd.broker.streams.stream import FEED_BATCHES, READ_BATCH, StreamQueue
 from amqpd.config import Settings
 
@@ -351,7 +351,7 @@ def test_filters_deliver_matching_values_and_optionally_unfiltered(client: Clien
 @given(st.lists(st.tuples(st.integers(1, 5), st.integers(0, 3)), max_size=30), st.data())
 def test_dense_offsets_map_to_store_offsets_like_a_list(steps: list[tuple[int, int]], data: st.DataObject) -> None:
     """Model: the dense offsets are list indexes into the stream's store offsets, from a moving first."""
-    runs, model, first, store = OffsetRuns(0), [], 0, 0
+    runs, model, first, store = OffsetMap(0), [], 0, 0
     for count, gap in steps:
         store += gap
         for _ in range(count):
@@ -504,3 +504,15 @@ def test_a_filter_that_matches_little_yields_to_the_loop_between_reads() -> None
         got = offsets_and_bodies(c)
         turns += 1
     assert got == [(total - 1, b"x")] and turns >= 2
+
+
+def test_a_stream_stamps_its_records_by_the_brokers_clock() -> None:
+    """The broker's wall clock (injected here) is the only one: a stream's records take their time from it."""
+    clock = [1_000_000_000_000]
+    c = ClientChannel(new_broker(now_ms=lambda: clock[0]))
+    c.declare_queue("s", durable=True, arguments=STREAM)
+    c.publish("", "s", b"then")
+    stream = c.broker.vhosts["/"].queues["s"]
+    assert isinstance(stream, StreamQueue)
+    ((_, record),) = stream.log.read(0, 1)
+    assert record.timestamp_ms == clock[0]

@@ -193,3 +193,26 @@ def test_without_the_argument_deliveries_stay_one_message_each() -> None:
     headers = [f.properties for f in frames if hasattr(f, "properties")]
     assert [h.headers["x-stream-offset"] for h in headers] == [0, 1]
     assert {h.content_type for h in headers} == {None}
+
+
+def _deliver_get(c: ClientChannel) -> int:
+    from amqpd.mgmt.objects import queue_info
+    from amqpd.mgmt.stats import Rates
+
+    return int(queue_info(stream_of(c), Rates())["message_stats"]["deliver_get"])
+
+
+def test_the_management_api_counts_every_record_a_chunk_or_a_filtered_consumer_got() -> None:
+    """The stream's deliver_get (and its rate) counts records however they went out: by the batched replay, in
+    chunks, or one by one to a filtered consumer."""
+    c = setup()
+    publish(c, *[f"m{i}".encode() for i in range(10)])
+    consume(c, 4)
+    assert positions(chunks(c)) == [(0, 4), (4, 4), (8, 2)]
+    assert _deliver_get(c) == 10
+    publish(c, b"red", headers={"x-stream-filter-value": "red"})
+    publish(c, b"blue", headers={"x-stream-filter-value": "blue"})
+    assert sum(count for _, _, count, _ in chunks(c)) == 2
+    c.consume("s", "filtered", arguments={"x-stream-offset": 10, "x-stream-filter": "red"})
+    assert [body for _, body in c.deliveries()][-1:] == [b"red"]
+    assert _deliver_get(c) == 10 + 2 + 1  # the chunk consumer got the two new ones, the filtered one "red"

@@ -27,8 +27,9 @@ from pamqp import commands, frame, header
 from amqpd.broker.broker import Broker
 from amqpd.broker.streams import log as stream_log
 from amqpd.broker.streams import replay as stream_replay
+from amqpd.broker.streams.cursor import StreamRun
+from amqpd.broker.streams.offsets import OffsetSet
 from amqpd.broker.streams.stream import StreamQueue
-from amqpd.broker.streams.unacked import OffsetSet, StreamRun
 from amqpd.config import Settings
 from amqpd.session.connection import Session
 from store import MessageRecord, MessageStore, segment

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from amqpd.config import Settings
-from amqpd.server.tls import TLSConfigError, cert_login_name, reload_context, server_context
+from amqpd.tls import TLSConfigError, cert_login_name, reload_context, server_context
 
 PEERCERT = {
     "subject": ((("organizationName", "amqpd tests"),), (("commonName", "alice"),)),

@@ -13,7 +13,7 @@ from test_queue import msg
 from amqpd.broker.delivery.unacked import RANGE_MAX, Outstanding, Run
 from amqpd.broker.entry import Entry
 from amqpd.broker.queues.queue import Queue
-from amqpd.broker.streams.unacked import StreamRun
+from amqpd.broker.streams.cursor import StreamRun
 
 AMQPD = Path(__file__).resolve().parents[2] / "amqpd"
 

@@ -13,7 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from amqpd.broker.access.control import SHA256, AccessControl, AccessError
-from amqpd.broker.publish.message_ids import VHOST_FIELD
+
+# The vhost's field in the management API (PUT/GET /api/vhosts) and in definitions, beside RabbitMQ's own
+# (description, tags, default_queue_type, tracing); the name says it is amqpd's.
+VHOST_FIELD = "amqpd_message_ids"
 
 
 def import_access(access: AccessControl, doc: dict[str, Any]) -> None:

@@ -2,14 +2,44 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from amqpd.protocol.fastpath import shortstr
 
 if TYPE_CHECKING:
     from amqpd.broker.entry import Entry
     from amqpd.broker.queues.queue import Queue
-    from amqpd.session.channel import Channel
+
+
+class Outlet(Protocol):
+    """Where a consumer's deliveries go out: its channel (session/channel.py), as the broker sees it."""
+
+    id: int
+    last_tag: int
+    conn: Any  # frame_max and send(), for the stream replay's pre-encoded batches
+    broker: Any  # its coarse clock, which stamps unacked runs
+
+    def can_deliver(self) -> bool: ...
+
+    def can_deliver_acked(self) -> bool: ...
+
+    def prefetch_room(self) -> int: ...
+
+    def deliver(self, consumer: Consumer, queue: Queue, entry: Entry) -> None: ...
+
+    def deliver_batch(self, consumer: Consumer, queue: Queue, entries: list[Entry]) -> None: ...
+
+    def deliver_many(self, consumer: Consumer, queue: Queue, entries: list[Entry]) -> None: ...
+
+    def deliver_parts(
+        self, consumer: Consumer, queue: Queue, entry: Entry, body: list[bytes], records: int
+    ) -> None: ...
+
+    def deliver_encoded_run(self, queue: Queue, run: Any, data: bytes) -> None: ...
+
+    def deliver_run(self, consumer: Consumer, route: bytes, header: bytes, bodies: list[bytes]) -> None: ...
+
+    def cancel_by_server(self, consumer: Consumer) -> None: ...
 
 
 class Consumer:
@@ -29,7 +59,7 @@ class Consumer:
     def __init__(
         self,
         tag: str,
-        channel: Channel,
+        channel: Outlet,
         queue: Queue,
         *,
         no_ack: bool,

@@ -10,7 +10,7 @@ share one entry. A consumer that keeps up gets its deliveries in batches and ack
 a delivery and its ack cost an entry per batch rather than one per message; an ack of a single tag inside a
 run splits it. The table finds, takes, splits and restores runs whatever they hold; what a delivery is and
 what settling it does is the run's own part: a queue's entries (QueueRun, here), or a stream's offsets and the
-cursor that an ack moves along (StreamRun, streams/unacked.py).
+cursor that an ack moves along (StreamRun, streams/cursor.py).
 """
 
 from __future__ import annotations

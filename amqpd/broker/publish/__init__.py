@@ -1,1 +1,2 @@
-"""The one way in: a plan per route and the entries that publish (client, API, delayed release, dead-lettering)."""
+"""The one way in: the Publisher every message goes through (a client, the API, a delayed release,
+dead-lettering), delayed delivery and dead-lettering."""

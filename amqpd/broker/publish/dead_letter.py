@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime
 import struct
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from amqpd.broker.message import Message
@@ -27,7 +26,10 @@ class Router(Protocol):
         """The queues msg goes to from `exchange` (which exists)."""
         ...
 
-    def store_message(self, msg: Message, queues: list[Queue], on_durable: Callable[[], None] | None) -> bool: ...
+    def enqueue(self, msg: Message, queues: list[Queue]) -> None:
+        """Publish a routed message to these queues: every step of a publish after routing (Publisher.deliver:
+        ids, deduplication, length limits, the store, the push)."""
+        ...
 
     def body_of(self, msg: Message) -> bytes: ...
 
@@ -46,9 +48,7 @@ def dead_letter(router: Router, queue: Queue, entry: Entry, reason: str, dlx_nam
         targets = [q for q in targets if not _cycles(q, deaths)]
     if not targets:
         return
-    router.store_message(dead, targets, None)
-    for q in targets:
-        q.push(dead)
+    router.enqueue(dead, targets)
 
 
 def _dead_message(router: Router, msg: Message, queue: Queue, reason: str, dlx: str, routing_key: str) -> Message:

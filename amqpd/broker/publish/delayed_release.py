@@ -19,12 +19,10 @@ from __future__ import annotations
 import logging
 import struct
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from amqpd.broker.entry import Entry
 from amqpd.broker.message import Message
-from amqpd.broker.publish.message_ids import stamp_for
-from amqpd.broker.recovery import HOLDER_PREFIX
+from amqpd.broker.publish.publisher import UNATTENDED, Publisher
 from amqpd.broker.routing.exchanges.delayed import DELAY_HEADER, DelayedExchange, delay_of
 from amqpd.broker.stored_message import message_from_record
 from amqpd.protocol.constants import FLAG_HEADERS
@@ -34,20 +32,28 @@ from amqpd.protocol.properties import PropertyScan, rewrite_properties
 from store import MessageRecord
 
 if TYPE_CHECKING:
-    from amqpd.broker.broker import Broker
-    from amqpd.broker.queues.queue import Queue
     from amqpd.broker.routing.vhost import VirtualHost
 
 log = logging.getLogger("amqpd.delayed")
 BATCH = 2_000  # messages routed per timer callback: a burst all due at once does not stall the loop
 
 
-def holder_name(exchange: str) -> str:
-    return HOLDER_PREFIX + exchange
+class Host(Protocol):
+    """What delayed delivery needs of the broker (which owns it: this module is below broker.py)."""
+
+    store: Any
+    vhosts: dict[str, VirtualHost]
+    publisher: Publisher
+
+    def now_ms(self) -> int: ...
+
+    def schedule(self, delay_s: float, callback: Callable[[], None]) -> Any: ...
+
+    def body_of(self, msg: Message) -> bytes: ...
 
 
 class DelayedDelivery:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Host) -> None:
         self.broker = broker
         # Unix ms: due times survive restarts, so they are wall-clock times; the broker's clock, which tests
         # inject, so that TTLs and due times move together.
@@ -135,30 +141,7 @@ class DelayedDelivery:
     def _route(self, vhost: VirtualHost, ex: DelayedExchange, msg: Message) -> None:
         """Route as the plugin does when the time comes: with x-delay swapped to -delay (so it is not delayed
         again), to whatever the bindings say now; nobody to route to: it is dropped, as in the plugin."""
-        msg = _swap_delay_header(msg)
-        queues = vhost.route(ex, msg)
-        headers = msg.headers
-        if headers and "BCC" in headers:
-            msg = _without_bcc(msg, headers)
-        if not queues:
-            return
-        stamp_for(msg, queues)
-        accepting = self._accepting(msg, queues)
-        if not accepting:
-            return
-        self.broker.store_message(msg, accepting, None)
-        for q in accepting:
-            q.push(msg)
-
-    def _accepting(self, msg: Message, queues: list[Queue]) -> list[Queue]:
-        """x-overflow reject-publish(-dlx) refuses it as it would a publish (with no publisher to nack)."""
-        accepting = []
-        for q in queues:
-            if not q.limited or not q.would_overflow():
-                accepting.append(q)
-            elif q.overflow == "reject-publish-dlx":
-                self.broker.dead_letter(q, Entry(msg, 0, None), "maxlen")
-        return accepting
+        self.broker.publisher.publish(UNATTENDED, vhost, _swap_delay_header(msg), False, 0, released=True)
 
     # -- recovery -----------------------------------------------------------------------------------------
 
@@ -195,13 +178,6 @@ def _swap_delay_header(msg: Message) -> Message:
     entries = dict(_entries(msg))
     entries[DELAY_HEADER.encode()] = value
     return _with_entries(msg, sorted(entries.items()))
-
-
-def _without_bcc(msg: Message, headers: dict[str, Any]) -> Message:
-    out = _with_entries(msg, [(k, v) for k, v in _entries(msg) if k != b"BCC"])
-    bcc = headers.get("BCC")
-    out.bcc = [k.decode() if isinstance(k, bytes) else k for k in bcc or [] if isinstance(k, (str, bytes))]
-    return out
 
 
 def _entries(msg: Message) -> list[tuple[bytes, bytes]]:

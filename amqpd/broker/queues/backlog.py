@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from amqpd.broker.queues.ready import FifoReady
 
 if TYPE_CHECKING:
-    from amqpd.broker.queues.queue import Entry
+    from amqpd.broker.entry import Entry
 
 # offsets, with their sequence numbers and redelivered flags, and what the worker read ahead for them (or None:
 # read them now) -> the entries of those still readable
@@ -44,7 +44,7 @@ Loader = Callable[[list[int], list[int], list[bool], Any], list["Entry"]]
 ReadAhead = Callable[[list[int], Callable[[Any], None]], bool]
 # an entry whose body was paged out, and what was read ahead: give it its body back if the read has it
 PageIn = Callable[["Entry", Any], None]
-Run = tuple[list[int], list[int], list[bool]]  # offsets, their sequence numbers, their redelivered flags
+Unloaded = tuple[list[int], list[int], list[bool]]  # offsets, their sequence numbers, their redelivered flags
 
 
 class _Batch:
@@ -55,7 +55,7 @@ class _Batch:
     __slots__ = ("items", "offsets", "raw", "reading", "item", "at", "left")
 
     def __init__(self) -> None:
-        self.items: list[Run | Entry] = []
+        self.items: list[Unloaded | Entry] = []
         self.offsets: list[int] = []  # of its runs, in order
         self.raw: Any = None
         self.reading = False  # a worker thread is reading it
@@ -71,7 +71,7 @@ class _Batch:
         paged = [e.msg.store_offset for e in self.items if not isinstance(e, tuple) and e.msg.body is None]
         return sorted({*self.offsets, *(o for o in paged if o is not None)}) if paged else self.offsets
 
-    def rest(self) -> list[Run | Entry]:
+    def rest(self) -> list[Unloaded | Entry]:
         """The items not in the window yet, in order (a run taken part-way as its remainder)."""
         if self.item >= len(self.items):
             return []
@@ -94,7 +94,7 @@ OFFSET_MASK = (1 << SEQ_SHIFT) - 1
 
 class Backlog:
     BATCH = 2_000  # items per read-ahead: big enough for a sequential read, small in memory
-    SLICE = 100  # items decoded into the window per step: ~1 ms of the loop's time (10 us a record)
+    SLICE = 100  # items decoded into the window per step: a small share of one loop turn
 
     def __init__(
         self, window: FifoReady, load: Loader, read_ahead: ReadAhead | None = None, page_in: PageIn | None = None

@@ -9,20 +9,77 @@ has not finished (see backlog.py).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from typing import Any, Generic, TypeVar
 
 from amqpd.broker.entry import Entry
 from amqpd.broker.message import Message
-from amqpd.broker.publish.message_ids import wants_ids
 from amqpd.broker.queues.backlog import Backlog
 from amqpd.broker.queues.dedup import Deduplicator
 from amqpd.broker.queues.delivery_count import counts_deliveries, delivery_limit
-from amqpd.broker.queues.flow import Pace
-from amqpd.broker.queues.hooks import QueueHooks
+from amqpd.broker.queues.flow import Pace, TurnClock
+from amqpd.broker.queues.message_ids import wants_ids
 from amqpd.broker.queues.ready import FifoReady, PriorityReady
 from amqpd.broker.queues.subscriber import Subscriber
 from amqpd.protocol.properties import with_delivery_count
+
+
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class QueueHooks:
+    """What a queue tells the outside world; the vhost wires these to the store and dead-lettering."""
+
+    def dropped(self, queue: Queue, entry: Entry, reason: str) -> None:  # expired, maxlen, rejected
+        """A message left the queue without being acked by a consumer."""
+
+    def settled(self, queue: Queue, entry: Entry) -> None:
+        """A message was acked (or delivered with no-ack): the queue needs it no more."""
+
+    def settled_many(self, queue: Queue, entries: list[Entry]) -> None:
+        """settled() for each of these (a multiple-ack's range): a hook with nothing to do for a queue says so once."""
+        for entry in entries:
+            self.settled(queue, entry)
+
+    def unused(self, queue: Queue) -> None:
+        """x-expires ran out: the queue should be deleted."""
+
+    def schedule(self, delay_s: float, callback: Callable[[], None]) -> Any:
+        """Run callback later on the broker's loop; returns a handle with cancel()."""
+        return None
+
+    def load(self, queue: Queue, offsets: list[int], ahead: Any = None) -> list[Message | None]:
+        """Messages for store offsets (None: no longer readable), from `ahead` (what read_ahead read) where it
+        has them, else read from the store now."""
+        return [None] * len(offsets)
+
+    def read_ahead(self, queue: Queue, offsets: list[int], done: Callable[[Any], None]) -> bool:
+        """Start reading these offsets' records in a worker thread; `done(ahead)` on the loop when they are
+        in. False: not possible here (load() will read them when needed)."""
+        return False
+
+    def page_in(self, queue: Queue, msg: Message, ahead: Any) -> None:
+        """Give a paged-out message its body back from what read_ahead read, if it has it."""
+
+    def forget(self, queue: Queue, offsets: list[int]) -> None:
+        """Recovered messages that were never read back left the queue (purge)."""
+
+    def created(self, vhost: str, obj: Any) -> None:
+        """A queue or exchange was declared: the policies that match apply to it."""
+
+    def counted(self, queue: Queue, entry: Entry, count: int) -> None:
+        """A message goes back to a queue that counts deliveries: its new count should survive a restart."""
+
+    def now_ms(self) -> int:
+        """The wall clock in ms (TTL), injected so that tests can move it."""
+        return wall_clock_ms()
+
+    def turn_clock(self) -> TurnClock:
+        """The event loop's turns (flow.py: consumer pace); a queue on its own gets a clock nobody moves."""
+        return TurnClock()
+
 
 S = TypeVar("S", bound=Subscriber)  # the consumers' type: Consumer in the broker, anything that subscribes in tests
 
@@ -67,7 +124,7 @@ class Queue(Generic[S]):
         self.overflow: str = self.arguments.get("x-overflow", "drop-head")
         self.ready_bytes = 0
         self.dedup = Deduplicator.from_arguments(self.arguments)
-        # limited: publishes to it go through Channel._admit (length limits, duplicates)
+        # limited: publishes to it go through Publisher.admit (length limits, duplicates)
         self.limited = self.max_length is not None or self.max_length_bytes is not None or self.dedup is not None
         self.exclusive_consumer: S | None = None
         self.throttled: set[Any] = set()  # publishing connections paused until the backlog drains

@@ -19,14 +19,12 @@ from amqpd.broker.arguments import (
     inequivalent,
 )
 from amqpd.broker.message import Message
-from amqpd.broker.publish.delayed_release import holder_name
-from amqpd.broker.publish.message_ids import wants_ids
-from amqpd.broker.publish.plan import PublishPlan
 from amqpd.broker.queues.dedup import check_dedup_arguments
-from amqpd.broker.queues.hooks import QueueHooks
-from amqpd.broker.queues.queue import Queue
+from amqpd.broker.queues.message_ids import wants_ids
+from amqpd.broker.queues.queue import Queue, QueueHooks
 from amqpd.broker.routing.exchanges import EXCHANGE_TYPES, ROUTING_TYPES, DelayedExchange, Exchange, make_exchange
-from amqpd.broker.routing.exchanges.delayed import check_delayed_type
+from amqpd.broker.routing.exchanges.delayed import check_delayed_type, holder_name
+from amqpd.broker.routing.plan import PublishPlan
 from amqpd.broker.streams.args import check_stream_declaration, is_stream
 from amqpd.broker.streams.stream import StreamQueue
 
@@ -83,6 +81,8 @@ class VirtualHost:
         self.store = store
         self.queues: dict[str, Queue] = {}
         self.replies: dict[str, Queue] = {}  # direct reply-to: token -> the requester's private queue
+        # Exclusive queues by owning connection, so that closing one connection does not look at every queue.
+        self._exclusive: dict[object, dict[Queue, None]] = {}
         self.exchanges: dict[str, Exchange] = {"": DefaultExchange(self.queues, self.replies)}
         # Publish plans (routes and the steps on them) per (exchange, routing key): dropped whenever bindings,
         # queues, exchanges or policies change.
@@ -161,6 +161,7 @@ class VirtualHost:
             raise self._reserved("exchange", name)
         if checks is not None:
             checks.may_create("exchange", name, arguments)
+        EXCHANGE_TYPES[type_name].check_arguments(arguments)  # the type's validate/1, in rabbit_exchange:declare
         ex = make_exchange(
             type_name, name, durable=durable, auto_delete=auto_delete, internal=internal, arguments=arguments
         )
@@ -194,7 +195,8 @@ class VirtualHost:
         ):
             if new != old:
                 raise inequivalent("exchange", ex.name, self.name, arg, new, old)
-        check_equivalent_args("exchange", ex.name, self.name, EXCHANGE_EQUIVALENCE_ARGS, arguments, ex.arguments)
+        keys = EXCHANGE_EQUIVALENCE_ARGS + ex.equivalence_args
+        check_equivalent_args("exchange", ex.name, self.name, keys, arguments, ex.arguments)
 
     def delete_exchange(self, name: str, if_unused: bool) -> None:
         if name == "":
@@ -225,9 +227,8 @@ class VirtualHost:
         """Drop every binding to dest, from the store too: a queue or exchange declared again later under
         the same name must not inherit them at the next restart."""
         for ex in list(self.exchanges.values()):
-            for bound, key, args in ex.bindings():
-                if bound is dest:
-                    self._forget_binding(ex, dest, key, args)
+            for _, key, args in ex.bindings_to(dest):
+                self._forget_binding(ex, dest, key, args)
             if ex.unbind_all(dest):
                 self._maybe_auto_delete(ex)
 
@@ -284,6 +285,8 @@ class VirtualHost:
         )
         q.stamps_ids = q.stamps_ids or self.message_ids
         self.queues[name] = q
+        if exclusive:
+            self._exclusive.setdefault(owner, {})[q] = None
         self.hooks.created(self.name, q)
         q.touch()
         self._route_cache.clear()
@@ -331,6 +334,7 @@ class VirtualHost:
         if self.queues.get(q.name) is not q:
             return 0
         del self.queues[q.name]
+        self._forget_exclusive(q)
         count = 0 if q.is_stream else len(q.ready)  # RabbitMQ's delete-ok counts no stream messages
         self._unbind_everywhere(q)
         for consumer in list(q.consumers):
@@ -483,8 +487,15 @@ class VirtualHost:
     # -- connection teardown ---------------------------------------------------------------------------
 
     def drop_exclusive(self, owner: object) -> None:
-        for q in [q for q in self.queues.values() if q.exclusive_owner is owner]:
+        for q in list(self._exclusive.get(owner, ())):
             self.remove_queue(q)
+
+    def _forget_exclusive(self, q: Queue) -> None:
+        owned = self._exclusive.get(q.exclusive_owner) if q.exclusive_owner is not None else None
+        if owned is not None:
+            owned.pop(q, None)
+            if not owned:
+                del self._exclusive[q.exclusive_owner]
 
     def consumer_gone(self, q: Queue) -> None:
         """auto_delete: a queue that had consumers goes when the last one does."""

@@ -27,10 +27,9 @@ integer from 2 on is refused (406). Each delivery carries:
   run of its own or joins the one before when it has the same size, with gap 0 (the record as in layout
   2); length 0 is a skipped record, as in layout 2. A reader finds every record with one repeat and one
   cumulative sum over the runs. Layout 2's 4 bytes a record became a few runs a chunk (and 24 bytes of
-  frame header a record on the wire), and a re-read of 1M 100-byte records cost the broker 0.20–0.25 µs
-  of CPU a record instead of 0.36–0.41 (busy machine; 0.12–0.15 quiet): no bytes object, length or join
-  per record. Records are checked in full on their first read as before (that read costs what it did):
-  layout 3 sends as frames only what passed.
+  frame header a record on the wire), and a re-read costs the broker no bytes object, length or join per
+  record (docs and bench/ hold the figures). Records are checked in full on their first read as before
+  (that read costs what it did): layout 3 sends as frames only what passed.
 - The first layout (`…stream-chunk`, a length before each record) had a content type of its own too: a
   reader that gets a layout it does not know sees a delivery it does not know and falls back to message by
   message.
@@ -53,13 +52,14 @@ from amqpd import errors
 from amqpd.broker.arguments import amqp_type_name
 from amqpd.broker.message import LogDelivery
 from amqpd.broker.stored_message import route_of
+from amqpd.broker.streams.cursor import StreamEntry
 from amqpd.broker.streams.log import payload_bytes
 from amqpd.protocol.constants import FLAG_CONTENT_TYPE, FLAG_HEADERS
 from amqpd.protocol.fastpath import shortstr
 from store import FRAME_HEADER_SIZE
 
 if TYPE_CHECKING:
-    from amqpd.broker.streams.stream import Cursor, StreamEntry, StreamQueue
+    from amqpd.broker.streams.cursor import Cursor, Feed
 
 CHUNK_ARG = "x-amqpd-chunk"
 LAYOUT_ARG = "x-amqpd-chunk-layout"
@@ -161,10 +161,10 @@ def chunk_header(first: int, count: int, body_size: int, layout: int = 2) -> byt
     return _HEADER_HEAD.pack(60, 0, body_size, flags) + head + _LENGTH.pack(len(table)) + table
 
 
-def feed_chunks(stream: StreamQueue, cursor: Cursor, entry: type[StreamEntry]) -> None:
+def feed_chunks(stream: Feed, cursor: Cursor) -> None:
     """Deliver chunks from the cursor while its consumer has room, at most FEED_CHUNKS per call (the rest
-    on the loop's next turn). `entry`: stream.py's StreamEntry (which imports this module), whose ack
-    moves the cursor as a single delivery's does."""
+    on the loop's next turn). A chunk is one StreamEntry, whose ack moves the cursor as a single delivery's
+    does."""
     consumer = cursor.consumer
     layout = cursor.layout
     for start, end in stream.steps(cursor, FEED_CHUNKS, cursor.chunk):
@@ -178,10 +178,10 @@ def feed_chunks(stream: StreamQueue, cursor: Cursor, entry: type[StreamEntry]) -
         cursor.next = start + count
         cursor.outstanding.add(start, start + 1)
         delivery = ChunkDelivery(stream.name, start, count, parts, layout)
-        consumer.channel.deliver_parts(consumer, stream, entry(delivery, start, cursor), parts)
+        consumer.channel.deliver_parts(consumer, consumer.queue, StreamEntry(delivery, start, cursor), parts, count)
 
 
-def _read_chunk(stream: StreamQueue, start: int, end: int) -> list[bytes | None]:
+def _read_chunk(stream: Feed, start: int, end: int) -> list[bytes | None]:
     """Records [start, end), or fewer: the read stops once it holds CHUNK_BYTES. Steps are sized by the
     records read so far (a first small one), so large records are not read far past the limit."""
     payloads: list[bytes | None] = []
@@ -199,7 +199,7 @@ def _read_chunk(stream: StreamQueue, start: int, end: int) -> list[bytes | None]
     return payloads
 
 
-def _read_runs(stream: StreamQueue, start: int, end: int) -> tuple[int, list[bytes]]:
+def _read_runs(stream: Feed, start: int, end: int) -> tuple[int, list[bytes]]:
     """Layout 3's (records, body parts) for [start, end) or fewer, as _read_chunk stops: stretches of frames
     a read checked before go as the store's bytes (one pread, nothing per record, never copied again: the
     parts are not joined); the others as read_raw gives them (which checks them, so the next read of them

@@ -9,7 +9,6 @@ exactly what it missed). Two backends behind one small interface:
 
 from __future__ import annotations
 
-import time
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -17,10 +16,6 @@ from typing import Any, Protocol
 
 from amqpd.broker.message import Message
 from store import FIRST_KEY, FIRST_POSITION, MessageRecord, encode_record
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class StreamLog(Protocol):
@@ -69,7 +64,8 @@ class StreamLog(Protocol):
 
 
 class MemoryLog:
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], int]) -> None:
+        self.clock = clock  # the broker's wall clock in ms (injected by tests), for records with no time yet
         self.first = 0
         self.end = 0
         self._messages: deque[MessageRecord] = deque()
@@ -80,7 +76,7 @@ class MemoryLog:
 
     def append(self, msg: Message) -> int:
         if msg.timestamp_ms == 0:
-            msg.timestamp_ms = now_ms()
+            msg.timestamp_ms = self.clock()
         body = msg.body if msg.body is not None else b""
         self._messages.append(MessageRecord(msg.exchange, msg.routing_key, msg.header, body, msg.timestamp_ms))
         self.end += 1
@@ -122,7 +118,7 @@ class MemoryLog:
         self._messages.clear()
 
 
-class OffsetRuns:
+class OffsetMap:
     """Dense offsets [first, end) ↔ increasing store offsets, as runs of consecutive store offsets."""
 
     def __init__(self, first: int) -> None:
@@ -203,9 +199,8 @@ RECENT_RECORDS = 4096
 # last few: consumers replaying near each other read each record from disk once. Bounded in bytes whatever
 # the stream's length (RAW_CACHE_BYTES); a chunk read takes at most RAW_CHUNK_BYTES, so records averaging
 # over 1 KiB are read as asked for, never a chunk ahead (a consumer with prefetch 1 must not pull 1,024 big
-# messages). 1,024 records per read rather than 256: each store read has a fixed cost of ~20 µs (finding the
-# segment, the index jump, the first frames' own checks); at 256 a chunk delivery's reads of 100-byte
-# messages took 0.73 µs per record on a first read and 0.43 on a second, at 1,024 0.61 and 0.30 (in process).
+# messages). 1,024 records per read rather than 256: each store read has a fixed cost (finding the segment, the
+# index jump, the first frames' own checks), which larger reads spread thinner (bench.micro_stream measures it).
 RAW_CHUNK = 1024
 RAW_CHUNKS_KEPT = 16  # 16,384 records, as 64 chunks of 256 were: more kept raised the bench's RSS, not its rates
 RAW_CHUNK_BYTES = 1 << 20
@@ -226,10 +221,18 @@ def _mean_size(payloads: list[bytes | None]) -> int:
 
 
 class StoreLog:
-    def __init__(self, store: Any, queue_id: int, first: int = 0, on_commit: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        store: Any,
+        queue_id: int,
+        clock: Callable[[], int],
+        first: int = 0,
+        on_commit: Callable[[], None] | None = None,
+    ) -> None:
+        self.clock = clock  # the broker's wall clock in ms (injected by tests), for records with no time yet
         self._store = store
         self._queue_id = queue_id
-        self._runs = OffsetRuns(first)
+        self._runs = OffsetMap(first)
         # Records read lately, by offset: consumers replaying near each other read each record once.
         self._recent: dict[int, MessageRecord | None] = {}
         self._chunks: dict[int, tuple[list[bytes | None], int]] = {}  # raw reads by chunk, with their bytes
@@ -241,13 +244,19 @@ class StoreLog:
 
     @classmethod
     def recover(
-        cls, store: Any, queue_id: int, held: Iterable[int], values: dict[str, bytes], on_commit: Callable[[], None]
+        cls,
+        store: Any,
+        queue_id: int,
+        clock: Callable[[], int],
+        held: Iterable[int],
+        values: dict[str, bytes],
+        on_commit: Callable[[], None],
     ) -> StoreLog:
         """The stream's records as the store recovered them (its held offsets, in order), numbered from the
         first offset saved when retention last dropped some. Offsets below that one's store offset were
         dropped just before a crash took the acks back: they are acked again."""
         first, first_store = FIRST_POSITION.unpack(values[FIRST_KEY]) if FIRST_KEY in values else (0, 0)
-        log = cls(store, queue_id, first, on_commit)
+        log = cls(store, queue_id, clock, first, on_commit)
         stale = []
         for offset in held:  # in increasing order: the stale ones come first
             if offset < first_store:
@@ -274,7 +283,7 @@ class StoreLog:
         offset = msg.store_offset
         if offset is None:  # the broker stores what it routes to a stream first; any other path, here
             if msg.timestamp_ms == 0:
-                msg.timestamp_ms = now_ms()
+                msg.timestamp_ms = self.clock()
             body = msg.body if msg.body is not None else b""
             record = MessageRecord(msg.exchange, msg.routing_key, msg.header, body, msg.timestamp_ms)
             offset = self._store.append(record, [self._queue_id])

@@ -20,13 +20,14 @@ from itertools import count
 from typing import TYPE_CHECKING, cast
 
 from amqpd import errors
-from amqpd.broker.streams.unacked import Offsets, StreamRun
+from amqpd.broker.streams.cursor import StreamRun
+from amqpd.broker.streams.offsets import Offsets
 from amqpd.protocol.constants import FLAG_CONTENT_ENCODING, FLAG_CONTENT_TYPE, FLAG_HEADERS
 from amqpd.protocol.fastpath import shortstr
 from store import RECORD_FIXED_AFTER_ID, RECORD_FLAG_EXPIRES
 
 if TYPE_CHECKING:
-    from amqpd.broker.streams.stream import Cursor, StreamQueue
+    from amqpd.broker.streams.cursor import Cursor, Feed
 
 _RECORD = RECORD_FIXED_AFTER_ID  # timestamp, flags, exchange length, routing key length, queues, props
 _RECORD_SIZE = _RECORD.size
@@ -47,7 +48,7 @@ _UNIFORM_KEPT = 64  # layouts whose Structs are kept
 _uniform_structs: dict[tuple[int, ...], tuple[struct.Struct, struct.Struct, struct.Struct]] = {}
 
 
-def replay(stream: StreamQueue, cursor: Cursor, start: int, limit: int) -> int:
+def replay(stream: Feed, cursor: Cursor, start: int, limit: int) -> int:
     """Deliver up to `limit` records from `start` (or the first kept) to the cursor's consumer: one encoding
     pass, one write, one unacked run. A record damaged on disk is skipped, its offset unused. Returns the offset
     to go on from."""
@@ -61,11 +62,9 @@ def replay(stream: StreamQueue, cursor: Cursor, start: int, limit: int) -> int:
     )
     if not offsets:
         return next_offset
-    channel.last_tag = first_tag + len(offsets) - 1
-    stream.delivered += len(offsets)
     cursor.outstanding.add_offsets(offsets)
-    channel.unacked.add_run(StreamRun(first_tag, offsets, stream, consumer, cursor, channel.broker.clock))
-    channel.conn.send(data)
+    run = StreamRun(first_tag, offsets, consumer.queue, consumer, cursor, channel.broker.clock)
+    channel.deliver_encoded_run(consumer.queue, run, data)
     return next_offset
 
 

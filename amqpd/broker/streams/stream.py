@@ -16,18 +16,15 @@ from typing import TYPE_CHECKING, Any
 from amqpd import errors
 from amqpd.broker.entry import Entry
 from amqpd.broker.message import LogDelivery, Message
-from amqpd.broker.queues.hooks import QueueHooks
-from amqpd.broker.queues.queue import Queue
+from amqpd.broker.queues.queue import Queue, QueueHooks
 from amqpd.broker.stored_message import route_of
 from amqpd.broker.streams import replay as stream_replay
 from amqpd.broker.streams.args import FIRST, LAST, NEXT, OffsetSpec, Retention
 from amqpd.broker.streams.chunks import CHUNK_ARG, chunk_layout, feed_chunks
-from amqpd.broker.streams.log import MemoryLog, StoreLog, StreamLog, now_ms
-from amqpd.broker.streams.unacked import Offsets, OffsetSet
+from amqpd.broker.streams.cursor import TIMESTAMP_ARG, Cursor, StreamEntry
+from amqpd.broker.streams.log import MemoryLog, StoreLog, StreamLog
 from amqpd.protocol.constants import FLAG_CONTENT_ENCODING, FLAG_CONTENT_TYPE, FLAG_HEADERS
 from amqpd.protocol.fastpath import shortstr
-from amqpd.protocol.methods import decode_table
-from amqpd.protocol.properties import PropertyScan
 from store import MessageRecord
 
 if TYPE_CHECKING:
@@ -38,72 +35,10 @@ FEED_BATCHES = 64  # reads per consumer per dispatch before yielding to the loop
 _OFFSET_FIELD = shortstr("x-stream-offset") + b"l"  # a signed 64-bit integer, as RabbitMQ sends it
 # Asked for with the consume argument x-stream-timestamp = true (amqpd's own; the PySpark reader uses it):
 # each delivery also carries the broker's append time, ms since the epoch, as a signed 64-bit integer.
-TIMESTAMP_ARG = "x-stream-timestamp"
 _TIMESTAMP_FIELD = shortstr(TIMESTAMP_ARG) + b"l"
 _ACTIVE = struct.Struct("<qqq")  # stream.active: the open segment's first offset, bytes, newest timestamp
 ACTIVE_SAVE_FRACTION = 16  # the open segment's size is saved each time it grows by this fraction of a segment
 TRACKED_PREFIX = "offset:"  # queue values: a tracked consumer's next offset, by consumer tag
-
-
-class StreamEntry(Entry):
-    """A delivery from a stream: seq is its offset; the cursor it was read for takes its ack."""
-
-    __slots__ = ("cursor",)
-
-    def __init__(self, msg: Message, offset: int, cursor: Cursor) -> None:
-        self.msg = msg
-        self.seq = offset
-        self.redelivered = False
-        self.expires_at = None
-        self.cursor = cursor
-
-
-class Cursor:
-    """One consumer's place in the stream."""
-
-    __slots__ = (
-        "consumer",
-        "next",
-        "filter",
-        "match_unfiltered",
-        "tracking",
-        "outstanding",
-        "with_time",
-        "chunk",
-        "layout",
-    )
-
-    def __init__(
-        self,
-        consumer: Consumer,
-        start: int,
-        filter_values: frozenset[str] | None,
-        match_unfiltered: bool,
-        tracking: bool,
-    ) -> None:
-        self.consumer = consumer
-        self.next = start
-        self.filter = filter_values
-        self.match_unfiltered = match_unfiltered
-        self.tracking = tracking
-        self.outstanding = OffsetSet()  # delivered, not yet acked
-        self.with_time = consumer.arguments.get(TIMESTAMP_ARG) is True
-        self.chunk: int = consumer.arguments.get(CHUNK_ARG) or 0  # records per chunk delivery (checked), 0: none
-        self.layout = chunk_layout(consumer.arguments)  # the chunks' layout (streams/chunks.py)
-
-    def wants(self, record: MessageRecord) -> bool:
-        if self.filter is None:
-            return True
-        value = filter_value(record.properties)
-        if value is None:
-            return self.match_unfiltered
-        return value in self.filter
-
-    def resume_offset(self) -> int:
-        """Where this consumer would go on after a restart: no gap (the oldest unacked delivery), no repeat
-        (past everything acked or filtered out)."""
-        first = self.outstanding.first()
-        return self.next if first is None else first
 
 
 class _StreamHooks(QueueHooks):
@@ -115,7 +50,7 @@ class _StreamHooks(QueueHooks):
 
     def settled(self, queue: Queue, entry: Entry) -> None:
         if isinstance(entry, StreamEntry):
-            self.stream.entry_acked(entry)
+            entry.cursor.acked(entry.seq, entry.seq + 1)
 
     def dropped(self, queue: Queue, entry: Entry, reason: str) -> None:
         self.settled(queue, entry)
@@ -152,9 +87,9 @@ class StreamQueue(Queue["Consumer"]):
         self.cursors: dict[Consumer, Cursor] = {}
         self.tracked: dict[str, int] = {}  # consumer tag -> next offset, for tracking consumers
         self.log: StreamLog = (
-            StoreLog(self.store, store_id, 0, self._on_commit)
+            StoreLog(self.store, store_id, self.now_ms, 0, self._on_commit)
             if self.store is not None and store_id is not None
-            else MemoryLog()
+            else MemoryLog(self.now_ms)
         )
         if self.store is not None:
             self.store.hold_as_runs(store_id)  # what the store keeps per stream must not grow with its length
@@ -171,9 +106,9 @@ class StreamQueue(Queue["Consumer"]):
         and what it saved with them."""
         assert self.store is not None and self.store_id is not None
         self.log.close()
-        self.log = StoreLog.recover(self.store, self.store_id, held, values, self._on_commit)
+        self.log = StoreLog.recover(self.store, self.store_id, self.now_ms, held, values, self._on_commit)
         self.store.hold_as_runs(self.store_id)
-        self._segments = _decode_segments(values, self.log.first, self.log.end)
+        self._segments = _decode_segments(values, self.log.first, self.log.end, self.now_ms())
         for key, value in values.items():
             if key.startswith(TRACKED_PREFIX):
                 self.tracked[key[len(TRACKED_PREFIX) :]] = int(value)
@@ -182,7 +117,7 @@ class StreamQueue(Queue["Consumer"]):
 
     def push(self, msg: Message, redelivered: bool = False, enqueued_ms: int | None = None) -> None:
         self.log.append(msg)
-        self._count_in(msg.size + len(msg.header), msg.timestamp_ms or now_ms(), self.log.end)
+        self._count_in(msg.size + len(msg.header), msg.timestamp_ms or self.now_ms(), self.log.end)
         if self.store is None:
             self.dispatch()  # in memory: readable at once
 
@@ -191,7 +126,7 @@ class StreamQueue(Queue["Consumer"]):
         offset = self.log.append_many(msgs)
         for msg in msgs:
             offset += 1
-            self._count_in(msg.size + len(msg.header), msg.timestamp_ms or now_ms(), offset)
+            self._count_in(msg.size + len(msg.header), msg.timestamp_ms or self.now_ms(), offset)
         if self.store is None:
             self.dispatch()
 
@@ -256,7 +191,7 @@ class StreamQueue(Queue["Consumer"]):
 
     def _roll(self, start: int) -> None:
         self._segments.append([start, 0, 0])
-        self.apply_retention(now_ms())
+        self.apply_retention(self.now_ms())
         self._save_segments()
 
     def apply_retention(self, now: int) -> None:
@@ -300,7 +235,11 @@ class StreamQueue(Queue["Consumer"]):
         start = self.tracked.get(consumer.tag) if tracking else None
         if start is None:
             start = self.start_offset(spec)
-        self.cursors[consumer] = Cursor(consumer, max(start, self.log.first), filter_values, match_unfiltered, tracking)
+        chunk = consumer.arguments.get(CHUNK_ARG) or 0
+        layout = chunk_layout(consumer.arguments)
+        start = max(start, self.log.first)
+        cursor = Cursor(consumer, start, filter_values, match_unfiltered, tracking, chunk, layout, self._track)
+        self.cursors[consumer] = cursor
         self.add_consumer(consumer)
 
     def start_offset(self, spec: OffsetSpec) -> int:
@@ -329,7 +268,7 @@ class StreamQueue(Queue["Consumer"]):
         """Deliver from the cursor while its consumer has room, at most FEED_BATCHES reads per call (a filter
         that matches little must not hold the loop for a whole replay: the rest goes on next turn)."""
         if cursor.chunk:
-            feed_chunks(self, cursor, StreamEntry)
+            feed_chunks(self, cursor)
             return
         consumer = cursor.consumer
         log = self.log
@@ -369,18 +308,6 @@ class StreamQueue(Queue["Consumer"]):
                 left = budget
             left -= 1
             yield start, end
-
-    def entry_acked(self, entry: StreamEntry) -> None:
-        cursor = entry.cursor
-        cursor.outstanding.discard(entry.seq, entry.seq + 1)
-        if cursor.tracking:
-            self._track(cursor)
-
-    def run_acked(self, cursor: Cursor, offsets: Offsets) -> None:
-        """A run of batched deliveries (streams/replay.py) was acked."""
-        cursor.outstanding.discard_offsets(offsets)
-        if cursor.tracking:
-            self._track(cursor)
 
     def _track(self, cursor: Cursor) -> None:
         tag = cursor.consumer.tag
@@ -518,19 +445,7 @@ def _table_position(header: bytes, flags: int) -> int:
     return o
 
 
-def filter_value(header: bytes) -> str | None:
-    """A record's x-stream-filter-value header (RabbitMQ 3.13's name), if any."""
-    flags = _FLAGS.unpack_from(header, 12)[0]
-    if not flags & FLAG_HEADERS:
-        return None
-    raw = PropertyScan(header, flags).headers_raw
-    value = decode_table(raw).get("x-stream-filter-value") if raw else None
-    if isinstance(value, bytes):
-        value = value.decode("utf-8", "replace")
-    return value if isinstance(value, str) else None
-
-
-def _decode_segments(values: dict[str, bytes], first: int, end: int) -> list[list[int]]:
+def _decode_segments(values: dict[str, bytes], first: int, end: int, now: int) -> list[list[int]]:
     """The segment table saved with the stream, clipped to what the log holds; without one (or after a
     crash made it disagree) the whole log is one open segment, counted from now on."""
     raw = array("q")
@@ -540,5 +455,5 @@ def _decode_segments(values: dict[str, bytes], first: int, end: int) -> list[lis
         segments.append(list(_ACTIVE.unpack(values["stream.active"])))
     segments = [s for s in segments if first <= s[0] <= end]
     if not segments or segments[0][0] != first:
-        segments.insert(0, [first, 0, now_ms()])
+        segments.insert(0, [first, 0, now])
     return segments

@@ -8,13 +8,18 @@ from amqpd.broker.routing.exchanges.base import Binding, Exchange
 from amqpd.broker.routing.exchanges.delayed import DelayedExchange, check_delayed_type, delayed_class
 from amqpd.broker.routing.exchanges.direct import DirectExchange
 from amqpd.broker.routing.exchanges.fanout import FanoutExchange
+from amqpd.broker.routing.exchanges.federation_upstream import FederationUpstreamExchange
 from amqpd.broker.routing.exchanges.headers import HeadersExchange
 from amqpd.broker.routing.exchanges.topic import TopicExchange
 
 ROUTING_TYPES: dict[str, type[Exchange]] = {
     cls.type_name: cls for cls in (DirectExchange, FanoutExchange, TopicExchange, HeadersExchange)
 }
-EXCHANGE_TYPES: dict[str, type[Exchange]] = {**ROUTING_TYPES, DelayedExchange.type_name: DelayedExchange}
+EXCHANGE_TYPES: dict[str, type[Exchange]] = {
+    **ROUTING_TYPES,
+    DelayedExchange.type_name: DelayedExchange,
+    FederationUpstreamExchange.type_name: FederationUpstreamExchange,  # RabbitMQ's federation plugin, upstream side
+}
 
 
 def make_exchange(type_name: str, name: str, **flags: Any) -> Exchange:
@@ -33,6 +38,7 @@ __all__ = [
     "DirectExchange",
     "Exchange",
     "FanoutExchange",
+    "FederationUpstreamExchange",
     "HeadersExchange",
     "TopicExchange",
     "make_exchange",

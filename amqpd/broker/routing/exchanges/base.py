@@ -63,6 +63,7 @@ class Exchange:
     type_name: ClassVar[str] = ""
     needs_headers: ClassVar[bool] = False
     delays: ClassVar[bool] = False  # x-delayed-message: a message may wait before it is routed
+    equivalence_args: ClassVar[tuple[str, ...]] = ()  # arguments a redeclaration must repeat, for this type
 
     def __init__(
         self,
@@ -91,6 +92,10 @@ class Exchange:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} bindings={len(self._bindings)}>"
+
+    @classmethod
+    def check_arguments(cls, arguments: dict[str, Any]) -> None:
+        """Raise an AMQPError if this type refuses these arguments for a new exchange (RabbitMQ's validate/1)."""
 
     # -- bindings ------------------------------------------------------------------------------------------
 
@@ -132,6 +137,10 @@ class Exchange:
     def bindings(self) -> list[Binding]:
         """(destination, routing_key, arguments) in bind order."""
         return list(self._bindings.values())
+
+    def bindings_to(self, destination: Hashable) -> list[Binding]:
+        """The bindings to one destination, found without looking at the others."""
+        return [self._bindings[key] for key in self._by_destination.get(destination, ())]
 
     def has_bindings(self) -> bool:
         return bool(self._bindings)

@@ -28,6 +28,15 @@ from amqpd import errors
 from amqpd.broker.routing.delay_schedule import DelaySchedule
 from amqpd.broker.routing.exchanges.base import Exchange
 
+# A durable delayed exchange's holder in the store: a queue entry no client can declare (amq.* is reserved),
+# found again by this prefix at recovery.
+HOLDER_PREFIX = "amq.delayed-message/"
+
+
+def holder_name(exchange: str) -> str:
+    return HOLDER_PREFIX + exchange
+
+
 TYPE_NAME = "x-delayed-message"
 TYPE_ARGUMENT = "x-delayed-type"
 DELAY_HEADER = "x-delay"

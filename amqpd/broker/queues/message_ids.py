@@ -16,7 +16,7 @@ from __future__ import annotations
 import struct
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from amqpd.protocol.constants import FLAG_HEADERS, FLAG_MESSAGE_ID
 from amqpd.protocol.fastpath import shortstr
@@ -24,13 +24,15 @@ from amqpd.protocol.properties import encode_table, rewrite_properties
 
 if TYPE_CHECKING:
     from amqpd.broker.message import Message
-    from amqpd.broker.queues.queue import Queue
 
 ARGUMENT = "x-amqpd-message-id"
 HEADER = "x-amqpd-message-id"
-# The vhost's field in the management API (PUT/GET /api/vhosts) and in definitions, beside RabbitMQ's own
-# (description, tags, default_queue_type, tracing); the name says it is amqpd's.
-VHOST_FIELD = "amqpd_message_ids"
+
+
+class StampsIds(Protocol):
+    """A queue, as far as ids go (this module is below queue.py)."""
+
+    stamps_ids: bool
 
 
 class MessageIds:
@@ -49,7 +51,7 @@ def wants_ids(arguments: dict) -> bool:
     return arguments.get(ARGUMENT) is True
 
 
-def stamp_for(msg: Message, queues: Sequence[Queue]) -> None:
+def stamp_for(msg: Message, queues: Sequence[StampsIds]) -> None:
     """Give msg a time-ordered id if one of the queues it goes to asked for ids."""
     if queues[0].stamps_ids if len(queues) == 1 else any(q.stamps_ids for q in queues):
         stamp(msg, IDS.next())

@@ -1,9 +1,9 @@
 """What publishing to one exchange with one routing key does, decided once for every message that goes there.
 
 A plan holds the route and every rule that can make a message's fate more than "pushed to these queues": a
-delaying exchange, queues with length limits or deduplication (Channel._admit), queues that stamp ids
+delaying exchange, queues with length limits or deduplication (Publisher.admit), queues that stamp ids
 (message_ids.py), the store (durable queues for persistent messages, streams for any). The single-message
-path (Channel._deliver_published) applies the plan to one message; back-to-back publishes to one place
+path (publish/publisher.py, Publisher.publish) applies the plan to one message; back-to-back publishes to one place
 (Channel.on_publish_run with equal properties, on_publish_group with each its own) apply it to many at once when
 it says "straight to this queue", which it says only when none of those steps applies, or, in confirm mode,
 "stored to this queue" (`stored_to`), when the store is the only one. So a new rule is a field
@@ -53,7 +53,7 @@ class PublishPlan:
         self.queues = queues  # shared with every user of the plan: never changed
         self.needs_headers = needs_headers  # a headers exchange on the way: a message with headers may go elsewhere
         self.delays = ex is not None and ex.delays  # x-delayed-message: a message with x-delay waits first
-        self.limited = any(q.limited for q in queues)  # some queue may refuse or drop it (Channel._admit)
+        self.limited = any(q.limited for q in queues)  # some queue may refuse or drop it (Publisher.admit)
         self.stamps = any(q.stamps_ids for q in queues)  # the message gets a time-ordered id (message_ids.py)
         self.always_stored = any(q.always_stored for q in queues)  # a stream: stored even when transient
         self.durable = any(q.store_id is not None for q in queues)  # a persistent message is stored

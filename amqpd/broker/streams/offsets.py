@@ -1,11 +1,6 @@
-"""A stream consumer's batched deliveries as one run of the channel's unacked table, and a cursor's unacked
-offsets as runs.
-
-A stream's ack removes nothing: it returns prefetch credit and moves offset tracking along. So the batched
-replay (streams/replay.py) records a batch as one StreamRun (consecutive delivery tags, the offsets they
-carry) in the channel's Outstanding table (unacked.py), instead of an entry per message; the table takes,
-splits and restores it as it does a queue's runs, and counts it the same.
-"""
+"""A cursor's delivered, not yet acked offsets, kept as runs (a stream's ack removes nothing: it returns
+prefetch credit and moves offset tracking along; cursor.py's StreamRun is a batch of them in the channel's
+unacked table)."""
 
 from __future__ import annotations
 
@@ -13,50 +8,10 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from amqpd.broker.delivery.unacked import Run
-
 if TYPE_CHECKING:
-    from amqpd.broker.delivery.consumer import Consumer
-    from amqpd.broker.entry import Entry
-    from amqpd.broker.queues.queue import Queue
-    from amqpd.broker.streams.stream import Cursor, StreamQueue
+    pass
 
 Offsets = range | list[int]
-
-
-class StreamRun(Run[Offsets]):
-    """Deliveries of a stream to one consumer: items[i] is the offset that went out with tag first + i,
-    read for `cursor`."""
-
-    __slots__ = ("cursor",)
-    queue: StreamQueue
-    consumer: Consumer
-
-    def __init__(
-        self, first: int, offsets: Offsets, queue: StreamQueue, consumer: Consumer, cursor: Cursor, at: float
-    ) -> None:
-        super().__init__(first, offsets, queue, consumer, at)
-        self.cursor = cursor
-
-    def split_off(self, upto: int) -> StreamRun:
-        k = upto - self.first + 1
-        offsets = self.items
-        taken = StreamRun(self.first, offsets[:k], self.queue, self.consumer, self.cursor, self.at)
-        self.items = offsets[k:]  # a range is sliced without copying its offsets
-        self.first = upto + 1
-        return taken
-
-    def split_last(self) -> StreamRun:
-        offsets = self.items
-        self.items = offsets[:-1]
-        return StreamRun(self.first + len(offsets) - 1, offsets[-1:], self.queue, self.consumer, self.cursor, self.at)
-
-    def acked(self) -> None:
-        self.queue.run_acked(self.cursor, self.items)
-
-    def give_back(self, requeue: bool, into: dict[Queue, list[Entry]]) -> None:
-        """A stream never redelivers: the offsets stay outstanding in the cursor, so a tracking consumer
-        resumes at the oldest of them."""
 
 
 class OffsetSet:
@@ -122,4 +77,4 @@ def _runs_of(offsets: Iterable[int]) -> list[tuple[int, int]]:
     return runs
 
 
-__all__ = ["OffsetSet", "Offsets", "StreamRun"]
+__all__ = ["OffsetSet", "Offsets"]

@@ -216,6 +216,9 @@ class Settings:
     # A RabbitMQ definitions file (JSON) whose users, vhosts, permissions and limits are imported at every
     # boot, as RabbitMQ's load_definitions; "" : none.
     load_definitions: str = setting("")
+    # Static shovels (docs/shovels.md): name -> a table with a dynamic shovel's keys ("src-uri", "src-queue",
+    # ...), started at boot on vhost "/", not kept in the catalogue; each one's keys are checked at startup.
+    shovels: dict[str, Any] = setting({}, parse=lambda v: _shovel_tables(v), expected="a table of tables")
     # Store (see store/FORMAT.md).
     segment_size: int = setting(1024 * 1024 * 1024, lo=64 * 1024, hi=INT_MAX)
     fsync: str = setting("always-batched", choices=("always-batched", "none"))  # "none": tests/bench only
@@ -409,6 +412,14 @@ def _choice(choices: tuple[str, ...], value: str) -> str:
         if choice.lower() == value.strip().lower():
             return choice
     raise _Bad
+
+
+def _shovel_tables(value: Any) -> dict[str, dict[str, Any]]:
+    if isinstance(value, str):  # from the environment: JSON
+        value = json.loads(value)
+    if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
+        raise ValueError("not a table of tables")
+    return {str(k): dict(v) for k, v in value.items()}
 
 
 def _table(spec: Spec, value: Any) -> dict[str, str]:

@@ -52,6 +52,9 @@ CREATE TABLE IF NOT EXISTS topic_permissions (
     PRIMARY KEY (user, vhost, exchange));
 CREATE TABLE IF NOT EXISTS policies (
     vhost TEXT NOT NULL, name TEXT NOT NULL, document TEXT NOT NULL, PRIMARY KEY (vhost, name));
+CREATE TABLE IF NOT EXISTS parameters (
+    component TEXT NOT NULL, vhost TEXT NOT NULL, name TEXT NOT NULL, document TEXT NOT NULL,
+    PRIMARY KEY (component, vhost, name));
 CREATE TABLE IF NOT EXISTS queue_values (
     queue_id INTEGER NOT NULL, key TEXT NOT NULL, value BLOB NOT NULL, PRIMARY KEY (queue_id, key));
 CREATE TABLE IF NOT EXISTS checkpoint (
@@ -98,6 +101,7 @@ class CatalogSnapshot:
     access: AccessRows = field(default_factory=AccessRows)
     policies: list[str] = field(default_factory=list)  # each one's JSON document, as the broker wrote it
     queue_values: dict[int, dict[str, bytes]] = field(default_factory=dict)
+    parameters: list[str] = field(default_factory=list)  # runtime parameters' JSON documents, likewise
 
 
 def put_policy_op(vhost: str, name: str, document: str) -> CatalogOp:
@@ -106,6 +110,14 @@ def put_policy_op(vhost: str, name: str, document: str) -> CatalogOp:
 
 def delete_policy_op(vhost: str, name: str) -> CatalogOp:
     return "DELETE FROM policies WHERE vhost = ? AND name = ?", (vhost, name)
+
+
+def put_parameter_op(component: str, vhost: str, name: str, document: str) -> CatalogOp:
+    return "INSERT OR REPLACE INTO parameters VALUES (?, ?, ?, ?)", (component, vhost, name, document)
+
+
+def delete_parameter_op(component: str, vhost: str, name: str) -> CatalogOp:
+    return "DELETE FROM parameters WHERE component = ? AND vhost = ? AND name = ?", (component, vhost, name)
 
 
 def put_exchange_op(
@@ -323,6 +335,9 @@ class Catalog:
         await self._load_state(snap)
         await self._load_access(snap.access)
         snap.policies = [r[0] for r in await self._rows("SELECT document FROM policies ORDER BY vhost, name")]
+        snap.parameters = [
+            r[0] for r in await self._rows("SELECT document FROM parameters ORDER BY component, vhost, name")
+        ]
         return snap
 
     async def _load_access(self, rows: AccessRows) -> None:

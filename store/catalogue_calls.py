@@ -1,5 +1,6 @@
-"""The catalogue's calls (exchanges, bindings, users, vhosts, permissions, policies): each becomes a
-statement of the next group commit, written to SQLite before that batch's files (FORMAT.md, catalog.sqlite).
+"""The catalogue's calls (exchanges, bindings, users, vhosts, permissions, policies, runtime parameters): each
+becomes a statement of the next group commit, written to SQLite before that batch's files (FORMAT.md,
+catalog.sqlite).
 Queues are not here: they hold messages, and MessageStore keeps them."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from store.catalog import (
     binding_key,
     delete_binding_op,
     delete_exchange_op,
+    delete_parameter_op,
     delete_permission_op,
     delete_policy_op,
     delete_topic_permission_op,
@@ -19,6 +21,7 @@ from store.catalog import (
     delete_vhost_ops,
     put_binding_op,
     put_exchange_op,
+    put_parameter_op,
     put_permission_op,
     put_policy_op,
     put_topic_permission_op,
@@ -104,3 +107,10 @@ class CatalogueCalls:
 
     def delete_policy(self, vhost: str, name: str) -> None:
         self._catalog_op([delete_policy_op(vhost, name)])
+
+    # Runtime parameters (a global one has component and vhost ""): one JSON document each, opaque too.
+    def put_parameter(self, component: str, vhost: str, name: str, document: str) -> None:
+        self._catalog_op([put_parameter_op(component, vhost, name, document)])
+
+    def delete_parameter(self, component: str, vhost: str, name: str) -> None:
+        self._catalog_op([delete_parameter_op(component, vhost, name)])

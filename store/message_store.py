@@ -470,7 +470,9 @@ class MessageStore(CatalogueCalls):
                 entry.messages = [RecoveredMessage(o, records[o], o in delivered) for o in state.live if o in records]
             entry.delivery_counts = self._recovered_counts(qid, snap.delivery_counts.get(qid))
             queues.append(entry)
-        return Recovered(snap.exchanges, queues, snap.bindings, result.stats, snap.access, snap.policies)
+        return Recovered(
+            snap.exchanges, queues, snap.bindings, result.stats, snap.access, snap.policies, snap.parameters
+        )
 
     def _recovered_counts(self, queue_id: int, counts: dict[int, int] | None) -> dict[int, int]:
         """The queue's delivery counts for the messages it still holds; rows of the others (acked in a

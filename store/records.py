@@ -66,3 +66,4 @@ class Recovered:
     stats: dict[str, Any]
     access: AccessRows = field(default_factory=AccessRows)
     policies: list[str] = field(default_factory=list)  # JSON documents (store/catalog.py, policies)
+    parameters: list[str] = field(default_factory=list)  # JSON documents (store/catalog.py, parameters)

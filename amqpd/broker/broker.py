@@ -12,6 +12,7 @@ from amqpd import errors
 from amqpd.broker.access.control import AccessControl, User
 from amqpd.broker.entry import Entry
 from amqpd.broker.message import Message
+from amqpd.broker.parameters import Parameters
 from amqpd.broker.publish.dead_letter import dead_letter
 from amqpd.broker.publish.delayed_release import DelayedDelivery
 from amqpd.broker.publish.publisher import UNATTENDED, Publisher
@@ -221,6 +222,7 @@ class Broker:
         self.throttling: set[Queue] = set()  # queues with paused publishers
         self.policies = Policies(store)
         self.policies.changed = self.apply_policies
+        self.parameters = Parameters(store)  # runtime parameters; components (amqpd/shovel) register on it
         self.closed_totals = ChannelTotals()  # message counts of channels that have closed (overview totals)
         self.started_at = time.time()
         self.publisher = Publisher(self)  # the one way in
@@ -287,6 +289,7 @@ class Broker:
         exchanges are deleted."""
         vhost = self.vhosts.pop(name, None)
         self.policies.drop_vhost(name)
+        self.parameters.drop_vhost(name)
         if vhost is None:
             return
         for conn in [c for c in self.connections if c.vhost is vhost]:

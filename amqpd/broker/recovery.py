@@ -72,6 +72,7 @@ def restore(broker: Any, recovered: Any, crashed: bool = False) -> tuple[int, in
         if source is not None and dest is not None:
             source.bind(dest, b["routing_key"], b["arguments"])
     broker.policies.load(getattr(recovered, "policies", []))
+    broker.parameters.load(getattr(recovered, "parameters", []))
     for name, vhost in list(broker.vhosts.items()):
         broker.apply_policies(name)
         vhost.set_message_ids(vhost.message_ids)  # the queues recovered above take their vhost's setting

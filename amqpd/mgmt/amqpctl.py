@@ -244,6 +244,19 @@ LISTS: dict[str, tuple[str, bool, list[str], str]] = {
         ["vhost", "name", "pattern", "apply-to", "definition", "priority"],
         'Listing policies for vhost "{vhost}" ...',
     ),
+    "list_parameters": (
+        "parameters",
+        True,
+        ["component", "name", "value"],
+        'Listing runtime parameters for vhost "{vhost}" ...',
+    ),
+    "list_global_parameters": ("global-parameters", False, ["name", "value"], "Listing global runtime parameters ..."),
+    "shovel_status": (
+        "shovels",
+        False,
+        ["name", "vhost", "type", "state", "src_uri", "dest_uri", "messages_moved", "reason"],
+        "Shovel status ...",
+    ),
 }
 WATCH_COLUMNS = [
     "name",
@@ -258,9 +271,10 @@ WATCH_COLUMNS = [
 
 def list_rows(api: API, args: argparse.Namespace) -> list[dict[str, Any]]:
     path, per_vhost, _columns, _banner = LISTS[args.command]
-    url = f"/api/{path}/{q(args.vhost)}" if per_vhost and path != "permissions" else f"/api/{path}"
+    whole = path in ("permissions", "parameters")  # their per-vhost paths have another shape: filtered here
+    url = f"/api/{path}/{q(args.vhost)}" if per_vhost and not whole else f"/api/{path}"
     rows = api.call("GET", url) or []
-    if path == "permissions":
+    if whole:
         rows = [r for r in rows if r.get("vhost") == args.vhost]
     if path == "users":
         rows = [dict(r, user=r["name"], tags=",".join(r.get("tags", []))) for r in rows]
@@ -372,6 +386,45 @@ def set_policy_body(args: argparse.Namespace) -> dict[str, Any]:
     return {"pattern": args.pattern, "definition": definition, "priority": args.priority, "apply-to": args.apply_to}
 
 
+def json_argument(text: str, what: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise CtlError(f"{what} is not JSON: {text}", EX_USAGE) from None
+
+
+def set_vhost_limits(api: API, args: argparse.Namespace) -> None:
+    """rabbitmqctl's: the JSON object replaces every limit of the vhost."""
+    limits = json_argument(args.definition, "the limits")
+    if not isinstance(limits, dict):
+        raise CtlError(f"the limits are not a JSON object: {args.definition}", EX_USAGE)
+    if not args.quiet:
+        print(f'Applying limits "{args.definition}" to vhost "{args.vhost}" ...', file=sys.stderr)
+    for name in current_limits(api, args.vhost):
+        if name not in limits:
+            api.call("DELETE", f"/api/vhost-limits/{q(args.vhost)}/{q(name)}")
+    for name, value in limits.items():
+        api.call("PUT", f"/api/vhost-limits/{q(args.vhost)}/{q(name)}", {"value": value})
+
+
+def current_limits(api: API, vhost: str) -> dict[str, Any]:
+    rows = api.call("GET", f"/api/vhost-limits/{q(vhost)}") or []
+    return dict(rows[0]["value"]) if rows else {}
+
+
+def clear_vhost_limits(api: API, args: argparse.Namespace) -> None:
+    if not args.quiet:
+        print(f'Clearing vhost "{args.vhost}" limits ...', file=sys.stderr)
+    for name in current_limits(api, args.vhost):
+        api.call("DELETE", f"/api/vhost-limits/{q(args.vhost)}/{q(name)}")
+
+
+def list_vhost_limits(api: API, args: argparse.Namespace) -> None:
+    if not args.quiet and args.formatter == "table":
+        print(f'Listing limits for vhost "{args.vhost}" ...', file=sys.stderr)
+    print(json.dumps(current_limits(api, args.vhost)))
+
+
 def export_definitions(api: API, args: argparse.Namespace) -> None:
     doc = api.call("GET", "/api/definitions")
     text = json.dumps(doc, indent=2)
@@ -471,6 +524,39 @@ COMMANDS: dict[str, Callable[[API, argparse.Namespace], None]] = {
         "DELETE",
         lambda a: f"/api/policies/{q(a.vhost)}/{q(a.name)}",
         done='Clearing policy "{name}" on vhost "{vhost}" ...',
+    ),
+    "set_parameter": simple(
+        "PUT",
+        lambda a: f"/api/parameters/{q(a.component)}/{q(a.vhost)}/{q(a.name)}",
+        lambda a: {"value": json_argument(a.value, "the value")},
+        done='Setting runtime parameter "{name}" for component "{component}" to "{value}" in vhost "{vhost}" ...',
+    ),
+    "clear_parameter": simple(
+        "DELETE",
+        lambda a: f"/api/parameters/{q(a.component)}/{q(a.vhost)}/{q(a.name)}",
+        done='Clearing runtime parameter "{name}" for component "{component}" on vhost "{vhost}" ...',
+    ),
+    "set_global_parameter": simple(
+        "PUT",
+        lambda a: f"/api/global-parameters/{q(a.name)}",
+        lambda a: {"value": json_argument(a.value, "the value")},
+        done='Setting global runtime parameter "{name}" to "{value}" ...',
+    ),
+    "clear_global_parameter": simple(
+        "DELETE", lambda a: f"/api/global-parameters/{q(a.name)}", done='Clearing global runtime parameter "{name}" ...'
+    ),
+    "set_vhost_limits": set_vhost_limits,
+    "clear_vhost_limits": clear_vhost_limits,
+    "list_vhost_limits": list_vhost_limits,
+    "delete_shovel": simple(
+        "DELETE",
+        lambda a: f"/api/parameters/shovel/{q(a.vhost)}/{q(a.name)}",
+        done='Deleting shovel "{name}" in vhost "{vhost}" ...',
+    ),
+    "restart_shovel": simple(
+        "DELETE",
+        lambda a: f"/api/shovels/vhost/{q(a.vhost)}/{q(a.name)}/restart",
+        done='Restarting dynamic Shovel "{name}" in virtual host "{vhost}" ...',
     ),
     "export_definitions": export_definitions,
     "import_definitions": import_definitions,
@@ -606,6 +692,21 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--priority", type=int, default=0)
     s.add_argument("--apply-to", default="all", choices=("all", "queues", "exchanges"))
     command("clear_policy").add_argument("name")
+    s = command("set_parameter")
+    for arg in ("component", "name", "value"):
+        s.add_argument(arg)
+    s = command("clear_parameter")
+    for arg in ("component", "name"):
+        s.add_argument(arg)
+    s = command("set_global_parameter")
+    for arg in ("name", "value"):
+        s.add_argument(arg)
+    command("clear_global_parameter").add_argument("name")
+    command("set_vhost_limits").add_argument("definition", help="e.g. '{\"max-connections\": 64}'")
+    command("clear_vhost_limits")
+    command("list_vhost_limits")
+    for name in ("delete_shovel", "restart_shovel"):
+        command(name).add_argument("name")
     for name in ("export_definitions", "import_definitions"):
         command(name).add_argument("file", help="a path, or - for stdout/stdin")
     s = command("peek_queue")

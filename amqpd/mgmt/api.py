@@ -25,6 +25,7 @@ from amqpd.broker.routing.policy import PolicyError
 from amqpd.broker.streams.stream import StreamQueue
 from amqpd.mgmt import authz, definitions, listing, objects, operations
 from amqpd.mgmt.access_endpoints import ACCESS_ROUTES, AccessEndpoints, NotFound
+from amqpd.mgmt.parameter_endpoints import PARAMETER_ROUTES, ParameterEndpoints
 from amqpd.mgmt.stats import Rates
 from amqpd.session.channel import Channel
 
@@ -81,7 +82,7 @@ class NoContent(Response):
         super().__init__(status_code=status, headers=headers)
 
 
-class ManagementAPI(AccessEndpoints):
+class ManagementAPI(AccessEndpoints, ParameterEndpoints):
     """The ASGI application. `listeners` describes the broker's listeners for /api/overview and health checks."""
 
     def __init__(self, broker: Broker, rates: Rates, listeners: list[dict[str, Any]]) -> None:
@@ -91,7 +92,7 @@ class ManagementAPI(AccessEndpoints):
         # Refused logins from one address wait their turn (address -> its lock, and how many hold or wait)
         self._refusals: dict[str, tuple[asyncio.Lock, list[int]]] = {}
         self.routes: list[tuple[str, tuple[str, ...], Handler, str]] = []
-        for method, path, handler, *level in ROUTES + ACCESS_ROUTES:
+        for method, path, handler, *level in ROUTES + ACCESS_ROUTES + PARAMETER_ROUTES:
             pattern = tuple(path.strip("/").split("/"))
             self.routes.append((method, pattern, getattr(self, handler), level[0] if level else "management"))
 

@@ -26,6 +26,7 @@ from amqpd.broker.arguments import (
     check_queue_arguments,
     check_queue_type,
 )
+from amqpd.broker.parameters import ParameterError
 from amqpd.broker.queues.queue import Queue
 from amqpd.broker.routing.exchanges import EXCHANGE_TYPES, make_exchange
 from amqpd.broker.routing.policy import PolicyError, check
@@ -59,9 +60,10 @@ def export(broker: Broker, vhost: str | None = None) -> dict[str, Any]:
     }
     if vhost is None:
         doc |= export_access(broker.access)
-        doc["global_parameters"] = []
+        doc["global_parameters"] = broker.parameters.global_entries()
     else:
         doc = {"rabbit_version": API_VERSION, "parameters": []}
+    doc["parameters"] += [p for v in vhosts for p in broker.parameters.entries(vhost=v)]
     doc["policies"] = [p.as_json() for v in vhosts for p in broker.policies.entries(v)]
     doc["queues"], doc["exchanges"], doc["bindings"] = [], [], []
     for name in vhosts:
@@ -223,11 +225,24 @@ def check_permission(plan: Plan, p: dict[str, Any], keys: tuple[str, ...]) -> No
 
 def check_parameter(plan: Plan, p: dict[str, Any]) -> None:
     component = _text(p, "component")
-    plan.vhost_of(p)
-    if component != "vhost-limits":
-        raise DefinitionsError(f"runtime parameters of component '{component}' are not supported by amqpd")
-    if not isinstance(p.get("value"), dict):
-        raise DefinitionsError("'value' is not an object")
+    vhost = plan.vhost_of(p)
+    if component == "vhost-limits":
+        if not isinstance(p.get("value"), dict):
+            raise DefinitionsError("'value' is not an object")
+        return
+    owner = plan.broker.parameters.components.get(component)
+    if owner is None:
+        raise DefinitionsError(f"component {component} not found")
+    try:
+        owner.validate(vhost, _text(p, "name"), p.get("value"))
+    except ParameterError as exc:
+        raise DefinitionsError(str(exc)) from None
+
+
+def check_global_parameter(plan: Plan, p: dict[str, Any]) -> None:
+    _text(p, "name")
+    if "value" not in p:
+        raise DefinitionsError("'value' is missing")
 
 
 def check_policy(plan: Plan, p: dict[str, Any]) -> None:
@@ -312,7 +327,7 @@ CHECKS: dict[str, Callable[[Plan, dict[str, Any]], None]] = {
     "permissions": lambda plan, p: check_permission(plan, p, ("configure", "write", "read")),
     "topic_permissions": lambda plan, p: check_permission(plan, p, ("write", "read")),
     "parameters": check_parameter,
-    "global_parameters": lambda plan, p: None,  # cluster name and id: nothing to apply on one node
+    "global_parameters": check_global_parameter,
     "policies": check_policy,
     "exchanges": check_exchange,
     "queues": check_queue,
@@ -359,6 +374,11 @@ def apply(broker: Broker, doc: dict[str, Any], vhost: str | None = None) -> None
         )
     except AccessError as exc:  # validate() checks what import_access refuses; this is a bug if it happens
         raise DefinitionsError(str(exc)) from None
+    for p in doc.get("parameters", []):
+        if p["component"] != "vhost-limits":  # those are the access model's (import_access above)
+            broker.parameters.put(p["component"], vhost or p["vhost"], p["name"], p["value"])
+    for p in doc.get("global_parameters", []):
+        broker.parameters.put_global(p["name"], p["value"])
     for p in doc.get("policies", []):
         broker.policies.put(
             vhost or p["vhost"],

@@ -22,12 +22,14 @@ import anyio
 
 from amqpd import __version__, logs, runtime_file
 from amqpd.broker.broker import Broker
+from amqpd.broker.parameters import ParameterError
 from amqpd.broker.streams.args import is_stream
 from amqpd.config import Settings
 from amqpd.server.alarms import Alarms
 from amqpd.server.connection import AMQPServerProtocol
 from amqpd.server.fd_budget import FdBudget
 from amqpd.server.load import sample_load
+from amqpd.shovel.supervisor import Shovels
 from amqpd.tls import TLSConfigError, reload_context, server_context, tls_enabled
 
 log = logging.getLogger("amqpd")
@@ -123,6 +125,11 @@ async def serve(settings: Settings, services: Services, embedding: Embedding | N
             gc.collect()
             gc.freeze()
             gc.set_threshold(*GC_THRESHOLDS)
+    shovels = Shovels(broker.parameters)  # before definitions: they may hold shovels
+    if not _add_static_shovels(shovels, settings):
+        if store is not None:
+            await store.close()
+        raise SystemExit(1)
     if settings.load_definitions and not services.load_definitions(broker, settings.load_definitions):
         if store is not None:
             await store.close()
@@ -141,6 +148,7 @@ async def serve(settings: Settings, services: Services, embedding: Embedding | N
     tls = await _start_tls_listener(settings, broker, registry, store, embedding, fd_budget)
     amqp = _addresses("amqp", servers) + _addresses("amqp/ssl", tls)
     management = await services.start_management(broker, settings, amqp, embedding)
+    shovels.start(runtime_file.url("amqp", *servers[0].sockets[0].getsockname()[:2]))
     async with anyio.create_task_group() as tg:
         if store is not None:
             tg.start_soon(store.run)
@@ -157,6 +165,7 @@ async def serve(settings: Settings, services: Services, embedding: Embedding | N
             await embedding.wait()
         else:
             await _serve_until_signal(settings, servers, tls, management)
+        await shovels.stop()
         for server in servers:
             server.close()
         if management is not None:
@@ -290,6 +299,17 @@ async def _listen(
 def _address(sockname: tuple[Any, ...]) -> str:
     host, port = sockname[0], sockname[1]
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _add_static_shovels(shovels: Shovels, settings: Settings) -> bool:
+    """The config file's shovels; one whose keys RabbitMQ would refuse stops the broker, naming it."""
+    for name, value in settings.shovels.items():
+        try:
+            shovels.add_static(name, value)
+        except ParameterError as exc:
+            log.error("shovel %s in the configuration: %s", name, exc)
+            return False
+    return True
 
 
 async def _wait_closed(registry: set[Any], timeout: float = 5.0) -> None:

@@ -182,7 +182,8 @@ def test_no_circle_between_the_broker_modules() -> None:
         ("amqpd.server", ("amqpd.mgmt",)),
         ("amqpd.mgmt", ("amqpd.server",)),
         ("amqpd.session", ("amqpd.server", "amqpd.mgmt")),
-        ("amqpd.broker", ("amqpd.session", "amqpd.server", "amqpd.mgmt", "amqpd.spark")),
+        ("amqpd.broker", ("amqpd.session", "amqpd.server", "amqpd.mgmt", "amqpd.spark", "amqpd.shovel")),
+        ("amqpd.shovel", ("amqpd.session", "amqpd.server", "amqpd.mgmt")),
         ("amqpd.protocol", ("amqpd.session", "amqpd.broker", "amqpd.server", "amqpd.mgmt")),
         ("store", ("amqpd",)),
     ]

@@ -56,6 +56,7 @@ class BrokerProcess:
         self.preexec_fn = preexec_fn
         self.http_ports: dict[str, int] = {}
         self._same_ports = False  # restart(): listen where the last run did, so that clients' URLs still work
+        self._listening = threading.Event()  # set by launch()'s stdout reader on the AMQP listening line
 
     @property
     def mgmt_url(self) -> str:
@@ -79,6 +80,12 @@ class BrokerProcess:
         return f"amqp://guest:guest@{self.host}:{self.port}/%2F"
 
     def start(self, timeout: float = 30.0) -> BrokerProcess:
+        self.launch()
+        return self.wait_started(timeout)
+
+    def launch(self) -> None:
+        """Start the subprocess without waiting for it: it boots while the caller does something else, and
+        `wait_started` then waits for its listening line."""
         same = self._same_ports
         cmd = [
             sys.executable,
@@ -108,7 +115,7 @@ class BrokerProcess:
             preexec_fn=self.preexec_fn,
         )
         threading.Thread(target=self._pump_stderr, daemon=True).start()
-        found = threading.Event()
+        found = self._listening = threading.Event()
 
         def read_stdout() -> None:
             assert self.proc and self.proc.stdout
@@ -126,7 +133,10 @@ class BrokerProcess:
                     found.set()
 
         threading.Thread(target=read_stdout, daemon=True).start()
-        if not found.wait(timeout):
+
+    def wait_started(self, timeout: float = 30.0) -> BrokerProcess:
+        """Wait (on an event set by the line reader, no polling) until the launched broker listens for AMQP."""
+        if not self._listening.wait(timeout):
             self.stop()
             raise RuntimeError("amqpd did not start:\n" + "\n".join(self.stderr_lines[-40:]))
         return self

@@ -74,6 +74,7 @@ class _Session:
     admin: ManagementClient | None = None
     kept_vhosts: list[str] = field(default_factory=list)
     ports: list[int] = field(default_factory=list)
+    launched: BrokerProcess | None = None  # started during collection, not yet handed to amqpd_broker
 
 
 _SESSION_KEY = pytest.StashKey[_Session]()
@@ -81,6 +82,31 @@ _SESSION_KEY = pytest.StashKey[_Session]()
 
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[_SESSION_KEY] = _Session()
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """The first collected test that needs the session broker launches its subprocess, so that the broker boots
+    (mostly imports) while pytest collects the rest; a session with no such test starts no broker."""
+    config = item.config
+    state = config.stash[_SESSION_KEY]
+    if state.launched is not None or state.broker is not None or not _early_launch(config):
+        return
+    if "amqpd_broker" in getattr(item, "fixturenames", ()):
+        state.launched = _new_process_broker()
+        state.launched.launch()
+
+
+def _early_launch(config: pytest.Config) -> bool:
+    if config.getoption("amqpd_url") or config.option.collectonly:
+        return False
+    return config.getoption("amqpd_mode") == "process" or bool(config.getoption("amqpd_keep"))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    state = session.config.stash.get(_SESSION_KEY, None)
+    if state is not None and state.launched is not None:  # launched, but no test asked for it (deselected, failed)
+        state.launched.close()
+        state.launched = None
 
 
 @pytest.fixture(scope="session")
@@ -116,7 +142,9 @@ def _start(config: pytest.Config) -> Any:
         return _external(external, config.getoption("amqpd_management_url"))
     if config.getoption("amqpd_mode") == "thread" and not config.getoption("amqpd_keep"):
         return EmbeddedBroker().start()
-    return _process_broker()  # --amqpd-keep too: a thread would end with the test process
+    state = config.stash[_SESSION_KEY]
+    launched, state.launched = state.launched, None
+    return _process_broker(launched)  # --amqpd-keep too: a thread would end with the test process
 
 
 def _external(url: str, management_url: str | None) -> ExternalBroker:
@@ -139,11 +167,18 @@ def _external(url: str, management_url: str | None) -> ExternalBroker:
     )
 
 
-def _process_broker() -> BrokerProcess:
+def _new_process_broker() -> BrokerProcess:
     broker = BrokerProcess(extra_args=["--in-memory"], management=True)
     broker.admin_user = broker.admin_password = "guest"  # type: ignore[attr-defined]
+    return broker
+
+
+def _process_broker(launched: BrokerProcess | None) -> BrokerProcess:
+    broker = launched or _new_process_broker()
     try:
-        return broker.start()
+        if launched is None:
+            broker.launch()
+        return broker.wait_started()
     except RuntimeError:
         raise BrokerStartError(f"amqpd did not start: {broker.failure()}") from None
 

@@ -121,6 +121,28 @@ def test_no_thread_process_or_port_is_left_after_the_session(pytester: pytest.Py
             os.kill(record["pid"], 0)  # type: ignore[arg-type]
 
 
+def _amqpd_children() -> list[int]:
+    """The live `python -m amqpd` processes started by this process (pytester runs pytest in it)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            cmdline = (stat.parent / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[1]) == os.getpid() and b"amqpd" in cmdline[1:3]:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def test_a_broker_launched_during_collection_but_never_used_is_stopped(pytester: pytest.Pytester) -> None:
+    # the broker boots while pytest collects, as soon as a test that needs it is collected; -k then deselects it
+    pytester.makepyfile("def test_with_broker(amqpd_broker): pass\ndef test_without(): pass")
+    before = _amqpd_children()
+    _run(pytester, "-k", "without").assert_outcomes(passed=1, deselected=1)
+    assert _amqpd_children() == before
+
+
 def test_with_xdist_each_worker_has_its_own_broker(pytester: pytest.Pytester) -> None:
     out = pytester.mkdir("records")
     pytester.makepyfile(RECORD.format(count=6, out=str(out)))

@@ -9,10 +9,10 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from amqpd.shovel.schema import ShovelSpec, parse
-from amqpd.shovel.worker import Shovel
 
 if TYPE_CHECKING:
     from amqpd.broker.parameters import Parameters
+    from amqpd.shovel.worker import Shovel
 
 COMPONENT = "shovel"
 
@@ -72,6 +72,8 @@ class Shovels:
     def _start(self, key: tuple[str, str]) -> None:
         assert self.local is not None
         vhost, name = key
+        from amqpd.shovel.worker import Shovel  # here: its AMQP client is imported once a shovel runs, not at boot
+
         shovel = Shovel(vhost, name, self.specs[key], self.local, lambda: self._finished(key))
         self.running[key] = shovel
         shovel.start()

@@ -56,7 +56,14 @@ class Alarms:
             store.on_disk_full = self.store_full  # a write failed with ENOSPC: raise the alarm at once
 
     def store_full(self, full: bool) -> None:
-        self.check()
+        """A write failed with ENOSPC (full) or there is room again. The alarm goes up at once and is only
+        lowered by the next regular check: the reserve released at the failure could otherwise make the very
+        same check find room and clear it before any publisher was blocked."""
+        if full:
+            self._set("disk", True)
+            self._publish()
+        else:
+            self.check()
 
     def check(self) -> None:
         self._set("memory", process_rss() > self.memory_limit)
@@ -67,6 +74,10 @@ class Alarms:
             store = self.broker.store
             store_full = store is not None and store.check_space()
             self._set("disk", store_full or shutil.disk_usage(data_dir).free < self.settings.disk_free_limit)
+        self._publish()
+
+    def _publish(self) -> None:
+        """Tell the broker and every connection which alarms are up (a cleared last alarm was told by _set)."""
         self.broker.alarms = frozenset(self.active)
         if self.active:
             for session in list(self.broker.connections):

@@ -43,15 +43,15 @@ def flow_thresholds(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 @pytest.fixture
 def depths(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The queue's depth after every publish that could pause its publisher (Channel._flow)."""
+    """The queue's depth after every publish that could pause its publisher (Channel.publish_flow)."""
     seen: list[int] = []
-    flow = Channel._flow
+    flow = Channel.publish_flow
 
     def watched(self: Channel, q: Queue) -> None:
         seen.append(len(q.ready))
         flow(self, q)
 
-    monkeypatch.setattr(Channel, "_flow", watched)
+    monkeypatch.setattr(Channel, "publish_flow", watched)
     return seen
 
 

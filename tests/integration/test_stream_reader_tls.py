@@ -16,7 +16,7 @@ import pika
 import pytest
 from test_tls import Certs
 
-from amqpd.spark.positions import Bounds, Positions
+from amqpd.spark.positions import Bounds, HttpPositions
 from amqpd.spark.reader import arrow_batches
 from amqpd.spark.wire import Endpoint, Outgoing, Publisher, StreamReader
 from amqpd.testing import BrokerProcess
@@ -77,7 +77,7 @@ def test_an_amqps_uri_with_the_ca_reads_a_stream_and_https_gives_its_offsets(
     endpoint = Endpoint.parse(_uri(broker, cacertfile=str(certs.ca_file)))
     assert endpoint.tls and endpoint.port == broker.tls_port
     assert _read(endpoint, "tls-read", 40) == [f"m{i}".encode() for i in range(40)]
-    assert Positions(broker.mgmt_tls_url, endpoint).bounds("tls-read") == Bounds(0, 40)
+    assert HttpPositions(broker.mgmt_tls_url, endpoint).bounds("tls-read") == Bounds(0, 40)
 
 
 def test_chunks_of_many_frames_read_over_amqps_as_sent(broker: BrokerProcess, certs: Certs) -> None:

@@ -5,11 +5,14 @@ drain through their consumers instead of the broker running out of memory or dis
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
 import logging
 import os
 import resource
 import shutil
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -31,6 +34,27 @@ def process_rss() -> int:
         return int(os.pread(_statm[0], 256, 0).split()[1]) * _PAGE
     except OSError:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # the peak: better than nothing
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's malloc_trim, where there is one."""
+    try:
+        trim: Callable[[int], int] = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+        return trim
+    except (OSError, AttributeError):
+        return None
+
+
+_trim = _malloc_trim()
+
+
+def trimmed_rss() -> int:
+    """The RSS once freed heap memory has gone back to the OS. Freed message bodies stay in malloc's heap
+    (its mmap threshold rises with the sizes it has seen), so a drained queue would otherwise keep the memory
+    alarm up for good, as the resident size never falls."""
+    if _trim is not None:
+        _trim(0)
+    return process_rss()
 
 
 def total_memory() -> int:
@@ -66,7 +90,8 @@ class Alarms:
             self.check()
 
     def check(self) -> None:
-        self._set("memory", process_rss() > self.memory_limit)
+        # trimming costs a walk of the heap: only while the plain reading is over the limit
+        self._set("memory", process_rss() > self.memory_limit and trimmed_rss() > self.memory_limit)
         data_dir = self.settings.data_dir
         if data_dir and os.path.isdir(data_dir):
             # The store's own verdict counts too: a write that failed with ENOSPC holds the alarm until

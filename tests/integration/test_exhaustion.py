@@ -109,7 +109,8 @@ def test_a_queue_nobody_consumes_from_blocks_its_publisher_at_the_memory_alarm_a
                 publisher.process_data_events(time_limit=0.05)  # what the block held back arrives now
                 continue
             got.append(int(body[:8]))
-        assert got == list(range(published)), "messages lost or out of order"
+        alarms = [line for line in broker.stderr_lines if "alarm" in line]
+        assert got == list(range(published)), f"messages lost, out of order or held back: {alarms}"
         deadline = time.monotonic() + 20
         while "unblocked" not in events and time.monotonic() < deadline:
             publisher.process_data_events(time_limit=0.1)

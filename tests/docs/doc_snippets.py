@@ -319,16 +319,28 @@ class PageRun:
         self._wait_ready([self.ports[5672], self.ports[15672], self.ports[15692]], proc, log, 30, amqpd=True)
 
     def close(self) -> None:
-        """SIGTERM to each process group started here, then SIGKILL to what is left after 15 s."""
+        """SIGTERM to each process group started here, then SIGKILL to what is left after 15 s. Waits for the
+        whole group, not only its leader: a background `bash` running amqpd exits at once, while amqpd still
+        holds its data dir until it has stopped, and the next amqpd on the page needs that data dir."""
         for proc in reversed(self.processes):
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(15)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait(10)
+            _stop_group(proc.pid, signal.SIGTERM)
+            if not _group_gone(proc, 15):
+                _stop_group(proc.pid, signal.SIGKILL)
+                _group_gone(proc, 10)
         self.processes.clear()
+
+
+def _group_gone(leader: subprocess.Popen[bytes], timeout: float) -> bool:
+    """Whether every process of the leader's group has exited within the timeout (the leader reaped)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if leader.poll() is not None:
+            try:
+                os.killpg(leader.pid, 0)
+            except ProcessLookupError:
+                return True
+        time.sleep(0.05)
+    return False
 
 
 def _stop_group(pgid: int, sig: signal.Signals) -> None:

@@ -39,6 +39,16 @@ port_open() {
     (exec 3<>"/dev/tcp/$HOST/$PORT") 2>/dev/null
 }
 
+# The management, shovel and federation plugins ship with the package; tests compare amqpd's API, shovels and
+# federation with them. Enabling them is allowed on the reference (never stopping it or changing its settings);
+# a failure is logged, not fatal: the tests that need a plugin say so.
+enable_plugins() {
+    command -v rabbitmq-plugins >/dev/null 2>&1 || return 0
+    timeout 180 rabbitmq-plugins enable --quiet rabbitmq_management rabbitmq_shovel rabbitmq_shovel_management \
+        rabbitmq_federation rabbitmq_federation_management >/dev/null 2>&1 \
+        || log "rabbitmq-plugins enable failed; the management, shovel and federation comparisons will say so"
+}
+
 if ! command -v amqp-publish >/dev/null 2>&1; then
     apt_install amqp-tools
 fi
@@ -50,6 +60,7 @@ fi
 
 if port_open; then
     log "something already listens on $HOST:$PORT; using it as the reference"
+    enable_plugins
     exit 0
 fi
 
@@ -60,6 +71,7 @@ if ! command -v rabbitmq-server >/dev/null 2>&1; then
     command -v rabbitmq-server >/dev/null 2>&1 || { log "rabbitmq-server is not installed"; exit 1; }
     if port_open; then
         log "rabbitmq-server started by its package; listening on $HOST:$PORT"
+        enable_plugins
         exit 0
     fi
 fi
@@ -88,3 +100,4 @@ if command -v rabbitmqctl >/dev/null 2>&1; then
         || log "rabbitmqctl await_startup did not confirm; the port is open, continuing"
 fi
 log "RabbitMQ is up on $HOST:$PORT"
+enable_plugins

@@ -101,7 +101,7 @@ def reference_management() -> str:
     try:
         overview = httpx.get(url + "/api/overview", auth=("guest", "guest"), timeout=5).json()
     except (httpx.HTTPError, ValueError):
-        pytest.skip("the reference RabbitMQ's management plugin is not answering on 15672")
+        pytest.fail("the reference RabbitMQ's management plugin is not answering on 15672")
     assert overview.get("product_name") == "RabbitMQ"
     return url
 

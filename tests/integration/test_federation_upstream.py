@@ -55,7 +55,7 @@ def rabbit() -> Iterator[httpx.Client]:
         try:
             answer = client.get("/federation-links")
         except httpx.TransportError as exc:
-            pytest.skip(f"no reference RabbitMQ management API at {REFERENCE_HTTP}: {exc}")
+            pytest.fail(f"no reference RabbitMQ management API at {REFERENCE_HTTP}: {exc}")
         if answer.status_code == 404 and shutil.which("rabbitmq-plugins"):
             plugins = ["rabbitmq_federation", "rabbitmq_federation_management"]
             subprocess.run(["rabbitmq-plugins", "enable", *plugins], check=True, capture_output=True, timeout=120)

@@ -28,9 +28,9 @@ def rabbit_api() -> Iterator[httpx.Client]:
         try:
             shovels = client.get("/api/shovels")
         except httpx.HTTPError:
-            pytest.skip("the reference RabbitMQ's management plugin is not answering on 15672")
+            pytest.fail("the reference RabbitMQ's management plugin is not answering on 15672")
         if shovels.status_code != 200:
-            pytest.skip("the reference RabbitMQ has no shovel plugin (rabbitmq-plugins enable rabbitmq_shovel ...)")
+            pytest.fail("the reference RabbitMQ has no shovel plugin (rabbitmq-plugins enable rabbitmq_shovel ...)")
         yield client
 
 

@@ -72,7 +72,7 @@ def test_a_broker_that_is_not_amqpd_is_named_in_one_line() -> None:
     try:
         conn = pika.BlockingConnection(pika.URLParameters(RABBITMQ))
     except pika.exceptions.AMQPConnectionError:
-        pytest.skip("the reference RabbitMQ is not running (scripts/ensure-rabbitmq.sh)")
+        pytest.fail("the reference RabbitMQ is not running (scripts/ensure-rabbitmq.sh)")
     ch = conn.channel()
     ch.queue_declare(name, durable=True, arguments={"x-queue-type": "stream"})
     try:

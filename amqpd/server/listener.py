@@ -9,6 +9,7 @@ import fcntl
 import gc
 import logging
 import os
+import resource
 import signal
 import sqlite3
 import ssl
@@ -27,7 +28,7 @@ from amqpd.broker.streams.args import is_stream
 from amqpd.config import Settings
 from amqpd.server.alarms import Alarms
 from amqpd.server.connection import AMQPServerProtocol
-from amqpd.server.fd_budget import FdBudget
+from amqpd.server.fd_budget import FdBudget, raise_to_hard_limit
 from amqpd.server.load import sample_load
 from amqpd.shovel.supervisor import Shovels
 from amqpd.tls import TLSConfigError, reload_context, server_context, tls_enabled
@@ -135,6 +136,8 @@ async def serve(settings: Settings, services: Services, embedding: Embedding | N
             await store.close()
         raise SystemExit(1)
     registry: set[AMQPServerProtocol] = set()
+    if embedding is None:  # an embedding process owns its limits
+        _raise_fd_limit()
     fd_budget = FdBudget()
     try:
         servers = await _listen(
@@ -208,6 +211,19 @@ async def _serve_until_signal(settings: Settings, servers: list[Any], tls: Any, 
                 continue
             log.info("received %s, shutting down", signal.Signals(signum).name)
             return
+
+
+def _raise_fd_limit() -> None:
+    """Every connection holds a file descriptor: take all the system allows, and say how many that is."""
+    before, now = raise_to_hard_limit()
+
+    def shown(n: int) -> str:
+        return "unlimited" if n == resource.RLIM_INFINITY else str(n)
+
+    if now != before:
+        log.info("file descriptors: ulimit -n raised from %s to %s", shown(before), shown(now))
+    else:
+        log.info("file descriptors: ulimit -n %s", shown(now))
 
 
 def _addresses(protocol: str, servers: Any) -> list[tuple[str, str, int]]:

@@ -497,7 +497,7 @@ class Session:
         limit = self.broker.access.user_limit(self.user, "max-connections")
         if limit is None:
             limit = self.settings.max_connections_per_user or None
-        if limit is not None and sum(1 for c in self.broker.connections if c.user == self.user) >= limit:
+        if limit is not None and self.broker.connections.count_of_user(self.user) >= limit:
             raise errors.ConnectionError(
                 errors.NOT_ALLOWED,
                 f"connection refused for user '{self.user}': user connection limit ({limit}) is reached",
@@ -600,7 +600,7 @@ class Session:
     def _check_user_channel_limit(self) -> None:
         """The user's max-channels, over all its connections (rabbitmqctl set_user_limits)."""
         limit = self.broker.access.user_limit(self.user, "max-channels")
-        if limit is not None and sum(len(c.channels) for c in self.broker.connections if c.user == self.user) >= limit:
+        if limit is not None and sum(len(c.channels) for c in self.broker.connections.of_user(self.user)) >= limit:
             raise errors.ConnectionError(
                 errors.NOT_ALLOWED,
                 f"number of channels opened for user '{self.user}' has reached the maximum "

@@ -2,17 +2,20 @@
 second to a queue of its own that it consumes from (no-ack). Reported: the broker's CPU (% of one core) and RSS
 while the fleet runs, and the delivery latency (publish to delivery, p50/p99) the clients see.
 
-The client is one thread driving every socket through a selector, from pre-encoded frames: its cost per message
-is a send and a receive. Each connection publishes at its own phase within the second, so the load is even.
-Bounded: every phase has a deadline, and the sockets are closed at the end whatever happened."""
+The client is WORKERS processes, each one thread driving its share of the sockets through a selector, from
+pre-encoded frames: its cost per message is a send and a receive. Each connection publishes at its own phase
+within the second, so the load is even. Bounded: every phase has a deadline, and the sockets are closed at the
+end whatever happened."""
 
 from __future__ import annotations
 
+import multiprocessing
 import selectors
 import socket
 import struct
 import time
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 from pamqp import commands, frame, header
@@ -137,47 +140,101 @@ def join(url: str, index: int) -> Member:
     return member
 
 
-def run_fleet(url: str, pid: int | None, connections: int, seconds: float, warmup: float = 5.0) -> FleetResult:
-    """Open the fleet, let it run `warmup` seconds, then measure `seconds`."""
-    members: list[Member] = []
-    selector = selectors.DefaultSelector()
+WORKERS = 4  # client processes: one Python thread cannot publish and read 10,000 messages a second on a busy machine
+
+
+def run_fleet(
+    url: str, pid: int | None, connections: int, seconds: float, warmup: float = 5.0, workers: int = WORKERS
+) -> FleetResult:
+    """Open the fleet from `workers` processes, let it run `warmup` seconds, then measure `seconds`."""
+    ctx = multiprocessing.get_context("spawn")
+    shares = [range(w, connections, workers) for w in range(min(workers, connections))]
+    pipes, procs = [], []
     started = time.perf_counter()
     try:
-        for i in range(connections):
-            member = join(url, i)
-            members.append(member)
-            selector.register(member.sock, selectors.EVENT_READ, member)
+        for share in shares:
+            ours, theirs = ctx.Pipe()
+            proc = ctx.Process(target=_worker, args=(url, share, theirs), daemon=True)
+            proc.start()
+            pipes.append(ours)
+            procs.append(proc)
+        for ours in pipes:  # each says "joined" (or why not)
+            _receive(ours, SETUP_TIMEOUT_S + connections * 0.05)
         setup_s = time.perf_counter() - started
-        latencies: list[float] = []
-        drive(members, selector, warmup, [])
+        measure_from = time.perf_counter() + 0.5 + warmup
+        for ours in pipes:
+            ours.send((measure_from - warmup, measure_from, measure_from + seconds))
+        _sleep_until(measure_from)
         cpu0 = cpu_seconds(pid) if pid else 0.0
-        sent, delivered = drive(members, selector, seconds, latencies)
+        _sleep_until(measure_from + seconds)
         cpu = (cpu_seconds(pid) - cpu0) if pid else 0.0
         rss = rss_bytes(pid) if pid else 0
+        outcomes = [_receive(ours, 60 + seconds) for ours in pipes]
     finally:
-        for member in members:
-            selector.unregister(member.sock)
-            member.sock.close()
-        selector.close()
-    latencies.sort()
-    pick = lambda q: latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1e3 if latencies else float("nan")  # noqa: E731
+        for proc in procs:
+            proc.join(timeout=30)
+            if proc.is_alive():
+                proc.kill()
+    sent = sum(o[0] for o in outcomes)
+    delivered = sum(o[1] for o in outcomes)
+    latencies = sorted(x for o in outcomes for x in o[2])
+
+    def pick(q: float) -> float:
+        return latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1e3 if latencies else float("nan")
+
     return FleetResult(connections, seconds, sent, delivered, 100 * cpu / seconds, rss, pick(0.5), pick(0.99), setup_s)
 
 
+def _receive(pipe: Any, timeout: float) -> Any:
+    if not pipe.poll(timeout):
+        raise TimeoutError("a fleet worker did not answer in time")
+    got = pipe.recv()
+    if isinstance(got, str):
+        raise ConnectionError(f"a fleet worker failed: {got}")
+    return got
+
+
+def _sleep_until(when: float) -> None:
+    while (left := when - time.perf_counter()) > 0:
+        time.sleep(min(left, 0.5))
+
+
+def _worker(url: str, indexes: range, pipe: Any) -> None:
+    """One client process: join its share of the fleet, then drive it in the windows the parent names."""
+    members: list[Member] = []
+    selector = selectors.DefaultSelector()
+    try:
+        for i in indexes:
+            member = join(url, i)
+            members.append(member)
+            selector.register(member.sock, selectors.EVENT_READ, member)
+        pipe.send(("joined",))
+        warm_from, measure_from, until = pipe.recv()
+        _sleep_until(warm_from)
+        drive(members, selector, warm_from, measure_from, [])
+        latencies: list[float] = []
+        sent, delivered = drive(members, selector, measure_from, until, latencies)
+        pipe.send((sent, delivered, latencies))
+    except (OSError, ConnectionError) as exc:
+        pipe.send(repr(exc))
+    finally:
+        for member in members:
+            member.sock.close()
+        selector.close()
+
+
 def drive(
-    members: list[Member], selector: selectors.BaseSelector, seconds: float, latencies: list[float]
+    members: list[Member], selector: selectors.BaseSelector, start: float, end: float, latencies: list[float]
 ) -> tuple[int, int]:
-    """Each member publishes once a second at its own phase; deliveries are read as they come. Returns
-    (published, delivered) in this window."""
+    """Each member publishes once a second at its own phase from `start` to `end`; deliveries are read as they
+    come. Returns (published, delivered) in this window."""
     n = len(members)
-    t0 = time.perf_counter()
-    end = t0 + seconds
     sent = delivered = 0
     while True:
         now = time.perf_counter()
         if now >= end:
             break
-        due = int((now - t0) * n)  # publishes owed by now, member (k mod n) at t0 + k/n
+        due = int((now - start) * n)  # publishes owed by now, member (k mod n) at start + k/n
         while sent < due:
             members[sent % n].publish()
             sent += 1

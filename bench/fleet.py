@@ -20,7 +20,7 @@ from urllib.parse import unquote, urlparse
 
 from pamqp import commands, frame, header
 
-from bench.procstat import cpu_seconds, rss_bytes
+from bench.procstat import cpu_seconds, main_thread_wait_seconds, rss_bytes
 
 HEARTBEAT_S = 60
 SETUP_TIMEOUT_S = 30.0
@@ -40,13 +40,15 @@ class FleetResult:
     p50_ms: float
     p99_ms: float
     setup_s: float
+    waited_percent: float  # of the time, the broker's main thread was runnable but without a core
 
     def line(self, name: str) -> str:
         return (
             f"  {name:8} fleet n={self.connections:<6} cpu {self.cpu_percent:5.1f}%"
             f"  rss {self.rss_bytes / 2**20:7.1f} MiB"
             f"  ({self.rss_bytes / self.connections / 1024:5.1f} KiB/conn)  delivery p50 {self.p50_ms:6.2f} ms"
-            f"  p99 {self.p99_ms:7.2f} ms  ({self.delivered}/{self.sent} delivered, setup {self.setup_s:.1f} s)"
+            f"  p99 {self.p99_ms:7.2f} ms  ({self.delivered}/{self.sent} delivered, setup {self.setup_s:.1f} s,"
+            f" main thread waited for a core {self.waited_percent:.0f}% of the time)"
         )
 
 
@@ -166,8 +168,10 @@ def run_fleet(
             ours.send((measure_from - warmup, measure_from, measure_from + seconds))
         _sleep_until(measure_from)
         cpu0 = cpu_seconds(pid) if pid else 0.0
+        wait0 = main_thread_wait_seconds(pid) if pid else 0.0
         _sleep_until(measure_from + seconds)
         cpu = (cpu_seconds(pid) - cpu0) if pid else 0.0
+        waited = (main_thread_wait_seconds(pid) - wait0) if pid else 0.0
         rss = rss_bytes(pid) if pid else 0
         outcomes = [_receive(ours, 60 + seconds) for ours in pipes]
     finally:
@@ -182,7 +186,18 @@ def run_fleet(
     def pick(q: float) -> float:
         return latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1e3 if latencies else float("nan")
 
-    return FleetResult(connections, seconds, sent, delivered, 100 * cpu / seconds, rss, pick(0.5), pick(0.99), setup_s)
+    return FleetResult(
+        connections,
+        seconds,
+        sent,
+        delivered,
+        100 * cpu / seconds,
+        rss,
+        pick(0.5),
+        pick(0.99),
+        setup_s,
+        100 * waited / seconds,
+    )
 
 
 def _receive(pipe: Any, timeout: float) -> Any:

@@ -131,9 +131,11 @@ def median_phase(phases: list[Phase]) -> Phase:
     )
 
 
-def run(brokers: dict[str, tuple[str, int]], rounds: int) -> dict[tuple[str, str, str], tuple[Phase, Phase]]:
+def run(
+    brokers: dict[str, tuple[str, int]], rounds: int, sizes: dict[str, tuple[int, int]] = SIZES
+) -> dict[tuple[str, str, str], tuple[Phase, Phase]]:
     results: dict[tuple[str, str, str], tuple[Phase, Phase]] = {}
-    for label, (body_size, n) in SIZES.items():
+    for label, (body_size, n) in sizes.items():
         for mode_name, mode in (("transient", 1), ("persistent", 2)):
             per: dict[str, list[tuple[Phase, Phase]]] = {name: [] for name in brokers}
             for r in range(rounds):
@@ -168,7 +170,7 @@ def table(results: dict[tuple[str, str, str], tuple[Phase, Phase]], names: list[
         )
     if len(names) == 2:
         lines += ["", "| body | mode | publish ratio | consume ratio |", "|---|---|---|---|"]
-        for label in SIZES:
+        for label in dict.fromkeys(label for label, _, _ in results):
             for mode in ("transient", "persistent"):
                 a, b = results[(label, mode, names[0])], results[(label, mode, names[1])]
                 publish, consume = a[0].mib_per_s / b[0].mib_per_s, a[1].mib_per_s / b[1].mib_per_s

@@ -44,7 +44,8 @@ class FleetResult:
 
     def line(self, name: str) -> str:
         return (
-            f"  {name:8} fleet n={self.connections:<6} cpu {self.cpu_percent:5.1f}%"
+            f"  {name:8} fleet n={self.connections:<6} {self.sent / self.seconds:7.0f} msg/s"
+            f"  cpu {self.cpu_percent:5.1f}%"
             f"  rss {self.rss_bytes / 2**20:7.1f} MiB"
             f"  ({self.rss_bytes / self.connections / 1024:5.1f} KiB/conn)  delivery p50 {self.p50_ms:6.2f} ms"
             f"  p99 {self.p99_ms:7.2f} ms  ({self.delivered}/{self.sent} delivered, setup {self.setup_s:.1f} s,"
@@ -146,9 +147,16 @@ WORKERS = 4  # client processes: one Python thread cannot publish and read 10,00
 
 
 def run_fleet(
-    url: str, pid: int | None, connections: int, seconds: float, warmup: float = 5.0, workers: int = WORKERS
+    url: str,
+    pid: int | None,
+    connections: int,
+    seconds: float,
+    warmup: float = 5.0,
+    workers: int = WORKERS,
+    rate: float = 1.0,
 ) -> FleetResult:
-    """Open the fleet from `workers` processes, let it run `warmup` seconds, then measure `seconds`."""
+    """Open the fleet from `workers` processes, let it run `warmup` seconds, then measure `seconds`; each
+    connection publishes `rate` messages a second (0: idle but for heartbeats)."""
     ctx = multiprocessing.get_context("spawn")
     shares = [range(w, connections, workers) for w in range(min(workers, connections))]
     pipes, procs = [], []
@@ -156,7 +164,7 @@ def run_fleet(
     try:
         for share in shares:
             ours, theirs = ctx.Pipe()
-            proc = ctx.Process(target=_worker, args=(url, share, theirs), daemon=True)
+            proc = ctx.Process(target=_worker, args=(url, share, theirs, rate), daemon=True)
             proc.start()
             pipes.append(ours)
             procs.append(proc)
@@ -214,7 +222,7 @@ def _sleep_until(when: float) -> None:
         time.sleep(min(left, 0.5))
 
 
-def _worker(url: str, indexes: range, pipe: Any) -> None:
+def _worker(url: str, indexes: range, pipe: Any, rate: float) -> None:
     """One client process: join its share of the fleet, then drive it in the windows the parent names."""
     members: list[Member] = []
     selector = selectors.DefaultSelector()
@@ -226,9 +234,9 @@ def _worker(url: str, indexes: range, pipe: Any) -> None:
         pipe.send(("joined",))
         warm_from, measure_from, until = pipe.recv()
         _sleep_until(warm_from)
-        drive(members, selector, warm_from, measure_from, [])
+        drive(members, selector, warm_from, measure_from, [], rate)
         latencies: list[float] = []
-        sent, delivered = drive(members, selector, measure_from, until, latencies)
+        sent, delivered = drive(members, selector, measure_from, until, latencies, rate)
         pipe.send((sent, delivered, latencies))
     except (OSError, ConnectionError) as exc:
         pipe.send(repr(exc))
@@ -239,17 +247,22 @@ def _worker(url: str, indexes: range, pipe: Any) -> None:
 
 
 def drive(
-    members: list[Member], selector: selectors.BaseSelector, start: float, end: float, latencies: list[float]
+    members: list[Member],
+    selector: selectors.BaseSelector,
+    start: float,
+    end: float,
+    latencies: list[float],
+    rate: float = 1.0,
 ) -> tuple[int, int]:
-    """Each member publishes once a second at its own phase from `start` to `end`; deliveries are read as they
-    come. Returns (published, delivered) in this window."""
+    """Each member publishes `rate` times a second at its own phase from `start` to `end`; deliveries are read
+    as they come. Returns (published, delivered) in this window."""
     n = len(members)
     sent = delivered = 0
     while True:
         now = time.perf_counter()
         if now >= end:
             break
-        due = int((now - start) * n)  # publishes owed by now, member (k mod n) at start + k/n
+        due = int((now - start) * n * rate)  # publishes owed by now, member (k mod n) at start + k/(n*rate)
         while sent < due:
             members[sent % n].publish()
             sent += 1

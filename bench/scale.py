@@ -358,6 +358,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--amqpd-arg", action="append", default=[], help="passed to the amqpd the bench starts")
     p.add_argument("--fleet", type=int, nargs="*", default=[], help="fleets of heartbeat-60 connections at 1 msg/s")
     p.add_argument("--fleet-seconds", type=float, default=30.0, help="how long each fleet is measured")
+    p.add_argument("--fleet-rate", type=float, default=1.0, help="messages a second per connection (0: idle)")
     p.add_argument("--recovery", type=int, nargs="*", default=[], help="durable queue counts to time recovery of")
     p.add_argument("--no-phases", action="store_true", help="only the fleet and recovery runs asked for")
     return p.parse_args(argv)
@@ -370,7 +371,9 @@ def fleets(args: argparse.Namespace) -> list[str]:
     for count in args.fleet if "amqpd" in args.targets else []:
         with BrokerProcess(extra_args=args.amqpd_arg) as proc:
             assert proc.proc is not None
-            results.append(("amqpd", run_fleet(proc.url, proc.proc.pid, count, args.fleet_seconds)))
+            results.append(
+                ("amqpd", run_fleet(proc.url, proc.proc.pid, count, args.fleet_seconds, rate=args.fleet_rate))
+            )
             print(results[-1][1].line("amqpd"))
     if "rabbitmq" in args.targets and args.fleet:
         port = int(args.rabbitmq_url.rsplit(":", 1)[1].split("/")[0])
@@ -382,7 +385,12 @@ def fleets(args: argparse.Namespace) -> list[str]:
                 total = sockets[1] if sockets else "?"
                 lines.append(f"  rabbitmq fleet capped at {count}: its socket limit is {total} (free: {free + 8})")
                 print(lines[-1])
-            results.append(("rabbitmq", run_fleet(args.rabbitmq_url, rabbitmq.pid, count, args.fleet_seconds)))
+            results.append(
+                (
+                    "rabbitmq",
+                    run_fleet(args.rabbitmq_url, rabbitmq.pid, count, args.fleet_seconds, rate=args.fleet_rate),
+                )
+            )
             print(results[-1][1].line("rabbitmq"))
     return lines + [r.line(name) for name, r in results]
 

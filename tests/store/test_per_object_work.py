@@ -9,6 +9,7 @@ destination), the bytes it allocates. The durable store is real, so its bookkeep
 
 from __future__ import annotations
 
+import gc
 import sys
 import tracemalloc
 from collections.abc import Callable, Coroutine
@@ -46,16 +47,23 @@ def lines_executed(operation: Callable[[], Any]) -> int:
             count += 1
         return tracer
 
+    # A garbage collection during the operation would run finalizers of other tests' garbage (Python code,
+    # counted here) in one of the two runs compared and not the other.
+    gc.collect()
+    gc.disable()
     sys.settrace(tracer)
     try:
         operation()
     finally:
         sys.settrace(None)
+        gc.enable()
     return count
 
 
 def bytes_allocated(operation: Callable[[], Any]) -> int:
     """The most memory the operation held at once beyond what was held before it (tracemalloc)."""
+    gc.collect()
+    gc.disable()
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
@@ -64,6 +72,7 @@ def bytes_allocated(operation: Callable[[], Any]) -> int:
         return tracemalloc.get_traced_memory()[1] - before
     finally:
         tracemalloc.stop()
+        gc.enable()
 
 
 def run(coroutine: Coroutine[Any, Any, Any]) -> Any:

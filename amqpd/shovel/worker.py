@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import struct
 import time
 import urllib.parse
 from collections.abc import Callable
@@ -27,6 +28,33 @@ FAILURES = (aiormq.exceptions.AMQPError, OSError, asyncio.TimeoutError, Connecti
 
 
 NODE = f"amqpd@{socket.gethostname().split('.')[0]}"  # as /api/nodes names this broker
+
+
+class VerbatimProperties(Basic.Properties):
+    """A message's properties exactly as the source delivered them. aiormq's basic_publish stamps a random
+    message_id on a message with none (or an empty one), to match basic.return frames to publishes; a shovel
+    must not (RabbitMQ's does not), and it publishes without `mandatory`, so no return needs matching. And
+    pamqp leaves out a property set to an empty string, which the source did send (but for cluster_id, whose
+    absence pamqp decodes as an empty string)."""
+
+    def __init__(self, source: Basic.Properties) -> None:  # not super(): its validate() refuses any cluster_id
+        for name in source.attributes():
+            setattr(self, name, getattr(source, name))
+        self._sealed = True
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "message_id" and getattr(self, "_sealed", False):
+            return  # aiormq's stamp
+        super().__setattr__(name, value)
+
+    def marshal(self) -> bytes:
+        flags, parts = 0, []
+        for name in self.attributes():
+            value = getattr(self, name)
+            if value is not None and not (name == "cluster_id" and value == ""):
+                flags |= self.flags[name]
+                parts.append(self.encode_property(name, value))
+        return struct.pack(">H", flags) + b"".join(parts)  # the 14 flags fit the first flag word
 
 
 class Finished(Exception):
@@ -183,7 +211,7 @@ class Shovel:
             if spec.add_timestamp_header:
                 headers["x-shovelled-timestamp"] = int(time.time())
             props.headers = headers
-        return props
+        return VerbatimProperties(props)
 
 
 class _Mover:

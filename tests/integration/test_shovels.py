@@ -315,3 +315,58 @@ def test_a_static_shovel_rabbitmq_would_refuse_stops_the_broker_naming_it(tmp_pa
         broker.start(timeout=20)
     broker.close()
     assert any("shovel bad in the configuration" in line and "not a valid URI" in line for line in broker.stderr_lines)
+
+
+EVERY_PROPERTY = pika.BasicProperties(
+    content_type="application/json",
+    content_encoding="gzip",
+    headers={"int": 7, "str": "s", "list": [1, "a"], "table": {"k": True}, "neg": -1},
+    delivery_mode=2,
+    priority=3,
+    correlation_id="corr",
+    reply_to="replies",
+    expiration="600000",
+    message_id="id-1",
+    timestamp=1_700_000_000,
+    type="kind",
+    user_id="guest",
+    app_id="app",
+    cluster_id="cluster",
+)
+
+
+def moved_properties(api: httpx.Client, name: str, dest_uri: str) -> list[dict[str, Any]]:
+    """Three messages (no property, an empty message_id, every property) moved from one queue of the reference
+    to another by the shovel behind `api`, as a pika consumer sees their properties."""
+    sent = [pika.BasicProperties(), pika.BasicProperties(message_id=""), EVERY_PROPERTY]
+    with pika.BlockingConnection(pika.URLParameters(RABBIT_AMQP)) as conn:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.queue_declare(f"{name}-src", durable=True)
+        for props in sent:
+            ch.basic_publish("", f"{name}-src", b"x", props)
+        set_shovel(
+            api,
+            name,
+            **{"src-uri": RABBIT_AMQP, "src-queue": f"{name}-src", "dest-uri": dest_uri},
+            **{"dest-queue": f"{name}-dest"},
+        )
+        wait_for(lambda: depth(RABBIT_AMQP, f"{name}-dest") == len(sent), "the messages moved")
+        got = []
+        for _ in sent:
+            method, props, _body = ch.basic_get(f"{name}-dest", auto_ack=True)
+            got.append({k: v for k, v in vars(props).items()})
+    return got
+
+
+def test_properties_pass_through_as_rabbitmqs_shovel_passes_them(
+    amqpd: BrokerProcess, rabbit: httpx.Client, name: str
+) -> None:
+    """Queue to queue on the reference, once by amqpd's shovel and once by RabbitMQ's: no message_id
+    made up, nothing added or dropped."""
+    with api_of(amqpd) as api:
+        ours = moved_properties(api, f"{name}-a", RABBIT_AMQP)
+    theirs = moved_properties(rabbit, f"{name}-r", "amqp://")
+    assert ours == theirs
+    assert ours[0]["message_id"] is None and ours[1]["message_id"] == ""
+    assert ours[2] == vars(EVERY_PROPERTY)

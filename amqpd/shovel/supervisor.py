@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
+import urllib.parse
 from typing import TYPE_CHECKING, Any
 
 from amqpd.shovel.schema import ShovelSpec, parse
@@ -108,10 +109,10 @@ def _status(s: Shovel, kind: str) -> dict[str, Any]:
         "vhost": s.vhost,
         "type": kind,
         "state": s.state,
-        "src_uri": s.src_uri,
+        "src_uri": _without_credentials(s.src_uri),
         "src_protocol": "amqp091",
         "dest_protocol": "amqp091",
-        "dest_uri": s.dest_uri,
+        "dest_uri": _without_credentials(s.dest_uri),
         "messages_moved": s.moved,
         "messages_redelivered": s.redelivered,
     }
@@ -129,3 +130,11 @@ def _status(s: Shovel, kind: str) -> dict[str, Any]:
         info["reason"] = s.last_error
         info["last_error_at"] = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.last_error_at))
     return info
+
+
+def _without_credentials(uri: str) -> str:
+    """As RabbitMQ lists a shovel's URIs: no user, no password."""
+    parts = urllib.parse.urlsplit(uri)
+    if "@" not in parts.netloc:
+        return uri
+    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))

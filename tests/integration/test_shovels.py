@@ -370,3 +370,82 @@ def test_properties_pass_through_as_rabbitmqs_shovel_passes_them(
     assert ours == theirs
     assert ours[0]["message_id"] is None and ours[1]["message_id"] == ""
     assert ours[2] == vars(EVERY_PROPERTY)
+
+
+@pytest.fixture
+def refusing_user(rabbit: httpx.Client, name: str) -> Iterator[str]:
+    """A user of the reference that may declare and read but not publish (403 on basic.publish)."""
+    user = f"{name}-user"
+    assert rabbit.put(f"/api/users/{user}", json={"password": "pw", "tags": ""}).status_code in (201, 204)
+    rabbit.put(f"/api/permissions/%2F/{user}", json={"configure": ".*", "write": "^$", "read": ".*"})
+    yield user
+    rabbit.delete(f"/api/users/{user}")
+
+
+def failures_logged(broker: BrokerProcess, name: str, reason: str) -> int:
+    return sum(1 for line in broker.stderr_lines if f"/{name}: " in line and reason in line)
+
+
+def failing(api: httpx.Client, name: str, reason: str) -> bool:
+    """Between two attempts: the status names the last refusal and the shovel waits to start again."""
+    shown = status(api, name)
+    return shown.get("state") == "starting" and reason in shown.get("reason", "") and shown["messages_moved"] == 0
+
+
+def test_a_destination_refusing_to_publish_403_holds_the_messages_and_retries(
+    amqpd: BrokerProcess, rabbit: httpx.Client, name: str, refusing_user: str
+) -> None:
+    publish(amqpd.url, f"{name}-src", numbered(50))
+    with api_of(amqpd) as api:
+        set_shovel(
+            api,
+            name,
+            **{"src-uri": "amqp://", "src-queue": f"{name}-src", "reconnect-delay": 0.3},
+            **{"dest-uri": f"amqp://{refusing_user}:pw@127.0.0.1:5672/%2F", "dest-queue": f"{name}-dest"},
+        )
+        wait_for(lambda: failures_logged(amqpd, name, "ACCESS_REFUSED") >= 2, "two refusals logged")
+        wait_for(lambda: failing(api, name, "ACCESS_REFUSED"), "the refusal in the status")
+        assert status(api, name)["dest_uri"] == "amqp://127.0.0.1:5672/%2F"  # as RabbitMQ shows it: no credentials
+        rabbit.put(f"/api/permissions/%2F/{refusing_user}", json={"configure": ".*", "write": ".*", "read": ".*"})
+        wait_for(lambda: status(api, name).get("messages_moved") == 50, "the messages moved once allowed")
+    assert sorted(drain(RABBIT_AMQP, f"{name}-dest")) == sorted(numbered(50))
+
+
+def test_a_missing_destination_exchange_404_holds_the_messages_and_retries(
+    amqpd: BrokerProcess, rabbit: httpx.Client, name: str
+) -> None:
+    publish(amqpd.url, f"{name}-src", numbered(50))
+    with api_of(amqpd) as api:
+        set_shovel(
+            api,
+            name,
+            **{"src-uri": "amqp://", "src-queue": f"{name}-src", "reconnect-delay": 0.3},
+            **{"dest-uri": "amqp://", "dest-exchange": f"{name}-x", "dest-exchange-key": "k"},
+        )
+        wait_for(lambda: failures_logged(amqpd, name, "NOT_FOUND") >= 2, "two refusals logged")
+        wait_for(lambda: failing(api, name, "NOT_FOUND"), "the refusal in the status")
+        with pika.BlockingConnection(pika.URLParameters(amqpd.url)) as conn:
+            ch = conn.channel()
+            ch.exchange_declare(f"{name}-x", "direct")
+            ch.queue_declare(f"{name}-dest", durable=True)
+            ch.queue_bind(f"{name}-dest", f"{name}-x", "k")
+        wait_for(lambda: status(api, name).get("messages_moved") == 50, "the messages moved once it exists")
+    assert sorted(drain(amqpd.url, f"{name}-dest")) == sorted(numbered(50))
+
+
+def test_an_existing_destination_queue_is_used_whatever_its_arguments(
+    amqpd: BrokerProcess, rabbit: httpx.Client, name: str
+) -> None:
+    """RabbitMQ's shovel declares dest-queue passively and creates it (durable) only if missing."""
+    with pika.BlockingConnection(pika.URLParameters(amqpd.url)) as conn:
+        conn.channel().queue_declare(f"{name}-dest", durable=False, arguments={"x-max-length": 1000})
+        publish(amqpd.url, f"{name}-src", numbered(20))
+        with api_of(amqpd) as api:
+            set_shovel(
+                api,
+                name,
+                **{"src-uri": "amqp://", "src-queue": f"{name}-src", "dest-uri": "amqp://"},
+                **{"dest-queue": f"{name}-dest"},
+            )
+            wait_for(lambda: status(api, name).get("messages_moved") == 20, "the messages moved")
+        assert sorted(drain(amqpd.url, f"{name}-dest")) == sorted(numbered(20))

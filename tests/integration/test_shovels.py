@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pika
 import pytest
+from rabbit_node import RabbitNode
 
 from amqpd.testing import BrokerProcess
 
@@ -449,3 +450,43 @@ def test_an_existing_destination_queue_is_used_whatever_its_arguments(
             )
             wait_for(lambda: status(api, name).get("messages_moved") == 20, "the messages moved")
         assert sorted(drain(amqpd.url, f"{name}-dest")) == sorted(numbered(20))
+
+
+OUTAGE = 30.0  # seconds the destination stays away in the issue's guarantee
+
+
+def test_kill_9_of_the_rabbitmq_destination_and_30_s_away_loses_nothing(
+    tmp_path: Any, amqpd: BrokerProcess, name: str, rabbit: httpx.Client
+) -> None:
+    """A RabbitMQ node of the test's own, killed mid-move and kept away for OUTAGE seconds while producers go
+    on, then started again on its data: every message arrives, duplicates at most one prefetch window."""
+    node = RabbitNode(tmp_path).start()
+    total, prefetch = 3000, 40
+    try:
+        publish(amqpd.url, f"{name}-src", numbered(total))
+        with api_of(amqpd) as api:
+            set_shovel(
+                api,
+                name,
+                **{"src-uri": "amqp://", "src-queue": f"{name}-src", "dest-uri": node.url, "reconnect-delay": 1},
+                **{"dest-queue": f"{name}-dest", "src-prefetch-count": prefetch},
+            )
+            wait_for(lambda: status(api, name).get("messages_moved", 0) >= 300, "a few hundred moved")
+            node.kill()
+            down_since = time.monotonic()
+            assert status(api, name)["messages_moved"] < total  # killed mid-move
+            publish(amqpd.url, f"{name}-src", numbered(500, start=total))  # the producers go on
+            wait_for(
+                lambda: time.monotonic() - down_since >= OUTAGE and failures_logged(amqpd, name, "") >= 3,
+                f"{OUTAGE} s away, retried",
+                OUTAGE + 60,
+            )
+            assert status(api, name)["state"] == "starting"
+            node.start()
+            wait_for(lambda: depth(amqpd.url, f"{name}-src") == 0, "the source drained after the restart", 120)
+            wait_for(lambda: status(api, name).get("state") == "running", "the shovel running again")
+        counts = Counter(drain(node.url, f"{name}-dest"))
+        assert set(counts) == set(numbered(total + 500))  # nothing lost
+        assert sum(counts.values()) - (total + 500) <= prefetch  # duplicates: what was in flight at the kill
+    finally:
+        node.close()

@@ -9,9 +9,11 @@ import time
 import urllib.parse
 from typing import TYPE_CHECKING, Any
 
+from amqpd.broker.access.control import INTERNAL_USER
 from amqpd.shovel.schema import ShovelSpec, parse
 
 if TYPE_CHECKING:
+    from amqpd.broker.access.control import AccessControl
     from amqpd.broker.parameters import Parameters
     from amqpd.shovel.worker import Shovel
 
@@ -50,9 +52,11 @@ class Shovels:
         self.specs[key] = parse(name, value)
         self.static.add(key)
 
-    def start(self, local: str) -> None:
-        """`local`: this broker's AMQP URL, what `amqp://` without a host stands for."""
-        self.local = local
+    def start(self, local: str, access: AccessControl) -> None:
+        """`local`: this broker's AMQP URL, what `amqp://` without a host stands for; without a user it logs in
+        as the broker's internal user, as RabbitMQ's direct connection does."""
+        scheme, address = local.split("://", 1)
+        self.local = f"{scheme}://{INTERNAL_USER}:{access.internal_password}@{address}"
         for key in sorted(self.specs):
             self._start(key)
 

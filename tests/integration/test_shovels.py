@@ -490,3 +490,34 @@ def test_kill_9_of_the_rabbitmq_destination_and_30_s_away_loses_nothing(
         assert sum(counts.values()) - (total + 500) <= prefetch  # duplicates: what was in flight at the kill
     finally:
         node.close()
+
+
+def moved_where_guest_may_not(url: str, api: httpx.Client, name: str) -> list[str]:
+    """Messages moved by a shovel between two queues of a vhost in which guest may do nothing, both ends
+    `amqp:///vhost` (this broker, no user given), and the users of the connections that moved them."""
+    api.put(f"/api/vhosts/{name}")
+    api.put(f"/api/permissions/{name}/guest", json={"configure": ".*", "write": ".*", "read": ".*"})
+    base = url.rsplit("/", 1)[0]
+    publish(f"{base}/{name}", "src", numbered(10))
+    api.put(f"/api/permissions/{name}/guest", json={"configure": "^$", "write": "^$", "read": "^$"})
+    value = {"src-uri": f"amqp:///{name}", "src-queue": "src", "dest-uri": f"amqp:///{name}", "dest-queue": "dest"}
+    assert api.put(f"/api/parameters/shovel/{name}/s", json={"value": value}).status_code == 201
+    wait_for(lambda: [s for s in api.get(f"/api/shovels/{name}").json() if s["state"] == "running"], "running")
+    users = wait_for(
+        lambda: sorted(c["user"] for c in api.get("/api/connections").json() if c["vhost"] == name), "connections"
+    )
+    api.put(f"/api/permissions/{name}/guest", json={"configure": ".*", "write": ".*", "read": ".*"})
+    wait_for(lambda: depth(f"{base}/{name}", "dest") == 10, "the messages moved")
+    return users
+
+
+def test_a_local_uri_without_a_user_connects_as_rabbitmqs_internal_user(
+    amqpd: BrokerProcess, rabbit: httpx.Client, name: str
+) -> None:
+    try:
+        assert moved_where_guest_may_not(RABBIT_AMQP, rabbit, name) == ["none", "none"]
+    finally:
+        rabbit.delete(f"/api/vhosts/{name}")
+    with api_of(amqpd) as api:
+        assert moved_where_guest_may_not(amqpd.url, api, name) == ["none", "none"]
+    assert not any("none:" in line for line in amqpd.stderr_lines)  # the internal password is never logged

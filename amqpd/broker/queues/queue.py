@@ -209,10 +209,9 @@ class Queue(Generic[S]):
         return consumer
 
     def take_run(self, n: int) -> None:
-        """n messages went straight through to run_consumer() without a push (Channel.on_publish_run): counted
-        as published and delivered, as push() and deliver() count them."""
+        """n messages go straight through to run_consumer() without a push (Channel.on_publish_run): counted as
+        published, as push() counts them (their delivery counts where every delivery does: delivery/deliveries.py)."""
         self._seq += n
-        self.delivered += n
 
     def take_group(self, msgs: list[Message]) -> None:
         """push() of each of these new messages, for which the queue takes them as sent (takes_as_sent(), and

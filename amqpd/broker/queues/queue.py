@@ -209,8 +209,8 @@ class Queue(Generic[S]):
         return consumer
 
     def take_run(self, n: int) -> None:
-        """n messages go straight through to run_consumer() without a push (Channel.on_publish_run): counted as
-        published, as push() counts them (their delivery counts where every delivery does: delivery/deliveries.py)."""
+        """n messages went straight through to run_consumer() without a push (Channel.on_publish_run): counted
+        as published, as push() counts them (their delivery counts where every delivery does: Deliveries)."""
         self._seq += n
 
     def take_group(self, msgs: list[Message]) -> None:

@@ -31,6 +31,7 @@ class RabbitNode:
         (base / "enabled_plugins").write_text("[].\n")
         self.server: subprocess.Popen[bytes] | None = None
         self.beam_pid: int | None = None
+        self.held: list[socket.socket] = []
 
     @property
     def url(self) -> str:
@@ -52,11 +53,14 @@ class RabbitNode:
             "RABBITMQ_ADVANCED_CONFIG_FILE": str(self.base / "advanced.config"),
         }
         (self.base / "pid").unlink(missing_ok=True)
+        self._release_ports()
         log = open(self.base / "server.out", "ab")  # noqa: SIM115 - the server's, closed with it
         self.server = subprocess.Popen([SERVER], env=env, stdout=log, stderr=subprocess.STDOUT)
         log.close()
         deadline = time.monotonic() + timeout
         while not self._answers():
+            if self.beam_pid is None and (self.base / "pid").exists():
+                self.beam_pid = int((self.base / "pid").read_text() or 0) or None  # close() needs it
             if self.server.poll() is not None or time.monotonic() > deadline:
                 output = (self.base / "server.out").read_text(errors="replace")[-3000:]
                 raise RuntimeError(f"RabbitMQ node {self.name} did not start:\n{output}")
@@ -65,11 +69,31 @@ class RabbitNode:
         return self
 
     def _answers(self) -> bool:
+        """Our node answers: RabbitMQ names its cluster after its node (another broker may have taken the port
+        while this one was down, and must not pass for it)."""
         try:
-            pika.BlockingConnection(pika.URLParameters(self.url + "?connection_attempts=1")).close()
+            connection = pika.BlockingConnection(pika.URLParameters(self.url + "?connection_attempts=1"))
         except pika.exceptions.AMQPError:
             return False
+        cluster = connection._impl.server_properties.get("cluster_name")
+        connection.close()
+        if not isinstance(cluster, str) or cluster.split("@")[0] != self.name.split("@")[0]:
+            raise RuntimeError(f"port {self.port} answers as {cluster!r}, not as the node {self.name}")
         return True
+
+    def _hold_ports(self) -> None:
+        """While the node is down its ports stay ours (bound, not listening: a connection is refused), so that
+        no other process of the machine takes them before it starts again on them."""
+        for port in (self.port, self.dist_port):
+            s = socket.socket()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("127.0.0.1", port))
+            self.held.append(s)
+
+    def _release_ports(self) -> None:
+        for s in self.held:
+            s.close()
+        self.held.clear()
 
     def kill(self) -> None:
         """kill -9 of this node's beam process, the broker itself."""
@@ -77,8 +101,10 @@ class RabbitNode:
         os.kill(self.beam_pid, signal.SIGKILL)
         self.server.wait(timeout=30)
         self.beam_pid = None
+        self._hold_ports()
 
     def close(self) -> None:
+        self._release_ports()
         if self.beam_pid is not None:
             os.kill(self.beam_pid, signal.SIGTERM)  # RabbitMQ stops cleanly on SIGTERM
             assert self.server is not None

@@ -455,6 +455,7 @@ def test_an_existing_destination_queue_is_used_whatever_its_arguments(
 OUTAGE = 30.0  # seconds the destination stays away in the guarantee
 
 
+@pytest.mark.timeout(OUTAGE + 240)  # two boots of a RabbitMQ node besides the outage
 def test_kill_9_of_the_rabbitmq_destination_and_30_s_away_loses_nothing(
     tmp_path: Any, amqpd: BrokerProcess, name: str, rabbit: httpx.Client
 ) -> None:

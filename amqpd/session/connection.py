@@ -32,7 +32,8 @@ from amqpd.protocol.constants import (
 )
 from amqpd.protocol.frames import PUBLISH, PUBLISH_GROUP, PUBLISH_RUN, BrokenStream, FrameReader
 from amqpd.protocol.methods import decode_method, decode_table, encode_method
-from amqpd.session.channel import Channel, PreparedRun
+from amqpd.session.channel import Channel
+from amqpd.session.publish_groups import PreparedRun, prepare_run
 
 if TYPE_CHECKING:
     from amqpd.broker.broker import Broker
@@ -276,9 +277,9 @@ class Session:
         if ch is not None and not ch.assembler.busy and self.state == OPEN:
             if not self.publishes:
                 self._first_publish()
-            if ch.on_publish_run(method, header, bodies):
+            if ch.groups.run(method, header, bodies):
                 return
-            run = ch.prepare_run(method, header)
+            run = prepare_run(method, header, ch.assembler.max_size)
             if run is not None:
                 bodies = self._publish_each(ch, run, bodies)
         for body in bodies:
@@ -294,7 +295,7 @@ class Session:
         if ch is not None and not ch.assembler.busy and self.state == OPEN:
             if not self.publishes:
                 self._first_publish()
-            done = ch.on_publish_group(method, headers, bodies)
+            done = ch.groups.group(method, headers, bodies)
         for i in range(done, len(bodies)):
             self._frame(PUBLISH, channel, (method, headers[i], bodies[i]))
             if self.state == CLOSED:

@@ -10,7 +10,7 @@ consumer has room) -> the publisher's confirm. What differs between senders is o
 `Origin` (a channel: returns, confirms, flow control) or `UNATTENDED` (nobody: the API awaits the store
 itself, a release or a dead letter has no publisher).
 
-The run and group paths of a channel (Channel.on_publish_run, on_publish_group) skip this only where the plan
+The run and group paths of a channel (session/publish_groups.py) skip this only where the plan
 says that none of these steps applies but the push (and the store): tests/unit/test_publish_run.py checks that
 both ways leave the same bytes and state.
 """

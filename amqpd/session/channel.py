@@ -34,6 +34,7 @@ from amqpd.session.confirms import Confirms
 from amqpd.session.consume_args import check_queue_consumer, consumer_priority, stream_start
 from amqpd.session.permissions import Permissions
 from amqpd.session.publish_groups import PublishGroups
+from amqpd.session.states import CHANNEL_OPEN, CONFIRM, HANDLE, TX, Refusal, channel_step
 from amqpd.session.transaction import Transaction
 
 if TYPE_CHECKING:
@@ -79,7 +80,8 @@ class Channel(Deliveries):
         self.consumers: dict[str, Consumer] = {}
         self.prefetch_count = 0  # for consumers created from now on (basic.qos global=false)
         self.global_prefetch = 0  # shared by all consumers of the channel (global=true)
-        # the modes (channel_states.py keeps them in step with `state`)
+        # its state in the channel's table (states.py), and the two modes as the publish path reads them
+        self.state = CHANNEL_OPEN
         self.confirm = False
         self.tx = False
         self.confirms = Confirms(conn, self)
@@ -211,7 +213,14 @@ class Channel(Deliveries):
 
     # -- method dispatch -----------------------------------------------------------------------------------
 
-    def handle(self, method: base.Frame) -> None:
+    def handle(self, method: base.Frame) -> str:
+        """A method other than publish, ack, nack and reject, as the channel's table (states.py) says for its
+        state: its handler runs (HANDLE), or the action is the session's to carry out (CLOSE, IGNORE)."""
+        step = channel_step(self.state, type(method))
+        if isinstance(step, Refusal):
+            raise step.error(method)
+        if step.action != HANDLE:
+            return step.action
         handler = _HANDLERS.get(type(method))
         if handler is None:
             raise errors.ConnectionError(errors.COMMAND_INVALID, f"unexpected method {method.name}", *_ids(method))
@@ -219,6 +228,14 @@ class Channel(Deliveries):
             handler(self, method)
         except errors.AMQPError as exc:
             raise exc.with_method(*_ids(method)) from None
+        if step.after != self.state:
+            self.enter(step.after)
+        return HANDLE
+
+    def enter(self, state: int) -> None:
+        self.state = state
+        self.confirm = state == CONFIRM
+        self.tx = state == TX
 
     def reply(self, method: base.Frame) -> None:
         self.conn.send(encode_method(self.id, method))
@@ -497,22 +514,16 @@ class Channel(Deliveries):
 
     # confirm and tx classes
 
+    # the modes: the channel's table (states.py) refuses a switch, and enters the mode once selected
+
     def confirm_select(self, m: commands.Confirm.Select) -> None:
-        if self.tx:
-            raise errors.precondition_failed("cannot switch from tx to confirm mode")
-        self.confirm = True
         if not m.nowait:
             self.reply(commands.Confirm.SelectOk())
 
     def tx_select(self, m: commands.Tx.Select) -> None:
-        if self.confirm:
-            raise errors.precondition_failed("cannot switch from confirm to tx mode")
-        self.tx = True
         self.reply(commands.Tx.SelectOk())
 
     def tx_commit(self, m: commands.Tx.Commit) -> None:
-        if not self.tx:
-            raise errors.precondition_failed("channel is not transactional")
         self.transaction.commit(self)
 
     def publish_held(
@@ -528,8 +539,6 @@ class Channel(Deliveries):
         self.conn.close_channel(self, exc)
 
     def tx_rollback(self, m: commands.Tx.Rollback) -> None:
-        if not self.tx:
-            raise errors.precondition_failed("channel is not transactional")
         self.transaction.drop(self.unacked)
         self.reply(commands.Tx.RollbackOk())
 

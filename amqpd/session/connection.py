@@ -1,8 +1,8 @@
 """One AMQP connection's protocol logic, with no I/O: fed bytes, it answers with bytes.
 
-The server wraps it with a socket (server/connection.py); tests drive it directly. The handshake is a
-state machine: the one method each handshake state accepts on channel 0 is the table _HANDSHAKE, and
-anything else is an error with RabbitMQ's reply code.
+The server wraps it with a socket (server/connection.py); tests drive it directly. The connection and each
+channel are state machines whose tables are in states.py: what a method does in each state, and RabbitMQ's
+reply code for one a state does not take.
 """
 
 from __future__ import annotations
@@ -34,6 +34,27 @@ from amqpd.protocol.frames import PUBLISH, PUBLISH_GROUP, PUBLISH_RUN, BrokenStr
 from amqpd.protocol.methods import decode_method, decode_table, encode_method
 from amqpd.session.channel import Channel
 from amqpd.session.publish_groups import PreparedRun, prepare_run
+from amqpd.session.states import (
+    ANSWER_CLOSE,
+    AWAIT_HEADER,
+    AWAIT_START_OK,
+    CHANNEL_CLOSING,
+    CLOSE,
+    CLOSED,
+    CLOSING,
+    HANG_UP,
+    IGNORE,
+    OPEN,
+    OPEN_CHANNEL,
+    OPEN_CONNECTION,
+    START_OK,
+    TUNE_OK,
+    UNOPENED,
+    UPDATE_SECRET,
+    Refusal,
+    channel_step,
+    connection_step,
+)
 
 if TYPE_CHECKING:
     from amqpd.broker.broker import Broker
@@ -56,9 +77,6 @@ CAPABILITIES = (
     "per_consumer_qos",
     "direct_reply_to",
 )
-
-# Handshake states; _HANDSHAKE (after the class) names the one method each accepts on channel 0.
-AWAIT_HEADER, AWAIT_START_OK, AWAIT_TUNE_OK, AWAIT_OPEN, OPEN, CLOSING, CLOSED = range(7)
 
 
 class Transport(Protocol):
@@ -93,8 +111,8 @@ class Session:
         self.out: list[bytes | memoryview] = []
         self.in_pieces = False  # `out` holds a large delivery's pieces (send_pieces): flushed unjoined
         self.channels: dict[int, Channel] = {}
-        self.closing_channels: set[int] = set()  # we sent channel.close and wait for close-ok
-        self.crossed_closes: set[int] = set()  # closes that crossed: a late close-ok may still come
+        # Channels without a Channel that are not UNOPENED: CHANNEL_CLOSING or CROSSED (states.py).
+        self.ending: dict[int, int] = {}
         self.confirm_channels: set[Channel] = set()
         self.user = ""
         self.vhost: VirtualHost | None = None
@@ -315,31 +333,35 @@ class Session:
     # -- connection class ---------------------------------------------------------------------------------
 
     def _connection_method(self, payload: bytes) -> None:
-        method = decode_method(payload, self.settings.max_table_depth)
-        step = _HANDSHAKE.get(self.state)
-        if step is not None:
-            expected, handler = step
-            if not isinstance(method, expected):
-                if self.state != AWAIT_OPEN:
-                    self._close_transport()  # RabbitMQ hangs up on a handshake out of order before tune-ok
-                    return
-                raise self._out_of_order(method)
-            handler(self, method)
-            return
-        if isinstance(method, commands.Connection.Close):
-            self.close_reason = f"client closed it ({method.reply_code} {method.reply_text})"
-            self.closed_normally = True
-            self.send_method(0, commands.Connection.CloseOk())
-            self._teardown()
-            self._close_transport()
-        elif isinstance(method, commands.Connection.CloseOk):
-            self._close_transport()
-        elif isinstance(method, (commands.Connection.Blocked, commands.Connection.Unblocked)):
-            return
-        elif isinstance(method, commands.Connection.UpdateSecret):
-            self._update_secret(method)
-        else:
-            raise self._out_of_order(method)
+        self._connection_step(decode_method(payload, self.settings.max_table_depth))
+
+    def _connection_step(self, method: Any) -> None:
+        """A method on channel 0, as the connection's table (states.py) says for the current state."""
+        state = self.state
+        step = connection_step(state, type(method))
+        if isinstance(step, Refusal):
+            raise step.error(method)
+        _CONNECTION_ACTIONS[step.action](self, method)
+        if self.state == state:  # unless the action closed the connection
+            self.state = step.after
+
+    def _client_close(self, m: commands.Connection.Close) -> None:
+        self.close_reason = f"client closed it ({m.reply_code} {m.reply_text})"
+        self.closed_normally = True
+        self.send_method(0, commands.Connection.CloseOk())
+        self._teardown()
+        self._close_transport()
+
+    def _hang_up(self, m: Any) -> None:
+        self._close_transport()
+
+    def _answer_close(self, m: commands.Connection.Close) -> None:
+        """The client's close after ours: close-ok, and hang up."""
+        self.send_method(0, commands.Connection.CloseOk())
+        self._close_transport()
+
+    def _ignore(self, m: Any) -> None:
+        """Blocked and unblocked from a client, and anything but close or close-ok after our close."""
 
     def _update_secret(self, m: commands.Connection.UpdateSecret) -> None:
         """Token refresh (OAuth 2 clients): the connection carries on under the new secret if the broker
@@ -349,12 +371,6 @@ class Session:
             log.info("secret update refused for user %r from %s", self.user, self.peer)
             raise errors.ConnectionError(errors.NOT_ALLOWED, "New secret was refused by one of the backends", 10, 70)
         self.send_method(0, commands.Connection.UpdateSecretOk())
-
-    def _out_of_order(self, method: Any) -> errors.ConnectionError:
-        state = {AWAIT_START_OK: "starting", AWAIT_TUNE_OK: "tuning", AWAIT_OPEN: "opening"}.get(self.state, "running")
-        return errors.ConnectionError(
-            errors.CHANNEL_ERROR, f"unexpected method in connection state {state}", *_ids(method)
-        )
 
     def _start_ok(self, m: commands.Connection.StartOk) -> None:
         self.client_properties = m.client_properties or {}
@@ -378,7 +394,6 @@ class Session:
             self._refuse_login(m.mechanism, user, reason)
             return
         self.user = user
-        self.state = AWAIT_TUNE_OK
         s = self.settings
         self.send_method(0, commands.Connection.Tune(s.channel_max, s.frame_max, s.heartbeat))
 
@@ -462,7 +477,6 @@ class Session:
         self.reader.frame_max = self.frame_max
         self.channel_max = m.channel_max or s.channel_max
         self.heartbeat = m.heartbeat
-        self.state = AWAIT_OPEN
 
     def _open(self, m: commands.Connection.Open) -> None:
         vhost = self.broker.vhosts.get(m.virtual_host)
@@ -474,7 +488,6 @@ class Session:
                 errors.NOT_ALLOWED, f"access to vhost '{vhost.name}' refused for user '{self.user}'", 10, 40
             )
         self.vhost = vhost
-        self.state = OPEN
         self.broker.connections.add(self)
         self.send_method(0, commands.Connection.OpenOk(""))
         log.info(
@@ -555,36 +568,28 @@ class Session:
 
     def _channel_slow_path(self, ch: Channel, payload: bytes) -> None:
         method = decode_method(payload, self.settings.max_table_depth)
-        if isinstance(method, commands.Channel.Close):
+        if ch.handle(method) == CLOSE:  # the channel's table (states.py) took it, or gave the session's part
             self.channels.pop(ch.id, None)
             ch.shutdown()
             self.send_method(ch.id, commands.Channel.CloseOk())
-        elif isinstance(method, commands.Channel.Open):
-            raise errors.ConnectionError(errors.CHANNEL_ERROR, "second 'channel.open' seen", 20, 10)
-        elif isinstance(method, commands.Channel.CloseOk):
-            return
-        else:
-            ch.handle(method)
 
     def _method_on_unopened(self, channel: int, payload: bytes) -> None:
+        """A method on a channel with no Channel: not opened yet, or closing (states.py)."""
         method = decode_method(payload, self.settings.max_table_depth)
-        if channel in self.closing_channels:
-            # After our channel.close, everything but close-ok (or the client's own close) is dropped.
-            self.closing_channels.discard(channel)
-            if isinstance(method, commands.Channel.Close):
-                # The client's close crossed ours: answer it, and the channel is closed; the close-ok it
-                # still owes ours may follow and is ignored (unless it opens the channel again first).
-                self.send_method(channel, commands.Channel.CloseOk())
-                self.crossed_closes.add(channel)
-            elif not isinstance(method, commands.Channel.CloseOk):
-                self.closing_channels.add(channel)
+        step = channel_step(self.ending.pop(channel, UNOPENED), type(method))
+        if isinstance(step, Refusal):
+            raise step.error(method)
+        if step.action == OPEN_CHANNEL:
+            self._open_channel(channel, step.after)
             return
-        if channel in self.crossed_closes:
-            self.crossed_closes.discard(channel)
-            if isinstance(method, commands.Channel.CloseOk):
-                return
-        if not isinstance(method, commands.Channel.Open):
-            raise errors.ConnectionError(errors.CHANNEL_ERROR, "expected 'channel.open'", *_ids(method))
+        if step.action == ANSWER_CLOSE:
+            # The client's close crossed ours: answer it, and the channel is closed; the close-ok it still owes
+            # ours may follow and is ignored (unless it opens the channel again first).
+            self.send_method(channel, commands.Channel.CloseOk())
+        if step.after != UNOPENED:
+            self.ending[channel] = step.after
+
+    def _open_channel(self, channel: int, state: int) -> None:
         # channel_max limits how many channels are open at once, not their ids, as in RabbitMQ (aiormq opens
         # channel 65535 on purpose; a client that negotiated 3 may open channel 4 while it has fewer than 3).
         if len(self.channels) >= self.channel_max:
@@ -595,7 +600,8 @@ class Session:
             )
         self._check_user_channel_limit()
         assert self.vhost is not None
-        self.channels[channel] = Channel(self, channel, self.vhost, self.broker)
+        ch = self.channels[channel] = Channel(self, channel, self.vhost, self.broker)
+        ch.enter(state)
         self.send_method(channel, commands.Channel.OpenOk())
 
     def _check_user_channel_limit(self) -> None:
@@ -611,7 +617,7 @@ class Session:
     def _content(self, ftype: int, channel: int, payload: bytes) -> None:
         ch = self.channels.get(channel)
         if ch is None:
-            if channel in self.closing_channels or channel in self.crossed_closes:
+            if channel in self.ending:
                 return  # the rest of a message published before our channel.close
             raise errors.unexpected_frame("expected method frame, got non method frame instead")
         try:
@@ -641,7 +647,7 @@ class Session:
             extra={"peer": self.peer, "user": self.user, "channel": ch.id, "reply_code": exc.code},
         )
         self.channels.pop(ch.id, None)
-        self.closing_channels.add(ch.id)
+        self.ending[ch.id] = CHANNEL_CLOSING
         ch.shutdown()
         self.send_method(ch.id, commands.Channel.Close(exc.code, exc.wire_text, exc.class_id, exc.method_id))
 
@@ -669,17 +675,14 @@ class Session:
             self._close_transport()
 
     def _frame_while_closing(self, ftype: int, channel: int, payload: bytes) -> None:
+        """After our connection.close only close and close-ok count (states.py); nothing else is even read."""
         if ftype != FRAME_METHOD or channel != 0:
             return
         try:
             method = decode_method(payload, self.settings.max_table_depth)
         except errors.AMQPError:
             return
-        if isinstance(method, commands.Connection.CloseOk):
-            self._close_transport()
-        elif isinstance(method, commands.Connection.Close):
-            self.send_method(0, commands.Connection.CloseOk())
-            self._close_transport()
+        self._connection_step(method)
 
     def _close_transport(self) -> None:
         if self.state != CLOSED:
@@ -777,15 +780,16 @@ class Session:
             ch.resume_deliveries()
 
 
-_HANDSHAKE: dict[int, tuple[type, Callable[[Session, Any], None]]] = {
-    AWAIT_START_OK: (commands.Connection.StartOk, Session._start_ok),
-    AWAIT_TUNE_OK: (commands.Connection.TuneOk, Session._tune_ok),
-    AWAIT_OPEN: (commands.Connection.Open, Session._open),
+_CONNECTION_ACTIONS: dict[str, Callable[[Session, Any], None]] = {
+    START_OK: Session._start_ok,
+    TUNE_OK: Session._tune_ok,
+    OPEN_CONNECTION: Session._open,
+    CLOSE: Session._client_close,
+    HANG_UP: Session._hang_up,
+    ANSWER_CLOSE: Session._answer_close,
+    IGNORE: Session._ignore,
+    UPDATE_SECRET: Session._update_secret,
 }
-
-
-def _ids(method: Any) -> tuple[int, int]:
-    return method.index >> 16, method.index & 0xFFFF
 
 
 def _text(value: Any) -> str:

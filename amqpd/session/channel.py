@@ -21,7 +21,7 @@ from amqpd.broker.delivery.deliveries import Deliveries
 from amqpd.broker.delivery.unacked import Outstanding
 from amqpd.broker.message import Message
 from amqpd.broker.queues.queue import Queue
-from amqpd.broker.routing.vhost import REPLY_TO, REPLY_TO_PREFIX, VirtualHost, server_generated_name
+from amqpd.broker.routing.vhost import REPLY_TO, VirtualHost, server_generated_name
 from amqpd.broker.streams.info import InfoRun, info_body, info_header, wants_info
 from amqpd.broker.streams.stream import StreamQueue
 from amqpd.protocol.assembler import Assembled, ContentAssembler
@@ -29,19 +29,17 @@ from amqpd.protocol.constants import FLAG_REPLY_TO
 from amqpd.protocol.fastpath import encode_return, parse_content_header, parse_publish_route, parse_tag_bits, shortstr
 from amqpd.protocol.frames import content_frames
 from amqpd.protocol.methods import AccessRequest, AccessRequestOk, build, encode_method
-from amqpd.protocol.properties import checked_header, rewrite_properties
+from amqpd.protocol.properties import checked_header
 from amqpd.session.confirms import Confirms
 from amqpd.session.consume_args import check_queue_consumer, consumer_priority, stream_start
 from amqpd.session.permissions import Permissions
 from amqpd.session.publish_groups import PublishGroups
+from amqpd.session.reply_to import ReplyTo, names_reply_to
 from amqpd.session.states import CHANNEL_OPEN, CONFIRM, HANDLE, TX, Refusal, channel_step
 from amqpd.session.transaction import Transaction
 
 if TYPE_CHECKING:
     from amqpd.broker.broker import Broker
-
-
-_REPLY_TO_RAW = REPLY_TO.encode()
 
 
 class ConnectionLike(Protocol):
@@ -70,7 +68,7 @@ class Channel(Deliveries):
         self.closing = False
         self.flow_active = True
         self.last_queue: str | None = None
-        self.reply_token: str | None = None  # direct reply-to: set while the channel consumes its replies
+        self.reply_to = ReplyTo(vhost)  # direct reply-to (reply_to.py)
         # deliveries
         self.last_tag = 0  # the delivery tag given last; basic.deliver and basic.get-ok count from 1
         self.unacked = Outstanding()  # by tag, queues' and streams'; it keeps every unacked count (unacked.py)
@@ -134,7 +132,7 @@ class Channel(Deliveries):
         if not self.permissions.cleared(ex, msg.exchange, msg.flags):
             self.permissions.check_publish(ex, msg)
         if msg.flags & FLAG_REPLY_TO:
-            self._rewrite_reply_to(msg)
+            self.reply_to.rewrite(msg)
         self.published += 1
         if self.tx:
             self.transaction.hold_publish(msg, mandatory)
@@ -286,8 +284,10 @@ class Channel(Deliveries):
     # queue class
 
     def queue_declare(self, m: commands.Queue.Declare) -> None:
-        if m.queue == REPLY_TO or m.queue.startswith(REPLY_TO_PREFIX):
-            self._declare_reply_to(m)
+        if names_reply_to(m.queue):
+            self.reply_to.check_declare(m.queue)
+            if not m.nowait:
+                self.reply(build(commands.Queue.DeclareOk, m.queue, 0, 1))
             return
         self._check_queue_name_length(m.queue)
         q = self.vhost.declare_queue(
@@ -303,14 +303,6 @@ class Channel(Deliveries):
         self.last_queue = q.name
         if not m.nowait:
             self.reply(build(commands.Queue.DeclareOk, q.name, len(q.ready), len(q.consumers)))
-
-    def _declare_reply_to(self, m: commands.Queue.Declare) -> None:
-        """Direct reply-to, as RabbitMQ answers a declare of it (passive or not): the pseudo-queue always
-        exists with one consumer, a reply address while its requester consumes, anything else is 404."""
-        if m.queue != REPLY_TO and m.queue[len(REPLY_TO_PREFIX) :] not in self.vhost.replies:
-            raise errors.not_found(f"no queue '{m.queue}' in vhost '{self.vhost.name}'")
-        if not m.nowait:
-            self.reply(build(commands.Queue.DeclareOk, m.queue, 0, 1))
 
     def _check_queue_name_length(self, name: str) -> None:
         """max_queue_name_length (at most 255, the protocol's shortstr): a longer name is refused with 406."""
@@ -435,28 +427,16 @@ class Channel(Deliveries):
 
     def _consume_replies(self, m: commands.Basic.Consume) -> None:
         """Direct reply-to: the channel consumes its own pseudo-queue, auto-ack only, one per channel."""
-        if not m.no_ack:
-            raise errors.precondition_failed("reply consumer cannot acknowledge")
-        if self.reply_token is not None:
-            raise errors.precondition_failed("reply consumer already set")
+        self.reply_to.check_consume(m.no_ack)
         tag = m.consumer_tag or server_generated_name("amq.ctag-")
         if tag in self.consumers:
             raise errors.not_allowed(f"attempt to reuse consumer tag '{tag}'")
-        self.reply_token, q = self.vhost.open_reply_queue()
+        q = self.reply_to.open()
         consumer = Consumer(tag, self, q, no_ack=True, exclusive=True, prefetch=0)
         self.consumers[tag] = consumer
         if not m.nowait:
             self.reply(build(commands.Basic.ConsumeOk, tag))
         q.add_consumer(consumer)
-
-    def _rewrite_reply_to(self, msg: Message) -> None:
-        """reply_to=amq.rabbitmq.reply-to becomes this channel's own reply address."""
-        if msg.raw_property(FLAG_REPLY_TO) != _REPLY_TO_RAW:
-            return
-        if self.reply_token is None:
-            raise errors.ChannelError(errors.PRECONDITION_FAILED, "fast reply consumer does not exist", 60, 40)
-        address = shortstr(REPLY_TO_PREFIX + self.reply_token)
-        msg.header = rewrite_properties(msg.header, msg.size, {FLAG_REPLY_TO: address})
 
     def basic_cancel(self, m: commands.Basic.Cancel) -> None:
         consumer = self.consumers.pop(m.consumer_tag or "", None)
@@ -464,13 +444,8 @@ class Channel(Deliveries):
             self.reply(build(commands.Basic.CancelOk, m.consumer_tag))
         if consumer is not None:
             consumer.queue.remove_consumer(consumer)
-            self._release_reply_queue(consumer)
+            self.reply_to.release(consumer.queue)
             self.vhost.consumer_gone(consumer.queue)
-
-    def _release_reply_queue(self, consumer: Consumer) -> None:
-        if self.reply_token is not None and consumer.queue.name == REPLY_TO:
-            self.vhost.close_reply_queue(self.reply_token)
-            self.reply_token = None
 
     def cancel_by_server(self, consumer: Consumer) -> None:
         """The queue went away: RabbitMQ tells clients that asked for consumer_cancel_notify."""
@@ -557,7 +532,7 @@ class Channel(Deliveries):
         self.consumers.clear()
         for consumer in consumers:
             consumer.queue.remove_consumer(consumer)
-            self._release_reply_queue(consumer)
+            self.reply_to.release(consumer.queue)
         self.requeue_all()
         for consumer in consumers:
             self.vhost.consumer_gone(consumer.queue)

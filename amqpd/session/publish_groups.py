@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Protocol
 from amqpd import errors
 from amqpd.broker.delivery.consumer import Consumer
 from amqpd.broker.message import SCANNED_FLAGS, Message, may_name_keys
+from amqpd.broker.publish.publisher import Origin, Publisher
 from amqpd.broker.queues.queue import Queue
-from amqpd.broker.routing.plan import PER_MESSAGE_FLAGS, PublishPlan, count_publishes
+from amqpd.broker.routing.plan import PER_MESSAGE_FLAGS, PublishPlan
 from amqpd.protocol.fastpath import parse_content_header, parse_publish_route
 from amqpd.protocol.properties import PropertyScan, checked_header, scan_published
 
@@ -67,17 +68,17 @@ def prepare_run(method: bytes, header: bytes, max_size: int) -> PreparedRun | No
     return PreparedRun(exchange, routing_key, route, checked_header(header), flags, bool(bits & 1), scan)
 
 
-class Publishing(Protocol):
+class Publishing(Origin, Protocol):
     """What these paths need of their channel."""
 
     vhost: VirtualHost
     broker: Broker
+    publisher: Publisher
     permissions: Permissions
     confirm: bool
     tx: bool
     published: int
 
-    def publish_flow(self, q: Queue) -> None: ...
     def group_confirm(self, n: int) -> Callable[[bool], None]: ...
 
 
@@ -101,9 +102,7 @@ class PublishGroups:
             return False
         plan, route, consumer = target
         ch.published += len(bodies)
-        count_publishes(plan, len(bodies))
-        consumer.queue.take_run(len(bodies))
-        consumer.channel.deliver_run(consumer, route, header, bodies)
+        ch.publisher.deliver_run(plan, consumer, route, header, bodies)
         return True
 
     def group(self, method: bytes, headers: list[bytes], bodies: list[bytes]) -> int:
@@ -130,9 +129,7 @@ class PublishGroups:
             n += 1
         if n:
             ch.published += n
-            count_publishes(plan, n)
-            queue.take_run(n)
-            consumer.channel.deliver_each(consumer, route, headers[:n], bodies[:n])
+            ch.publisher.deliver_each(plan, consumer, route, headers[:n], bodies[:n])
         return n
 
     def _queue_group(
@@ -151,9 +148,7 @@ class PublishGroups:
             msgs.append(Message(exchange, routing_key, route, checked, body, flags, scan))
         if msgs:
             self.ch.published += len(msgs)
-            count_publishes(plan, len(msgs))
-            queue.take_group(msgs)
-            self.ch.publish_flow(queue)
+            self.ch.publisher.enqueue_group(self.ch, plan, queue, msgs)
         return len(msgs)
 
     def _stored_group(self, method: bytes, headers: list[bytes], bodies: list[bytes]) -> int:
@@ -180,17 +175,8 @@ class PublishGroups:
             for (flags, header, scan), body in zip(reads, bodies, strict=False)  # the reads may stop early
         ]
         if msgs:
-            count_publishes(plan, len(msgs))
-            self._store_and_push(plan.stored, msgs)
+            ch.publisher.store_group(ch, plan, plan.stored, msgs, ch.group_confirm(len(msgs)))
         return len(msgs)
-
-    def _store_and_push(self, queue: Queue, msgs: list[Message]) -> None:
-        """Publish messages that go to `queue` alone and are stored (see _stored_group): one append, one confirm
-        for all, each pushed in order."""
-        settle = self.ch.group_confirm(len(msgs))
-        self.ch.broker.store_group(msgs, queue, lambda: settle(True), lambda: settle(False))
-        queue.push_many(msgs)
-        self.ch.publish_flow(queue)
 
     def _store_stream_group(
         self,
@@ -202,19 +188,16 @@ class PublishGroups:
         bodies: list[bytes],
     ) -> int:
         """_stored_group for a stream: a stream keeps nothing of a publish in memory (its readers read the
-        store), so the publishes are stored from their headers and bodies (Broker.store_stream_group), as
-        store_group stores the messages _store_and_push would make, without making them (none has an expiry:
-        a publish with an expiration is one of PER_MESSAGE_FLAGS, which end a group). How many."""
+        store), so the publishes are stored from their headers and bodies (Publisher.store_stream_group), as
+        store_group stores the messages it would make, without making them (none has an expiry: a publish with
+        an expiration is one of PER_MESSAGE_FLAGS, which end a group). How many."""
         # the headers as checked_header returns them
         stored = [header for _flags, header, _scan in _scans(plan.stored_to, headers, self.max_size)]
         n = len(stored)
         if n:
-            count_publishes(plan, n)
-            settle = self.ch.group_confirm(n)
-            self.ch.broker.store_stream_group(
-                stream, exchange, routing_key, stored, bodies[:n], lambda: settle(True), lambda: settle(False)
-            )
-            self.ch.publish_flow(stream)
+            ch = self.ch
+            settle = ch.group_confirm(n)
+            ch.publisher.store_stream_group(ch, plan, stream, exchange, routing_key, stored, bodies[:n], settle)
         return n
 
     def _group_target(self, method: bytes) -> tuple[PublishPlan, bytes] | None:

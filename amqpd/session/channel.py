@@ -106,11 +106,6 @@ class Channel(Deliveries):
             return
         self.publish(Message(exchange, routing_key, route, checked_header(header), body, flags), bool(bits & 1))
 
-    def group_confirm(self, n: int) -> Callable[[bool], None]:
-        """The next n publishes, stored together (publish_groups.py): one confirm for all."""
-        self.published += n
-        return self.confirms.group(n)
-
     def on_header(self, payload: bytes) -> None:
         done = self.assembler.take_header(payload)
         if done is not None:
@@ -163,6 +158,11 @@ class Channel(Deliveries):
 
     def publish_settled(self, seq: int, ok: bool) -> None:
         self.confirms.settled(seq, ok)
+
+    def group_confirm(self, n: int) -> Callable[[bool], None]:
+        """The next n publishes, stored together (publish_groups.py): one confirm for all."""
+        self.published += n
+        return self.confirms.group(n)
 
     def emit_confirms(self) -> None:
         """Called once per loop turn: one basic.ack(multiple) for everything settled in order."""

@@ -146,8 +146,11 @@ class BrokerProcess:
         self._settled.wait(timeout)
         if self._listening.is_set():
             return self
-        if self._settled.is_set():  # it exited: its last words are on stderr, read to the end
-            code = self.proc.wait(10) if self.proc else None
+        if self._settled.is_set():  # its stdout closed: it exited, its last words are on stderr, read to the end
+            try:
+                code = self.proc.wait(10) if self.proc else None
+            except subprocess.TimeoutExpired:  # it closed its stdout but runs on: stop() below ends it
+                code = None
             if self._stderr_pump is not None:
                 self._stderr_pump.join(10)
             self.stop()

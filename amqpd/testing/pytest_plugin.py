@@ -228,7 +228,8 @@ def _amqpd_admin(amqpd_broker: Any, pytestconfig: pytest.Config) -> ManagementCl
 def amqp_url(amqpd_broker: Any, _amqpd_admin: ManagementClient, request: pytest.FixtureRequest) -> Iterator[str]:
     """A vhost and a user for this test alone (every permission on that vhost, nothing else), removed after it
     with whatever the test left there: queues, messages, consumers, connections."""
-    vhost = IsolatedVhost(_amqpd_admin, amqpd_broker.url, request.node.name)
+    external = bool(request.config.getoption("amqpd_url"))  # amqpd takes the vhost in one request
+    vhost = IsolatedVhost(_amqpd_admin, amqpd_broker.url, request.node.name, one_request=not external)
     try:
         vhost.create()
     except (ManagementError, OSError) as exc:

@@ -49,6 +49,7 @@ P99_FLOOR_MS = 20.0
 CONNECT_TIMEOUT = 30.0
 RABBITMQ_SOCKETS_LEFT = 200  # for the other users of the shared reference broker
 STOP_TIMEOUT = 60.0
+HTTP_ATTEMPTS = 3
 
 
 @dataclass
@@ -133,10 +134,12 @@ class Soak:
             await asyncio.sleep(self.seconds)
             self.stop.set()
             # Bounded: a worker stuck on a broker that stopped answering must not keep the run going.
-            _, stuck = await asyncio.wait(tasks, timeout=STOP_TIMEOUT)
+            done, stuck = await asyncio.wait(tasks, timeout=STOP_TIMEOUT)
             for t in stuck:
                 t.cancel()
             self.churned["workers_stuck_at_stop"] = len(stuck)
+            # a worker that died early (the sampler, a publisher) leaves the rest of the run unmeasured
+            self.churned["workers_failed"] = sum(1 for t in done if t.exception() is not None)
             await self.drain()
             await self.cleanup(conn)
         finally:
@@ -326,10 +329,23 @@ class Soak:
             ("connections", "connections"),
             ("channels", "channels"),
         ):
-            r = await self.http.get(f"{self.target.mgmt}/api/{path}")
-            r.raise_for_status()
+            r = await self.get(f"{self.target.mgmt}/api/{path}")
             counts[key] = sum(1 for o in r.json() if o.get("vhost") == vhost)
         return counts
+
+    async def get(self, url: str) -> httpx.Response:
+        """A GET that survives the server closing an idle keep-alive connection just as it is reused (seen after
+        15 minutes of a 30-minute run: the sampler died with it, and the rest of the run went unsampled)."""
+        for attempt in range(HTTP_ATTEMPTS):
+            try:
+                r = await self.http.get(url)
+                r.raise_for_status()
+                return r
+            except httpx.TransportError:
+                if attempt == HTTP_ATTEMPTS - 1:
+                    raise
+                self.churned["http_retries"] += 1
+        raise AssertionError("unreachable")
 
     async def drain(self, timeout: float = 60) -> None:
         """Wait (bounded) until every confirmed message has been consumed: TTL, dead-lettering and delays are
@@ -359,7 +375,9 @@ class Soak:
             "flows": flows,
             "churned": dict(self.churned),
             "samples": [asdict(s) for s in self.samples],
-            "verdict": verdict(self.samples, flows, self.churned["workers_stuck_at_stop"]),
+            "verdict": verdict(
+                self.samples, flows, self.churned["workers_stuck_at_stop"], self.churned["workers_failed"]
+            ),
         }
 
 
@@ -371,7 +389,7 @@ def _grew(values: list[float], share: float, floor: float) -> dict[str, Any]:
     return {"second_third": before, "last_third": after, "grew": after > before * (1 + share) + floor}
 
 
-def verdict(samples: list[Sample], flows: dict[str, dict[str, int]], stuck: int = 0) -> dict[str, Any]:
+def verdict(samples: list[Sample], flows: dict[str, dict[str, int]], stuck: int = 0, failed: int = 0) -> dict[str, Any]:
     lost = sum(f["lost"] for f in flows.values())
     duplicated = sum(f["duplicated"] for f in flows.values())
     if len(samples) < 3:
@@ -381,10 +399,13 @@ def verdict(samples: list[Sample], flows: dict[str, dict[str, int]], stuck: int 
     ping = _grew([s.ping_p99_ms for s in samples], P99_GROWTH - 1, P99_FLOOR_MS)
     confirm = _grew([s.confirm_p99_ms for s in samples], P99_GROWTH - 1, P99_FLOOR_MS)
     return {
-        "pass": not (stuck or lost or duplicated or rss["grew"] or fds["grew"] or ping["grew"] or confirm["grew"]),
+        "pass": not (
+            stuck or failed or lost or duplicated or rss["grew"] or fds["grew"] or ping["grew"] or confirm["grew"]
+        ),
         "lost": lost,
         "duplicated": duplicated,
         "workers_stuck_at_stop": stuck,
+        "workers_failed": failed,
         "rss_mb": rss,
         "fds": fds,
         "ping_p99_ms": ping,

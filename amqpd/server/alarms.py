@@ -127,6 +127,11 @@ class Alarms:
             now = self.broker.clock = time.monotonic()
             self.check()
             self.broker.check_flow()
-            for session in list(self.broker.connections):
-                session.check_ack_timeouts(now)
+            self._check_ack_timeouts(now)
             await asyncio.sleep(self.settings.alarm_interval)
+
+    def _check_ack_timeouts(self, now: float) -> None:
+        # Not inline in run(): its loop variable would hold the last connection (closed or not, with all its
+        # channels and buffers) for as long as the broker runs with no connection to take its place.
+        for session in list(self.broker.connections):
+            session.check_ack_timeouts(now)

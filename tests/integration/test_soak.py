@@ -22,6 +22,7 @@ def test_two_minutes_of_churn_lose_nothing_and_leak_no_fds_or_memory() -> None:
     assert {name: (f["lost"], f["duplicated"]) for name, f in flows.items()} == {name: (0, 0) for name in flows}
     churned = report["churned"]
     assert churned["connections_closed"] > 0 and churned["queues"] > 0 and churned["workers_stuck_at_stop"] == 0
+    assert churned["workers_failed"] == 0, churned
     v = report["verdict"]
     assert not v["fds"]["grew"], v["fds"]
     assert not v["rss_mb"]["grew"], v["rss_mb"]

@@ -9,6 +9,7 @@ publish (`confirms_pending`: it asks this channel to `emit` once per loop turn).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -27,11 +28,13 @@ class ConfirmsOwner(Protocol):
 class Confirms:
     """Sequence numbers of one channel in confirm mode (tests/integration/test_confirms_tx.py)."""
 
-    __slots__ = ("conn", "channel", "seq", "confirmed_upto", "pending", "nacks")
+    __slots__ = ("conn", "_channel", "seq", "confirmed_upto", "pending", "nacks")
 
     def __init__(self, conn: ConfirmsOwner, channel: Any) -> None:
         self.conn = conn
-        self.channel = channel  # handed back to the connection, which calls emit() on the channel's turn
+        # Handed back to the connection, which calls emit() on the channel's turn. Weak: the channel holds this
+        # object, and a cycle would keep a closed channel (and its connection) until a full collection.
+        self._channel = weakref.ref(channel)
         self.seq = 0  # the last sequence number given
         self.confirmed_upto = 0  # every publish up to this one is confirmed (acked or nacked)
         self.pending: dict[int, None] = {}  # awaiting the store, in seq order
@@ -52,7 +55,7 @@ class Confirms:
             if seq in self.pending:
                 del self.pending[seq]
                 self.conn.unconfirmed_changed(-1)
-            self.conn.confirms_pending(self.channel)
+            self._pending()
             if on_stored is not None:
                 on_stored()
 
@@ -72,7 +75,7 @@ class Confirms:
             self.conn.unconfirmed_changed(-1)
         if not ok:
             self.nacks.add(seq)
-        self.conn.confirms_pending(self.channel)
+        self._pending()
 
     def group(self, n: int) -> Callable[[bool], None]:
         """The next n publishes, stored together: one confirm for all. Its settle(ok) acks (or nacks) them."""
@@ -88,9 +91,14 @@ class Confirms:
                 self.conn.unconfirmed_changed(-n)
             if not ok:
                 self.nacks.update(range(first, first + n))
-            self.conn.confirms_pending(self.channel)
+            self._pending()
 
         return settle
+
+    def _pending(self) -> None:
+        channel = self._channel()
+        if channel is not None:  # else closed and gone: nothing to confirm on it
+            self.conn.confirms_pending(channel)
 
     def emit(self, channel_id: int) -> bytes:
         """One basic.ack(multiple) for everything settled in order, a basic.nack for each refused; b"" if none."""

@@ -9,6 +9,7 @@ tests/unit/test_publish_run.py checks that both ways leave the same bytes and st
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Protocol
 
@@ -86,7 +87,9 @@ class PublishGroups:
     """The run and group paths of one channel."""
 
     def __init__(self, channel: Publishing, max_size: int) -> None:
-        self.ch = channel
+        # A proxy: the channel holds this object, and a cycle would keep a closed channel (and its connection)
+        # until a full collection.
+        self.ch: Publishing = weakref.proxy(channel)
         self.max_size = max_size  # the largest body a publish may have (max_message_size)
 
     def run(self, method: bytes, header: bytes, bodies: list[bytes]) -> bool:

@@ -211,11 +211,6 @@ def test_a_closed_connection_is_freed_at_once_not_at_the_next_full_collection(br
     assert sessions_left_for_the_cyclic_gc(broker.url, with_channel=False) == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a closed channel is a cycle with its parts (Confirms, PublishGroups, ReplyTo, Transaction, "
-    "Outstanding, Permissions refer back to it or to the session): not broken at close yet",
-)
 def test_a_closed_connection_with_a_channel_is_freed_at_once(broker: EmbeddedBroker) -> None:
     assert sessions_left_for_the_cyclic_gc(broker.url, with_channel=True) == 0
 

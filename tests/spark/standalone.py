@@ -39,12 +39,17 @@ def _env(root: Path, logs: Path) -> dict[str, str]:
 
 
 def children(pid: int) -> list[int]:
-    """The direct children of a process, from /proc."""
-    path = Path(f"/proc/{pid}/task/{pid}/children")
-    try:
-        return [int(p) for p in path.read_text().split()]
-    except OSError:
-        return []
+    """The direct children of a process, from /proc (a JVM starts them from any of its threads, so
+    /proc/PID/task/*/children would need every thread's: the parents of all processes are read instead)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if parent(int(entry.name)) == pid:
+                    out.append(int(entry.name))
+            except (OSError, LookupError):
+                pass  # gone meanwhile
+    return out
 
 
 def descendants(pid: int) -> list[int]:

@@ -26,6 +26,10 @@ INFO_TYPE = "application/vnd.amqpd.stream-info+json"
 INFO_TIMEOUT_S = 30.0  # an answer is one delivery right after consume-ok: this long without one is an error
 
 
+class NotAmqpd(BrokerError):
+    """The broker at the URI is another one (RabbitMQ, say): it cannot answer x-amqpd-stream-info."""
+
+
 @dataclass(frozen=True)
 class Bounds:
     """A stream's offsets: `first` is the oldest kept, `end` the next one to come (readable: [first, end))."""
@@ -137,7 +141,7 @@ class AmqpPositions:
                 version = version.decode() if isinstance(version, bytes) else version
                 link.close()
                 ep = self.endpoint
-                raise BrokerError(
+                raise NotAmqpd(
                     f"the broker at {ep.host}:{ep.port} is {product or 'unknown'} {version or ''}, not amqpd: "
                     "the amqpd source reads streams from amqpd only"
                 )

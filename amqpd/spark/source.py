@@ -43,6 +43,7 @@ class AmqpdDataSource(DataSource):
         if overwrite:
             raise ValueError(OVERWRITE_REFUSED)
         opts = WriteOptions.parse(dict(self.options))
+        opts.check_target()
         columns = arrow_columns(schema, opts, streaming=False)
         return BatchWriter(opts) if columns is None else ArrowBatchWriter(opts, columns)
 
@@ -50,6 +51,7 @@ class AmqpdDataSource(DataSource):
         if overwrite:
             raise ValueError(OVERWRITE_REFUSED)
         opts = WriteOptions.parse(dict(self.options))
+        opts.check_target()
         columns = arrow_columns(schema, opts, streaming=True)
         if columns is None:
             return StreamingWriter(opts)

@@ -32,7 +32,8 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from amqpd.spark.wire import Endpoint, Outgoing, Publisher
+from amqpd.spark.positions import AmqpPositions, NotAmqpd
+from amqpd.spark.wire import BrokerError, Endpoint, Outgoing, Publisher
 
 try:  # rows as Arrow record batches, without a Row object each: batch writes from 4.0, streaming from 4.1
     from pyspark.sql.datasource import DataSourceStreamArrowWriter
@@ -45,6 +46,12 @@ OVERWRITE_REFUSED = (
 )
 
 
+# the writer's options, and Spark's own that reach a data source with them (a streaming write's checkpoint)
+WRITE_OPTIONS = ("uri", "exchange", "routing_key", "routingKey", "queue", "messageIdColumns")
+SPARK_OPTIONS = ("checkpointLocation", "path")
+_WRITE_LOWER = {name.lower() for name in WRITE_OPTIONS + SPARK_OPTIONS}
+
+
 @dataclass
 class WriteOptions:
     endpoint: Endpoint
@@ -55,11 +62,35 @@ class WriteOptions:
     @classmethod
     def parse(cls, options: dict[str, Any]) -> WriteOptions:
         lower = {k.lower(): v for k, v in options.items()}
+        unknown = sorted(k for k in options if k.lower() not in _WRITE_LOWER)
+        if unknown:
+            raise ValueError(f"option {unknown[0]} is not known to the amqpd source for writing (see docs/spark.md)")
         if "uri" not in lower:
             raise ValueError("option uri is required: amqp://user:password@host:port/vhost")
         cols = [c.strip() for c in str(lower.get("messageidcolumns", "")).split(",") if c.strip()]
         routing_key = lower.get("routing_key", lower.get("routingkey", lower.get("queue", "")))
         return cls(Endpoint.parse(lower["uri"]), str(lower.get("exchange", "")), str(routing_key), cols)
+
+    @property
+    def target(self) -> str:
+        """What the options publish to, for messages."""
+        if self.exchange:
+            return f"exchange '{self.exchange}' (routing key '{self.routing_key}')"
+        return f"stream '{self.routing_key}'" if self.routing_key else "the routing_key column's streams"
+
+    def check_target(self) -> None:
+        """On the driver, before any task runs: a stream named by the options (the default exchange and a
+        routing key) must exist and be a stream (ValueError naming it). Through an exchange, or when the broker
+        is not amqpd (the writer publishes to any broker), there is nothing to ask."""
+        if self.exchange or not self.routing_key:
+            return
+        positions = AmqpPositions(self.endpoint)
+        try:
+            positions.bounds(self.routing_key)
+        except NotAmqpd:
+            pass
+        finally:
+            positions.close()
 
 
 @dataclass
@@ -103,16 +134,25 @@ def publish_rows(rows: Iterator[Row], opts: WriteOptions) -> Published:
 
 
 def publish_dicts(rows: Iterator[dict[str, Any]], opts: WriteOptions) -> Published:
-    publisher = Publisher(opts.endpoint)
+    """Publish every row; a broken link (the broker gone, a refusal) is one line naming the target and how
+    many of the task's messages were confirmed (the task's retry publishes them again, with the same ids)."""
+    publisher: Publisher | None = None
     try:
+        publisher = Publisher(opts.endpoint)
         for fields in rows:
             missing = [c for c in opts.id_columns if c not in fields]
             if missing:
                 raise ValueError(f"option messageIdColumns names columns the data lacks: {missing}")
             publisher.publish(message_for(fields, opts))
         return Published(publisher.flush())
+    except (BrokerError, OSError) as exc:
+        ep = opts.endpoint
+        done = f"{publisher.confirmed} of {publisher.sent} messages confirmed" if publisher else "nothing published"
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        raise BrokerError(f"amqpd writer to {opts.target} at {ep.host}:{ep.port}: {reason} ({done})") from None
     finally:
-        publisher.close()
+        if publisher is not None:
+            publisher.close()
 
 
 def batch_dicts(batches: Iterator[pa.RecordBatch], wanted: set[str]) -> Iterator[dict[str, Any]]:

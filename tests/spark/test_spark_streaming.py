@@ -12,6 +12,7 @@ import pytest
 from broker_streams import declare_stream, publish, reader
 from pyspark.sql import SparkSession
 
+from amqpd.spark.progress import stream_metrics
 from amqpd.testing import BrokerProcess
 
 pytestmark = pytest.mark.timeout(300)  # a Spark job on a busy 2-core machine can take a while
@@ -52,6 +53,10 @@ def test_a_query_restarted_from_its_checkpoint_gives_the_sink_each_message_exact
     batches = [p["numInputRows"] for p in second.recentProgress]  # type: ignore[attr-defined]
     assert batches and max(batches) <= 100  # maxOffsetsPerTrigger bounds each micro-batch
     assert sum(batches) == 650 - rows_before  # the restart went on from the checkpoint, not from earliest
+    per_stream = [stream_metrics(p) for p in second.recentProgress]  # type: ignore[attr-defined]
+    assert [sum(m["numInputRows"] or 0 for m in s.values()) for s in per_stream] == batches
+    behind = [sum(m["offsetsBehind"] or 0 for m in s.values()) for s in per_stream]
+    assert behind[0] == 650 - rows_before - batches[0] and behind[-1] == 0  # what waits after each batch
     assert _sink_offsets(spark, sink) == sorted([(a, o) for o in range(350)] + [(b, o) for o in range(300)])
     last = max((checkpoint / "offsets").iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else -1)
     assert json.loads(last.read_text().splitlines()[-1]) == {a: 350, b: 300}  # next offset per stream

@@ -86,7 +86,7 @@ def test_overwrite_is_refused_with_a_clear_message(spark: SparkSession, broker: 
 def test_an_unroutable_message_fails_the_write(spark: SparkSession, broker: BrokerProcess) -> None:
     df = spark.createDataFrame([("x",)], "body string")
     with pytest.raises(Exception, match="unroutable"):
-        _write(df, broker, routing_key="no-such-queue-anywhere")
+        _write(df, broker, exchange="amq.direct", routing_key="no-such-queue-anywhere")
 
 
 def _retried_write(spark: SparkSession, broker: BrokerProcess, target: str, marker: Path) -> list:

@@ -11,7 +11,7 @@ from store.message_store import MessageStore
 from store.queue_reader import FIRST_KEY, FIRST_POSITION, QueueLogReader, QueueNotFound
 from store.record_codec import FIXED_AFTER_ID as RECORD_FIXED_AFTER_ID
 from store.record_codec import FLAG_EXPIRES as RECORD_FLAG_EXPIRES
-from store.record_codec import encode_record
+from store.record_codec import decode_record, encode_record
 from store.records import AccessRows, MessageRecord, QueueEntry, Recovered, RecoveredMessage
 from store.recovery import MissingCatalogue
 from store.segment import UnsupportedFormat
@@ -32,5 +32,6 @@ __all__ = [
     "Recovered",
     "RecoveredMessage",
     "UnsupportedFormat",
+    "decode_record",
     "encode_record",
 ]

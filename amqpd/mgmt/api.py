@@ -481,7 +481,7 @@ class ManagementAPI(AccessEndpoints, ParameterEndpoints):
         encoding = body.get("encoding", "auto")
         q = v.queues[queue]
         if isinstance(q, StreamQueue):  # a stream keeps what it delivered: `from` is an offset in its log
-            records = q.log.read(start, min(count, listing.MAX_PAGE_SIZE))
+            records = await q.log.read_async(start, min(count, listing.MAX_PAGE_SIZE))
             return [operations.record_json(offset, record, encoding) for offset, record in records]
         entries = operations.peek(v, queue, count, start)
         total = len(v.queues[queue].ready)

@@ -1,0 +1,137 @@
+"""The event loop never reads the disk (issue 26): every path that reads a record back from the store does it
+in the store's read worker. The store's I/O seam (store/file_io.py) records the thread of each read; each test
+drives one path on a broker over a real store, checks that the client got what it should (so the read did
+happen), and that none of the reads ran on the loop's thread."""
+
+from __future__ import annotations
+
+import mmap
+import tempfile
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import pytest
+from fakes import ClientChannel
+
+from amqpd.broker.broker import Broker
+from amqpd.broker.streams.stream import StreamQueue
+from amqpd.config import Settings
+from store import MessageStore
+from store.file_io import FileIO
+
+
+class RecordingIO(FileIO):
+    """The store's seam, noting which thread each read ran on."""
+
+    def __init__(self) -> None:
+        self.read_threads: list[int] = []
+
+    def pread(self, fd: int, size: int, pos: int) -> bytes:
+        self.read_threads.append(threading.get_ident())
+        return super().pread(fd, size, pos)
+
+    def map(self, fd: int, size: int) -> mmap.mmap:
+        self.read_threads.append(threading.get_ident())
+        return super().map(fd, size)
+
+
+class Setup:
+    def __init__(self, broker: Broker, store: MessageStore, io: RecordingIO) -> None:
+        self.broker, self.store, self.io = broker, store, io
+        self.loop_thread = threading.get_ident()
+
+    async def settle(self) -> None:
+        """Everything published is on disk (and out of the store's memory), every read asked for is in."""
+        await self.store.flush()
+        await self.store.reads_done()
+
+    def start_counting(self) -> None:
+        self.io.read_threads.clear()
+
+    def assert_read_off_the_loop(self) -> None:
+        assert self.io.read_threads, "nothing was read back from the disk: the test proves nothing"
+        on_loop = self.io.read_threads.count(self.loop_thread)
+        assert on_loop == 0, f"{on_loop} of {len(self.io.read_threads)} reads ran on the event loop's thread"
+
+
+@asynccontextmanager
+async def broker_on_disk() -> AsyncIterator[Setup]:
+    with tempfile.TemporaryDirectory() as d:
+        io = RecordingIO()
+        store = MessageStore(d, fsync="none", io=io)
+        await store.open()
+        try:
+            yield Setup(Broker(Settings(), store=store), store, io)
+        finally:
+            await store.close()
+
+
+def run(scenario: Callable[[Setup], Awaitable[None]]) -> None:
+    async def main() -> None:
+        async with broker_on_disk() as setup:
+            await scenario(setup)
+
+    anyio.run(main)
+
+
+def stream_with(setup: Setup, count: int, size: int = 100) -> ClientChannel:
+    c = ClientChannel(setup.broker)
+    c.declare_queue("s", durable=True, arguments={"x-queue-type": "stream"})
+    for n in range(count):
+        c.publish("", "s", b"%05d" % n + b"z" * size)
+    return c
+
+
+def bodies(c: ClientChannel) -> list[bytes]:
+    return [body for _method, body in c.deliveries()]
+
+
+STREAM_CONSUMERS: dict[str, dict[str, Any]] = {
+    "replay": {},
+    "filtered": {"x-stream-filter": ["x"], "x-stream-match-unfiltered": True},
+    "chunks": {"x-amqpd-chunk": 16},
+    "chunks layout 3": {"x-amqpd-chunk": 16, "x-amqpd-chunk-layout": 3},
+}
+
+
+@pytest.mark.parametrize("kind", list(STREAM_CONSUMERS))
+def test_a_stream_consumer_reads_the_stream_off_the_event_loop(kind: str) -> None:
+    async def scenario(setup: Setup) -> None:
+        c = stream_with(setup, 300)
+        await setup.settle()
+        setup.start_counting()
+        c.call(commands_qos(1000))
+        c.consume("s", "c", arguments={"x-stream-offset": "first", **STREAM_CONSUMERS[kind]})
+        await setup.settle()
+        got = bodies(c)
+        if kind.startswith("chunks"):
+            assert got, "no chunk came"
+            assert sum(len(b) for b in got) >= 300 * 105
+        else:
+            assert got == [b"%05d" % n + b"z" * 100 for n in range(300)]
+        setup.assert_read_off_the_loop()
+
+    run(scenario)
+
+
+def test_peeking_into_a_stream_reads_it_off_the_event_loop() -> None:
+    async def scenario(setup: Setup) -> None:
+        stream_with(setup, 50)
+        await setup.settle()
+        setup.start_counting()
+        q = setup.broker.vhosts["/"].queues["s"]
+        assert isinstance(q, StreamQueue)
+        records = await q.log.read_async(10, 5)
+        assert [bytes(r.body)[:5] for _, r in records] == [b"%05d" % n for n in range(10, 15)]
+        setup.assert_read_off_the_loop()
+
+    run(scenario)
+
+
+def commands_qos(prefetch: int) -> Any:
+    from pamqp import commands
+
+    return commands.Basic.Qos(prefetch_count=prefetch)

@@ -233,6 +233,8 @@ class OffsetMap:
 RAW_CHUNK = 1024
 RAW_CHUNK_BYTES = 1 << 20
 RAW_CACHE_BYTES = 16 << 20
+FRAMES_KEPT = 64  # read_frames answers kept (bounded in bytes by RAW_CACHE_BYTES too)
+Frames = tuple[list[tuple[int, int]], bytes, int]
 
 
 def payload_bytes(payloads: list[bytes | None]) -> int:
@@ -277,7 +279,11 @@ class StoreLog:
         self._fetched: dict[int, bytes | None] = {}
         self._windows: deque[tuple[int, int, int]] = deque()  # (start, stop, bytes) of each window read
         self._fetched_bytes = 0
-        self._pending: dict[tuple[int, int], ReadPending] = {}  # windows being read
+        self._pending: dict[tuple[int, ...], ReadPending] = {}  # windows (start, stop) and frames being read
+        # read_frames' answers, by (first store offset, count, budget): a chunk's read steps are asked again
+        # after a read they waited for, and must find what they found before.
+        self._frames: dict[tuple[int, int, int], Frames] = {}
+        self._frames_bytes = 0
         self._record_bytes = RAW_CHUNK_BYTES  # a raw record's size lately; unknown: read only what is asked
         self._closed = False
         self.on_read: Callable[[], None] | None = None  # a window came in: readers waiting on it go on
@@ -385,9 +391,36 @@ class StoreLog:
         return start, payloads
 
     def read_frames(self, start: int, limit: int, budget: int) -> tuple[list[tuple[int, int]], bytes, int]:
-        # Checked frames are read with a pread of their own: on the loop, that would wait on the disk. Every
-        # record goes through the read worker's window instead (read_raw).
-        return [], b"", limit
+        """As the store's read worker found them (ReadPending until it has: ask again then)."""
+        first_store, count = self._runs.consecutive(start, min(self.committed, start + limit))
+        if count <= 0:
+            return [], b"", 1
+        key = (first_store, count, budget)
+        found = self._frames.get(key)
+        if found is not None:
+            return found
+        pending = self._pending.get(key)
+        if pending is None:
+            future = self._store.in_reader(self._store.checked_frames, first_store, count, budget)
+            pending = self._pending[key] = ReadPending(future)
+            future.add_done_callback(lambda f: self._frames_in(key, f))
+        raise pending
+
+    def _frames_in(self, key: tuple[int, int, int], future: asyncio.Future[Frames]) -> None:
+        del self._pending[key]
+        if self._closed or future.cancelled():
+            return
+        error = future.exception()
+        if error is not None:  # the next dispatch asks again
+            log.warning("stream read of frames from store offset %d failed: %s", key[0], error)
+            return
+        frames = self._frames
+        found = frames[key] = future.result()
+        self._frames_bytes += len(found[1])
+        while len(frames) > 1 and (self._frames_bytes > RAW_CACHE_BYTES or len(frames) > FRAMES_KEPT):
+            self._frames_bytes -= len(frames.pop(next(iter(frames)))[1])
+        if self.on_read is not None:
+            self.on_read()
 
     def _read_on(self, at: int) -> None:
         """Reading from `at`: the next window is asked for once less than half a window is left ahead."""
@@ -401,8 +434,8 @@ class StoreLog:
             self._fetch(at)
 
     def _pending_at(self, at: int) -> ReadPending | None:
-        for (first, stop), pending in self._pending.items():
-            if first <= at < stop:
+        for key, pending in self._pending.items():
+            if len(key) == 2 and key[0] <= at < key[1]:
                 return pending
         return None
 
@@ -422,6 +455,9 @@ class StoreLog:
         del self._pending[(start, stop)]
         if self._closed or future.cancelled():
             return
+        # Records read are checked from now on: what read_frames found unchecked before may not be now.
+        for key in [key for key, found in self._frames.items() if not found[0]]:
+            del self._frames[key]
         error = future.exception()
         if error is not None:  # the next dispatch asks again
             log.warning("stream read of offsets %d..%d failed: %s", start, stop - 1, error)
@@ -444,6 +480,8 @@ class StoreLog:
             self.on_read()
 
     def _forget_fetched(self) -> None:
+        self._frames.clear()
+        self._frames_bytes = 0
         self._fetched.clear()
         self._windows.clear()
         self._fetched_bytes = 0

@@ -126,12 +126,12 @@ class BrokerHooks(QueueHooks):
         if store is None:
             return False
         try:
-            loop = asyncio.get_running_loop()
+            asyncio.get_running_loop()
         except RuntimeError:  # no loop (unit tests): load() reads when needed
             return False
         # The worker only preads (releasing the GIL); load() decodes on the loop, a slice at a time. Decoding
         # in the worker held the GIL against the loop: slower drains and a longer loop lag (measured).
-        read = loop.run_in_executor(None, store.read_ahead(offsets))
+        read = store.in_reader(store.read_ahead(offsets))
         read.add_done_callback(lambda f: _read_done(f, queue, done))
         return True
 
@@ -167,6 +167,22 @@ class BrokerHooks(QueueHooks):
             if record is not None:
                 msg.body = bytes(record.body)
 
+    def read_bodies(self, queue: Queue, msgs: list[Message], done: Callable[[], None]) -> bool:
+        """The store's read worker reads the records back (it decodes them too: a few hundred at the head of
+        a queue, not a backlog's drain); their bodies are set on the loop."""
+        store = self.broker.store
+        if store is None or not msgs:
+            return False
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # no loop (unit tests): delivering reads them
+            return False
+        by_offset = {msg.store_offset: msg for msg in msgs if msg.store_offset is not None}
+        offsets = sorted(by_offset)
+        read = store.in_reader(store.read_many, offsets)
+        read.add_done_callback(lambda f: _bodies_read(f, queue, offsets, by_offset, done))
+        return True
+
     def forget(self, queue: Queue, offsets: list[int]) -> None:
         store = self.broker.store
         if store is not None and queue.store_id is not None:
@@ -193,6 +209,21 @@ def _read_done(read: asyncio.Future[Any], queue: Queue, done: Callable[[Any], No
     if error is not None:
         log.warning("%s: reading ahead failed (%s); the backlog reads when it needs to", queue, error)
     done(None if read.cancelled() or error is not None else read.result())
+
+
+def _bodies_read(
+    read: asyncio.Future[Any], queue: Queue, offsets: list[int], msgs: dict[int, Message], done: Callable[[], None]
+) -> None:
+    """Paged-out bodies read back: set them (one the read could not give is read when delivered)."""
+    error = None if read.cancelled() else read.exception()
+    if error is not None:
+        log.warning("%s: reading paged-out bodies back failed (%s); they are read when delivered", queue, error)
+    elif not read.cancelled():
+        for offset, record in zip(offsets, read.result(), strict=True):
+            msg = msgs[offset]
+            if record is not None and msg.body is None:
+                msg.body = bytes(record.body)
+    done()
 
 
 class Broker:

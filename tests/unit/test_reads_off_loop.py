@@ -11,12 +11,15 @@ import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
+from unittest.mock import patch
 
 import anyio
 import pytest
 from fakes import ClientChannel
+from pamqp import commands
 
 from amqpd.broker.broker import Broker
+from amqpd.broker.queues.queue import Queue
 from amqpd.broker.streams.stream import StreamQueue
 from amqpd.config import Settings
 from store import MessageStore
@@ -131,7 +134,42 @@ def test_peeking_into_a_stream_reads_it_off_the_event_loop() -> None:
     run(scenario)
 
 
-def commands_qos(prefetch: int) -> Any:
-    from pamqp import commands
+QUEUES: dict[str, dict[str, Any]] = {
+    "priority": {"x-max-priority": 5},
+    "x-max-length-bytes": {"x-max-length-bytes": 10_000_000},
+    "classic": {},
+}
+PAGED = 40  # messages published: Queue.PAGE_WINDOW is made smaller than this
 
+
+def paged_queue(setup: Setup, kind: str) -> ClientChannel:
+    """A durable queue of `kind` holding PAGED persistent messages, the deeper ones paged out to the store."""
+    c = ClientChannel(setup.broker)
+    c.declare_queue("q", durable=True, arguments=QUEUES[kind])
+    for n in range(PAGED):
+        c.publish("", "q", b"%05d" % n + b"b" * Queue.PAGE_MIN_BODY, delivery_mode=2)
+    return c
+
+
+def paged_bodies() -> list[bytes]:
+    return [b"%05d" % n + b"b" * Queue.PAGE_MIN_BODY for n in range(PAGED)]
+
+
+@pytest.mark.parametrize("kind", list(QUEUES))
+def test_a_consumer_of_a_queue_gets_its_paged_out_bodies_read_off_the_event_loop(kind: str) -> None:
+    async def scenario(setup: Setup) -> None:
+        c = paged_queue(setup, kind)
+        await setup.settle()
+        setup.start_counting()
+        c.call(commands.Basic.Qos(prefetch_count=1000))
+        c.consume("q", "c")
+        await setup.settle()
+        assert bodies(c) == paged_bodies()
+        setup.assert_read_off_the_loop()
+
+    with patch.object(Queue, "PAGE_WINDOW", 8):
+        run(scenario)
+
+
+def commands_qos(prefetch: int) -> Any:
     return commands.Basic.Qos(prefetch_count=prefetch)

@@ -221,6 +221,22 @@ class Backlog:
         batch.left = sum(len(i[0]) if isinstance(i, tuple) else 1 for i in batch.items)
         return batch
 
+    def would_read(self) -> bool:
+        """Whether taking the window's last entry now would read the disk on the loop: the next slice is in a
+        batch whose read a worker has not finished (asked for now if it was not yet). The queue then keeps
+        that entry until the read is in (Queue._read_ahead's done dispatches again). False where there is
+        no worker to wait for, or its read failed: the slice is read now."""
+        if len(self.window) != 1:
+            return False
+        batch = self._current
+        if batch is None or not batch.left:
+            if self._ahead is None:
+                if self._read_ahead is None or not (self.recovered or self.spill):
+                    return False
+                self._maybe_read_ahead()
+            batch = self._ahead
+        return batch is not None and batch.raw is None and batch.reading
+
     def _maybe_read_ahead(self) -> None:
         """Half the batch in hand is gone: take the next one and have it read in a worker thread."""
         batch = self._ahead = self._take_batch()

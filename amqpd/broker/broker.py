@@ -89,6 +89,8 @@ class BrokerHooks(QueueHooks):
         self.broker = broker
 
     def dropped(self, queue: Queue, entry: Entry, reason: str) -> None:
+        if self.broker.dead_letter_later(queue, entry, reason):
+            return
         self.settled(queue, entry)
         self.broker.dead_letter(queue, entry, reason)
 
@@ -249,6 +251,7 @@ class Broker:
         self.alarms: frozenset[str] = frozenset()  # resource alarms in force (server/alarms.py sets them)
         self.clock = time.monotonic()  # coarse, refreshed by the housekeeping timer: stamps deliveries cheaply
         self.turns = TurnClock()  # the event loop's turns: the unit of consumer pace (flow.py)
+        self._dead_letters_reading = 0  # dead letters waiting for a body read back (dead_letter_later)
         self.busy = False  # the loop's CPU is saturated (server/load.py): publishers to deep queues pause too
         self.throttling: set[Queue] = set()  # queues with paused publishers
         self.policies = Policies(store)
@@ -508,6 +511,39 @@ class Broker:
         return bytes(self.store.read(msg.store_offset).body)
 
     # -- dead-lettering ----------------------------------------------------------------------------------
+
+    def dead_letter_later(self, queue: Queue, entry: Entry, reason: str) -> bool:
+        """A message to dead-letter whose body is paged out is read back by the store's read worker first
+        (the loop never reads the disk), and those dropped after it wait their turn behind it, so that dead
+        letters keep their order. The store keeps holding it for the queue meanwhile. False: dead-letter it
+        now (no dead-letter exchange, nothing being read, or no loop to wait on)."""
+        msg, store = entry.msg, self.store
+        if not isinstance(queue.effective.get("x-dead-letter-exchange"), str) or store is None:
+            return False
+        if msg.body is not None and not self._dead_letters_reading:
+            return False
+        if msg.body is None and msg.store_offset is None:
+            return False
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # no loop (unit tests): read now
+            return False
+        read = store.in_reader(store.read, msg.store_offset) if msg.body is None else store.after_reads()
+        self._dead_letters_reading += 1
+        read.add_done_callback(lambda f: self._dead_letter_read(f, queue, entry, reason))
+        return True
+
+    def _dead_letter_read(self, read: asyncio.Future[Any], queue: Queue, entry: Entry, reason: str) -> None:
+        self._dead_letters_reading -= 1
+        msg = entry.msg
+        if msg.body is None:
+            error = None if read.cancelled() else read.exception()
+            if error is None and not read.cancelled():
+                msg.body = bytes(read.result().body)
+            else:  # dead_letter reads it again, on the loop: the last chance to keep it
+                log.warning("%s: reading a dead letter's body back failed (%s)", queue, error)
+        self.hooks.settled(queue, entry)
+        self.dead_letter(queue, entry, reason)
 
     def dead_letter(self, queue: Queue, entry: Entry, reason: str) -> None:
         dlx = queue.effective.get("x-dead-letter-exchange")

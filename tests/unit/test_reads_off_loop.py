@@ -8,6 +8,7 @@ from __future__ import annotations
 import mmap
 import tempfile
 import threading
+import traceback
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -31,14 +32,21 @@ class RecordingIO(FileIO):
 
     def __init__(self) -> None:
         self.read_threads: list[int] = []
+        self.loop_thread = threading.get_ident()
+        self.loop_stacks: list[str] = []  # where the loop read: the failure names the path
 
     def pread(self, fd: int, size: int, pos: int) -> bytes:
-        self.read_threads.append(threading.get_ident())
+        self._note()
         return super().pread(fd, size, pos)
 
     def map(self, fd: int, size: int) -> mmap.mmap:
-        self.read_threads.append(threading.get_ident())
+        self._note()
         return super().map(fd, size)
+
+    def _note(self) -> None:
+        self.read_threads.append(threading.get_ident())
+        if self.read_threads[-1] == self.loop_thread:
+            self.loop_stacks.append("".join(traceback.format_stack(limit=12)))
 
 
 class Setup:
@@ -47,17 +55,21 @@ class Setup:
         self.loop_thread = threading.get_ident()
 
     async def settle(self) -> None:
-        """Everything published is on disk (and out of the store's memory), every read asked for is in."""
-        await self.store.flush()
-        await self.store.reads_done()
+        """Everything published is on disk (and out of the store's memory), every read asked for is in; twice,
+        as what a read sets off (a dead letter, a delayed release) publishes again."""
+        for _ in range(2):
+            await self.store.flush()
+            await self.store.reads_done()
 
     def start_counting(self) -> None:
         self.io.read_threads.clear()
+        self.io.loop_stacks.clear()
 
     def assert_read_off_the_loop(self) -> None:
         assert self.io.read_threads, "nothing was read back from the disk: the test proves nothing"
         on_loop = self.io.read_threads.count(self.loop_thread)
-        assert on_loop == 0, f"{on_loop} of {len(self.io.read_threads)} reads ran on the event loop's thread"
+        where = "\n".join(self.io.loop_stacks[:2])
+        assert on_loop == 0, f"{on_loop} of {len(self.io.read_threads)} reads ran on the event loop's thread:\n{where}"
 
 
 @asynccontextmanager
@@ -173,3 +185,66 @@ def test_a_consumer_of_a_queue_gets_its_paged_out_bodies_read_off_the_event_loop
 
 def commands_qos(prefetch: int) -> Any:
     return commands.Basic.Qos(prefetch_count=prefetch)
+
+
+def test_dead_lettering_a_paged_out_message_reads_its_body_off_the_event_loop_and_keeps_the_order() -> None:
+    """A priority queue with a length limit: its high-priority messages are deep enough to be paged out, and
+    each publish past the limit drops the head (one of them) to the dead-letter queue."""
+
+    async def scenario(setup: Setup) -> None:
+        c = ClientChannel(setup.broker)
+        c.declare_queue("dlq", durable=True)
+        arguments = {
+            "x-max-priority": 5,
+            "x-max-length": PAGED,
+            "x-dead-letter-exchange": "",
+            "x-dead-letter-routing-key": "dlq",
+        }
+        c.declare_queue("q", durable=True, arguments=arguments)
+        body = paged_bodies()
+        for n in range(PAGED):
+            c.publish("", "q", body[n], delivery_mode=2, priority=0 if n < 8 else 5)
+        await setup.settle()
+        setup.start_counting()
+        for n in range(10):
+            c.publish("", "q", b"late-%d" % n, delivery_mode=2)
+        await setup.settle()
+        c.call(commands.Basic.Qos(prefetch_count=1000))
+        c.consume("dlq", "c")
+        await setup.settle()
+        assert bodies(c) == body[8:18]
+        setup.assert_read_off_the_loop()
+
+    with patch.object(Queue, "PAGE_WINDOW", 8):
+        run(scenario)
+
+
+def test_releasing_stored_delayed_messages_reads_them_off_the_event_loop_in_order() -> None:
+    async def scenario(setup: Setup) -> None:
+        broker = setup.broker
+        clock = [1_000_000]
+        broker.delayed.clock = lambda: clock[0]
+        c = ClientChannel(broker)
+        arguments = {"x-delayed-type": "direct"}
+        c.call(
+            commands.Exchange.Declare(
+                exchange="dx", exchange_type="x-delayed-message", durable=True, arguments=arguments
+            )
+        )
+        c.declare_queue("q", durable=True)
+        c.call(commands.Queue.Bind(queue="q", exchange="dx", routing_key="k"))
+        for n in range(20):
+            c.publish("dx", "k", b"delayed-%02d" % n, headers={"x-delay": 100 + n}, delivery_mode=2)
+        await setup.settle()
+        setup.start_counting()
+        clock[0] += 1_000
+        ex = broker.vhosts["/"].exchanges["dx"]
+        assert broker.delayed.release_due(ex) == 20  # type: ignore[arg-type]
+        await setup.settle()
+        c.call(commands.Basic.Qos(prefetch_count=1000))
+        c.consume("q", "c")
+        await setup.settle()
+        assert bodies(c) == [b"delayed-%02d" % n for n in range(20)]
+        setup.assert_read_off_the_loop()
+
+    run(scenario)

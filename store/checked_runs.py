@@ -1,15 +1,14 @@
 """Runs of frames of one size whose checks a read has already passed, per segment, so that reading them
 again cuts the payloads out without hashing each one again.
 
-A bulk reader (a stream's chunk deliveries, a replay) spent about 40% of the broker's time per record on the
-checksums (an xxh3 of every payload and an xxh32 of every frame header): 0.77 µs per 100-byte message for a
-chunk read in process, 0.47 without them. A segment is append-only and never rewritten in place
-(a failed write cuts it back, and SegmentIndex.drop_from drops the runs past the cut), so a run of frames
-that passed once holds the same bytes on the next read: a second reader of the same records (another
-consumer, a re-run Spark job) pays for cutting them only. The first read of every record is checked in
-full, as before; damage that appears on disk after a record was read once is found by the first read
-after a restart (the runs are kept in memory only), not by later reads (as a payload kept in the stream's
-read cache is not checked again either).
+A bulk reader (a stream's chunk deliveries, a replay) spent a large share of the broker's time per record on the
+checksums (an xxh3 of every payload and an xxh32 of every frame header; docs/performance.md). A segment is
+append-only and never rewritten in place (a failed write cuts it back, and SegmentIndex.drop_from drops the runs
+past the cut), so a run of frames that passed once holds the same bytes on the next read: a second reader of the
+same records (another consumer, a re-run Spark job) pays for cutting them only. The first read of every record is
+checked in full, as before; damage that appears on disk after a record was read once is found by the first read
+after a restart (the runs are kept in memory only), not by later reads (as a payload kept in the stream's read cache
+is not checked again either).
 
 A run is (file position of its first frame, its first record's offset, frame count, payload length);
 consecutive runs of one length are merged, so a stream of fixed-size messages keeps a handful of runs per

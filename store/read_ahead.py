@@ -3,7 +3,7 @@ on the event loop, frames walked and records decoded from those bytes in memory.
 
 The split is for the GIL: a pread releases it, so a worker doing little but preads leaves the loop alone,
 while frame walking and decoding are Python work that would hold it against the loop (measured: decoding
-in a worker slowed a drain from ~205k to ~115k msg/s and doubled the loop's lag). The worker's only
+in a worker nearly halved a drain's rate and doubled the loop's lag). The worker's only
 Python is finding the stretches: per run of wanted records, the offset-index interval around each, merged.
 
 A stretch starts at an index entry (a frame start) and ends at the next entry past its last wanted record

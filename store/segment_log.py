@@ -176,7 +176,7 @@ class SegmentLog:
         """Every record below this offset is on disk (fsync'd, under always-batched): what log readers may
         see. Records at or past it may still be lost in a crash."""
         if not self.unwritten:  # mostly, when reading: iter() would walk every slot its deletions left (after a
-            return self.next_offset  # 1M fill, ~80 µs a call; a chunk read asks several times)
+            return self.next_offset  # large fill, slow per call; a chunk read asks several times)
         return next(iter(self.unwritten))  # insertion order: the oldest unwritten first
 
     def read_fd(self, base: int) -> int:

@@ -4,15 +4,13 @@ administrators only."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from starlette.requests import Request
 
 from amqpd.broker.access.control import FULL, SHA256, AccessControl, AccessError, Permission, TopicPermission, User
 from amqpd.broker.access.definitions import VHOST_FIELD
-
-if TYPE_CHECKING:
-    from amqpd.broker.broker import Broker
+from amqpd.mgmt.endpoints import Endpoints
 
 
 class NotFound(Exception):
@@ -56,23 +54,10 @@ def optional_bool(body: dict[str, Any], key: str) -> bool | None:
     raise AccessError(f"{key}: not_boolean {value!r}")
 
 
-class AccessEndpoints:
-    """Mixed into ManagementAPI; `json`, `listing` and the 201/204 answers come from there."""
-
-    broker: Broker
-
+class AccessEndpoints(Endpoints):
     @property
     def access(self) -> AccessControl:
         return self.broker.access
-
-    async def _json(self, request: Request) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def _listing(self, request: Request, items: list[dict[str, Any]]) -> Any:
-        raise NotImplementedError
-
-    def _created(self, existed: bool) -> Any:
-        raise NotImplementedError
 
     # -- users ----------------------------------------------------------------------------------------------------
 

@@ -3,17 +3,15 @@ and the shovels they run (amqpd/shovel) through RabbitMQ 3.10's management API."
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from amqpd.broker.parameters import ParameterError
 from amqpd.mgmt.access_endpoints import NotFound
+from amqpd.mgmt.endpoints import Endpoints
 from amqpd.shovel.supervisor import Shovels
-
-if TYPE_CHECKING:
-    from amqpd.broker.broker import Broker
 
 
 class ValidationFailed(ValueError):
@@ -23,14 +21,7 @@ class ValidationFailed(ValueError):
         super().__init__(f"Validation failed\n\n{exc}\n")
 
 
-class ParameterEndpoints:
-    """Mixed into ManagementAPI; `_json`, `_vhost`, `_created` and `_listing` come from there."""
-
-    broker: Broker
-    _json: Any
-    _vhost: Any
-    _created: Any
-
+class ParameterEndpoints(Endpoints):
     async def parameters(self, request: Request, component: str | None = None, vhost: str | None = None) -> Any:
         if vhost is not None and vhost not in self.broker.vhosts:
             raise NotFound()

@@ -5,20 +5,20 @@ of the queue's consumers, and a queue with consumers can grow without bound whil
 credit flow pauses publishers in that case (a queue process that cannot keep up withholds credit), and only
 then: a backlog behind consumers that are slow on their own (prefetch full, processing) never blocks its
 publishers. This sampler is the second of two reasons to pause publishers to a deep consumed queue; the
-first is consumer pace (broker/flow.py), which holds on a machine shared with other work, where this one
+first is consumer pace (broker/queues/flow.py), which holds on a machine shared with other work, where this one
 misjudges. It stays for what pace cannot see: a no-ack consumer that the broker cannot write to fast enough
 is measured only when its socket drains from write_buffer_high to write_buffer_low, many turns apart, and
-looks slow on its own (without this sampler S1 delivered 40–70k msg/s while accepting 160–200k, against
-137–179k both ways with it). Publishers it paused go on at the first sample with time to spare.
+looks slow on its own (without this sampler S1 delivered a fraction of what it accepted; docs/performance.md).
+Publishers it paused go on at the first sample with time to spare.
 
 Busy is either of two shares of a sample reaching BUSY_SHARE:
 - the process's CPU time: on a quiet machine that is the loop's whole work, the socket calls made outside
   our callbacks included (with equal-properties runs those are most of it, and the callbacks alone then
-  never looked busy: the consumer starved and S1EQ fell from 740k to 300k msg/s);
+  never looked busy: the consumer starved and S1EQ fell by more than half);
 - the wall time the loop spends inside our callbacks (reading and writing): on a machine shared with other
   work the broker may get only part of a core, and its consumers starve just the same while every turn of
-  the loop goes to reading publishes (measured: S3 with the CPU share alone under other load, 59k msg/s
-  accepted and 1.5k delivered, the broker at 0.74 of a core).
+  the loop goes to reading publishes (measured: S3 with the CPU share alone under other load delivered a
+  few percent of what it accepted).
 """
 
 from __future__ import annotations

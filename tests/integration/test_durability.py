@@ -240,3 +240,34 @@ def test_a_priority_queue_recovers_its_order(broker: BrokerProcess, data_dir: st
         assert got == [b"1", b"3", b"2", b"0", b"4"]
     finally:
         broker.close()
+
+
+def test_confirmed_16_mib_bodies_survive_kill_9_and_reach_a_consumer_with_a_small_frame_max(
+    broker: BrokerProcess, data_dir: str
+) -> None:
+    """Large bodies as one confirm each: stored whole before the confirm, read back whole after a crash, and
+    framed again at the consumer's own frame_max (4 KiB here: thousands of body frames per message)."""
+    bodies = [bytes([n]) * (16 * 1024 * 1024 - n) + bytes(range(256)) for n in range(3)]
+    ch = _channel(broker)
+    ch.confirm_delivery()
+    ch.queue_declare("big", durable=True)
+    for n, body in enumerate(bodies):
+        ch.basic_publish("", "big", body, pika.BasicProperties(delivery_mode=2, message_id=f"m{n}"))
+    broker = _restart(broker, data_dir, crash=True)
+    try:
+        params = pika.URLParameters(broker.url)
+        params.frame_max = 4096
+        small = pika.BlockingConnection(params)
+        try:
+            got = []
+            for method, props, body in small.channel().consume("big", auto_ack=True, inactivity_timeout=30):
+                assert method is not None, f"only {len(got)} of {len(bodies)} large messages came back"
+                got.append((props.message_id, body))
+                if len(got) == len(bodies):
+                    break
+        finally:
+            small.close()
+        assert [m for m, _ in got] == ["m0", "m1", "m2"]
+        assert [b == body for (_, b), body in zip(got, bodies, strict=True)] == [True, True, True]
+    finally:
+        broker.close()

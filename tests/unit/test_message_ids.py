@@ -8,7 +8,6 @@ import pytest
 from fakes import ClientChannel, new_broker
 from pamqp import commands, header
 
-from amqpd.broker.queues import message_ids
 from amqpd.broker.queues.message_ids import HEADER
 
 
@@ -25,14 +24,13 @@ def props(client: ClientChannel, queue: str) -> Any:
     return next(f.properties for f in frames if isinstance(f, header.ContentHeader))
 
 
-def test_ids_sort_by_publish_time_as_numbers_and_as_strings(
-    client: ClientChannel, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    now = [1_800_000_000.000]
-    monkeypatch.setattr(message_ids.time, "time", lambda: now[0])
+def test_ids_sort_by_publish_time_as_numbers_and_as_strings() -> None:
+    now = [1_800_000_000_000]
+    client = ClientChannel(new_broker(now_ms=lambda: now[0]))  # ids come from the broker's clock
+    client.declare_queue("ids", arguments={"x-amqpd-message-id": True})
     for i in range(3):
         client.publish("", "ids", b"%d" % i, headers={"app": i})
-        now[0] += 0.001 if i else 0  # two in the same millisecond, then the next one later
+        now[0] += 1 if i else 0  # two in the same millisecond, then the next one later
     got = [props(client, "ids") for _ in range(3)]
     ids = [p.headers["x-amqpd-message-id"] for p in got]
     assert ids == sorted(ids) and len(set(ids)) == 3

@@ -16,6 +16,8 @@ from pamqp import header as header_frame
 from amqpd.broker.broker import Broker
 from amqpd.broker.queues.queue import Queue
 from amqpd.config import Settings
+from amqpd.mgmt.objects import queue_info, totals
+from amqpd.mgmt.stats import Rates
 from amqpd.session.channel import Channel
 from store.records import MessageRecord
 
@@ -343,7 +345,7 @@ def run(case: Case, together: bool, varied: bool, monkeypatch: pytest.MonkeyPatc
         for one in data:
             pub.send(one)
     queue = broker.vhosts["/"].queues.get("q")
-    left: list[Any] = []
+    left: list[Any] = [_delivery_stats(broker)]
     while queue is not None and (entry := queue.get()) is not None:
         left.append((entry.msg.body, entry.redelivered))
     left.append(_exchange_counts(broker))
@@ -755,6 +757,17 @@ def _exchange_counts(broker: Broker) -> tuple[str, dict[str, tuple[int, int]]]:
     one-at-a-time path does."""
     exchanges = broker.vhosts["/"].exchanges
     return "exchanges", {n: (x.publish_in, x.publish_out) for n, x in exchanges.items() if x.publish_in}
+
+
+def _delivery_stats(broker: Broker) -> tuple[str, dict[str, Any], dict[str, int]]:
+    """What the management API counts: each queue's publish and deliver_get, and the broker-wide totals (its
+    rates are sampled from these). A delivery in one pass counts as one by one does."""
+    queues = {
+        name: {key: stats.get(key) for key in ("publish", "deliver_get", "ack")}
+        for name, q in broker.vhosts["/"].queues.items()
+        for stats in (queue_info(q, Rates())["message_stats"],)
+    }
+    return "delivery stats", queues, totals(broker)
 
 
 def _ttl(record: Any) -> int | None:

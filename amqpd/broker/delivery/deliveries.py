@@ -4,8 +4,8 @@ replayed run, basic.get — takes its delivery tags, its unacked entry and its c
 
 `Deliveries` is the part of a channel (session/channel.py subclasses it) that owns `last_tag` and the `unacked`
 table (unacked.py); it encodes with the protocol's fast-path encoders and writes to the channel's connection.
-A stream chunk counts as the records it carries; a run straight from a publish (deliver_run, deliver_each) was
-counted by its queue when it took the run (Queue.take_run).
+A stream chunk counts as the records it carries; a run straight from a publish (deliver_run, deliver_each) counts
+in its consumer's queue, as deliver() would have counted each.
 """
 
 from __future__ import annotations
@@ -121,12 +121,14 @@ class Deliveries:
         (on_publish_group)."""
         first = self.last_tag + 1
         self.last_tag += len(bodies)
+        consumer.queue.delivered += len(bodies)
         self.conn.send(encode_deliveries_each(self.id, consumer.ctag, first, route, headers, bodies))
 
     def deliver_run(self, consumer: Consumer, route: bytes, header: bytes, bodies: list[bytes]) -> None:
         """No-ack deliveries of messages that differ only by body, encoded in one pass (on_publish_run)."""
         first = self.last_tag + 1
         self.last_tag += len(bodies)
+        consumer.queue.delivered += len(bodies)
         self.conn.send(encode_deliveries(self.id, consumer.ctag, first, route, header, bodies))
 
     def deliver_got(self, queue: Queue, entry: Entry, no_ack: bool) -> None:

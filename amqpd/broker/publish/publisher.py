@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from amqpd.broker.entry import Entry
 from amqpd.broker.message import Message
-from amqpd.broker.queues.message_ids import IDS, stamp
+from amqpd.broker.queues.message_ids import MessageIds, stamp
 from amqpd.broker.routing.exchanges.delayed import delay_of
 from amqpd.broker.routing.plan import NOWHERE, PublishPlan
 from amqpd.protocol.constants import FLAG_HEADERS
@@ -104,6 +104,7 @@ class Host(Protocol):
 class Publisher:
     def __init__(self, host: Host) -> None:
         self.host = host
+        self.ids = MessageIds()
 
     def publish(
         self,
@@ -150,7 +151,7 @@ class Publisher:
         if msg.may_carry_cc and msg.headers and "BCC" in msg.headers:
             strip_bcc(msg)
         if plan.stamps:
-            stamp(msg, IDS.next())
+            stamp(msg, self.ids.next(self.host.now_ms()))
         accepting = plan.queues
         refused = False
         always_stored = plan.always_stored

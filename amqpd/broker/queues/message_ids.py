@@ -14,9 +14,7 @@ Ids stay increasing across restarts as long as the wall clock does not step back
 from __future__ import annotations
 
 import struct
-import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from amqpd.protocol.constants import FLAG_HEADERS, FLAG_MESSAGE_ID
 from amqpd.protocol.fastpath import shortstr
@@ -29,32 +27,19 @@ ARGUMENT = "x-amqpd-message-id"
 HEADER = "x-amqpd-message-id"
 
 
-class StampsIds(Protocol):
-    """A queue, as far as ids go (this module is below queue.py)."""
-
-    stamps_ids: bool
-
-
 class MessageIds:
+    """The ids one broker hands out, from its clock (Broker.now_ms)."""
+
     def __init__(self) -> None:
         self._last = 0
 
-    def next(self) -> int:
-        self._last = max(self._last + 1, int(time.time() * 1000) << 16)
+    def next(self, now_ms: int) -> int:
+        self._last = max(self._last + 1, now_ms << 16)
         return self._last
-
-
-IDS = MessageIds()
 
 
 def wants_ids(arguments: dict) -> bool:
     return arguments.get(ARGUMENT) is True
-
-
-def stamp_for(msg: Message, queues: Sequence[StampsIds]) -> None:
-    """Give msg a time-ordered id if one of the queues it goes to asked for ids."""
-    if queues[0].stamps_ids if len(queues) == 1 else any(q.stamps_ids for q in queues):
-        stamp(msg, IDS.next())
 
 
 def stamp(msg: Message, message_id: int) -> None:

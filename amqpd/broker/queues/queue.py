@@ -143,14 +143,14 @@ class Queue(Generic[S]):
         self.expires_ms: int | None = self.arguments.get("x-expires")
         self._expiry_timer: Any = None
         self.effective: dict = self.arguments  # arguments in force: the declared ones combined with a policy
-        self.policy: Any = None  # the policy that applies (broker/policy.py), if any
+        self.policy: Any = None  # the policy that applies (routing/policy.py), if any
         self.delivery_limit = delivery_limit(self.arguments)
         self.recovered_counts: dict[int, int] = {}  # store offset -> delivery count, until read back
         self.stamps_ids = wants_ids(self.arguments)  # x-amqpd-message-id (message_ids.py)
         self._paging_in = False  # bodies near the head are being read back (_wait_for_head)
         self._paged_in_for: Entry | None = None  # the head the last read was for
 
-    is_stream = False  # a StreamQueue (broker/stream.py) answers True
+    is_stream = False  # a StreamQueue (streams/stream.py) answers True
     always_stored = False  # True: the store takes its messages persistent or not (streams)
 
     # Ready messages, with consumers waiting on the broker (flow.py), before publishers pause; they go on
@@ -171,7 +171,7 @@ class Queue(Generic[S]):
         return f"<Queue {self.vhost}:{self.name}>"
 
     def configure(self, effective: dict, policy: Any = None) -> None:
-        """A policy changed what applies (broker/policy.py merged it with the declared arguments): the limits,
+        """A policy changed what applies (routing/policy.py merged it with the declared arguments): the limits,
         TTLs, overflow and expiry in `effective` apply from now on, to the messages already queued too."""
         self.effective, self.policy = effective, policy
         self.message_ttl = effective.get("x-message-ttl")
@@ -201,7 +201,7 @@ class Queue(Generic[S]):
     def takes_as_sent(self) -> bool:
         """Whether push() of a new message without a TTL that no store holds does nothing but queue it or hand
         it to a consumer as it was sent: no queue TTL, no delivery count in its header, no stream log. A
-        publish plan (publish/plan.py) lets a run or group of publishes skip push() on such a queue
+        publish plan (routing/plan.py) lets a run or group of publishes skip push() on such a queue
         (take_run, take_group): every rule that push() or deliver() applies to a new message must make this
         False."""
         return self.message_ttl is None and not self.counts_deliveries and not self.is_stream
@@ -219,9 +219,8 @@ class Queue(Generic[S]):
 
     def take_run(self, n: int) -> None:
         """n messages went straight through to run_consumer() without a push (Channel.on_publish_run): counted
-        as published and delivered, as push() and deliver() count them."""
+        as published, as push() counts them (their delivery counts where every delivery does: Deliveries)."""
         self._seq += n
-        self.delivered += n
 
     def take_group(self, msgs: list[Message]) -> None:
         """push() of each of these new messages, for which the queue takes them as sent (takes_as_sent(), and

@@ -411,7 +411,7 @@ class VirtualHost:
         return self.plan_for(ex, msg).queues
 
     def plan_for(self, ex: Exchange, msg: Message) -> PublishPlan:
-        """The publish plan for this message (publish/plan.py): the cached one of its exchange and routing key,
+        """The publish plan for this message (routing/plan.py): the cached one of its exchange and routing key,
         or, when its headers change its route, one made for it alone."""
         if msg.bcc or msg.may_carry_cc:
             headers = msg.headers or {}

@@ -78,7 +78,7 @@ class Exchange:
         self.auto_delete = auto_delete
         self.internal = internal
         self.arguments: dict[str, Any] = dict(arguments) if arguments else {}
-        self.policy: Any = None  # the policy that applies (broker/policy.py), if any
+        self.policy: Any = None  # the policy that applies (routing/policy.py), if any
         self.policy_alternate: str | None = None  # its alternate-exchange; the argument wins over it
         # Publishes into this exchange from clients, and the copies it routed to queues (the management API's
         # publish_in / publish_out); bumped once per publish, or once per batch on the batched paths.

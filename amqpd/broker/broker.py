@@ -503,6 +503,32 @@ class Broker:
                     for offset in ready.flagged_offsets():
                         self.store.mark_delivered(q.store_id, offset)
 
+    async def page_in(self, msgs: list[Message]) -> None:
+        """Give these messages their paged-out bodies back, read in the store's read worker (the HTTP API's
+        get and peek: the loop never reads the disk). One the store cannot give stays paged out."""
+        store = self.store
+        by_offset = {m.store_offset: m for m in msgs if m.body is None and m.store_offset is not None}
+        if store is None or not by_offset:
+            return
+        offsets = sorted(by_offset)
+        for offset, record in zip(offsets, await store.in_reader(store.read_many, offsets), strict=True):
+            if record is not None and by_offset[offset].body is None:
+                by_offset[offset].body = bytes(record.body)
+
+    async def ready_to_take(self, queue: Queue) -> None:
+        """Wait until taking the queue's head will not read the disk on the loop: a backlog's next batch,
+        when its window is down to one entry, is in (the HTTP API's get, which can wait)."""
+        ready, store = queue.ready, self.store
+        while isinstance(ready, Backlog) and store is not None and ready.would_read():
+            await store.after_reads()  # the read-ahead runs there: its batch is in once this resolves
+
+    async def read_messages(self, offsets: list[int]) -> list[Message | None]:
+        """Messages for ascending store offsets (None: not readable), read in the store's read worker."""
+        if self.store is None or not offsets:
+            return [None] * len(offsets)
+        records = await self.store.in_reader(self.store.read_many, offsets)
+        return [None if r is None else message_from_record(r, o) for o, r in zip(offsets, records, strict=True)]
+
     def body_of(self, msg: Message) -> bytes:
         """The body, read back from the store when the queue paged it out."""
         if msg.body is not None:

@@ -23,6 +23,7 @@ from amqpd.broker.broker import Broker
 from amqpd.broker.queues.queue import Queue
 from amqpd.broker.streams.stream import StreamQueue
 from amqpd.config import Settings
+from amqpd.mgmt import operations
 from store import MessageStore
 from store.file_io import FileIO
 
@@ -248,3 +249,24 @@ def test_releasing_stored_delayed_messages_reads_them_off_the_event_loop_in_orde
         setup.assert_read_off_the_loop()
 
     run(scenario)
+
+
+@pytest.mark.parametrize("kind", list(QUEUES))
+@pytest.mark.parametrize("action", ["get", "peek"])
+def test_the_http_apis_get_and_peek_read_paged_out_bodies_off_the_event_loop(kind: str, action: str) -> None:
+    async def scenario(setup: Setup) -> None:
+        paged_queue(setup, kind)
+        await setup.settle()
+        setup.start_counting()
+        broker, vhost = setup.broker, setup.broker.vhosts["/"]
+        if action == "get":
+            fetched = await operations.get(broker, vhost, "q", PAGED, "ack_requeue_true")
+            shown = [operations.message_json(broker, f.entry, f.message_count, "auto", None) for f in fetched]
+        else:
+            entries = await operations.peek(broker, vhost, "q", PAGED)
+            shown = [operations.message_json(broker, e, PAGED, "auto", None) for e in entries]
+        assert [m["payload"].encode() for m in shown] == paged_bodies()
+        setup.assert_read_off_the_loop()
+
+    with patch.object(Queue, "PAGE_WINDOW", 8):
+        run(scenario)

@@ -2,9 +2,9 @@
 
 Plain object: delivery goes to its subscribers through a small protocol (subscriber.py: can_accept, deliver),
 never past them into channels; the wall clock comes from the hooks (QueueHooks.now_ms), durability and
-dead-lettering go through the hooks. No sockets here; but a durable queue's backlog is read back through
-QueueHooks.read_ahead (a worker thread) and QueueHooks.load, which reads synchronously when the worker
-has not finished (see backlog.py).
+dead-lettering go through the hooks. No sockets here; a durable queue's backlog is read back through
+QueueHooks.read_ahead (the store's read worker) and QueueHooks.load, and paged-out bodies near the head
+through QueueHooks.read_bodies: dispatch waits for them rather than read on the loop (see backlog.py).
 """
 
 from __future__ import annotations

@@ -226,7 +226,7 @@ def sat(target: Target, opts: Options) -> Metrics:
 
 def equal_properties(run: Callable[[Target, Options], Metrics]) -> Callable[[Target, Options], Metrics]:
     """The side rows: the same scenario with the same property bytes on every message, which lets amqpd read
-    back-to-back publishes as one run (Channel.on_publish_run). Applications don't publish like that."""
+    back-to-back publishes as one run (PublishGroups.run). Applications don't publish like that."""
 
     def side_row(target: Target, opts: Options) -> Metrics:
         return run(target, replace(opts, app_properties=False))

@@ -79,7 +79,7 @@ class ChannelTotals:
         self.published += channel.published
         self.delivered += channel.last_tag
         self.acked += channel.acked
-        self.confirmed += channel.confirmed_upto
+        self.confirmed += channel.confirms.confirmed_upto
 
 
 class BrokerHooks(QueueHooks):

@@ -279,6 +279,9 @@ def check_exchange(plan: Plan, x: dict[str, Any]) -> None:
         )
     elif name.startswith("amq."):
         raise DefinitionsError("exchange name contains reserved prefix 'amq.*'")
+    else:  # the type's own checks (x-max-hops, x-delayed-type), before anything of the document is applied
+        _amqp(lambda: EXCHANGE_TYPES[type_name].check_arguments(args))
+        _amqp(lambda: make_exchange(type_name, name, arguments=args))
     plan.exchanges[(vhost, name)] = type_name
 
 

@@ -35,7 +35,7 @@ def connection_counts(s: Any) -> Counts:
 
 
 def channel_counts(ch: Any) -> Counts:
-    return {"publish": ch.published, "deliver_get": ch.last_tag, "ack": ch.acked, "confirm": ch.confirmed_upto}
+    return {"publish": ch.published, "deliver_get": ch.last_tag, "ack": ch.acked, "confirm": ch.confirms.confirmed_upto}
 
 
 class Sample:

@@ -148,7 +148,7 @@ async def serve(settings: Settings, services: Services, embedding: Embedding | N
     tls = await _start_tls_listener(settings, broker, registry, store, embedding, fd_budget)
     amqp = _addresses("amqp", servers) + _addresses("amqp/ssl", tls)
     management = await services.start_management(broker, settings, amqp, embedding)
-    shovels.start(runtime_file.url("amqp", *servers[0].sockets[0].getsockname()[:2]))
+    shovels.start(runtime_file.url("amqp", *servers[0].sockets[0].getsockname()[:2]), broker.access)
     async with anyio.create_task_group() as tg:
         if store is not None:
             tg.start_soon(store.run)

@@ -1,4 +1,8 @@
-"""An AMQP channel's semantics: content assembly, publish, consume, acks, prefetch, confirms, tx.
+"""An AMQP channel: its methods parsed, turned into calls on the broker, and their answers encoded.
+
+What it holds apart: runs and groups of publishes (publish_groups.py), publisher confirms (confirms.py), the
+transaction (transaction.py), basic.consume's arguments (consume_args.py), its user's permissions
+(permissions.py), and, in the broker, its deliveries and their acks (broker/delivery/deliveries.py).
 
 Plain object: it writes encoded frames through `conn.send()` and never touches a socket. Errors are
 raised as AMQPError; the session turns them into channel.close or connection.close.
@@ -6,7 +10,7 @@ raised as AMQPError; the session turns them into channel.close or connection.clo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pamqp import base, commands
@@ -14,66 +18,28 @@ from pamqp import base, commands
 from amqpd import errors
 from amqpd.broker.delivery.consumer import UNLIMITED, Consumer
 from amqpd.broker.delivery.deliveries import Deliveries
-from amqpd.broker.delivery.unacked import Outstanding, Run
-from amqpd.broker.entry import Entry
-from amqpd.broker.message import SCANNED_FLAGS, Message, may_name_keys
+from amqpd.broker.delivery.unacked import Outstanding
+from amqpd.broker.message import Message
 from amqpd.broker.queues.queue import Queue
-from amqpd.broker.routing.plan import PER_MESSAGE_FLAGS, PublishPlan, count_publishes
-from amqpd.broker.routing.vhost import REPLY_TO, REPLY_TO_PREFIX, VirtualHost, server_generated_name
-from amqpd.broker.streams.args import check_consumer_arguments, parse_filter, parse_offset_spec
-from amqpd.broker.streams.chunks import chunk_records
+from amqpd.broker.routing.vhost import REPLY_TO, VirtualHost, server_generated_name
 from amqpd.broker.streams.info import InfoRun, info_body, info_header, wants_info
 from amqpd.broker.streams.stream import StreamQueue
 from amqpd.protocol.assembler import Assembled, ContentAssembler
-from amqpd.protocol.constants import (
-    FLAG_REPLY_TO,
-)
-from amqpd.protocol.fastpath import (
-    encode_ack,
-    encode_nack,
-    encode_return,
-    parse_content_header,
-    parse_publish_route,
-    parse_tag_bits,
-    shortstr,
-)
+from amqpd.protocol.constants import FLAG_REPLY_TO
+from amqpd.protocol.fastpath import encode_return, parse_content_header, parse_publish_route, parse_tag_bits, shortstr
 from amqpd.protocol.frames import content_frames
 from amqpd.protocol.methods import AccessRequest, AccessRequestOk, build, encode_method
-from amqpd.protocol.properties import (
-    PropertyScan,
-    checked_header,
-    rewrite_properties,
-    scan_published,
-)
+from amqpd.protocol.properties import checked_header
+from amqpd.session.confirms import Confirms
+from amqpd.session.consume_args import check_queue_consumer, consumer_priority, stream_start
 from amqpd.session.permissions import Permissions
+from amqpd.session.publish_groups import PublishGroups
+from amqpd.session.reply_to import ReplyTo, names_reply_to
+from amqpd.session.states import CHANNEL_OPEN, CONFIRM, HANDLE, TX, Refusal, channel_step
+from amqpd.session.transaction import Transaction
 
 if TYPE_CHECKING:
     from amqpd.broker.broker import Broker
-
-
-_REPLY_TO_RAW = REPLY_TO.encode()
-
-
-class PreparedRun:
-    """A run's shared method and header, parsed once: message() is what on_whole_publish builds per body."""
-
-    __slots__ = ("exchange", "routing_key", "route", "header", "flags", "mandatory", "scan")
-
-    def __init__(
-        self,
-        exchange: str,
-        routing_key: str,
-        route: bytes,
-        header: bytes,
-        flags: int,
-        mandatory: bool,
-        scan: PropertyScan | None,
-    ) -> None:
-        self.exchange, self.routing_key, self.route, self.header = exchange, routing_key, route, header
-        self.flags, self.mandatory, self.scan = flags, mandatory, scan
-
-    def message(self, body: bytes) -> Message:
-        return Message(self.exchange, self.routing_key, self.route, self.header, body, self.flags, self.scan)
 
 
 class ConnectionLike(Protocol):
@@ -102,7 +68,7 @@ class Channel(Deliveries):
         self.closing = False
         self.flow_active = True
         self.last_queue: str | None = None
-        self.reply_token: str | None = None  # direct reply-to: set while the channel consumes its replies
+        self.reply_to = ReplyTo(vhost)  # direct reply-to (reply_to.py)
         # deliveries
         self.last_tag = 0  # the delivery tag given last; basic.deliver and basic.get-ok count from 1
         self.unacked = Outstanding()  # by tag, queues' and streams'; it keeps every unacked count (unacked.py)
@@ -112,18 +78,15 @@ class Channel(Deliveries):
         self.consumers: dict[str, Consumer] = {}
         self.prefetch_count = 0  # for consumers created from now on (basic.qos global=false)
         self.global_prefetch = 0  # shared by all consumers of the channel (global=true)
-        # publisher confirms
+        # its state in the channel's table (states.py), and the two modes as the publish path reads them
+        self.state = CHANNEL_OPEN
         self.confirm = False
-        self.publish_seq = 0
-        self.confirmed_upto = 0
-        self.pending_confirms: dict[int, None] = {}  # awaiting fsync, in seq order
-        self.nacks: set[int] = set()
-        # transactions
         self.tx = False
-        self.tx_publishes: list[tuple[str, bool, Message]] = []
-        self.tx_acks: list[tuple[str, list[Run[Any]], bool]] = []
+        self.confirms = Confirms(conn, self)
+        self.transaction = Transaction()
         self.assembler = ContentAssembler(broker.settings.max_message_size)
-        # Counters for the management API (deliveries and gets are last_tag, confirms confirmed_upto).
+        self.groups = PublishGroups(self, self.assembler.max_size)  # runs and groups of publishes at once
+        # Counters for the management API (deliveries and gets are last_tag, confirms confirms.confirmed_upto).
         self.published = 0
         self.acked = 0
         self.permissions = Permissions(broker, conn, vhost)  # this channel's user's checks (permissions.py)
@@ -142,220 +105,6 @@ class Channel(Deliveries):
             self.assembler.take_header(header)
             return
         self.publish(Message(exchange, routing_key, route, checked_header(header), body, flags), bool(bits & 1))
-
-    def on_publish_run(self, method: bytes, header: bytes, bodies: list[bytes]) -> bool:
-        """Publishes that differ only by body (FrameReader's PUBLISH_RUN), delivered in one pass when their
-        publish plan sends them straight to a queue that hands each, as it comes, to the same no-ack consumer.
-        False, with nothing done, otherwise: the caller then publishes them one by one. In confirm mode, as
-        on_publish_group: with one header the plan takes all of them or none."""
-        if self.confirm and not self.tx:
-            return self._publish_stored_group(method, [header] * len(bodies), bodies) > 0
-        target = self._straight_target(method)
-        if target is None or not self._goes_straight(target[0], target[2], header):
-            return False
-        plan, route, consumer = target
-        self.published += len(bodies)
-        count_publishes(plan, len(bodies))
-        consumer.queue.take_run(len(bodies))
-        consumer.channel.deliver_run(consumer, route, header, bodies)
-        return True
-
-    def on_publish_group(self, method: bytes, headers: list[bytes], bodies: list[bytes]) -> int:
-        """Publishes to one place, each with its own properties (FrameReader's PUBLISH_GROUP): the leading ones
-        that the publish plan sends straight to one queue go in one pass. To the queue's no-ack consumer as
-        on_publish_run does, when it would hand each to that one as it comes; else into the queue at once
-        (_queue_group). In confirm mode: _publish_stored_group. How many; the caller publishes the others one
-        by one."""
-        if self.confirm and not self.tx:
-            return self._publish_stored_group(method, headers, bodies)
-        target = self._group_target(method)
-        if target is None:
-            return 0
-        plan, route = target
-        queue = plan.plain
-        assert queue is not None  # _group_target: the plan has a plain queue
-        consumer = queue.run_consumer()
-        if consumer is None:
-            return self._queue_group(plan, queue, method, headers, bodies)
-        n = 0
-        for header in headers:
-            if not self._goes_straight(plan, consumer, header):
-                break
-            n += 1
-        if n:
-            self.published += n
-            count_publishes(plan, n)
-            queue.take_run(n)
-            consumer.channel.deliver_each(consumer, route, headers[:n], bodies[:n])
-        return n
-
-    def _queue_group(
-        self, plan: PublishPlan, queue: Queue, method: bytes, headers: list[bytes], bodies: list[bytes]
-    ) -> int:
-        """The leading publishes that go straight to `queue`, pushed there at once (Queue.take_group): consumers
-        with room get them as push() would hand them out, a consumer alone on the queue in one batch."""
-        exchange, routing_key, route, _bits = parse_publish_route(method)
-        msgs = []
-        for header, body in zip(headers, bodies, strict=True):
-            msg = self._straight_message(plan, exchange, routing_key, route, header, body)
-            if msg is None:
-                break
-            msgs.append(msg)
-        if msgs:
-            self.published += len(msgs)
-            count_publishes(plan, len(msgs))
-            queue.take_group(msgs)
-            self.publish_flow(queue)
-        return len(msgs)
-
-    def _publish_stored_group(self, method: bytes, headers: list[bytes], bodies: list[bytes]) -> int:
-        """Confirm mode: the leading publishes of a group that the publish plan sends to one durable queue or
-        stream with nothing on the way but the store and the push (PublishPlan.stored_to) are stored in one
-        append and confirmed together once the fsync covering them is done; each is then pushed as
-        Publisher.deliver pushes one. How many; the caller publishes the others one by one."""
-        try:
-            exchange, routing_key, route, bits = parse_publish_route(method)
-        except errors.AMQPError:
-            return 0
-        ex = self.vhost.exchanges.get(exchange)
-        if bits & 2 or ex is None or self.broker.store is None or not self.permissions.cleared(ex, exchange, 0):
-            return 0
-        plan = self.vhost.plan(ex, routing_key)
-        if plan.stored is None:
-            return 0
-        if plan.stored.is_stream:
-            return self._store_stream_group(plan, plan.stored, exchange, routing_key, headers, bodies)
-        reads = _stored_reads(plan, headers, self.assembler.max_size)
-        msgs = [
-            Message(exchange, routing_key, route, header, body, flags, scan)
-            for (flags, header, scan), body in zip(reads, bodies, strict=False)  # the reads may stop early
-        ]
-        if msgs:
-            count_publishes(plan, len(msgs))
-            self._store_and_push(plan.stored, msgs)
-        return len(msgs)
-
-    def _store_and_push(self, queue: Queue, msgs: list[Message]) -> None:
-        """Publish messages that go to `queue` alone and are stored (see _publish_stored_group): one append,
-        one confirm for all, each pushed in order."""
-        settle = self._group_confirm(len(msgs))
-        self.broker.store_group(msgs, queue, lambda: settle(True), lambda: settle(False))
-        queue.push_many(msgs)
-        self.publish_flow(queue)
-
-    def _store_stream_group(
-        self,
-        plan: PublishPlan,
-        stream: Queue,
-        exchange: str,
-        routing_key: str,
-        headers: list[bytes],
-        bodies: list[bytes],
-    ) -> int:
-        """_publish_stored_group for a stream: a stream keeps nothing of a publish in memory (its readers read
-        the store), so the publishes are stored from their headers and bodies (Broker.store_stream_group), as
-        store_group stores the messages _store_and_push would make, without making them (none has an expiry:
-        a publish with an expiration is one of PER_MESSAGE_FLAGS, which end a group). How many."""
-        # the headers as checked_header returns them
-        stored = [header for _flags, header, _scan in _stored_reads(plan, headers, self.assembler.max_size)]
-        n = len(stored)
-        if n:
-            count_publishes(plan, n)
-            settle = self._group_confirm(n)
-            self.broker.store_stream_group(
-                stream, exchange, routing_key, stored, bodies[:n], lambda: settle(True), lambda: settle(False)
-            )
-            self.publish_flow(stream)
-        return n
-
-    def _group_confirm(self, n: int) -> Callable[[bool], None]:
-        """The next n publishes, stored together: one confirm for all. Its settle(ok) acks (or nacks) them."""
-        self.published += n
-        first = self.publish_seq + 1
-        self.publish_seq += n
-        # Only the group's first sequence number waits: emit_confirms acks up to the lowest one waiting.
-        self.pending_confirms[first] = None
-        self.conn.unconfirmed_changed(n)
-
-        def settle(ok: bool) -> None:
-            if first in self.pending_confirms:
-                del self.pending_confirms[first]
-                self.conn.unconfirmed_changed(-n)
-            if not ok:
-                self.nacks.update(range(first, first + n))
-            self.conn.confirms_pending(self)
-
-        return settle
-
-    def _straight_message(
-        self, plan: PublishPlan, exchange: str, routing_key: str, route: bytes, header: bytes, body: bytes
-    ) -> Message | None:
-        """The message on_whole_publish would make of this publish, when the plan sends it straight to its
-        queue with no step on the way (None otherwise: the single path then takes it, and reports any error)."""
-        scanned = self._straight_scan(plan, header, self.assembler.max_size)
-        if scanned is None:
-            return None
-        flags, header, scan = scanned
-        return Message(exchange, routing_key, route, header, body, flags, scan)
-
-    @staticmethod
-    def _straight_scan(plan: PublishPlan, header: bytes, max_body: int) -> tuple[int, bytes, PropertyScan] | None:
-        """(flags, header as checked_header returns it, scan) of a publish that the plan sends straight to its
-        queue, its header read as on_whole_publish and Message read it, its body no larger than max_body; None
-        when any of them would refuse it or the plan would not send it straight."""
-        scanned = _group_scan(header, max_body)
-        if scanned is None:
-            return None
-        flags, header, scan, persistent, names_keys = scanned
-        if plan.straight_to(flags, persistent, names_keys) is None:
-            return None
-        return flags, header, scan
-
-    def _group_target(self, method: bytes) -> tuple[PublishPlan, bytes] | None:
-        """For publishes with this method: their plan and route, when the plan has a queue that messages of
-        some property class go straight to (PublishPlan.plain); None when they may go anywhere else, or when
-        the channel holds or confirms its publishes (tx, confirm mode)."""
-        if self.tx or self.confirm:
-            return None
-        try:
-            exchange, routing_key, route, bits = parse_publish_route(method)
-        except errors.AMQPError:
-            return None
-        ex = self.vhost.exchanges.get(exchange)
-        if bits & 2 or ex is None or not self.permissions.cleared(ex, exchange, 0):  # user_id: straight_to() refuses it
-            return None
-        plan = self.vhost.plan(ex, routing_key)
-        return None if plan.plain is None else (plan, route)
-
-    def _straight_target(self, method: bytes) -> tuple[PublishPlan, bytes, Consumer] | None:
-        """For publishes with this method: their plan, route and the consumer their plan's plain queue would
-        hand each to as it comes (Queue.run_consumer); None when they may go anywhere else, or when the channel
-        holds or confirms its publishes (tx, confirm mode)."""
-        target = self._group_target(method)
-        if target is None:
-            return None
-        plan, route = target
-        consumer = plan.plain.run_consumer() if plan.plain is not None else None
-        return None if consumer is None else (plan, route, consumer)
-
-    def _goes_straight(self, plan: PublishPlan, consumer: Consumer, header: bytes) -> bool:
-        """Whether the plan sends a publish with this content header straight to its queue (_straight_scan),
-        and its body fits one frame to the consumer."""
-        max_body = min(self.assembler.max_size, consumer.channel.conn.frame_max - 8)
-        return self._straight_scan(plan, header, max_body) is not None
-
-    def prepare_run(self, method: bytes, header: bytes) -> PreparedRun | None:
-        """What on_whole_publish would parse from each publish of a run, parsed once; None when it would not
-        take the straight-line path (the caller then goes frame by frame, which reports any error)."""
-        try:
-            exchange, routing_key, route, bits = parse_publish_route(method)
-            class_id, body_size, flags = parse_content_header(header)
-            scan = PropertyScan(header, flags) if flags & SCANNED_FLAGS else None
-        except errors.AMQPError:
-            return None
-        if bits & 2 or class_id != 60 or body_size > self.assembler.max_size:
-            return None
-        return PreparedRun(exchange, routing_key, route, checked_header(header), flags, bool(bits & 1), scan)
 
     def on_header(self, payload: bytes) -> None:
         done = self.assembler.take_header(payload)
@@ -378,16 +127,12 @@ class Channel(Deliveries):
         if not self.permissions.cleared(ex, msg.exchange, msg.flags):
             self.permissions.check_publish(ex, msg)
         if msg.flags & FLAG_REPLY_TO:
-            self._rewrite_reply_to(msg)
+            self.reply_to.rewrite(msg)
         self.published += 1
         if self.tx:
-            self.tx_publishes.append((msg.exchange, mandatory, msg))
+            self.transaction.hold_publish(msg, mandatory)
             return
-        seq = 0
-        if self.confirm:
-            self.publish_seq += 1
-            seq = self.publish_seq
-        self.publisher.publish(self, self.vhost, msg, mandatory, seq)
+        self.publisher.publish(self, self.vhost, msg, mandatory, self.confirms.next_seq() if self.confirm else 0)
 
     def publish_flow(self, q: Queue) -> None:
         """A queue grown past FLOW_HIGH with consumers pauses its publishers while those consumers are waiting
@@ -397,29 +142,12 @@ class Channel(Deliveries):
             self.broker.throttled(q)
 
     def publish_durable(self, seq: int, on_stored: Callable[[], None] | None) -> Callable[[], None] | None:
-        if not seq:
-            return on_stored
-        self.pending_confirms[seq] = None
-        self.conn.unconfirmed_changed(1)
-
-        def durable() -> None:
-            if seq in self.pending_confirms:
-                del self.pending_confirms[seq]
-                self.conn.unconfirmed_changed(-1)
-            self.conn.confirms_pending(self)
-            if on_stored is not None:
-                on_stored()
-
-        return durable
+        return self.confirms.durable(seq, on_stored)
 
     def publish_failed(
         self, seq: int, on_stored: Callable[[], None] | None, on_failed: Callable[[], None] | None
     ) -> Callable[[], None] | None:
-        """The store could not write the message: the publisher's confirm is a nack; a transaction's commit
-        fails (on_failed)."""
-        if not seq:
-            return on_failed or on_stored
-        return lambda: self.publish_settled(seq, False)
+        return self.confirms.failed(seq, on_stored, on_failed)
 
     def publish_returned(self, msg: Message) -> None:
         self._send_return(msg, errors.NO_ROUTE, "NO_ROUTE")
@@ -429,40 +157,19 @@ class Channel(Deliveries):
         self.conn.send(frames + content_frames(self.id, msg.header, self.broker.body_of(msg), self.conn.frame_max))
 
     def publish_settled(self, seq: int, ok: bool) -> None:
-        if not seq:
-            return
-        if seq in self.pending_confirms:
-            del self.pending_confirms[seq]
-            self.conn.unconfirmed_changed(-1)
-        if not ok:
-            self.nacks.add(seq)
-        self.conn.confirms_pending(self)
+        self.confirms.settled(seq, ok)
+
+    def group_confirm(self, n: int) -> Callable[[bool], None]:
+        """The next n publishes, stored together (publish_groups.py): one confirm for all."""
+        self.published += n
+        return self.confirms.group(n)
 
     def emit_confirms(self) -> None:
         """Called once per loop turn: one basic.ack(multiple) for everything settled in order."""
-        if self.closing:
-            return
-        limit = next(iter(self.pending_confirms)) - 1 if self.pending_confirms else self.publish_seq
-        if limit <= self.confirmed_upto:
-            return
-        out: list[bytes] = []
-        start = self.confirmed_upto + 1
-        if self.nacks:
-            run_end = start - 1
-            for seq in range(start, limit + 1):
-                if seq in self.nacks:
-                    if run_end >= start:
-                        out.append(encode_ack(self.id, run_end, run_end > start))
-                    out.append(encode_nack(self.id, seq, False))
-                    self.nacks.discard(seq)
-                    start = seq + 1
-                run_end = seq
-            if run_end >= start:
-                out.append(encode_ack(self.id, run_end, run_end > start))
-        else:
-            out.append(encode_ack(self.id, limit, limit > start))
-        self.confirmed_upto = limit
-        self.conn.send(b"".join(out))
+        if not self.closing:
+            out = self.confirms.emit(self.id)
+            if out:
+                self.conn.send(out)
 
     # -- delivering -----------------------------------------------------------------------------------------
 
@@ -494,78 +201,24 @@ class Channel(Deliveries):
 
     def _settle_tags(self, kind: str, tag: int, multiple: bool, requeue: bool, method_id: int) -> None:
         try:
-            taken = self._collect(tag, multiple)
+            taken = self.collect(tag, multiple)
         except errors.AMQPError as exc:
             raise exc.with_method(60, method_id) from None
         if self.tx:
-            self.tx_acks.append((kind, taken, requeue))
+            self.transaction.hold_settle(kind, taken, requeue)
             return
-        self._apply_settle(kind, taken, requeue)
-
-    def _collect(self, tag: int, multiple: bool) -> list[Run[Any]]:
-        """The unacked deliveries an ack/nack/reject names, removed from the channel (RabbitMQ's rules:
-        the tag must be outstanding, except multiple with tag 0, which means all)."""
-        unacked = self.unacked
-        if multiple and tag == 0:
-            return unacked.take_all()
-        taken = unacked.take_upto(tag) if multiple else unacked.take(tag)
-        if taken is None:
-            raise errors.precondition_failed(f"unknown delivery tag {tag}")
-        return taken
-
-    def _apply_settle(self, kind: str, taken: list[Run[Any]], requeue: bool) -> None:
-        if kind == "ack":
-            self._apply_acks(taken)
-            return
-        if kind != "requeue":
-            try:
-                _check_not_stream(kind, taken)
-            except errors.AMQPError:
-                # 540 closes the connection: back in the table, these go with the rest as its channels shut down
-                self.unacked.restore(taken)
-                raise
-        by_queue: dict[Queue, list[Entry]] = {}
-        for run in taken:
-            self.unacked.release(run.queue, run.consumer, len(run.items))
-            run.give_back(requeue, by_queue)
-        for queue, entries in by_queue.items():
-            queue.requeue(entries)
-        self.resume_deliveries()
-
-    def _apply_acks(self, taken: list[Run[Any]]) -> None:
-        """_apply_settle for acks, the per-message path of every manually acking consumer: a run at a time."""
-        release = self.unacked.release
-        for run in taken:
-            queue = run.queue
-            n = len(run.items)
-            self.acked += n
-            release(queue, run.consumer, n)
-            queue.acked += n
-            run.acked()
-        if self.resume_after_acks is None:
-            self.resume_deliveries()
-        else:  # the session resumes once the acks it is reading end (Session._resume_acked)
-            self.resume_after_acks = True
-
-    def resume_deliveries(self) -> None:
-        """Room to deliver again (acks freed prefetch, or the connection's socket drained): each consumer's
-        queue hands over what waits."""
-        for consumer in list(self.consumers.values()):
-            if consumer.queue.ready:
-                consumer.queue.dispatch()
-
-    def overdue_ack(self, now: float, timeout_s: float) -> bool:
-        """RabbitMQ's consumer_timeout: a delivery left unacked this long closes the channel."""
-        oldest = self.unacked.oldest_at()
-        return oldest is not None and now - oldest > timeout_s
-
-    def requeue_all(self) -> None:
-        """Every unacked message goes back to its queue, in order, marked redelivered."""
-        self._apply_settle("requeue", self._collect(0, True), True)
+        self.apply_settle(kind, taken, requeue)
 
     # -- method dispatch -----------------------------------------------------------------------------------
 
-    def handle(self, method: base.Frame) -> None:
+    def handle(self, method: base.Frame) -> str:
+        """A method other than publish, ack, nack and reject, as the channel's table (states.py) says for its
+        state: its handler runs (HANDLE), or the action is the session's to carry out (CLOSE, IGNORE)."""
+        step = channel_step(self.state, type(method))
+        if isinstance(step, Refusal):
+            raise step.error(method)
+        if step.action != HANDLE:
+            return step.action
         handler = _HANDLERS.get(type(method))
         if handler is None:
             raise errors.ConnectionError(errors.COMMAND_INVALID, f"unexpected method {method.name}", *_ids(method))
@@ -573,6 +226,14 @@ class Channel(Deliveries):
             handler(self, method)
         except errors.AMQPError as exc:
             raise exc.with_method(*_ids(method)) from None
+        if step.after != self.state:
+            self.enter(step.after)
+        return HANDLE
+
+    def enter(self, state: int) -> None:
+        self.state = state
+        self.confirm = state == CONFIRM
+        self.tx = state == TX
 
     def reply(self, method: base.Frame) -> None:
         self.conn.send(encode_method(self.id, method))
@@ -623,8 +284,10 @@ class Channel(Deliveries):
     # queue class
 
     def queue_declare(self, m: commands.Queue.Declare) -> None:
-        if m.queue == REPLY_TO or m.queue.startswith(REPLY_TO_PREFIX):
-            self._declare_reply_to(m)
+        if names_reply_to(m.queue):
+            self.reply_to.check_declare(m.queue)
+            if not m.nowait:
+                self.reply(build(commands.Queue.DeclareOk, m.queue, 0, 1))
             return
         self._check_queue_name_length(m.queue)
         q = self.vhost.declare_queue(
@@ -640,14 +303,6 @@ class Channel(Deliveries):
         self.last_queue = q.name
         if not m.nowait:
             self.reply(build(commands.Queue.DeclareOk, q.name, len(q.ready), len(q.consumers)))
-
-    def _declare_reply_to(self, m: commands.Queue.Declare) -> None:
-        """Direct reply-to, as RabbitMQ answers a declare of it (passive or not): the pseudo-queue always
-        exists with one consumer, a reply address while its requester consumes, anything else is 404."""
-        if m.queue != REPLY_TO and m.queue[len(REPLY_TO_PREFIX) :] not in self.vhost.replies:
-            raise errors.not_found(f"no queue '{m.queue}' in vhost '{self.vhost.name}'")
-        if not m.nowait:
-            self.reply(build(commands.Queue.DeclareOk, m.queue, 0, 1))
 
     def _check_queue_name_length(self, name: str) -> None:
         """max_queue_name_length (at most 255, the protocol's shortstr): a longer name is refused with 406."""
@@ -724,14 +379,9 @@ class Channel(Deliveries):
         if not stream and (q.exclusive_consumer is not None or (m.exclusive and q.consumers)):
             raise errors.access_refused(f"queue '{q.name}' in vhost '{self.vhost.name}' in exclusive use")
         args = m.arguments or {}
-        priority = args.get("x-priority", 0)
-        if not isinstance(priority, int) or isinstance(priority, bool):
-            raise errors.precondition_failed(f"invalid x-priority argument: {priority!r}")
-        if not stream and "x-stream-offset" in args:
-            kind = "rabbit_quorum_queue" if q.arguments.get("x-queue-type") == "quorum" else "rabbit_classic_queue"
-            raise errors.precondition_failed(
-                f"invalid arg 'x-stream-offset' for queue '{q.name}' in vhost '{self.vhost.name}' of queue type {kind}"
-            )
+        priority = consumer_priority(args)
+        if not stream:
+            check_queue_consumer(args, q.name, self.vhost.name, q.arguments)
         consumer = Consumer(
             tag,
             self,
@@ -755,28 +405,14 @@ class Channel(Deliveries):
         q.add_consumer(consumer)
 
     def _consume_stream(self, q: StreamQueue, consumer: Consumer, nowait: bool) -> None:
-        """A stream consumer acks manually with a prefetch of its own, and starts where x-stream-offset (or
-        its tracked offset) says: RabbitMQ's rules, LavinMQ's offset tracking, RabbitMQ 3.13's filters."""
-        where = f"queue '{q.name}' in vhost '{self.vhost.name}'"
-        if consumer.no_ack:
-            raise errors.not_implemented(f"automatic acknowledgement not supported by stream queues {where}")
-        if not consumer.prefetch:
-            raise errors.precondition_failed(f"consumer prefetch count is not set for '{where}'")
+        """A stream consumer reads from where its arguments say (consume_args.py)."""
         args = consumer.arguments
-        check_consumer_arguments(args, q.name, self.vhost.name)
-        spec = parse_offset_spec(args.get("x-stream-offset"), q.name, self.vhost.name, self.broker.now_ms())
-        filter_values, match_unfiltered = parse_filter(args, q.name, self.vhost.name)
-        # LavinMQ: tracking is asked for explicitly, or by an x-stream-offset given as void.
-        tracking = args.get("x-stream-automatic-offset-tracking") is True or (
-            "x-stream-offset" in args and args["x-stream-offset"] is None
-        )
-        if "x-stream-offset" in args and args["x-stream-offset"] is None:
-            spec = parse_offset_spec("first", q.name, self.vhost.name, 0)
-        chunk_records(args, filter_values is not None, tracking, q.name, self.vhost.name)
+        now = self.broker.now_ms()
+        start = stream_start(args, consumer.no_ack, consumer.prefetch, q.name, self.vhost.name, now)
         self.consumers[consumer.tag] = consumer
         if not nowait:
             self.reply(build(commands.Basic.ConsumeOk, consumer.tag))
-        q.subscribe(consumer, spec, filter_values, match_unfiltered, tracking)
+        q.subscribe(consumer, start.spec, start.filter_values, start.match_unfiltered, start.tracking)
 
     def _answer_info(self, q: Queue, consumer: Consumer, nowait: bool) -> None:
         """x-amqpd-stream-info (streams/info.py): one delivery of the stream's facts, then nothing until the
@@ -791,28 +427,16 @@ class Channel(Deliveries):
 
     def _consume_replies(self, m: commands.Basic.Consume) -> None:
         """Direct reply-to: the channel consumes its own pseudo-queue, auto-ack only, one per channel."""
-        if not m.no_ack:
-            raise errors.precondition_failed("reply consumer cannot acknowledge")
-        if self.reply_token is not None:
-            raise errors.precondition_failed("reply consumer already set")
+        self.reply_to.check_consume(m.no_ack)
         tag = m.consumer_tag or server_generated_name("amq.ctag-")
         if tag in self.consumers:
             raise errors.not_allowed(f"attempt to reuse consumer tag '{tag}'")
-        self.reply_token, q = self.vhost.open_reply_queue()
+        q = self.reply_to.open()
         consumer = Consumer(tag, self, q, no_ack=True, exclusive=True, prefetch=0)
         self.consumers[tag] = consumer
         if not m.nowait:
             self.reply(build(commands.Basic.ConsumeOk, tag))
         q.add_consumer(consumer)
-
-    def _rewrite_reply_to(self, msg: Message) -> None:
-        """reply_to=amq.rabbitmq.reply-to becomes this channel's own reply address."""
-        if msg.raw_property(FLAG_REPLY_TO) != _REPLY_TO_RAW:
-            return
-        if self.reply_token is None:
-            raise errors.ChannelError(errors.PRECONDITION_FAILED, "fast reply consumer does not exist", 60, 40)
-        address = shortstr(REPLY_TO_PREFIX + self.reply_token)
-        msg.header = rewrite_properties(msg.header, msg.size, {FLAG_REPLY_TO: address})
 
     def basic_cancel(self, m: commands.Basic.Cancel) -> None:
         consumer = self.consumers.pop(m.consumer_tag or "", None)
@@ -820,13 +444,8 @@ class Channel(Deliveries):
             self.reply(build(commands.Basic.CancelOk, m.consumer_tag))
         if consumer is not None:
             consumer.queue.remove_consumer(consumer)
-            self._release_reply_queue(consumer)
+            self.reply_to.release(consumer.queue)
             self.vhost.consumer_gone(consumer.queue)
-
-    def _release_reply_queue(self, consumer: Consumer) -> None:
-        if self.reply_token is not None and consumer.queue.name == REPLY_TO:
-            self.vhost.close_reply_queue(self.reply_token)
-            self.reply_token = None
 
     def cancel_by_server(self, consumer: Consumer) -> None:
         """The queue went away: RabbitMQ tells clients that asked for consumer_cancel_notify."""
@@ -848,13 +467,13 @@ class Channel(Deliveries):
     def basic_recover(self, m: commands.Basic.Recover) -> None:
         if not m.requeue:
             raise errors.not_implemented("requeue=false")
-        self._apply_settle("recover", self._collect(0, True), True)
+        self.apply_settle("recover", self.collect(0, True), True)
         self.reply(commands.Basic.RecoverOk())
 
     def basic_recover_async(self, m: commands.Basic.RecoverAsync) -> None:
         if not m.requeue:
             raise errors.not_implemented("requeue=false")
-        self._apply_settle("recover", self._collect(0, True), True)
+        self.apply_settle("recover", self.collect(0, True), True)
 
     # channel class (open and close are the session's)
 
@@ -870,61 +489,32 @@ class Channel(Deliveries):
 
     # confirm and tx classes
 
+    # the modes: the channel's table (states.py) refuses a switch, and enters the mode once selected
+
     def confirm_select(self, m: commands.Confirm.Select) -> None:
-        if self.tx:
-            raise errors.precondition_failed("cannot switch from tx to confirm mode")
-        self.confirm = True
         if not m.nowait:
             self.reply(commands.Confirm.SelectOk())
 
     def tx_select(self, m: commands.Tx.Select) -> None:
-        if self.confirm:
-            raise errors.precondition_failed("cannot switch from confirm to tx mode")
-        self.tx = True
         self.reply(commands.Tx.SelectOk())
 
     def tx_commit(self, m: commands.Tx.Commit) -> None:
-        if not self.tx:
-            raise errors.precondition_failed("channel is not transactional")
-        publishes, acks = self.tx_publishes, self.tx_acks
-        self.tx_publishes, self.tx_acks = [], []
-        waiting = [1]  # held at one until every publish is in, so commit-ok cannot go out early
-        failed = [False]
+        self.transaction.commit(self)
 
-        def stored() -> None:
-            waiting[0] -= 1
-            if waiting[0] or self.closing:
-                return
-            if failed[0]:
-                # rabbit_channel's complete_tx for a failed tx: the channel closes, no commit-ok
-                exc = errors.precondition_failed("partial tx completion").with_method(90, 20)
-                self.conn.close_channel(self, exc)
-            else:
-                self.reply(commands.Tx.CommitOk())
+    def publish_held(
+        self, msg: Message, mandatory: bool, on_stored: Callable[[], None], on_failed: Callable[[], None]
+    ) -> bool:
+        """A publish held by the transaction, at commit (transaction.py)."""
+        return self.publisher.publish(self, self.vhost, msg, mandatory, 0, on_stored, on_failed)
 
-        def not_stored() -> None:
-            failed[0] = True
-            stored()
+    def committed(self) -> None:
+        self.reply(commands.Tx.CommitOk())
 
-        for _exchange, mandatory, msg in publishes:
-            waiting[0] += 1
-            if not self.publisher.publish(self, self.vhost, msg, mandatory, 0, stored, not_stored):
-                waiting[0] -= 1
-        for i, (kind, taken, requeue) in enumerate(acks):
-            try:
-                self._apply_settle(kind, taken, requeue)
-            except errors.AMQPError:
-                for _kind, rest, _requeue in acks[i + 1 :]:  # not applied: back, as _apply_settle put this one
-                    self.unacked.restore(rest)
-                raise
-        stored()
+    def commit_failed(self, exc: errors.AMQPError) -> None:
+        self.conn.close_channel(self, exc)
 
     def tx_rollback(self, m: commands.Tx.Rollback) -> None:
-        if not self.tx:
-            raise errors.precondition_failed("channel is not transactional")
-        for _kind, taken, _requeue in self.tx_acks:
-            self.unacked.restore(taken)
-        self.tx_publishes, self.tx_acks = [], []
+        self.transaction.drop(self.unacked)
         self.reply(commands.Tx.RollbackOk())
 
     # -- teardown -----------------------------------------------------------------------------------------
@@ -937,77 +527,15 @@ class Channel(Deliveries):
         self.closing = True
         self.broker.closed_totals.add(self)
         self.assembler.reset()
-        for _kind, taken, _requeue in self.tx_acks:
-            self.unacked.restore(taken)
-        self.tx_publishes, self.tx_acks = [], []
+        self.transaction.drop(self.unacked)
         consumers = list(self.consumers.values())
         self.consumers.clear()
         for consumer in consumers:
             consumer.queue.remove_consumer(consumer)
-            self._release_reply_queue(consumer)
-        self._apply_settle("requeue", self._collect(0, True), True)
+            self.reply_to.release(consumer.queue)
+        self.requeue_all()
         for consumer in consumers:
             self.vhost.consumer_gone(consumer.queue)
-
-
-def _check_not_stream(kind: str, taken: list[Run[Any]]) -> None:
-    """A stream's deliveries cannot go back: nack and reject are 540 as in RabbitMQ 3.10, and so is a recover
-    (where RabbitMQ 3.10 crashes the connection with 541; docs/compatibility.md)."""
-    for run in taken:
-        queue = run.queue
-        if queue.is_stream:
-            what = "basic.recover" if kind == "recover" else "basic.nack and basic.reject"
-            exc = errors.not_implemented(
-                f"{what} not supported by stream queues queue '{queue.name}' in vhost '{queue.vhost}'"
-            )
-            # a nack or reject may be applied at tx.commit: it names its own method; a recover is the method
-            raise exc if kind == "recover" else exc.with_method(60, 120 if kind == "nack" else 90)
-
-
-def _group_scan(header: bytes, max_body: int) -> tuple[int, bytes, PropertyScan, bool, bool] | None:
-    """(flags, header as checked_header returns it, scan, persistent, whether its headers may name CC or BCC
-    keys) of a publish in a group, its header read in one walk as on_whole_publish and Message read it, its
-    body no larger than max_body; None when any of them would refuse it, or when it has a property that only
-    the single path handles (PER_MESSAGE_FLAGS): the single path then takes it, and reports any error."""
-    scanned = scan_published(header, PER_MESSAGE_FLAGS)
-    if scanned is None:
-        return None
-    class_id, body_size, flags, header, scan = scanned
-    if class_id != 60 or body_size > max_body:
-        return None
-    mode = scan.delivery_mode
-    if mode is not None and mode != 1 and mode != 2:
-        return None  # refused, one message at a time
-    names_keys = scan.headers_raw is not None and may_name_keys(scan.headers_raw)
-    return flags, header, scan, mode == 2, names_keys
-
-
-def _stored_reads(plan: PublishPlan, headers: list[bytes], max_size: int) -> Iterator[tuple[int, bytes, PropertyScan]]:
-    """_stored_read of each of the leading headers, up to the first it refuses. A publish run's publishes
-    share one header object (on_publish_run): it is read once. What is read depends on the header alone (its
-    body size included), so the answer holds for each."""
-    last: bytes | None = None
-    read: tuple[int, bytes, PropertyScan] | None = None
-    for header in headers:
-        if header is not last:
-            last, read = header, _stored_read(plan, header, max_size)
-        if read is None:
-            return
-        yield read
-
-
-def _stored_read(plan: PublishPlan, header: bytes, max_size: int) -> tuple[int, bytes, PropertyScan] | None:
-    """(flags, header as checked_header returns it, scan) of a publish with this header, from which
-    on_whole_publish would make the message it makes when the plan stores it in its one queue with no other
-    step (PublishPlan.stored_to); None otherwise, and when either would refuse it (the single path then reports
-    the error)."""
-    scanned = _group_scan(header, max_size)
-    if scanned is None:
-        return None
-    flags, header, scan, persistent, names_keys = scanned
-    if plan.stored_to(flags, persistent, names_keys) is None:
-        return None
-    return flags, header, scan
 
 
 def _ids(method: base.Frame) -> tuple[int, int]:

@@ -1,13 +1,12 @@
 """One AMQP connection's protocol logic, with no I/O: fed bytes, it answers with bytes.
 
-The server wraps it with a socket (server/connection.py); tests drive it directly. The handshake is a
-state machine: the one method each handshake state accepts on channel 0 is the table _HANDSHAKE, and
-anything else is an error with RabbitMQ's reply code.
+The server wraps it with a socket (server/connection.py); tests drive it directly. The connection and each
+channel are state machines whose tables are in states.py: what a method does in each state, and RabbitMQ's
+reply code for one a state does not take.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import struct
 import time
@@ -16,9 +15,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pamqp import commands
 
-from amqpd import __version__, errors
+from amqpd import errors
 from amqpd.protocol.constants import (
-    ACCEPTED_HEADERS,
     BASIC_ACK,
     BASIC_NACK,
     BASIC_PUBLISH,
@@ -27,12 +25,35 @@ from amqpd.protocol.constants import (
     FRAME_HEADER,
     FRAME_HEARTBEAT,
     FRAME_METHOD,
-    FRAME_MIN_SIZE,
     PROTOCOL_HEADER,
 )
 from amqpd.protocol.frames import PUBLISH, PUBLISH_GROUP, PUBLISH_RUN, BrokenStream, FrameReader
-from amqpd.protocol.methods import decode_method, decode_table, encode_method
-from amqpd.session.channel import Channel, PreparedRun
+from amqpd.protocol.methods import decode_method, encode_method
+from amqpd.session import handshake
+from amqpd.session.channel import Channel
+from amqpd.session.login import check_channel_limits, text
+from amqpd.session.publish_groups import PreparedRun, prepare_run
+from amqpd.session.states import (
+    ANSWER_CLOSE,
+    AWAIT_HEADER,
+    AWAIT_START_OK,
+    CHANNEL_CLOSING,
+    CLOSE,
+    CLOSED,
+    CLOSING,
+    HANG_UP,
+    IGNORE,
+    OPEN,
+    OPEN_CHANNEL,
+    OPEN_CONNECTION,
+    START_OK,
+    TUNE_OK,
+    UNOPENED,
+    UPDATE_SECRET,
+    Refusal,
+    channel_step,
+    connection_step,
+)
 
 if TYPE_CHECKING:
     from amqpd.broker.broker import Broker
@@ -44,21 +65,6 @@ channel_log = logging.getLogger("amqpd.channel")
 _u32 = struct.Struct(">I")
 _ACK_KEY = _u32.pack(BASIC_ACK)
 
-CAPABILITIES = (
-    "publisher_confirms",
-    "exchange_exchange_bindings",
-    "basic.nack",
-    "consumer_cancel_notify",
-    "connection.blocked",
-    "consumer_priorities",
-    "authentication_failure_close",
-    "per_consumer_qos",
-    "direct_reply_to",
-)
-
-# Handshake states; _HANDSHAKE (after the class) names the one method each accepts on channel 0.
-AWAIT_HEADER, AWAIT_START_OK, AWAIT_TUNE_OK, AWAIT_OPEN, OPEN, CLOSING, CLOSED = range(7)
-
 
 class Transport(Protocol):
     """What the session asks of the socket layer."""
@@ -67,18 +73,6 @@ class Transport(Protocol):
     def close(self) -> None: ...
     def hold_reading(self, reason: object) -> None: ...
     def release_reading(self, reason: object) -> None: ...
-
-
-def server_properties() -> dict[str, Any]:
-    return {
-        "product": "amqpd",
-        "version": __version__,
-        "platform": "Python",
-        "copyright": "amqpd contributors",
-        "information": "Licensed under the MIT license",
-        "cluster_name": "amqpd",
-        "capabilities": dict.fromkeys(CAPABILITIES, True),
-    }
 
 
 class Session:
@@ -92,8 +86,8 @@ class Session:
         self.out: list[bytes | memoryview] = []
         self.in_pieces = False  # `out` holds a large delivery's pieces (send_pieces): flushed unjoined
         self.channels: dict[int, Channel] = {}
-        self.closing_channels: set[int] = set()  # we sent channel.close and wait for close-ok
-        self.crossed_closes: set[int] = set()  # closes that crossed: a late close-ok may still come
+        # Channels without a Channel that are not UNOPENED: CHANNEL_CLOSING or CROSSED (states.py).
+        self.ending: dict[int, int] = {}
         self.confirm_channels: set[Channel] = set()
         self.user = ""
         self.vhost: VirtualHost | None = None
@@ -208,25 +202,18 @@ class Session:
 
     def _protocol_header(self, data: bytes) -> bytes:
         buf = self._header_buf + data
-        if len(buf) < 8:
-            if not PROTOCOL_HEADER.startswith(buf[:4]):
-                self._refuse_header()
-            else:
-                self._header_buf = buf
-            return b""
-        if buf[:8] not in ACCEPTED_HEADERS:
-            self._refuse_header()
+        verdict = handshake.protocol_header(buf)
+        if verdict is None:
+            self._header_buf = buf  # too short to tell yet
             return b""
         self._header_buf = b""
+        if not verdict:  # anything but AMQP 0-9-1: tell the peer which protocol we speak, and hang up
+            self.send(PROTOCOL_HEADER)
+            self._close_transport()
+            return b""
         self.state = AWAIT_START_OK
-        mechanisms = "PLAIN AMQPLAIN EXTERNAL" if self.tls else "PLAIN AMQPLAIN"
-        self.send_method(0, commands.Connection.Start(0, 9, server_properties(), mechanisms, "en_US"))
+        handshake.start(self)
         return buf[8:]
-
-    def _refuse_header(self) -> None:
-        """Anything but AMQP 0-9-1: tell the peer which protocol we speak, and hang up."""
-        self.send(PROTOCOL_HEADER)
-        self._close_transport()
 
     def _frame(self, ftype: int, channel: int, payload: Any) -> None:
         if ftype == PUBLISH:
@@ -276,9 +263,9 @@ class Session:
         if ch is not None and not ch.assembler.busy and self.state == OPEN:
             if not self.publishes:
                 self._first_publish()
-            if ch.on_publish_run(method, header, bodies):
+            if ch.groups.run(method, header, bodies):
                 return
-            run = ch.prepare_run(method, header)
+            run = prepare_run(method, header, ch.assembler.max_size)
             if run is not None:
                 bodies = self._publish_each(ch, run, bodies)
         for body in bodies:
@@ -294,7 +281,7 @@ class Session:
         if ch is not None and not ch.assembler.busy and self.state == OPEN:
             if not self.publishes:
                 self._first_publish()
-            done = ch.on_publish_group(method, headers, bodies)
+            done = ch.groups.group(method, headers, bodies)
         for i in range(done, len(bodies)):
             self._frame(PUBLISH, channel, (method, headers[i], bodies[i]))
             if self.state == CLOSED:
@@ -314,103 +301,40 @@ class Session:
     # -- connection class ---------------------------------------------------------------------------------
 
     def _connection_method(self, payload: bytes) -> None:
-        method = decode_method(payload, self.settings.max_table_depth)
-        step = _HANDSHAKE.get(self.state)
-        if step is not None:
-            expected, handler = step
-            if not isinstance(method, expected):
-                if self.state != AWAIT_OPEN:
-                    self._close_transport()  # RabbitMQ hangs up on a handshake out of order before tune-ok
-                    return
-                raise self._out_of_order(method)
-            handler(self, method)
-            return
-        if isinstance(method, commands.Connection.Close):
-            self.close_reason = f"client closed it ({method.reply_code} {method.reply_text})"
-            self.closed_normally = True
-            self.send_method(0, commands.Connection.CloseOk())
-            self._teardown()
-            self._close_transport()
-        elif isinstance(method, commands.Connection.CloseOk):
-            self._close_transport()
-        elif isinstance(method, (commands.Connection.Blocked, commands.Connection.Unblocked)):
-            return
-        elif isinstance(method, commands.Connection.UpdateSecret):
-            self._update_secret(method)
-        else:
-            raise self._out_of_order(method)
+        self._connection_step(decode_method(payload, self.settings.max_table_depth))
 
-    def _update_secret(self, m: commands.Connection.UpdateSecret) -> None:
-        """Token refresh (OAuth 2 clients): the connection carries on under the new secret if the broker
-        accepts it for the connection's user; if not, RabbitMQ's answer (rabbit_reader) closes it."""
-        secret = m.new_secret if isinstance(m.new_secret, str) else bytes(m.new_secret or b"").decode(errors="replace")
-        if not self.broker.accepts_secret(self.user, secret):
-            log.info("secret update refused for user %r from %s", self.user, self.peer)
-            raise errors.ConnectionError(errors.NOT_ALLOWED, "New secret was refused by one of the backends", 10, 70)
-        self.send_method(0, commands.Connection.UpdateSecretOk())
+    def _connection_step(self, method: Any) -> None:
+        """A method on channel 0, as the connection's table (states.py) says for the current state."""
+        state = self.state
+        step = connection_step(state, type(method))
+        if isinstance(step, Refusal):
+            raise step.error(method)
+        _CONNECTION_ACTIONS[step.action](self, method)
+        if self.state == state:  # unless the action closed the connection
+            self.state = step.after
 
-    def _out_of_order(self, method: Any) -> errors.ConnectionError:
-        state = {AWAIT_START_OK: "starting", AWAIT_TUNE_OK: "tuning", AWAIT_OPEN: "opening"}.get(self.state, "running")
-        return errors.ConnectionError(
-            errors.CHANNEL_ERROR, f"unexpected method in connection state {state}", *_ids(method)
-        )
+    def _client_close(self, m: commands.Connection.Close) -> None:
+        self.close_reason = f"client closed it ({m.reply_code} {m.reply_text})"
+        self.closed_normally = True
+        self.send_method(0, commands.Connection.CloseOk())
+        self._teardown()
+        self._close_transport()
 
-    def _start_ok(self, m: commands.Connection.StartOk) -> None:
-        self.client_properties = m.client_properties or {}
-        caps = self.capabilities
-        self.consumer_cancel_notify = bool(caps.get("consumer_cancel_notify"))
-        self.auth_failure_close = bool(caps.get("authentication_failure_close"))
-        reason = None
-        if m.mechanism == "EXTERNAL" and self.tls:
-            user = self.cert_user or ""
-            if not user:
-                reason = "no verified client certificate"
-            elif self.broker.access.get_user(user) is None:
-                reason = "invalid credentials"  # certificate-only users need no password, but must exist
-        else:
-            user, password = self._credentials(m.mechanism, m.response)
-            if self.broker.login(user, password) is None:
-                reason = "invalid credentials"  # the same for an unknown user: the log must not tell them apart
-        if reason is None and user in self.settings.loopback_users and not self.from_loopback:
-            reason = f"user '{user}' can only connect via localhost"
-        if reason is not None:
-            self._refuse_login(m.mechanism, user, reason)
-            return
-        self.user = user
-        self.state = AWAIT_TUNE_OK
-        s = self.settings
-        self.send_method(0, commands.Connection.Tune(s.channel_max, s.frame_max, s.heartbeat))
+    def hang_up(self, m: Any = None) -> None:
+        self._close_transport()
 
-    def _refuse_login(self, mechanism: str, user: str, reason: str) -> None:
-        """RabbitMQ's auth_fail: the client learns only that the login was refused (403 when it asked for
-        authentication_failure_close, else the socket closes); the log says why, and from where."""
-        self.broker.access.failed_logins += 1
-        self.close_reason = f"{mechanism} login refused for user '{user}': {reason}"
-        log.warning("%s login refused for user '%s' from %s: %s", mechanism, user, self.peer, reason)
-        if not self.auth_failure_close:
-            self._close_transport()
-            return
-        raise errors.ConnectionError(
-            errors.ACCESS_REFUSED,
-            f"Login was refused using authentication mechanism {mechanism}. For details see the broker logfile.",
-        )
+    def _answer_close(self, m: commands.Connection.Close) -> None:
+        """The client's close after ours: close-ok, and hang up."""
+        self.send_method(0, commands.Connection.CloseOk())
+        self._close_transport()
 
-    @property
-    def from_loopback(self) -> bool:
-        """Is the peer on this machine? A TCP peer is always an IP address; anything else is a session
-        driven without a socket (tests), which is local."""
-        host = self.peer.rsplit(":", 1)[0].strip("[]")
-        try:
-            addr = ipaddress.ip_address(host)
-        except ValueError:
-            return True
-        mapped = getattr(addr, "ipv4_mapped", None)  # ::ffff:127.0.0.1 from a dual-stack listener
-        return addr.is_loopback or (mapped is not None and mapped.is_loopback)
+    def _ignore(self, m: Any) -> None:
+        """Blocked and unblocked from a client, and anything but close or close-ok after our close."""
 
     @property
     def client_name(self) -> str:
         """The connection_name client property (RabbitMQ's client-provided name), or ""."""
-        return _text(self.client_properties.get("connection_name", ""))
+        return text(self.client_properties.get("connection_name", ""))
 
     @property
     def name(self) -> str:
@@ -422,93 +346,6 @@ class Session:
     def capabilities(self) -> dict[str, Any]:
         caps = self.client_properties.get("capabilities")
         return caps if isinstance(caps, dict) else {}
-
-    def _credentials(self, mechanism: str, response: str | bytes) -> tuple[str, str]:
-        raw = response.encode("latin-1") if isinstance(response, str) else bytes(response)
-        if mechanism == "PLAIN":
-            parts = raw.split(b"\x00")
-            if len(parts) != 3:
-                return "", ""
-            return parts[1].decode(errors="replace"), parts[2].decode(errors="replace")
-        if mechanism == "AMQPLAIN":
-            table = decode_table(_u32.pack(len(raw)) + raw)
-            login, password = table.get("LOGIN", ""), table.get("PASSWORD", "")
-            return _text(login), _text(password)
-        raise errors.ConnectionError(errors.COMMAND_INVALID, f"unknown authentication mechanism '{mechanism}'", 10, 11)
-
-    def _tune_ok(self, m: commands.Connection.TuneOk) -> None:
-        s = self.settings
-        # 0 means "no limit", which is above ours: RabbitMQ refuses it too (validate_negotiated_integer_value).
-        if m.frame_max and m.frame_max < FRAME_MIN_SIZE:
-            raise errors.ConnectionError(
-                errors.NOT_ALLOWED,
-                f"negotiated frame_max = {m.frame_max} is lower than the minimum allowed value ({FRAME_MIN_SIZE})",
-                10,
-                31,
-            )
-        for name, value, limit in (
-            ("frame_max", m.frame_max, s.frame_max),
-            ("channel_max", m.channel_max, s.channel_max),
-        ):
-            if limit and (value == 0 or value > limit):
-                raise errors.ConnectionError(
-                    errors.NOT_ALLOWED,
-                    f"negotiated {name} = {value} is higher than the maximum allowed value ({limit})",
-                    10,
-                    31,
-                )
-        self.frame_max = m.frame_max or s.frame_max
-        self.reader.frame_max = self.frame_max
-        self.channel_max = m.channel_max or s.channel_max
-        self.heartbeat = m.heartbeat
-        self.state = AWAIT_OPEN
-
-    def _open(self, m: commands.Connection.Open) -> None:
-        vhost = self.broker.vhosts.get(m.virtual_host)
-        if vhost is None:
-            raise errors.ConnectionError(errors.NOT_ALLOWED, f"vhost {m.virtual_host} not found", 10, 40)
-        self._check_connection_limits(vhost.name)
-        if not self.broker.access.may_open_vhost(self.user, vhost.name):
-            raise errors.ConnectionError(
-                errors.NOT_ALLOWED, f"access to vhost '{vhost.name}' refused for user '{self.user}'", 10, 40
-            )
-        self.vhost = vhost
-        self.state = OPEN
-        self.broker.connections.add(self)
-        self.send_method(0, commands.Connection.OpenOk(""))
-        log.info(
-            "connection %s: user '%s' authenticated and granted access to vhost '%s'",
-            self.name,
-            self.user,
-            vhost.name,
-            extra={"peer": self.peer, "user": self.user, "vhost": vhost.name, "client_name": self.client_name},
-        )
-        if self.on_open is not None:
-            self.on_open()
-
-    def _check_connection_limits(self, vhost: str) -> None:
-        """rabbit_reader's order: the vhost's max-connections, the user's, then (ours) the node's."""
-        refused = f"access to vhost '{vhost}' refused for user '{self.user}'"
-        limit = self.broker.access.vhost_limit(vhost, "max-connections")
-        if limit is not None and self.broker.connection_count(vhost) >= limit:
-            raise errors.ConnectionError(
-                errors.NOT_ALLOWED, f"{refused}: connection limit ({limit}) is reached", 10, 40
-            )
-        limit = self.broker.access.user_limit(self.user, "max-connections")
-        if limit is None:
-            limit = self.settings.max_connections_per_user or None
-        if limit is not None and sum(1 for c in self.broker.connections if c.user == self.user) >= limit:
-            raise errors.ConnectionError(
-                errors.NOT_ALLOWED,
-                f"connection refused for user '{self.user}': user connection limit ({limit}) is reached",
-                10,
-                40,
-            )
-        limit = self.settings.max_connections
-        if limit and len(self.broker.connections) >= limit:
-            raise errors.ConnectionError(
-                errors.NOT_ALLOWED, f"connection refused: node connection limit ({limit}) is reached", 10, 40
-            )
 
     # -- channels -----------------------------------------------------------------------------------------
 
@@ -554,63 +391,38 @@ class Session:
 
     def _channel_slow_path(self, ch: Channel, payload: bytes) -> None:
         method = decode_method(payload, self.settings.max_table_depth)
-        if isinstance(method, commands.Channel.Close):
+        if ch.handle(method) == CLOSE:  # the channel's table (states.py) took it, or gave the session's part
             self.channels.pop(ch.id, None)
             ch.shutdown()
             self.send_method(ch.id, commands.Channel.CloseOk())
-        elif isinstance(method, commands.Channel.Open):
-            raise errors.ConnectionError(errors.CHANNEL_ERROR, "second 'channel.open' seen", 20, 10)
-        elif isinstance(method, commands.Channel.CloseOk):
-            return
-        else:
-            ch.handle(method)
 
     def _method_on_unopened(self, channel: int, payload: bytes) -> None:
+        """A method on a channel with no Channel: not opened yet, or closing (states.py)."""
         method = decode_method(payload, self.settings.max_table_depth)
-        if channel in self.closing_channels:
-            # After our channel.close, everything but close-ok (or the client's own close) is dropped.
-            self.closing_channels.discard(channel)
-            if isinstance(method, commands.Channel.Close):
-                # The client's close crossed ours: answer it, and the channel is closed; the close-ok it
-                # still owes ours may follow and is ignored (unless it opens the channel again first).
-                self.send_method(channel, commands.Channel.CloseOk())
-                self.crossed_closes.add(channel)
-            elif not isinstance(method, commands.Channel.CloseOk):
-                self.closing_channels.add(channel)
+        step = channel_step(self.ending.pop(channel, UNOPENED), type(method))
+        if isinstance(step, Refusal):
+            raise step.error(method)
+        if step.action == OPEN_CHANNEL:
+            self._open_channel(channel, step.after)
             return
-        if channel in self.crossed_closes:
-            self.crossed_closes.discard(channel)
-            if isinstance(method, commands.Channel.CloseOk):
-                return
-        if not isinstance(method, commands.Channel.Open):
-            raise errors.ConnectionError(errors.CHANNEL_ERROR, "expected 'channel.open'", *_ids(method))
-        # channel_max limits how many channels are open at once, not their ids, as in RabbitMQ (aiormq opens
-        # channel 65535 on purpose; a client that negotiated 3 may open channel 4 while it has fewer than 3).
-        if len(self.channels) >= self.channel_max:
-            raise errors.ConnectionError(
-                errors.NOT_ALLOWED,
-                f"number of channels opened ({len(self.channels)}) has reached the "
-                f"negotiated channel_max ({self.channel_max})",
-            )
-        self._check_user_channel_limit()
-        assert self.vhost is not None
-        self.channels[channel] = Channel(self, channel, self.vhost, self.broker)
-        self.send_method(channel, commands.Channel.OpenOk())
+        if step.action == ANSWER_CLOSE:
+            # The client's close crossed ours: answer it, and the channel is closed; the close-ok it still owes
+            # ours may follow and is ignored (unless it opens the channel again first).
+            self.send_method(channel, commands.Channel.CloseOk())
+        if step.after != UNOPENED:
+            self.ending[channel] = step.after
 
-    def _check_user_channel_limit(self) -> None:
-        """The user's max-channels, over all its connections (rabbitmqctl set_user_limits)."""
-        limit = self.broker.access.user_limit(self.user, "max-channels")
-        if limit is not None and sum(len(c.channels) for c in self.broker.connections if c.user == self.user) >= limit:
-            raise errors.ConnectionError(
-                errors.NOT_ALLOWED,
-                f"number of channels opened for user '{self.user}' has reached the maximum "
-                f"allowed user limit of ({limit})",  # RabbitMQ 3.10 names no method (0/0), as for channel_max
-            )
+    def _open_channel(self, channel: int, state: int) -> None:
+        check_channel_limits(self.broker, self.user, len(self.channels), self.channel_max)
+        assert self.vhost is not None
+        ch = self.channels[channel] = Channel(self, channel, self.vhost, self.broker)
+        ch.enter(state)
+        self.send_method(channel, commands.Channel.OpenOk())
 
     def _content(self, ftype: int, channel: int, payload: bytes) -> None:
         ch = self.channels.get(channel)
         if ch is None:
-            if channel in self.closing_channels or channel in self.crossed_closes:
+            if channel in self.ending:
                 return  # the rest of a message published before our channel.close
             raise errors.unexpected_frame("expected method frame, got non method frame instead")
         try:
@@ -640,7 +452,7 @@ class Session:
             extra={"peer": self.peer, "user": self.user, "channel": ch.id, "reply_code": exc.code},
         )
         self.channels.pop(ch.id, None)
-        self.closing_channels.add(ch.id)
+        self.ending[ch.id] = CHANNEL_CLOSING
         ch.shutdown()
         self.send_method(ch.id, commands.Channel.Close(exc.code, exc.wire_text, exc.class_id, exc.method_id))
 
@@ -668,17 +480,14 @@ class Session:
             self._close_transport()
 
     def _frame_while_closing(self, ftype: int, channel: int, payload: bytes) -> None:
+        """After our connection.close only close and close-ok count (states.py); nothing else is even read."""
         if ftype != FRAME_METHOD or channel != 0:
             return
         try:
             method = decode_method(payload, self.settings.max_table_depth)
         except errors.AMQPError:
             return
-        if isinstance(method, commands.Connection.CloseOk):
-            self._close_transport()
-        elif isinstance(method, commands.Connection.Close):
-            self.send_method(0, commands.Connection.CloseOk())
-            self._close_transport()
+        self._connection_step(method)
 
     def _close_transport(self) -> None:
         if self.state != CLOSED:
@@ -776,16 +585,13 @@ class Session:
             ch.resume_deliveries()
 
 
-_HANDSHAKE: dict[int, tuple[type, Callable[[Session, Any], None]]] = {
-    AWAIT_START_OK: (commands.Connection.StartOk, Session._start_ok),
-    AWAIT_TUNE_OK: (commands.Connection.TuneOk, Session._tune_ok),
-    AWAIT_OPEN: (commands.Connection.Open, Session._open),
+_CONNECTION_ACTIONS: dict[str, Callable[[Session, Any], None]] = {
+    START_OK: handshake.start_ok,
+    TUNE_OK: handshake.tune_ok,
+    OPEN_CONNECTION: handshake.open_vhost,
+    CLOSE: Session._client_close,
+    HANG_UP: Session.hang_up,
+    ANSWER_CLOSE: Session._answer_close,
+    IGNORE: Session._ignore,
+    UPDATE_SECRET: handshake.update_secret,
 }
-
-
-def _ids(method: Any) -> tuple[int, int]:
-    return method.index >> 16, method.index & 0xFFFF
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

@@ -6,11 +6,14 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
+import urllib.parse
 from typing import TYPE_CHECKING, Any
 
+from amqpd.broker.access.control import INTERNAL_USER
 from amqpd.shovel.schema import ShovelSpec, parse
 
 if TYPE_CHECKING:
+    from amqpd.broker.access.control import AccessControl
     from amqpd.broker.parameters import Parameters
     from amqpd.shovel.worker import Shovel
 
@@ -49,9 +52,11 @@ class Shovels:
         self.specs[key] = parse(name, value)
         self.static.add(key)
 
-    def start(self, local: str) -> None:
-        """`local`: this broker's AMQP URL, what `amqp://` without a host stands for."""
-        self.local = local
+    def start(self, local: str, access: AccessControl) -> None:
+        """`local`: this broker's AMQP URL, what `amqp://` without a host stands for; without a user it logs in
+        as the broker's internal user, as RabbitMQ's direct connection does."""
+        scheme, address = local.split("://", 1)
+        self.local = f"{scheme}://{INTERNAL_USER}:{access.internal_password}@{address}"
         for key in sorted(self.specs):
             self._start(key)
 
@@ -108,10 +113,10 @@ def _status(s: Shovel, kind: str) -> dict[str, Any]:
         "vhost": s.vhost,
         "type": kind,
         "state": s.state,
-        "src_uri": s.src_uri,
+        "src_uri": _without_credentials(s.src_uri),
         "src_protocol": "amqp091",
         "dest_protocol": "amqp091",
-        "dest_uri": s.dest_uri,
+        "dest_uri": _without_credentials(s.dest_uri),
         "messages_moved": s.moved,
         "messages_redelivered": s.redelivered,
     }
@@ -129,3 +134,11 @@ def _status(s: Shovel, kind: str) -> dict[str, Any]:
         info["reason"] = s.last_error
         info["last_error_at"] = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.last_error_at))
     return info
+
+
+def _without_credentials(uri: str) -> str:
+    """As RabbitMQ lists a shovel's URIs: no user, no password."""
+    parts = urllib.parse.urlsplit(uri)
+    if "@" not in parts.netloc:
+        return uri
+    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))

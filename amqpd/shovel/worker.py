@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import struct
 import time
 import urllib.parse
 from collections.abc import Callable
@@ -23,10 +24,43 @@ from amqpd.shovel.schema import ShovelSpec
 log = logging.getLogger("amqpd.shovel")
 
 # What a failed connection attempt or a broken session raises: aiormq's errors and the socket's.
-FAILURES = (aiormq.exceptions.AMQPError, OSError, asyncio.TimeoutError, ConnectionError)
+FAILURES = (
+    aiormq.exceptions.AMQPError,
+    aiormq.exceptions.ChannelInvalidStateError,
+    OSError,
+    asyncio.TimeoutError,
+    ConnectionError,
+)
 
 
 NODE = f"amqpd@{socket.gethostname().split('.')[0]}"  # as /api/nodes names this broker
+
+
+class VerbatimProperties(Basic.Properties):
+    """A message's properties exactly as the source delivered them. aiormq's basic_publish stamps a random
+    message_id on a message with none (or an empty one), to match basic.return frames to publishes; a shovel
+    must not (RabbitMQ's does not), and it publishes without `mandatory`, so no return needs matching. And
+    pamqp leaves out a property set to an empty string, which the source did send (but for cluster_id, whose
+    absence pamqp decodes as an empty string)."""
+
+    def __init__(self, source: Basic.Properties) -> None:  # not super(): its validate() refuses any cluster_id
+        for name in source.attributes():
+            setattr(self, name, getattr(source, name))
+        self._sealed = True
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "message_id" and getattr(self, "_sealed", False):
+            return  # aiormq's stamp
+        super().__setattr__(name, value)
+
+    def marshal(self) -> bytes:
+        flags, parts = 0, []
+        for name in self.attributes():
+            value = getattr(self, name)
+            if value is not None and not (name == "cluster_id" and value == ""):
+                flags |= self.flags[name]
+                parts.append(self.encode_property(name, value))
+        return struct.pack(">H", flags) + b"".join(parts)  # the 14 flags fit the first flag word
 
 
 class Finished(Exception):
@@ -125,7 +159,7 @@ class Shovel:
         confirms = spec.ack_mode == "on-confirm"
         dest_ch = await dest.channel(publisher_confirms=confirms)
         if spec.dest_queue is not None:
-            await dest_ch.queue_declare(spec.dest_queue, durable=True)
+            await _ensure_queue(dest, spec.dest_queue)
         src_ch = await src.channel(publisher_confirms=False)
         queue, length = await self._source_queue(src_ch)
         limit = length if spec.delete_after == "queue-length" else spec.delete_after
@@ -183,7 +217,7 @@ class Shovel:
             if spec.add_timestamp_header:
                 headers["x-shovelled-timestamp"] = int(time.time())
             props.headers = headers
-        return props
+        return VerbatimProperties(props)
 
 
 class _Mover:
@@ -234,27 +268,47 @@ class _Mover:
             shovel.redelivered += 1
 
     async def wait(self, src: aiormq.abc.AbstractConnection, dest: aiormq.abc.AbstractConnection) -> None:
-        """Until a side closes, a message fails or the limit is reached (then Finished)."""
-        waits: list[asyncio.Future[Any]] = [
-            asyncio.ensure_future(src.closing),
-            asyncio.ensure_future(dest.closing),
-            asyncio.ensure_future(self.done.wait()),
-            self.failed,
-        ]
+        """Until a side or a channel closes, a message fails or the limit is reached (then Finished)."""
+        watched = [src.closing, dest.closing, self.src_ch.closing, self.dest_ch.closing]
+        waits: list[asyncio.Future[Any]] = [*map(asyncio.ensure_future, watched), self.failed]
+        waits.append(asyncio.ensure_future(self.done.wait()))
         try:
-            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for w in waits[:3]:
-                w.cancel()
+            for w in waits:
+                if w is not self.failed:
+                    w.cancel()
         if self.done.is_set():
             raise Finished()
+        reason = self._close_reason()
+        if reason is not None:
+            raise reason
         if self.failed.done():
             raise self.failed.result()
-        for w in done:
-            exc = w.exception() if not w.cancelled() else None
-            if exc is not None:
-                raise exc
         raise ConnectionError("connection closed")
+
+    def _close_reason(self) -> BaseException | None:
+        """Why a channel or connection closed, as the broker said it (the publishes that were waiting then fail
+        with a mere "closed", and the first to fail is not always the one refused)."""
+        for resource in (self.dest_ch, self.src_ch, self.dest_ch.connection, self.src_ch.connection):
+            if not resource.is_closed:
+                continue
+            closing = resource.closing
+            if not closing.cancelled() and closing.exception() is not None:
+                return closing.exception()
+        return None
+
+
+async def _ensure_queue(connection: aiormq.abc.AbstractConnection, queue: str) -> None:
+    """As RabbitMQ's shovel: a queue that exists is used as it is (whatever its arguments); a missing one is
+    declared durable. Each on a channel of its own, since a 404 closes the channel."""
+    channel = await connection.channel(publisher_confirms=False)
+    try:
+        await channel.queue_declare(queue, passive=True)
+    except aiormq.exceptions.ChannelNotFoundEntity:
+        channel = await connection.channel(publisher_confirms=False)
+        await channel.queue_declare(queue, durable=True)
+    await channel.close()
 
 
 async def _close(connection: aiormq.abc.AbstractConnection) -> None:

@@ -163,6 +163,15 @@ def test_a_bad_entry_changes_nothing_and_is_named(amqpd: tuple[BrokerProcess, ht
     assert r.status_code == 400 and r.json()["reason"].startswith(f"queues[0] 'q' in vhost '{vhost}': invalid arg")
     assert api.get("/api/definitions").json() == before
 
+    # an exchange type's own arguments, as its declare checks them (here the federation upstream's x-max-hops)
+    for hops, reason in (("two", "Argument x-max-hops must be of type long"), (None, "Argument x-max-hops missing")):
+        upstream = dict(doc["exchanges"][0], type="x-federation-upstream", arguments={"x-max-hops": hops})
+        if hops is None:
+            upstream["arguments"] = {}
+        r = api.post("/api/definitions", json=dict(doc, bindings=[], exchanges=[upstream]))
+        assert r.status_code == 400 and r.json()["reason"] == f"exchanges[0] 'x' in vhost '{vhost}': {reason}"
+        assert api.get("/api/definitions").json() == before
+
 
 def test_a_vhost_export_imports_into_another_vhost(amqpd: tuple[BrokerProcess, httpx.Client]) -> None:
     _broker, api = amqpd

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pika
 import pytest
+from rabbit_node import RabbitNode
 
 from amqpd.testing import BrokerProcess
 
@@ -315,3 +316,210 @@ def test_a_static_shovel_rabbitmq_would_refuse_stops_the_broker_naming_it(tmp_pa
         broker.start(timeout=20)
     broker.close()
     assert any("shovel bad in the configuration" in line and "not a valid URI" in line for line in broker.stderr_lines)
+
+
+EVERY_PROPERTY = pika.BasicProperties(
+    content_type="application/json",
+    content_encoding="gzip",
+    headers={"int": 7, "str": "s", "list": [1, "a"], "table": {"k": True}, "neg": -1},
+    delivery_mode=2,
+    priority=3,
+    correlation_id="corr",
+    reply_to="replies",
+    expiration="600000",
+    message_id="id-1",
+    timestamp=1_700_000_000,
+    type="kind",
+    user_id="guest",
+    app_id="app",
+    cluster_id="cluster",
+)
+
+
+def moved_properties(api: httpx.Client, name: str, dest_uri: str) -> list[dict[str, Any]]:
+    """Three messages (no property, an empty message_id, every property) moved from one queue of the reference
+    to another by the shovel behind `api`, as a pika consumer sees their properties."""
+    sent = [pika.BasicProperties(), pika.BasicProperties(message_id=""), EVERY_PROPERTY]
+    with pika.BlockingConnection(pika.URLParameters(RABBIT_AMQP)) as conn:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.queue_declare(f"{name}-src", durable=True)
+        for props in sent:
+            ch.basic_publish("", f"{name}-src", b"x", props)
+        set_shovel(
+            api,
+            name,
+            **{"src-uri": RABBIT_AMQP, "src-queue": f"{name}-src", "dest-uri": dest_uri},
+            **{"dest-queue": f"{name}-dest"},
+        )
+        wait_for(lambda: depth(RABBIT_AMQP, f"{name}-dest") == len(sent), "the messages moved")
+        got = []
+        for _ in sent:
+            method, props, _body = ch.basic_get(f"{name}-dest", auto_ack=True)
+            got.append({k: v for k, v in vars(props).items()})
+    return got
+
+
+def test_properties_pass_through_as_rabbitmqs_shovel_passes_them(
+    amqpd: BrokerProcess, rabbit: httpx.Client, name: str
+) -> None:
+    """Queue to queue on the reference, once by amqpd's shovel and once by RabbitMQ's: no message_id
+    made up, nothing added or dropped."""
+    with api_of(amqpd) as api:
+        ours = moved_properties(api, f"{name}-a", RABBIT_AMQP)
+    theirs = moved_properties(rabbit, f"{name}-r", "amqp://")
+    assert ours == theirs
+    assert ours[0]["message_id"] is None and ours[1]["message_id"] == ""
+    assert ours[2] == vars(EVERY_PROPERTY)
+
+
+@pytest.fixture
+def refusing_user(rabbit: httpx.Client, name: str) -> Iterator[str]:
+    """A user of the reference that may declare and read but not publish (403 on basic.publish)."""
+    user = f"{name}-user"
+    assert rabbit.put(f"/api/users/{user}", json={"password": "pw", "tags": ""}).status_code in (201, 204)
+    rabbit.put(f"/api/permissions/%2F/{user}", json={"configure": ".*", "write": "^$", "read": ".*"})
+    yield user
+    rabbit.delete(f"/api/users/{user}")
+
+
+def failures_logged(broker: BrokerProcess, name: str, reason: str) -> int:
+    return sum(1 for line in broker.stderr_lines if f"/{name}: " in line and reason in line)
+
+
+def failing(api: httpx.Client, name: str, reason: str) -> bool:
+    """Between two attempts: the status names the last refusal and the shovel waits to start again."""
+    shown = status(api, name)
+    return shown.get("state") == "starting" and reason in shown.get("reason", "") and shown["messages_moved"] == 0
+
+
+def test_a_destination_refusing_to_publish_403_holds_the_messages_and_retries(
+    amqpd: BrokerProcess, rabbit: httpx.Client, name: str, refusing_user: str
+) -> None:
+    publish(amqpd.url, f"{name}-src", numbered(50))
+    with api_of(amqpd) as api:
+        set_shovel(
+            api,
+            name,
+            **{"src-uri": "amqp://", "src-queue": f"{name}-src", "reconnect-delay": 0.3},
+            **{"dest-uri": f"amqp://{refusing_user}:pw@127.0.0.1:5672/%2F", "dest-queue": f"{name}-dest"},
+        )
+        wait_for(lambda: failures_logged(amqpd, name, "ACCESS_REFUSED") >= 2, "two refusals logged")
+        wait_for(lambda: failing(api, name, "ACCESS_REFUSED"), "the refusal in the status")
+        assert status(api, name)["dest_uri"] == "amqp://127.0.0.1:5672/%2F"  # as RabbitMQ shows it: no credentials
+        rabbit.put(f"/api/permissions/%2F/{refusing_user}", json={"configure": ".*", "write": ".*", "read": ".*"})
+        wait_for(lambda: status(api, name).get("messages_moved") == 50, "the messages moved once allowed")
+    assert sorted(drain(RABBIT_AMQP, f"{name}-dest")) == sorted(numbered(50))
+
+
+def test_a_missing_destination_exchange_404_holds_the_messages_and_retries(
+    amqpd: BrokerProcess, rabbit: httpx.Client, name: str
+) -> None:
+    publish(amqpd.url, f"{name}-src", numbered(50))
+    with api_of(amqpd) as api:
+        set_shovel(
+            api,
+            name,
+            **{"src-uri": "amqp://", "src-queue": f"{name}-src", "reconnect-delay": 0.3},
+            **{"dest-uri": "amqp://", "dest-exchange": f"{name}-x", "dest-exchange-key": "k"},
+        )
+        wait_for(lambda: failures_logged(amqpd, name, "NOT_FOUND") >= 2, "two refusals logged")
+        wait_for(lambda: failing(api, name, "NOT_FOUND"), "the refusal in the status")
+        with pika.BlockingConnection(pika.URLParameters(amqpd.url)) as conn:
+            ch = conn.channel()
+            ch.exchange_declare(f"{name}-x", "direct")
+            ch.queue_declare(f"{name}-dest", durable=True)
+            ch.queue_bind(f"{name}-dest", f"{name}-x", "k")
+        wait_for(lambda: status(api, name).get("messages_moved") == 50, "the messages moved once it exists")
+    assert sorted(drain(amqpd.url, f"{name}-dest")) == sorted(numbered(50))
+
+
+def test_an_existing_destination_queue_is_used_whatever_its_arguments(
+    amqpd: BrokerProcess, rabbit: httpx.Client, name: str
+) -> None:
+    """RabbitMQ's shovel declares dest-queue passively and creates it (durable) only if missing."""
+    with pika.BlockingConnection(pika.URLParameters(amqpd.url)) as conn:
+        conn.channel().queue_declare(f"{name}-dest", durable=False, arguments={"x-max-length": 1000})
+        publish(amqpd.url, f"{name}-src", numbered(20))
+        with api_of(amqpd) as api:
+            set_shovel(
+                api,
+                name,
+                **{"src-uri": "amqp://", "src-queue": f"{name}-src", "dest-uri": "amqp://"},
+                **{"dest-queue": f"{name}-dest"},
+            )
+            wait_for(lambda: status(api, name).get("messages_moved") == 20, "the messages moved")
+        assert sorted(drain(amqpd.url, f"{name}-dest")) == sorted(numbered(20))
+
+
+OUTAGE = 30.0  # seconds the destination stays away in the issue's guarantee
+
+
+@pytest.mark.timeout(OUTAGE + 240)  # two boots of a RabbitMQ node besides the outage
+def test_kill_9_of_the_rabbitmq_destination_and_30_s_away_loses_nothing(
+    tmp_path: Any, amqpd: BrokerProcess, name: str, rabbit: httpx.Client
+) -> None:
+    """A RabbitMQ node of the test's own, killed mid-move and kept away for OUTAGE seconds while producers go
+    on, then started again on its data: every message arrives, duplicates at most one prefetch window."""
+    node = RabbitNode(tmp_path).start()
+    total, prefetch = 3000, 40
+    try:
+        publish(amqpd.url, f"{name}-src", numbered(total))
+        with api_of(amqpd) as api:
+            set_shovel(
+                api,
+                name,
+                **{"src-uri": "amqp://", "src-queue": f"{name}-src", "dest-uri": node.url, "reconnect-delay": 1},
+                **{"dest-queue": f"{name}-dest", "src-prefetch-count": prefetch},
+            )
+            wait_for(lambda: status(api, name).get("messages_moved", 0) >= 300, "a few hundred moved")
+            node.kill()
+            down_since = time.monotonic()
+            assert status(api, name)["messages_moved"] < total  # killed mid-move
+            publish(amqpd.url, f"{name}-src", numbered(500, start=total))  # the producers go on
+            wait_for(
+                lambda: time.monotonic() - down_since >= OUTAGE and failures_logged(amqpd, name, "") >= 3,
+                f"{OUTAGE} s away, retried",
+                OUTAGE + 60,
+            )
+            assert status(api, name)["state"] == "starting"
+            node.start()
+            # each source message is acknowledged once, after the destination confirmed it
+            wait_for(lambda: status(api, name).get("messages_moved") == total + 500, "all moved", 120)
+        counts = Counter(drain(node.url, f"{name}-dest"))
+        lost = sorted(set(numbered(total + 500)) - set(counts), key=lambda m: int(m[1:]))
+        assert not lost, f"{len(lost)} lost, {lost[:20]}; the node's log: {node.base / 'log'}"
+        assert sum(counts.values()) - (total + 500) <= prefetch  # duplicates: what was in flight at the kill
+    finally:
+        node.close()
+
+
+def moved_where_guest_may_not(url: str, api: httpx.Client, name: str) -> list[str]:
+    """Messages moved by a shovel between two queues of a vhost in which guest may do nothing, both ends
+    `amqp:///vhost` (this broker, no user given), and the users of the connections that moved them."""
+    api.put(f"/api/vhosts/{name}")
+    api.put(f"/api/permissions/{name}/guest", json={"configure": ".*", "write": ".*", "read": ".*"})
+    base = url.rsplit("/", 1)[0]
+    publish(f"{base}/{name}", "src", numbered(10))
+    api.put(f"/api/permissions/{name}/guest", json={"configure": "^$", "write": "^$", "read": "^$"})
+    value = {"src-uri": f"amqp:///{name}", "src-queue": "src", "dest-uri": f"amqp:///{name}", "dest-queue": "dest"}
+    assert api.put(f"/api/parameters/shovel/{name}/s", json={"value": value}).status_code == 201
+    wait_for(lambda: [s for s in api.get(f"/api/shovels/{name}").json() if s["state"] == "running"], "running")
+    users = wait_for(
+        lambda: sorted(c["user"] for c in api.get("/api/connections").json() if c["vhost"] == name), "connections"
+    )
+    api.put(f"/api/permissions/{name}/guest", json={"configure": ".*", "write": ".*", "read": ".*"})
+    wait_for(lambda: depth(f"{base}/{name}", "dest") == 10, "the messages moved")
+    return users
+
+
+def test_a_local_uri_without_a_user_connects_as_rabbitmqs_internal_user(
+    amqpd: BrokerProcess, rabbit: httpx.Client, name: str
+) -> None:
+    try:
+        assert moved_where_guest_may_not(RABBIT_AMQP, rabbit, name) == ["none", "none"]
+    finally:
+        rabbit.delete(f"/api/vhosts/{name}")
+    with api_of(amqpd) as api:
+        assert moved_where_guest_may_not(amqpd.url, api, name) == ["none", "none"]
+    assert not any("none:" in line for line in amqpd.stderr_lines)  # the internal password is never logged

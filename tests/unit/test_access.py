@@ -9,7 +9,15 @@ import hashlib
 import pytest
 
 from amqpd import errors
-from amqpd.broker.access.control import SHA256, SHA512, AccessControl, AccessError, check_password, hash_password
+from amqpd.broker.access.control import (
+    INTERNAL_USER,
+    SHA256,
+    SHA512,
+    AccessControl,
+    AccessError,
+    check_password,
+    hash_password,
+)
 from amqpd.broker.broker import Broker
 from amqpd.config import Settings
 
@@ -157,3 +165,26 @@ def test_every_change_moves_the_generation_open_channels_recheck_under() -> None
     before = acl.generation
     acl.set_permissions("u", "v")
     assert acl.generation > before
+
+
+def test_the_internal_user_logs_in_only_with_the_boot_password_and_may_do_anything() -> None:
+    """A shovel's `amqp://` logs in as RabbitMQ's direct connections do: user "none", every permission."""
+    ac = AccessControl()
+    ac.add_vhost("v")
+    assert ac.authenticate(INTERNAL_USER, "guessed") is None
+    assert ac.authenticate(INTERNAL_USER, ac.internal_password) is not None
+    assert AccessControl().internal_password != ac.internal_password
+    assert ac.may_open_vhost(INTERNAL_USER, "v") and not ac.may_open_vhost(INTERNAL_USER, "missing")
+    ac.check_resource(INTERNAL_USER, "v", "queue", "anything", "configure")
+    assert ac.is_impersonator(INTERNAL_USER)
+
+
+def test_a_real_user_named_none_is_only_itself() -> None:
+    ac = AccessControl()
+    ac.add_vhost("v")
+    ac.add_user(INTERNAL_USER, "pw")
+    assert ac.authenticate(INTERNAL_USER, ac.internal_password) is None
+    assert ac.authenticate(INTERNAL_USER, "pw") is not None
+    assert not ac.may_open_vhost(INTERNAL_USER, "v") and not ac.is_impersonator(INTERNAL_USER)
+    with pytest.raises(errors.ChannelError):
+        ac.check_resource(INTERNAL_USER, "v", "queue", "q", "read")

@@ -578,7 +578,7 @@ def test_deliveries_resume_once_after_the_acks_of_one_read(monkeypatch: pytest.M
 # -- confirm mode: groups stored in one append ------------------------------------------------------------------
 #
 # With publisher confirms, publishes to one durable queue or stream are stored with one store append and
-# confirmed together (Channel._publish_stored_group). A real store (tmp_path) writes them; the publisher must read
+# confirmed together (PublishGroups._stored_group). A real store (tmp_path) writes them; the publisher must read
 # the same confirms (tags, multiple flags, acks and nacks, in the same reads), the consumer the same deliveries,
 # and the queue or stream must hold the same messages at the same offsets, as when each publish arrives alone.
 

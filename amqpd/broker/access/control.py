@@ -20,6 +20,7 @@ import hmac
 import json
 import os
 import re
+import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -34,6 +35,10 @@ KNOWN_TAGS = ("administrator", "monitoring", "policymaker", "management", "imper
 FULL = ".*"
 VHOST_LIMITS = ("max-connections", "max-queues")
 USER_LIMITS = ("max-connections", "max-channels")
+# This broker's own clients (a shovel's `amqp://` without a user) log in as RabbitMQ's direct connections do,
+# as its internal user "none" (rabbit_auth_backend_dummy), which may do anything: here with a password made
+# at boot and known only to this process. A real user of that name, if someone adds one, takes precedence.
+INTERNAL_USER = "none"
 
 
 def hash_password(password: str, algorithm: str = SHA256, salt: bytes | None = None) -> str:
@@ -130,6 +135,7 @@ class AccessControl:
         self.failed_logins = 0
         self._regex: dict[str, re.Pattern[str]] = {}
         self._dummy_hash = hash_password(os.urandom(8).hex())
+        self.internal_password = secrets.token_urlsafe(32)
 
     # -- users ----------------------------------------------------------------------------------------------
 
@@ -202,12 +208,20 @@ class AccessControl:
         """The user when the password matches. Unknown users cost the same hash as known ones, so timing
         does not tell whether a user exists."""
         user = self.users.get(name)
+        if user is None and self.is_internal(name):
+            return User(name) if hmac.compare_digest(password, self.internal_password) else None
         if user is None or not user.password_hash:
             check_password(password, self._dummy_hash)
             return None
         return user if check_password(password, user.password_hash, user.hashing_algorithm) else None
 
+    def is_internal(self, name: str) -> bool:
+        """This broker's own client: it may do anything (and set any user_id, as RabbitMQ's direct one)."""
+        return name == INTERNAL_USER and name not in self.users
+
     def is_impersonator(self, name: str) -> bool:
+        if self.is_internal(name):
+            return True
         user = self.users.get(name)
         return user is not None and "impersonator" in user.tags
 
@@ -320,12 +334,14 @@ class AccessControl:
 
     def may_open_vhost(self, user: str, vhost: str) -> bool:
         """RabbitMQ's internal backend: a user may open a vhost where it holds permissions."""
-        return vhost in self.vhosts and (user, vhost) in self.permissions
+        return vhost in self.vhosts and ((user, vhost) in self.permissions or self.is_internal(user))
 
     def allowed(self, user: str, vhost: str, name: str, perm: str) -> bool:
         """May `user` do `perm` ("configure", "write", "read") on the resource `name`?"""
         p = self.permissions.get((user, vhost))
-        return p is not None and self._compile(getattr(p, perm)).search(name) is not None
+        if p is None:
+            return self.is_internal(user)
+        return self._compile(getattr(p, perm)).search(name) is not None
 
     def check_resource(self, user: str, vhost: str, kind: str, name: str, perm: str) -> None:
         """403 ACCESS_REFUSED unless allowed; kind is "exchange" or "queue" (for the text)."""

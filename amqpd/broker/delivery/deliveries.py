@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from amqpd import errors
 from amqpd.broker.delivery.unacked import Outstanding, Run
 from amqpd.protocol.fastpath import (
     encode_deliver,
@@ -37,6 +38,11 @@ class Deliveries:
     broker: Any  # body_of() and the coarse clock that stamps unacked entries
     last_tag: int
     unacked: Outstanding
+    consumers: dict[str, Consumer]
+    acked: int  # deliveries acked (the management API's ack count)
+    # None: acks resume deliveries at once; else the session will once the acks it is reading end, and True
+    # says some did (Session._resume_acked).
+    resume_after_acks: bool | None
 
     def deliver(self, consumer: Consumer, queue: Queue, entry: Entry) -> None:
         self.last_tag = tag = self.last_tag + 1
@@ -118,14 +124,14 @@ class Deliveries:
 
     def deliver_each(self, consumer: Consumer, route: bytes, headers: list[bytes], bodies: list[bytes]) -> None:
         """No-ack deliveries of messages with one route, each with its own header, encoded in one pass
-        (on_publish_group)."""
+        (PublishGroups.group)."""
         first = self.last_tag + 1
         self.last_tag += len(bodies)
         consumer.queue.delivered += len(bodies)
         self.conn.send(encode_deliveries_each(self.id, consumer.ctag, first, route, headers, bodies))
 
     def deliver_run(self, consumer: Consumer, route: bytes, header: bytes, bodies: list[bytes]) -> None:
-        """No-ack deliveries of messages that differ only by body, encoded in one pass (on_publish_run)."""
+        """No-ack deliveries of messages that differ only by body, encoded in one pass (PublishGroups.run)."""
         first = self.last_tag + 1
         self.last_tag += len(bodies)
         consumer.queue.delivered += len(bodies)
@@ -165,3 +171,82 @@ class Deliveries:
         if not consumer.no_ack:
             self.unacked.add_run(run(tag, [None], queue, consumer, self.broker.clock))
         self.conn.send(encode_delivery(self.id, consumer.ctag, tag, False, route, header, body, self.conn.frame_max))
+
+    # -- settling: ack, nack, reject, recover, and the channel closing --------------------------------------
+
+    def collect(self, tag: int, multiple: bool) -> list[Run[Any]]:
+        """The unacked deliveries an ack/nack/reject names, removed from the channel (RabbitMQ's rules:
+        the tag must be outstanding, except multiple with tag 0, which means all)."""
+        unacked = self.unacked
+        if multiple and tag == 0:
+            return unacked.take_all()
+        taken = unacked.take_upto(tag) if multiple else unacked.take(tag)
+        if taken is None:
+            raise errors.precondition_failed(f"unknown delivery tag {tag}")
+        return taken
+
+    def apply_settle(self, kind: str, taken: list[Run[Any]], requeue: bool) -> None:
+        """Settle what collect() took: "ack", "nack", "reject", "recover" (requeued, a stream refuses it) or
+        "requeue" (the channel closing)."""
+        if kind == "ack":
+            self._apply_acks(taken)
+            return
+        if kind != "requeue":
+            try:
+                _check_not_stream(kind, taken)
+            except errors.AMQPError:
+                # 540 closes the connection: back in the table, these go with the rest as its channels shut down
+                self.unacked.restore(taken)
+                raise
+        by_queue: dict[Queue, list[Entry]] = {}
+        for run in taken:
+            self.unacked.release(run.queue, run.consumer, len(run.items))
+            run.give_back(requeue, by_queue)
+        for queue, entries in by_queue.items():
+            queue.requeue(entries)
+        self.resume_deliveries()
+
+    def _apply_acks(self, taken: list[Run[Any]]) -> None:
+        """apply_settle for acks, the per-message path of every manually acking consumer: a run at a time."""
+        release = self.unacked.release
+        for run in taken:
+            queue = run.queue
+            n = len(run.items)
+            self.acked += n
+            release(queue, run.consumer, n)
+            queue.acked += n
+            run.acked()
+        if self.resume_after_acks is None:
+            self.resume_deliveries()
+        else:  # the session resumes once the acks it is reading end (Session._resume_acked)
+            self.resume_after_acks = True
+
+    def requeue_all(self) -> None:
+        """Every unacked message goes back to its queue, in order, marked redelivered."""
+        self.apply_settle("requeue", self.collect(0, True), True)
+
+    def resume_deliveries(self) -> None:
+        """Room to deliver again (acks freed prefetch, or the connection's socket drained): each consumer's
+        queue hands over what waits."""
+        for consumer in list(self.consumers.values()):
+            if consumer.queue.ready:
+                consumer.queue.dispatch()
+
+    def overdue_ack(self, now: float, timeout_s: float) -> bool:
+        """RabbitMQ's consumer_timeout: a delivery left unacked this long closes the channel."""
+        oldest = self.unacked.oldest_at()
+        return oldest is not None and now - oldest > timeout_s
+
+
+def _check_not_stream(kind: str, taken: list[Run[Any]]) -> None:
+    """A stream's deliveries cannot go back: nack and reject are 540 as in RabbitMQ 3.10, and so is a recover
+    (where RabbitMQ 3.10 crashes the connection with 541; docs/compatibility.md)."""
+    for run in taken:
+        queue = run.queue
+        if queue.is_stream:
+            what = "basic.recover" if kind == "recover" else "basic.nack and basic.reject"
+            exc = errors.not_implemented(
+                f"{what} not supported by stream queues queue '{queue.name}' in vhost '{queue.vhost}'"
+            )
+            # a nack or reject may be applied at tx.commit: it names its own method; a recover is the method
+            raise exc if kind == "recover" else exc.with_method(60, 120 if kind == "nack" else 90)

@@ -267,5 +267,5 @@ class Outstanding:
 
 
 def taken_count(taken: list[Run[Any]]) -> int:
-    """How many deliveries what Channel._collect took holds (a run holds several)."""
+    """How many deliveries what Deliveries.collect took holds (a run holds several)."""
     return sum(len(run.items) for run in taken)

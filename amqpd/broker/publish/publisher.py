@@ -10,9 +10,9 @@ consumer has room) -> the publisher's confirm. What differs between senders is o
 `Origin` (a channel: returns, confirms, flow control) or `UNATTENDED` (nobody: the API awaits the store
 itself, a release or a dead letter has no publisher).
 
-The run and group paths of a channel (Channel.on_publish_run, on_publish_group) skip this only where the plan
-says that none of these steps applies but the push (and the store): tests/unit/test_publish_run.py checks that
-both ways leave the same bytes and state.
+Many publishes at once (a channel's runs and groups, session/publish_groups.py) take the same steps where the
+plan says that none applies but the push (and the store): `deliver_run`, `enqueue_group`, `store_group` and
+`store_stream_group` below; tests/unit/test_publish_run.py checks that both ways leave the same bytes and state.
 """
 
 from __future__ import annotations
@@ -25,18 +25,20 @@ from amqpd.broker.entry import Entry
 from amqpd.broker.message import Message
 from amqpd.broker.queues.message_ids import MessageIds, stamp
 from amqpd.broker.routing.exchanges.delayed import delay_of
-from amqpd.broker.routing.plan import NOWHERE, PublishPlan
+from amqpd.broker.routing.plan import NOWHERE, PublishPlan, count_publishes
 from amqpd.protocol.constants import FLAG_HEADERS
 from amqpd.protocol.field_tables import table_entries
 from amqpd.protocol.methods import MAX_TABLE_DEPTH
 from amqpd.protocol.properties import PropertyScan, rewrite_properties
 
 if TYPE_CHECKING:
+    from amqpd.broker.delivery.consumer import Consumer
     from amqpd.broker.queues.queue import Queue
     from amqpd.broker.routing.exchanges.delayed import DelayedExchange
     from amqpd.broker.routing.vhost import VirtualHost
 
 Callback = Callable[[], None]
+Settle = Callable[[bool], None]  # a group's one confirm: settle(ok) acks (or nacks) every publish in it
 
 
 class Origin(Protocol):
@@ -95,6 +97,19 @@ class Host(Protocol):
     def store_message(
         self, msg: Message, queues: list[Queue], on_durable: Callback | None, on_failed: Callback | None = None
     ) -> bool: ...
+
+    def store_group(self, msgs: list[Message], queue: Queue, on_durable: Callback, on_failed: Callback) -> None: ...
+
+    def store_stream_group(
+        self,
+        stream: Queue,
+        exchange: str,
+        routing_key: str,
+        headers: list[bytes],
+        bodies: list[bytes],
+        on_durable: Callback,
+        on_failed: Callback,
+    ) -> None: ...
 
     def dead_letter(self, queue: Queue, entry: Entry, reason: str) -> None: ...
 
@@ -190,6 +205,56 @@ class Publisher:
                 accepting.append(q)
         return accepting, refused
 
+    # -- many at once: publishes whose plan (PublishPlan.plain, straight_to, stored_to) has no step but these
+
+    def deliver_run(
+        self, plan: PublishPlan, consumer: Consumer, route: bytes, header: bytes, bodies: list[bytes]
+    ) -> None:
+        """No-ack publishes with one header, straight to the one consumer their plan's queue hands each to as it
+        comes (Queue.run_consumer)."""
+        _take_run(plan, consumer, len(bodies))
+        consumer.channel.deliver_run(consumer, route, header, bodies)
+
+    def deliver_each(
+        self, plan: PublishPlan, consumer: Consumer, route: bytes, headers: list[bytes], bodies: list[bytes]
+    ) -> None:
+        """deliver_run for publishes each with its own header."""
+        _take_run(plan, consumer, len(bodies))
+        consumer.channel.deliver_each(consumer, route, headers, bodies)
+
+    def enqueue_group(self, origin: Origin, plan: PublishPlan, queue: Queue, msgs: list[Message]) -> None:
+        """Messages that go straight to `queue`, pushed there at once (Queue.take_group)."""
+        count_publishes(plan, len(msgs))
+        queue.take_group(msgs)
+        origin.publish_flow(queue)
+
+    def store_group(self, origin: Origin, plan: PublishPlan, queue: Queue, msgs: list[Message], settle: Settle) -> None:
+        """Messages that go to one durable queue alone with nothing on the way but the store: one append, one
+        confirm for all (settle), each pushed in order."""
+        count_publishes(plan, len(msgs))
+        self.host.store_group(msgs, queue, lambda: settle(True), lambda: settle(False))
+        queue.push_many(msgs)
+        origin.publish_flow(queue)
+
+    def store_stream_group(
+        self,
+        origin: Origin,
+        plan: PublishPlan,
+        stream: Queue,
+        exchange: str,
+        routing_key: str,
+        headers: list[bytes],
+        bodies: list[bytes],
+        settle: Settle,
+    ) -> None:
+        """store_group for a stream, from the checked headers and bodies: a stream keeps nothing of a publish in
+        memory (its readers read the store), so no message is made."""
+        count_publishes(plan, len(headers))
+        self.host.store_stream_group(
+            stream, exchange, routing_key, headers, bodies, lambda: settle(True), lambda: settle(False)
+        )
+        origin.publish_flow(stream)
+
 
 def strip_bcc(msg: Message) -> None:
     """BCC routes the message but is not delivered (RabbitMQ removes the header): the header table loses that
@@ -205,6 +270,11 @@ def strip_bcc(msg: Message) -> None:
     msg.header = header
     msg.flags = struct.unpack_from(">H", header, 12)[0]
     msg._headers = {k: v for k, v in headers.items() if k != "BCC"}  # noqa: SLF001 - the message's own cache
+
+
+def _take_run(plan: PublishPlan, consumer: Consumer, n: int) -> None:
+    count_publishes(plan, n)
+    consumer.queue.take_run(n)
 
 
 def _any_stored(queues: list[Queue]) -> bool:

@@ -218,13 +218,13 @@ class Queue(Generic[S]):
         return consumer
 
     def take_run(self, n: int) -> None:
-        """n messages went straight through to run_consumer() without a push (Channel.on_publish_run): counted
+        """n messages went straight through to run_consumer() without a push (PublishGroups.run): counted
         as published, as push() counts them (their delivery counts where every delivery does: Deliveries)."""
         self._seq += n
 
     def take_group(self, msgs: list[Message]) -> None:
         """push() of each of these new messages, for which the queue takes them as sent (takes_as_sent(), and
-        no TTL, store offset or delivery count of their own: Channel.on_publish_group checks that with the
+        no TTL, store offset or delivery count of their own: PublishGroups.group checks that with the
         publish plan): handed to consumers with room while nothing waits, as push() hands them, to a consumer
         with no other to share them with as many at once as it has room for; the rest wait in order."""
         seq = self._seq

@@ -4,7 +4,7 @@ A plan holds the route and every rule that can make a message's fate more than "
 delaying exchange, queues with length limits or deduplication (Publisher.admit), queues that stamp ids
 (message_ids.py), the store (durable queues for persistent messages, streams for any). The single-message
 path (publish/publisher.py, Publisher.publish) applies the plan to one message; back-to-back publishes to one place
-(Channel.on_publish_run with equal properties, on_publish_group with each its own) apply it to many at once when
+(PublishGroups.run with equal properties, PublishGroups.group with each its own) apply it to many at once when
 it says "straight to this queue", which it says only when none of those steps applies, or, in confirm mode,
 "stored to this queue" (`stored_to`), when the store is the only one. So a new rule is a field
 here that the single path reads and that `plain` or `straight_to` takes into account: both paths then follow it
@@ -63,7 +63,7 @@ class PublishPlan:
         plain = len(queues) == 1 and not (self.limited or self.stamps or self.always_stored)
         self.plain = queues[0] if plain and queues[0].takes_as_sent() else None
         # The one durable queue or stream where a message goes with nothing done on the way but the store and
-        # the push (Channel.on_publish_group in confirm mode stores many in one append); None when any other
+        # the push (PublishGroups.group in confirm mode stores many in one append); None when any other
         # step applies.
         alone = len(queues) == 1 and not (self.limited or self.stamps) and queues[0].store_id is not None
         self.stored = queues[0] if alone else None

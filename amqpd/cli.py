@@ -98,8 +98,7 @@ def main(argv: list[str] | None = None) -> None:
         print(config.describe(loaded))
         return
     # The composition root: server and mgmt stand side by side on the broker and meet only here.
-    from amqpd.mgmt.definitions import load_definitions_file
-    from amqpd.mgmt.service import start_management
+    from amqpd.mgmt.service import load_definitions, start_management
     from amqpd.server.listener import Services, run
 
-    run(loaded.settings, Services(start_management, load_definitions_file))
+    run(loaded.settings, Services(start_management, load_definitions))

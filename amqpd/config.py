@@ -9,7 +9,6 @@ import json
 import math
 import os
 import re
-import tomllib
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
@@ -400,6 +399,8 @@ def _from_text(spec: Spec, value: str) -> Any:
 
 
 def _toml_value(text: str) -> Any:
+    import tomllib  # here, not at the top: a broker started from flags alone never parses TOML
+
     try:
         return tomllib.loads(f"value = {text}")["value"]
     except tomllib.TOMLDecodeError:
@@ -494,6 +495,8 @@ def _file_values(path: str) -> list[tuple[str, Any, str]]:
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise ConfigError(path, "", "a readable TOML file", reason.lower()) from None
+    import tomllib
+
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -15,6 +15,12 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
+def main_thread_wait_seconds(pid: int) -> float:
+    """Seconds the process's main thread (amqpd's event loop) spent runnable but waiting for a core
+    (/proc/PID/schedstat): on a busy machine, how much the broker was held back by others' load."""
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
+
+
 def machine_busy_seconds() -> float:
     """CPU seconds spent by all processes on the machine (all cores), from /proc/stat. Minus the broker's and
     the generator's, it shows how much other load shared the cores during a window. Softirq time (loopback

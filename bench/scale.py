@@ -8,6 +8,11 @@ after the declarations. Connections:
 open C connections, close them; one connection with 1,000 channels, closed at once. Every phase is pipelined
 (a window of requests in flight) from pre-encoded frames, so the client's cost is small next to the broker's.
 
+With --fleet N: N connections at heartbeat 60 publishing a message a second each to a queue of their own
+(bench/fleet.py): broker CPU, RSS and delivery p50/p99; RabbitMQ runs the largest fleet its free sockets allow
+(the reference's limit is far below 10,000). With --recovery N: the time from starting amqpd on N durable queues
+to its first connection (bench/queue_recovery.py; amqpd only, as the reference RabbitMQ may not be restarted).
+
 Reported per phase: wall µs per operation, broker CPU µs per operation (utime+stime from /proc), and RSS per
 object; then the amqpd/RabbitMQ ratio and, per broker, the largest size's cost over the smallest's (1.0: the
 operation does not depend on how many objects exist). RabbitMQ is shared with other engineers and uses every
@@ -32,7 +37,10 @@ from pamqp import commands, frame
 from pamqp.base import Frame
 
 from amqpd.testing import BrokerProcess, IsolatedVhost, ManagementClient
+from bench.fleet import FleetResult, run_fleet
 from bench.procstat import cpu_seconds, listener_pid, rss_bytes
+from bench.queue_recovery import report as recovery_report
+from bench.queue_recovery import run_recovery
 from bench.wire import RawConnection
 
 API_PAGES = 6  # management API requests per size, first and last page in turn
@@ -348,7 +356,43 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--rabbitmq-mgmt", default="http://127.0.0.1:15672")
     p.add_argument("--amqpd-arg", action="append", default=[], help="passed to the amqpd the bench starts")
+    p.add_argument("--fleet", type=int, nargs="*", default=[], help="fleets of heartbeat-60 connections at 1 msg/s")
+    p.add_argument("--fleet-seconds", type=float, default=30.0, help="how long each fleet is measured")
+    p.add_argument("--fleet-rate", type=float, default=1.0, help="messages a second per connection (0: idle)")
+    p.add_argument("--recovery", type=int, nargs="*", default=[], help="durable queue counts to time recovery of")
+    p.add_argument("--no-phases", action="store_true", help="only the fleet and recovery runs asked for")
     return p.parse_args(argv)
+
+
+def fleets(args: argparse.Namespace) -> list[str]:
+    """Each fleet size on a fresh amqpd, then on RabbitMQ the largest fleet its free sockets allow."""
+    lines: list[str] = []
+    results: list[tuple[str, FleetResult]] = []
+    for count in args.fleet if "amqpd" in args.targets else []:
+        with BrokerProcess(extra_args=args.amqpd_arg) as proc:
+            assert proc.proc is not None
+            results.append(
+                ("amqpd", run_fleet(proc.url, proc.proc.pid, count, args.fleet_seconds, rate=args.fleet_rate))
+            )
+            print(results[-1][1].line("amqpd"))
+    if "rabbitmq" in args.targets and args.fleet:
+        port = int(args.rabbitmq_url.rsplit(":", 1)[1].split("/")[0])
+        rabbitmq = Broker("rabbitmq", args.rabbitmq_url, args.rabbitmq_mgmt, listener_pid(port))
+        sockets = free_sockets(rabbitmq)
+        free = sockets[0] - 8 if sockets else max(args.fleet)  # a few left for other engineers' tests
+        for count in sorted({min(c, free) for c in args.fleet if free > 0}):
+            if count < max(args.fleet):
+                total = sockets[1] if sockets else "?"
+                lines.append(f"  rabbitmq fleet capped at {count}: its socket limit is {total} (free: {free + 8})")
+                print(lines[-1])
+            results.append(
+                (
+                    "rabbitmq",
+                    run_fleet(args.rabbitmq_url, rabbitmq.pid, count, args.fleet_seconds, rate=args.fleet_rate),
+                )
+            )
+            print(results[-1][1].line("rabbitmq"))
+    return lines + [r.line(name) for name, r in results]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -356,6 +400,12 @@ def main(argv: list[str] | None = None) -> int:
     raise_fd_limit()
     print(f"load average before: {os.getloadavg()}")
     brokers: list[Broker] = []
+    extra = fleets(args)
+    if args.recovery:
+        extra += recovery_report(run_recovery(args.recovery, args.amqpd_arg))
+    if args.no_phases:
+        print("\n".join(extra))
+        return 0
     if "amqpd" in args.targets:
         amqpd = Broker("amqpd", "", "", None)
         brokers.append(amqpd)
@@ -376,6 +426,7 @@ def main(argv: list[str] | None = None) -> int:
         run(rabbitmq, args.queues, args.connections)
     print(f"load average after: {os.getloadavg()}")
     print(table(brokers))
+    print("\n".join(extra))
     return 0
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from amqpd import errors
 from amqpd.broker.access.control import AccessControl, User
+from amqpd.broker.connections import Connections
 from amqpd.broker.entry import Entry
 from amqpd.broker.message import Message
 from amqpd.broker.parameters import Parameters
@@ -243,7 +244,7 @@ class Broker:
         self._scheduler = scheduler
         self.hooks = BrokerHooks(self)
         self.vhosts: dict[str, VirtualHost] = {}
-        self.connections: set[Any] = set()
+        self.connections = Connections()  # the sessions open (connection.open-ok sent), by user and vhost
         # Users, vhosts and permissions. Seeded from the settings (guest/guest on "/"); the store's copy
         # replaces this at recovery on a data dir that has been seeded before (attach_access).
         self.access = AccessControl(observer=self)
@@ -326,7 +327,7 @@ class Broker:
         self.parameters.drop_vhost(name)
         if vhost is None:
             return
-        for conn in [c for c in self.connections if c.vhost is vhost]:
+        for conn in self.connections.in_vhost(name):
             conn.close_forced(f"vhost '{name}' is deleted")
         for q in list(vhost.queues.values()):
             vhost.remove_queue(q)
@@ -337,11 +338,11 @@ class Broker:
             vhost.set_message_ids(on)
 
     def user_deleted(self, name: str) -> None:
-        for conn in [c for c in self.connections if c.user == name]:
+        for conn in self.connections.of_user(name):
             conn.close_forced(f"user '{name}' is deleted")
 
     def connection_count(self, vhost: str) -> int:
-        return sum(1 for c in self.connections if c.vhost is not None and c.vhost.name == vhost)
+        return self.connections.count_in_vhost(vhost)
 
     def check_queue_limit(self, vhost: VirtualHost, name: str) -> None:
         """Per-vhost max-queues, for newly declared queues only (rabbit_channel:check_vhost_queue_limit)."""

@@ -48,7 +48,10 @@ class HTTPListener:
     def __init__(self, app: Any, sock: socket.socket, ssl_context: ssl.SSLContext | None = None) -> None:
         self.sock = sock
         self.ssl_context = ssl_context
-        config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off", timeout_graceful_shutdown=2)
+        # ws="none": the API and the UI use no WebSocket (and uvicorn then imports no WebSocket library at start)
+        config = uvicorn.Config(
+            app, log_config=None, access_log=False, lifespan="off", ws="none", timeout_graceful_shutdown=2
+        )
         if ssl_context is not None:
             # HTTPS with the broker's own context (amqpd.tls), so that SIGHUP's in-place reload reaches
             # this listener too: uvicorn hands config.ssl to create_server once load() has run.

@@ -8,17 +8,19 @@ import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
 from amqpd.logs import announce
-from amqpd.mgmt.api import ManagementAPI
-from amqpd.mgmt.http_server import HTTPListener, bind
-from amqpd.mgmt.metrics import MetricsApp
 from amqpd.mgmt.objects import NODE, channels
 from amqpd.mgmt.stats import Rates
-from amqpd.mgmt.webui import WebUI
 from amqpd.tls import TLSConfigError, reload_context, server_context, tls_enabled
 
 if TYPE_CHECKING:
     from amqpd.broker.broker import Broker
     from amqpd.config import Settings
+    from amqpd.mgmt.http_server import HTTPListener
+    from amqpd.mgmt.metrics import MetricsApp
+    from amqpd.mgmt.webui import WebUI
+
+# The HTTP server (uvicorn), the API and the Prometheus exporter are imported when their listener is started, not
+# with this module: a broker with management off never loads them, and one with it on starts no slower.
 
 log = logging.getLogger("amqpd.mgmt")
 
@@ -49,6 +51,8 @@ class Management:
         ):
             if port is None:
                 continue
+            from amqpd.mgmt.http_server import HTTPListener, bind
+
             try:
                 ctx = server_context(s, tls) if tls is not None else None
                 sock = bind(s.mgmt_host, port)
@@ -83,9 +87,14 @@ class Management:
                 reload_context(listener.ssl_context, self.settings, prefix)
 
     def _api(self) -> WebUI:
+        from amqpd.mgmt.api import ManagementAPI
+        from amqpd.mgmt.webui import WebUI
+
         return WebUI(ManagementAPI(self.broker, self.rates, self.described))
 
     def _metrics(self) -> MetricsApp:
+        from amqpd.mgmt.metrics import MetricsApp
+
         return MetricsApp(self.broker)
 
     async def sample_rates(self) -> None:
@@ -109,6 +118,13 @@ class Management:
     async def stop(self) -> None:
         for _protocol, listener in self.listeners:
             await listener.stop()
+
+
+def load_definitions(broker: Broker, path: str) -> bool:
+    """--definitions FILE at start (amqpd/mgmt/definitions.py, imported only by a broker given one)."""
+    from amqpd.mgmt.definitions import load_definitions_file
+
+    return load_definitions_file(broker, path)
 
 
 def _describe(protocol: str, host: str, port: int) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from amqpd.protocol.frames import HEARTBEAT_FRAME
 from amqpd.server.fd_budget import FdBudget
+from amqpd.server.heartbeats import HeartbeatSweep
 from amqpd.server.load import LOOP
 from amqpd.session.connection import OPEN, Session
 from amqpd.tls import cert_login_name
@@ -25,11 +26,19 @@ CLOSE_GRACE_S = 3.0  # how long to wait for close-ok before dropping the socket
 
 
 class AMQPServerProtocol(asyncio.Protocol):
-    def __init__(self, broker: Broker, registry: set[AMQPServerProtocol], fd_budget: FdBudget | None = None) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        registry: set[AMQPServerProtocol],
+        fd_budget: FdBudget | None = None,
+        heartbeats: HeartbeatSweep | None = None,
+    ) -> None:
+        """`heartbeats`: the listener's one sweep for every connection's timers (a private one if None)."""
         self.broker = broker
         self.registry = registry
         self.fd_budget = fd_budget
         self.loop = asyncio.get_running_loop()
+        self.heartbeats = heartbeats or HeartbeatSweep(time.monotonic, self.loop.call_later)
         self.transport: asyncio.Transport | None = None
         self.session: Session | None = None
         self._flush_scheduled = False
@@ -38,9 +47,9 @@ class AMQPServerProtocol(asyncio.Protocol):
         self._read_holds: set[object] = set()  # why reading is paused: our output backed up, a full queue
         self._closed = False
         self._lingering = False  # closing: our side written and shut, the client's bytes read and dropped
-        self._last_recv = time.monotonic()
-        self._last_send = time.monotonic()
-        self._timers: list[asyncio.TimerHandle] = []
+        self.last_recv = time.monotonic()  # read by the heartbeat sweep
+        self.last_send = time.monotonic()
+        self._timers: list[asyncio.TimerHandle] = []  # the lingering close's
 
     # -- asyncio callbacks ------------------------------------------------------------------------------
 
@@ -70,13 +79,13 @@ class AMQPServerProtocol(asyncio.Protocol):
         self.session.on_open = self._start_heartbeats
         self.registry.add(self)
         log.info("accepting AMQP connection %s", self.session.name, extra={"peer": self.session.peer})
-        self._timers.append(self.loop.call_later(s.handshake_timeout, self._handshake_deadline))
+        self.heartbeats.watch_handshake(self, s.handshake_timeout)
 
     def data_received(self, data: bytes) -> None:
         if self._lingering:
             return
         start = time.perf_counter()
-        self._last_recv = time.monotonic()
+        self.last_recv = time.monotonic()
         session = self.session
         assert session is not None
         session.recv_oct += len(data)
@@ -88,6 +97,7 @@ class AMQPServerProtocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self.registry.discard(self)
+        self.heartbeats.forget(self)
         for t in self._timers:
             t.cancel()
         if self.session is not None:
@@ -154,7 +164,7 @@ class AMQPServerProtocol(asyncio.Protocol):
         start = time.perf_counter()
         session = self.session
         if session.in_pieces and self._vectored:  # a large delivery's frames as pieces: one writev
-            self._last_send = time.monotonic()
+            self.last_send = time.monotonic()
             pieces = session.take_pieces()
             session.send_oct += sum(map(len, pieces))
             session.send_cnt += 1
@@ -162,7 +172,7 @@ class AMQPServerProtocol(asyncio.Protocol):
         else:
             data = session.take_output()
             if data:
-                self._last_send = time.monotonic()
+                self.last_send = time.monotonic()
                 session.send_oct += len(data)
                 session.send_cnt += 1
                 self.transport.write(data)
@@ -177,6 +187,7 @@ class AMQPServerProtocol(asyncio.Protocol):
             return
         self.flush()
         self._lingering = True
+        self.heartbeats.forget(self)
         for t in self._timers:
             t.cancel()
         self._timers = [self.loop.call_later(self.broker.settings.close_linger, self._abort)]
@@ -184,37 +195,32 @@ class AMQPServerProtocol(asyncio.Protocol):
             self.transport.write_eof()
         self.transport.resume_reading()  # eof_received (the client's close) then closes the transport
 
-    # -- timers -------------------------------------------------------------------------------------------
+    # -- timers (the heartbeat sweep calls these) --------------------------------------------------------
 
-    def _handshake_deadline(self) -> None:
+    def handshake_expired(self) -> None:
         if self.session is not None and self.session.state < OPEN and self.transport is not None:
             self.session.close_reason = "handshake timeout"
             self.close()
 
     def _start_heartbeats(self) -> None:
         assert self.session is not None
-        interval = self.session.heartbeat
-        if interval > 0:
-            self._timers.append(self.loop.call_later(interval / 2, self._heartbeat, interval))
+        self.heartbeats.start_heartbeats(self, self.session.heartbeat)
 
-    def _heartbeat(self, interval: int) -> None:
+    def heartbeats_missed(self, interval: int) -> None:
         if self._closed or self.transport is None:
             return
-        now = time.monotonic()
-        if now - self._last_recv > 2 * interval:
-            if self.session is not None:
-                self.session.close_reason = f"missed heartbeats from client, timeout: {interval}s"
-            self.transport.abort()
+        if self.session is not None:
+            self.session.close_reason = f"missed heartbeats from client, timeout: {interval}s"
+        self.transport.abort()  # as RabbitMQ: no connection.close, the socket is dropped
+
+    def send_heartbeat(self) -> None:
+        if self._closed or self.transport is None or self._lingering:
             return
-        if now - self._last_send >= interval / 2:
-            self._last_send = now
-            if self.session is not None:
-                self.session.send_oct += len(HEARTBEAT_FRAME)
-                self.session.send_cnt += 1
-            self.transport.write(HEARTBEAT_FRAME)
-        self._timers.append(self.loop.call_later(interval / 2, self._heartbeat, interval))
-        if len(self._timers) > 16:
-            self._timers = [t for t in self._timers if not t.cancelled()][-4:]
+        self.last_send = time.monotonic()
+        if self.session is not None:
+            self.session.send_oct += len(HEARTBEAT_FRAME)
+            self.session.send_cnt += 1
+        self.transport.write(HEARTBEAT_FRAME)
 
     def shutdown(self) -> None:
         if self.session is not None:

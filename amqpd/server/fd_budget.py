@@ -1,7 +1,10 @@
 """How many file descriptors client sockets may take. Past RLIMIT_NOFILE every open() fails, the store's
 included (a new segment, the ack log, the catalogue), so a new connection is closed as soon as it is accepted
 once the fd it got is within FD_HEADROOM of the soft limit; the accept loop never meets EMFILE and never spins.
-The refusals are logged at most once a second."""
+The refusals are logged at most once a second.
+
+A standalone broker first raises its soft limit to the hard one (raise_to_hard_limit): many systems start a
+process at a soft 1024 under a far higher hard limit, which would cap it near a thousand connections."""
 
 from __future__ import annotations
 
@@ -13,6 +16,21 @@ log = logging.getLogger("amqpd.connection")
 
 FD_HEADROOM = 64  # fds kept for the store, the catalogue, management and the alarms' reads
 LOG_EVERY_S = 1.0
+
+
+def raise_to_hard_limit() -> tuple[int, int]:
+    """Raise the soft RLIMIT_NOFILE to the hard one; returns (soft before, soft now). An unprivileged process
+    may always do this. RLIM_INFINITY reads as -1; a kernel that caps it lower (nr_open) refuses, and the
+    soft limit then stays as it was."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == hard:
+        return soft, soft
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ValueError, OSError) as exc:
+        log.warning("file descriptors: cannot raise ulimit -n from %d to %d: %s", soft, hard, exc)
+        return soft, soft
+    return soft, hard
 
 
 class FdBudget:

@@ -9,6 +9,7 @@ import fcntl
 import gc
 import logging
 import os
+import resource
 import signal
 import sqlite3
 import ssl
@@ -27,7 +28,8 @@ from amqpd.broker.streams.args import is_stream
 from amqpd.config import Settings
 from amqpd.server.alarms import Alarms
 from amqpd.server.connection import AMQPServerProtocol
-from amqpd.server.fd_budget import FdBudget
+from amqpd.server.fd_budget import FdBudget, raise_to_hard_limit
+from amqpd.server.heartbeats import HeartbeatSweep
 from amqpd.server.load import sample_load
 from amqpd.shovel.supervisor import Shovels
 from amqpd.tls import TLSConfigError, reload_context, server_context, tls_enabled
@@ -135,17 +137,20 @@ async def serve(settings: Settings, services: Services, embedding: Embedding | N
             await store.close()
         raise SystemExit(1)
     registry: set[AMQPServerProtocol] = set()
+    if embedding is None:  # an embedding process owns its limits
+        _raise_fd_limit()
     fd_budget = FdBudget()
+    heartbeats = HeartbeatSweep(time.monotonic, loop.call_later)  # every connection's timers, one loop timer
     try:
         servers = await _listen(
-            loop, lambda: AMQPServerProtocol(broker, registry, fd_budget), settings.host, settings.port
+            loop, lambda: AMQPServerProtocol(broker, registry, fd_budget, heartbeats), settings.host, settings.port
         )
     except OSError as exc:  # the port is taken, or the address is not ours: say so plainly and exit 1
         log.error("cannot listen on %s: %s", getattr(exc, "address", settings.port), exc.strerror or exc)
         if store is not None:
             await store.close()
         raise SystemExit(1) from None
-    tls = await _start_tls_listener(settings, broker, registry, store, embedding, fd_budget)
+    tls = await _start_tls_listener(settings, broker, registry, store, embedding, fd_budget, heartbeats)
     amqp = _addresses("amqp", servers) + _addresses("amqp/ssl", tls)
     management = await services.start_management(broker, settings, amqp, embedding)
     shovels.start(runtime_file.url("amqp", *servers[0].sockets[0].getsockname()[:2]), broker.access)
@@ -210,6 +215,19 @@ async def _serve_until_signal(settings: Settings, servers: list[Any], tls: Any, 
             return
 
 
+def _raise_fd_limit() -> None:
+    """Every connection holds a file descriptor: take all the system allows, and say how many that is."""
+    before, now = raise_to_hard_limit()
+
+    def shown(n: int) -> str:
+        return "unlimited" if n == resource.RLIM_INFINITY else str(n)
+
+    if now != before:
+        log.info("file descriptors: ulimit -n raised from %s to %s", shown(before), shown(now))
+    else:
+        log.info("file descriptors: ulimit -n %s", shown(now))
+
+
 def _addresses(protocol: str, servers: Any) -> list[tuple[str, str, int]]:
     """(protocol, host, port) of every socket the servers listen on (a host each, IPv4 and IPv6 apart):
     the listeners /api/overview and `amqpctl status` show. `servers`: a list, (list, TLS context) or None."""
@@ -225,6 +243,7 @@ async def _start_tls_listener(
     store: Any,
     embedding: Embedding | None = None,
     fd_budget: FdBudget | None = None,
+    heartbeats: HeartbeatSweep | None = None,
 ) -> tuple[list[Any], ssl.SSLContext] | None:
     """The amqps listener, when a certificate is configured; its address is printed before the plain one
     (`amqpd TLS listening on HOST:PORT`). A bad TLS setting or a taken port stops the broker, as for AMQP."""
@@ -235,7 +254,7 @@ async def _start_tls_listener(
         ctx = server_context(settings)
         servers = await _listen(
             loop,
-            lambda: AMQPServerProtocol(broker, registry, fd_budget),
+            lambda: AMQPServerProtocol(broker, registry, fd_budget, heartbeats),
             settings.host,
             settings.tls_port,
             ssl=ctx,

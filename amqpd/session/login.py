@@ -73,7 +73,7 @@ def check_connection_limits(broker: Broker, user: str, vhost: str) -> None:
     limit = broker.access.user_limit(user, "max-connections")
     if limit is None:
         limit = broker.settings.max_connections_per_user or None
-    if limit is not None and sum(1 for c in broker.connections if c.user == user) >= limit:
+    if limit is not None and broker.connections.count_of_user(user) >= limit:
         raise errors.ConnectionError(
             errors.NOT_ALLOWED,
             f"connection refused for user '{user}': user connection limit ({limit}) is reached",
@@ -97,7 +97,7 @@ def check_channel_limits(broker: Broker, user: str, open_channels: int, channel_
             f"number of channels opened ({open_channels}) has reached the negotiated channel_max ({channel_max})",
         )
     limit = broker.access.user_limit(user, "max-channels")
-    if limit is not None and sum(len(c.channels) for c in broker.connections if c.user == user) >= limit:
+    if limit is not None and sum(len(c.channels) for c in broker.connections.of_user(user)) >= limit:
         raise errors.ConnectionError(
             errors.NOT_ALLOWED,
             f"number of channels opened for user '{user}' has reached the maximum "

@@ -84,11 +84,10 @@ class EmbeddedBroker:
     def _run(self, settings: Any) -> None:
         import anyio
 
-        from amqpd.mgmt.definitions import load_definitions_file
-        from amqpd.mgmt.service import start_management
+        from amqpd.mgmt.service import load_definitions, start_management
         from amqpd.server.listener import Services, serve
 
-        services = Services(start_management, load_definitions_file)  # server and mgmt meet here, as in cli.py
+        services = Services(start_management, load_definitions)  # server and mgmt meet here, as in cli.py
 
         options = {}
         try:

@@ -76,8 +76,8 @@ def _started(broker: ConfiguredBroker) -> ConfiguredBroker:
 
     try:
         broker.start()
-    except RuntimeError:
-        raise BrokerStartError(f"amqpd did not start: {broker.failure()}") from None
+    except RuntimeError as exc:  # the reason in one line, without the traceback under it
+        raise BrokerStartError(str(exc)) from None
     return broker
 
 

@@ -57,6 +57,8 @@ class BrokerProcess:
         self.http_ports: dict[str, int] = {}
         self._same_ports = False  # restart(): listen where the last run did, so that clients' URLs still work
         self._listening = threading.Event()  # set by launch()'s stdout reader on the AMQP listening line
+        self._settled = threading.Event()  # set by that reader on the listening line, or when stdout ends (exit)
+        self._stderr_pump: threading.Thread | None = None
 
     @property
     def mgmt_url(self) -> str:
@@ -114,8 +116,10 @@ class BrokerProcess:
             cwd=str(Path(__file__).resolve().parents[2]),  # the directory holding the amqpd package
             preexec_fn=self.preexec_fn,
         )
-        threading.Thread(target=self._pump_stderr, daemon=True).start()
+        self._stderr_pump = threading.Thread(target=self._pump_stderr, daemon=True)
+        self._stderr_pump.start()
         found = self._listening = threading.Event()
+        settled = self._settled = threading.Event()
 
         def read_stdout() -> None:
             assert self.proc and self.proc.stdout
@@ -131,15 +135,28 @@ class BrokerProcess:
                 if m and not found.is_set():
                     self.host, self.port = m.group(1).decode(), int(m.group(2))
                     found.set()
+                    settled.set()
+            settled.set()  # stdout closed: the broker has exited (before listening, if `found` is not set)
 
         threading.Thread(target=read_stdout, daemon=True).start()
 
     def wait_started(self, timeout: float = 30.0) -> BrokerProcess:
-        """Wait (on an event set by the line reader, no polling) until the launched broker listens for AMQP."""
-        if not self._listening.wait(timeout):
+        """Wait (on an event set by the line reader, no polling) until the launched broker listens for AMQP.
+        RuntimeError with the broker's reason in one line as soon as it exits without listening."""
+        self._settled.wait(timeout)
+        if self._listening.is_set():
+            return self
+        if self._settled.is_set():  # its stdout closed: it exited, its last words are on stderr, read to the end
+            try:
+                code = self.proc.wait(10) if self.proc else None
+            except subprocess.TimeoutExpired:  # it closed its stdout but runs on: stop() below ends it
+                code = None
+            if self._stderr_pump is not None:
+                self._stderr_pump.join(10)
             self.stop()
-            raise RuntimeError("amqpd did not start:\n" + "\n".join(self.stderr_lines[-40:]))
-        return self
+            raise RuntimeError(f"amqpd did not start: {self.failure()} (exit status {code})")
+        self.stop()
+        raise RuntimeError(f"amqpd did not start: not listening after {timeout:g} s; its last line: {self.failure()}")
 
     def failure(self) -> str:
         """Why the broker did not start, in one line: the last error it logged, else its last line of output."""

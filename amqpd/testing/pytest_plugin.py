@@ -75,6 +75,7 @@ class _Session:
     kept_vhosts: list[str] = field(default_factory=list)
     ports: list[int] = field(default_factory=list)
     launched: BrokerProcess | None = None  # started during collection, not yet handed to amqpd_broker
+    workers_kept: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (xdist worker, its broker)
 
 
 _SESSION_KEY = pytest.StashKey[_Session]()
@@ -103,10 +104,23 @@ def _early_launch(config: pytest.Config) -> bool:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    state = session.config.stash.get(_SESSION_KEY, None)
-    if state is not None and state.launched is not None:  # launched, but no test asked for it (deselected, failed)
+    config = session.config
+    state = config.stash.get(_SESSION_KEY, None)
+    if state is None:
+        return
+    if state.launched is not None:  # launched, but no test asked for it (deselected, failed)
         state.launched.close()
         state.launched = None
+    kept = _kept(config, state)
+    if kept is not None and hasattr(config, "workeroutput"):  # a pytest-xdist worker: its controller prints it
+        config.workeroutput["amqpd_kept"] = kept
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: the controller hears that a worker has finished
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    kept = getattr(node, "workeroutput", {}).get("amqpd_kept")
+    if kept is not None:
+        node.config.stash[_SESSION_KEY].workers_kept.append((node.gateway.id, kept))
 
 
 @pytest.fixture(scope="session")
@@ -179,8 +193,8 @@ def _process_broker(launched: BrokerProcess | None) -> BrokerProcess:
         if launched is None:
             broker.launch()
         return broker.wait_started()
-    except RuntimeError:
-        raise BrokerStartError(f"amqpd did not start: {broker.failure()}") from None
+    except RuntimeError as exc:  # the reason in one line, without the traceback under it
+        raise BrokerStartError(str(exc)) from None
 
 
 def _http_ports(broker: Any) -> list[int]:
@@ -214,7 +228,8 @@ def _amqpd_admin(amqpd_broker: Any, pytestconfig: pytest.Config) -> ManagementCl
 def amqp_url(amqpd_broker: Any, _amqpd_admin: ManagementClient, request: pytest.FixtureRequest) -> Iterator[str]:
     """A vhost and a user for this test alone (every permission on that vhost, nothing else), removed after it
     with whatever the test left there: queues, messages, consumers, connections."""
-    vhost = IsolatedVhost(_amqpd_admin, amqpd_broker.url, request.node.name)
+    external = bool(request.config.getoption("amqpd_url"))  # amqpd takes the vhost in one request
+    vhost = IsolatedVhost(_amqpd_admin, amqpd_broker.url, request.node.name, one_request=not external)
     try:
         vhost.create()
     except (ManagementError, OSError) as exc:
@@ -237,16 +252,37 @@ def amqpd_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerFa
         factory.close()
 
 
+def _kept(config: pytest.Config, state: _Session) -> dict[str, Any] | None:
+    """How to reach the broker --amqpd-keep left running, as plain data (a worker sends it to its controller)."""
+    broker = state.broker
+    if broker is None or not config.getoption("amqpd_keep") or config.getoption("amqpd_url"):
+        return None
+    process = isinstance(broker, BrokerProcess) and broker.proc is not None
+    return {
+        "url": broker.url,
+        "management_url": broker.management_url,
+        "metrics_url": broker.metrics_url,
+        "vhosts": list(state.kept_vhosts),
+        "pid": broker.proc.pid if process else None,
+    }
+
+
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     state = config.stash.get(_SESSION_KEY, None)
-    if state is None or state.broker is None or not config.getoption("amqpd_keep") or config.getoption("amqpd_url"):
+    if state is None:
         return
-    broker = state.broker
+    own = _kept(config, state)
+    kept = ([("", own)] if own is not None else []) + sorted(state.workers_kept, key=lambda kept: kept[0])
+    if not kept:
+        return
     terminalreporter.section("amqpd left running (--amqpd-keep)")
-    terminalreporter.write_line(f"AMQP:       {broker.url}")
-    terminalreporter.write_line(f"management: {broker.management_url} (guest/guest)")
-    terminalreporter.write_line(f"metrics:    {broker.metrics_url}/metrics")
-    for url in state.kept_vhosts:
-        terminalreporter.write_line(f"test vhost: {url}")
-    if isinstance(broker, BrokerProcess) and broker.proc is not None:
-        terminalreporter.write_line(f"stop it with: kill {broker.proc.pid}")
+    for worker, broker in kept:
+        if worker:
+            terminalreporter.write_line(f"pytest-xdist worker {worker}:")
+        terminalreporter.write_line(f"AMQP:       {broker['url']}")
+        terminalreporter.write_line(f"management: {broker['management_url']} (guest/guest)")
+        terminalreporter.write_line(f"metrics:    {broker['metrics_url']}/metrics")
+        for url in broker["vhosts"]:
+            terminalreporter.write_line(f"test vhost: {url}")
+        if broker["pid"] is not None:
+            terminalreporter.write_line(f"stop it with: kill {broker['pid']}")

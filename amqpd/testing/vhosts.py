@@ -4,6 +4,7 @@ the same code isolates tests on amqpd and on a real RabbitMQ."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import http.client
 import json
 import re
@@ -75,23 +76,44 @@ class IsolatedVhost:
         pika.BlockingConnection(pika.URLParameters(vhost.url))
     """
 
-    def __init__(self, admin: ManagementClient, broker_url: str, label: str = "test") -> None:
+    def __init__(
+        self, admin: ManagementClient, broker_url: str, label: str = "test", one_request: bool = False
+    ) -> None:
+        """one_request: make the vhost, user and permission with one definitions import, faster on amqpd (one
+        round trip instead of three) but not on RabbitMQ, whose definitions import takes several times longer."""
         self.admin = admin
+        self.one_request = one_request
         self.name = f"{_UNSAFE.sub('-', label)[:60].strip('-') or 'test'}-{secrets.token_hex(4)}"
         self.user = self.name
         self.password = secrets.token_urlsafe(12)
         self.url = _with_credentials(broker_url, self.user, self.password, self.name)
 
     def create(self) -> IsolatedVhost:
-        vhost, user = quote(self.name, safe=""), quote(self.user, safe="")
-        self.admin.request("PUT", f"/vhosts/{vhost}", {})
         try:
-            self.admin.request("PUT", f"/users/{user}", {"password": self.password, "tags": ""})
-            self.admin.request("PUT", f"/permissions/{vhost}/{user}", {"configure": ".*", "write": ".*", "read": ".*"})
+            if self.one_request:
+                self._import()
+            else:
+                vhost, user = quote(self.name, safe=""), quote(self.user, safe="")
+                self.admin.request("PUT", f"/vhosts/{vhost}", {})
+                self.admin.request("PUT", f"/users/{user}", {"password": self.password, "tags": ""})
+                everything = {"configure": ".*", "write": ".*", "read": ".*"}
+                self.admin.request("PUT", f"/permissions/{vhost}/{user}", everything)
         except BaseException:
             self.remove()
             raise
         return self
+
+    def _import(self) -> None:
+        """The vhost, the user and the permission as one definitions import: one round trip instead of three."""
+        user = {"name": self.user, "password_hash": _password_hash(self.password), "tags": []}
+        user["hashing_algorithm"] = "rabbit_password_hashing_sha256"
+        everything = {"configure": ".*", "write": ".*", "read": ".*"}
+        definitions = {
+            "vhosts": [{"name": self.name}],
+            "users": [user],
+            "permissions": [{"user": self.user, "vhost": self.name, **everything}],
+        }
+        self.admin.request("POST", "/definitions", definitions)
 
     def remove(self) -> None:
         """The vhost first: RabbitMQ and amqpd close its connections (320) when it goes."""
@@ -107,6 +129,12 @@ class IsolatedVhost:
 
     def __exit__(self, *exc: Any) -> None:
         self.remove()
+
+
+def _password_hash(password: str) -> str:
+    """RabbitMQ's stored form of a password (rabbit_password_hashing_sha256): base64(salt + sha256(salt + it))."""
+    salt = secrets.token_bytes(4)
+    return base64.b64encode(salt + hashlib.sha256(salt + password.encode()).digest()).decode("ascii")
 
 
 def _with_credentials(url: str, user: str, password: str, vhost: str) -> str:

@@ -4,6 +4,7 @@ has, and comes back when the pressure goes."""
 from __future__ import annotations
 
 import resource
+import socket
 import time
 
 import pika
@@ -12,10 +13,38 @@ import pytest
 from amqpd.testing import BrokerProcess
 
 FD_LIMIT = 128
+RAISED_FD_LIMIT = 384
 
 
 def low_fd_limit() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT))
+
+
+def low_soft_fd_limit() -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, RAISED_FD_LIMIT))
+
+
+def handshake_opened(broker: BrokerProcess) -> socket.socket | None:
+    """A socket the broker answered with connection.start, or None if it closed it at once (refused)."""
+    sock = socket.create_connection(("127.0.0.1", broker.port), timeout=10)
+    try:
+        sock.sendall(b"AMQP\x00\x00\x09\x01")
+        if sock.recv(1) == b"\x01":  # the method frame of connection.start
+            return sock
+    except ConnectionResetError:  # closed with our header unread
+        pass
+    sock.close()
+    return None
+
+
+def logged(broker: BrokerProcess, text: str) -> bool:
+    """Whether the broker logs `text` within a few seconds (its stderr is read by another thread)."""
+    deadline = time.monotonic() + 10
+    while not any(text in line for line in broker.stderr_lines):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def connect(broker: BrokerProcess) -> pika.BlockingConnection:
@@ -68,6 +97,22 @@ def test_out_of_file_descriptors_new_connections_are_refused_and_existing_ones_c
                 held[0].process_data_events(time_limit=0.1)
         for conn in [held[0], *held[11:]]:
             conn.close()
+
+
+def test_a_low_soft_fd_limit_is_raised_to_the_hard_one_and_past_it_connections_are_refused() -> None:
+    with BrokerProcess(preexec_fn=low_soft_fd_limit) as broker:
+        assert logged(broker, f"ulimit -n raised from {FD_LIMIT} to {RAISED_FD_LIMIT}")
+        held: list[socket.socket] = []
+        try:
+            while (sock := handshake_opened(broker)) is not None:
+                held.append(sock)
+                assert len(held) < RAISED_FD_LIMIT, f"{RAISED_FD_LIMIT} connections under ulimit -n {RAISED_FD_LIMIT}"
+            assert len(held) > FD_LIMIT  # more than the soft limit it was started with
+            assert broker.proc is not None and broker.proc.poll() is None
+            assert logged(broker, "refusing new connections")
+        finally:
+            for sock in held:
+                sock.close()
 
 
 def rss_of(pid: int) -> int:

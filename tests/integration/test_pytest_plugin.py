@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from amqpd.testing import ManagementClient
+from amqpd.testing import BrokerProcess, ManagementClient
 
 pytest_plugins = ["pytester"]
 
@@ -48,7 +48,7 @@ def _broker_threads() -> list[threading.Thread]:
 
 ISOLATION = """
 import pika
-from amqpd.testing import ManagementClient
+from amqpd.testing import BrokerProcess, ManagementClient
 
 def channel(url):
     connection = pika.BlockingConnection(pika.URLParameters(url))
@@ -176,6 +176,26 @@ def test_keep_leaves_the_broker_running_and_says_how_to_reach_it(pytester: pytes
         os.kill(record["pid"], signal.SIGKILL)  # type: ignore[arg-type]
 
 
+def test_keep_under_xdist_lists_every_workers_broker(pytester: pytest.Pytester) -> None:
+    out = pytester.mkdir("records")
+    pytester.makepyfile(RECORD.format(count=4, out=str(out)))
+    result = _run(pytester, "-n", "2", "--amqpd-keep")
+    records = _records(out)
+    brokers = {r["worker"]: r for r in records}
+    try:
+        result.assert_outcomes(passed=4)
+        assert sorted(brokers) == ["gw0", "gw1"]
+        lines = ["*amqpd left running (--amqpd-keep)*"]
+        for worker in ("gw0", "gw1"):
+            lines += [f"pytest-xdist worker {worker}:", f"AMQP:*{brokers[worker]['url']}"]
+            lines += ["test vhost: amqp://*", f"stop it with: kill {brokers[worker]['pid']}"]
+        result.stdout.fnmatch_lines(lines)
+        assert all(_listening(r["ports"][0]) for r in brokers.values())  # type: ignore[index]
+    finally:
+        for r in brokers.values():
+            os.kill(r["pid"], signal.SIGKILL)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("mode", ["process", "thread"])
 def test_a_broker_that_cannot_start_fails_its_tests_with_the_reason_in_one_line(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, mode: str
@@ -195,6 +215,32 @@ def test_a_broker_that_cannot_start_fails_its_tests_with_the_reason_in_one_line(
     result.stdout.fnmatch_lines(["*ERROR at setup of test_first*", reason, "*ERROR at setup of test_second*", reason])
     assert "Traceback" not in result.stdout.str() and "During handling" not in result.stdout.str()
     assert not _broker_threads()
+
+
+def test_a_broker_that_exits_at_start_fails_the_first_test_with_its_own_line_and_exit_status(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the exit is noticed when it happens: a broker still waited for would fail with "not listening after 30 s"
+    monkeypatch.setenv("AMQPD_FRAME_MAX", "1")
+    pytester.makepyfile("def test_first(amqp_url): pass\ndef test_second(amqpd_broker): pass")
+    result = _run(pytester, "--amqpd-mode=process")
+    result.assert_outcomes(errors=2)
+    reason = (
+        "amqpd did not start: configuration error: AMQPD_FRAME_MAX: frame_max: expected an integer 4096..2147483647, "
+        'got "1" (exit status 78)'
+    )
+    result.stdout.fnmatch_lines(["*ERROR at setup of test_first*", reason, "*ERROR at setup of test_second*", reason])
+
+
+def test_broker_process_reports_an_exit_before_listening_in_one_line(tmp_path: Path) -> None:
+    not_a_dir = tmp_path / "data"
+    not_a_dir.write_text("a file where the data dir should be")
+    with pytest.raises(RuntimeError) as raised:
+        BrokerProcess(data_dir=str(not_a_dir)).start(timeout=60)
+    assert str(raised.value) == (
+        f"amqpd did not start: configuration error: --data-dir: data_dir: expected a directory amqpd can write, got "
+        f'"{not_a_dir}" (a file) (exit status 78)'
+    )
 
 
 def test_an_unreachable_external_broker_is_named_in_one_line(pytester: pytest.Pytester) -> None:

@@ -25,6 +25,7 @@ from amqpd.broker.queues.queue import Queue, QueueHooks
 from amqpd.broker.routing.exchanges import EXCHANGE_TYPES, ROUTING_TYPES, DelayedExchange, Exchange, make_exchange
 from amqpd.broker.routing.exchanges.delayed import check_delayed_type, holder_name
 from amqpd.broker.routing.plan import PublishPlan
+from amqpd.broker.routing.queue_table import QueueTable
 from amqpd.broker.streams.args import check_stream_declaration, is_stream
 from amqpd.broker.streams.stream import StreamQueue
 
@@ -79,7 +80,7 @@ class VirtualHost:
         self.name = name
         self.hooks = hooks or QueueHooks()
         self.store = store
-        self.queues: dict[str, Queue] = {}
+        self.queues = QueueTable()
         self.replies: dict[str, Queue] = {}  # direct reply-to: token -> the requester's private queue
         # Exclusive queues by owning connection, so that closing one connection does not look at every queue.
         self._exclusive: dict[object, dict[Queue, None]] = {}

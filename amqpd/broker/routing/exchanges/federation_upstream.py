@@ -89,5 +89,5 @@ class FederationUpstreamExchange(FanoutExchange):
 
     def route(self, routing_key: str, headers: dict[str, Any] | None = None) -> list[Hashable]:
         if headers is None or should_forward(headers, self.max_hops, self.downstream, self.downstream_vhost):
-            return self._all
+            return super().route(routing_key, headers)
         return _NOTHING

@@ -12,7 +12,7 @@ from store.frame import HEADER_SIZE as FRAME_HEADER_SIZE
 from store.queue_reader import FIRST_KEY, FIRST_POSITION, QueueLogReader, QueueNotFound
 from store.record_codec import FIXED_AFTER_ID as RECORD_FIXED_AFTER_ID
 from store.record_codec import FLAG_EXPIRES as RECORD_FLAG_EXPIRES
-from store.record_codec import encode_record
+from store.record_codec import decode_record, encode_record
 from store.records import AccessRows, MessageRecord, QueueEntry, Recovered, RecoveredMessage
 from store.segment import UnsupportedFormat
 
@@ -51,5 +51,6 @@ __all__ = [
     "Recovered",
     "RecoveredMessage",
     "UnsupportedFormat",
+    "decode_record",
     "encode_record",
 ]

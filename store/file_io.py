@@ -3,16 +3,21 @@
 
 from __future__ import annotations
 
+import mmap
 import os
 
 
 class FileIO:
     """The store's I/O seam (os calls). Methods run in the writer's worker thread (and recovery's, at open),
-    but for `pread`: reading records back, in a read-ahead worker thread or (when nothing was read ahead) on
-    the event loop."""
+    but for `pread` and `map`: reading records back, in the store's read worker (MessageStore.in_reader) or
+    a read-ahead worker thread; the event loop never reads (tests/store/test_reads_off_loop.py)."""
 
     def pread(self, fd: int, size: int, pos: int) -> bytes:
         return os.pread(fd, size, pos)
+
+    def map(self, fd: int, size: int) -> mmap.mmap:
+        """The file's first `size` bytes, mapped read-only (a scan: its pages are read where it is walked)."""
+        return mmap.mmap(fd, size, access=mmap.ACCESS_READ)
 
     def open(self, path: os.PathLike[str] | str, flags: int) -> int:
         return os.open(path, flags, 0o644)

@@ -21,10 +21,12 @@ snapshots in checkpoints.py; the files' side of a commit in commit.py and of rec
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -62,6 +64,7 @@ MAX_SEGMENT_SIZE = 1 << 31  # index positions are u32; leave room for one oversi
 DEFAULT_CHECKPOINT_BYTES = 64 << 20
 RETENTION_IDLE_SECONDS = 1.0  # with a retention policy: how long the idle commit loop sleeps before applying it
 DEFAULT_MAX_UNWRITTEN = 64 << 20  # appended bytes not yet written before publishers are asked to pause
+T = TypeVar("T")
 
 
 class MessageStore(CatalogueCalls):
@@ -101,7 +104,7 @@ class MessageStore(CatalogueCalls):
         self._holds_log = holds_log
         self._writer = Writer(self._layout, fsync == "always-batched", self._io)
         self._segments = segments = SegmentLog(self._layout, segment_size, index_interval, clock)
-        self._reader = RecordReader(segments, self._io.pread)
+        self._reader = RecordReader(segments, self._io.pread, self._io.map)
         self._space = DiskSpace(self._layout.root, min_free_bytes, reserve_bytes)
         self._faults = DiskFaults(self._layout.root, self._space)
         self._commit = GroupCommit(
@@ -129,6 +132,10 @@ class MessageStore(CatalogueCalls):
         self._queue_keys: dict[int, tuple[str, str]] = {}
         self._next_queue_id = 1
         self._open = False
+        # One thread for the broker's reads: they run in the order they were asked for, so their results
+        # come back to the loop in that order too (a dead letter read back goes out before the next one).
+        self._reads = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-read")
+        self.reads_pending = 0  # asked of in_reader, not resolved yet
         self.stats = self._keeper.stats
         self.fault_stats = self._faults.stats
 
@@ -211,6 +218,7 @@ class MessageStore(CatalogueCalls):
 
     async def _release_files(self) -> None:
         self._open = False
+        await anyio.to_thread.run_sync(self._reads.shutdown)  # reads still queued finish first
         await anyio.to_thread.run_sync(self._writer.close)
         self._segments.close_read_fds()
         await self._catalog.close()
@@ -360,6 +368,34 @@ class MessageStore(CatalogueCalls):
 
     # ---- reads (record_reader.py) --------------------------------------------------------------------
 
+    def in_reader(self, read: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """Run `read` (one of the read methods below, or a function calling them) in the store's read worker,
+        so the event loop never waits on the disk: the future resolves on the loop. Reads run one at a time,
+        in the order asked, and their futures resolve in that order. The caller keeps the records it reads
+        held by a queue until the read is done (a segment nobody holds may be deleted under it)."""
+        future = asyncio.get_running_loop().run_in_executor(self._reads, read, *args)
+        self.reads_pending += 1
+        future.add_done_callback(self._read_done)
+        return future
+
+    def _read_done(self, _future: asyncio.Future[Any]) -> None:
+        self.reads_pending -= 1
+
+    async def reads_done(self, rounds: int = 1000) -> None:
+        """Wait until no read asked of in_reader is queued or running, nor asked again by what their results
+        set off within a few loop turns. Not in the broker's interface; used by tests and tools."""
+        for _ in range(rounds):
+            for _turn in range(3):
+                await asyncio.sleep(0)
+            if not self.reads_pending:
+                return
+            await self.after_reads()
+
+    def after_reads(self) -> asyncio.Future[None]:
+        """A future that resolves once every read asked for before it has resolved: what must go out after
+        something being read back waits for it this way, and keeps its order."""
+        return self.in_reader(_nothing)
+
     def read(self, offset: int) -> MessageRecord:
         return self._reader.read(offset)
 
@@ -498,3 +534,7 @@ def _recovered_log(entry: QueueEntry, live: OffsetRuns, records: dict[int, Messa
         del unloaded[message.offset]
     entry.unloaded_runs = unloaded
     entry.unloaded_delivered = {o for o in delivered if o not in records}
+
+
+def _nothing() -> None:
+    """A read of nothing: in_reader's queue keeps the order (after_reads)."""

@@ -1,9 +1,10 @@
 """Reading records back from the running store: from memory (appended, not written yet; or held after a
 failed batch), else from the segment files through their indexes, every frame checked on its first read.
 
-Reads are blocking preads through the store's I/O seam (`FileIO.pread`), on the calling thread: the event
-loop for `read` and the log readers, a worker thread for `read_ahead`'s work (then `read_many` decodes
-what it read on the loop). Segments deleted meanwhile are never ones holding the offsets asked for.
+Reads are blocking preads and maps through the store's I/O seam (`FileIO.pread`, `FileIO.map`), on the
+calling thread: the broker calls them in the store's read worker (MessageStore.in_reader), or a worker
+thread for `read_ahead`'s work (then `read_many` decodes what it read on the loop, from memory). Segments
+deleted meanwhile are never ones holding the offsets asked for.
 """
 
 from __future__ import annotations
@@ -26,9 +27,12 @@ READ_BATCH = 256  # records per read_range() call when records_from() iterates
 
 
 class RecordReader:
-    def __init__(self, log: SegmentLog, pread: Callable[[int, int, int], bytes]) -> None:
+    def __init__(
+        self, log: SegmentLog, pread: Callable[[int, int, int], bytes], map_file: Callable[[int, int], mmap.mmap]
+    ) -> None:
         self._log = log
         self._pread = pread
+        self._map = map_file
 
     def read(self, offset: int) -> MessageRecord:
         """Read a record back (blocking pread; the broker uses it for bodies it paged out).
@@ -48,7 +52,7 @@ class RecordReader:
         try:
             payload = read_payload(fd, log.indexes[base], offset, self._pread)
         except DamagedFrame:  # damage between the index entry and the record: check every frame
-            payload = _scan_for(fd, offset)
+            payload = _scan_for(fd, offset, self._map)
         if payload is None:
             raise KeyError(offset)
         return decode_record(payload)[2]
@@ -215,7 +219,7 @@ class RecordReader:
         size = os.fstat(fd).st_size  # the active segment may have bytes past `end`: they are not returned
         if size <= FILE_HEADER_SIZE:
             return
-        with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as data:
+        with self._map(fd, size) as data:
             pos = _start_for(data, self._log.indexes[base], start, size)
             for _, offset, payload in scan_frames(data, pos, size, ScanReport()):
                 if offset >= end or len(out) >= max_records:
@@ -234,12 +238,12 @@ def _start_for(data: mmap.mmap, index: SegmentIndex, offset: int, size: int) -> 
     return entry[1] if header is not None and header[0] == entry[0] else FILE_HEADER_SIZE
 
 
-def _scan_for(fd: int, offset: int) -> bytes | None:
+def _scan_for(fd: int, offset: int, map_file: Callable[[int, int], mmap.mmap]) -> bytes | None:
     """Slow path for read(): check every frame of the segment."""
     size = os.fstat(fd).st_size
     if size <= FILE_HEADER_SIZE:
         return None
-    with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as data:
+    with map_file(fd, size) as data:
         for _, sequence, payload in scan_frames(data, FILE_HEADER_SIZE, size, ScanReport()):
             if sequence >= offset:
                 return payload if sequence == offset else None

@@ -90,6 +90,8 @@ class BrokerHooks(QueueHooks):
         self.broker = broker
 
     def dropped(self, queue: Queue, entry: Entry, reason: str) -> None:
+        if self.broker.dead_letter_later(queue, entry, reason):
+            return
         self.settled(queue, entry)
         self.broker.dead_letter(queue, entry, reason)
 
@@ -127,12 +129,12 @@ class BrokerHooks(QueueHooks):
         if store is None:
             return False
         try:
-            loop = asyncio.get_running_loop()
+            asyncio.get_running_loop()
         except RuntimeError:  # no loop (unit tests): load() reads when needed
             return False
         # The worker only preads (releasing the GIL); load() decodes on the loop, a slice at a time. Decoding
         # in the worker held the GIL against the loop: slower drains and a longer loop lag (measured).
-        read = loop.run_in_executor(None, store.read_ahead(offsets))
+        read = store.in_reader(store.read_ahead(offsets))
         read.add_done_callback(lambda f: _read_done(f, queue, done))
         return True
 
@@ -168,6 +170,22 @@ class BrokerHooks(QueueHooks):
             if record is not None:
                 msg.body = bytes(record.body)
 
+    def read_bodies(self, queue: Queue, msgs: list[Message], done: Callable[[], None]) -> bool:
+        """The store's read worker reads the records back (it decodes them too: a few hundred at the head of
+        a queue, not a backlog's drain); their bodies are set on the loop."""
+        store = self.broker.store
+        if store is None or not msgs:
+            return False
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # no loop (unit tests): delivering reads them
+            return False
+        by_offset = {msg.store_offset: msg for msg in msgs if msg.store_offset is not None}
+        offsets = sorted(by_offset)
+        read = store.in_reader(store.read_many, offsets)
+        read.add_done_callback(lambda f: _bodies_read(f, queue, offsets, by_offset, done))
+        return True
+
     def forget(self, queue: Queue, offsets: list[int]) -> None:
         store = self.broker.store
         if store is not None and queue.store_id is not None:
@@ -196,6 +214,21 @@ def _read_done(read: asyncio.Future[Any], queue: Queue, done: Callable[[Any], No
     done(None if read.cancelled() or error is not None else read.result())
 
 
+def _bodies_read(
+    read: asyncio.Future[Any], queue: Queue, offsets: list[int], msgs: dict[int, Message], done: Callable[[], None]
+) -> None:
+    """Paged-out bodies read back: set them (one the read could not give is read when delivered)."""
+    error = None if read.cancelled() else read.exception()
+    if error is not None:
+        log.warning("%s: reading paged-out bodies back failed (%s); they are read when delivered", queue, error)
+    elif not read.cancelled():
+        for offset, record in zip(offsets, read.result(), strict=True):
+            msg = msgs[offset]
+            if record is not None and msg.body is None:
+                msg.body = bytes(record.body)
+    done()
+
+
 class Broker:
     def __init__(
         self,
@@ -219,6 +252,7 @@ class Broker:
         self.alarms: frozenset[str] = frozenset()  # resource alarms in force (server/alarms.py sets them)
         self.clock = time.monotonic()  # coarse, refreshed by the housekeeping timer: stamps deliveries cheaply
         self.turns = TurnClock()  # the event loop's turns: the unit of consumer pace (flow.py)
+        self._dead_letters_reading = 0  # dead letters waiting for a body read back (dead_letter_later)
         self.busy = False  # the loop's CPU is saturated (server/load.py): publishers to deep queues pause too
         self.throttling: set[Queue] = set()  # queues with paused publishers
         self.policies = Policies(store)
@@ -470,6 +504,32 @@ class Broker:
                     for offset in ready.flagged_offsets():
                         self.store.mark_delivered(q.store_id, offset)
 
+    async def page_in(self, msgs: list[Message]) -> None:
+        """Give these messages their paged-out bodies back, read in the store's read worker (the HTTP API's
+        get and peek: the loop never reads the disk). One the store cannot give stays paged out."""
+        store = self.store
+        by_offset = {m.store_offset: m for m in msgs if m.body is None and m.store_offset is not None}
+        if store is None or not by_offset:
+            return
+        offsets = sorted(by_offset)
+        for offset, record in zip(offsets, await store.in_reader(store.read_many, offsets), strict=True):
+            if record is not None and by_offset[offset].body is None:
+                by_offset[offset].body = bytes(record.body)
+
+    async def ready_to_take(self, queue: Queue) -> None:
+        """Wait until taking the queue's head will not read the disk on the loop: a backlog's next batch,
+        when its window is down to one entry, is in (the HTTP API's get, which can wait)."""
+        ready, store = queue.ready, self.store
+        while isinstance(ready, Backlog) and store is not None and ready.would_read():
+            await store.after_reads()  # the read-ahead runs there: its batch is in once this resolves
+
+    async def read_messages(self, offsets: list[int]) -> list[Message | None]:
+        """Messages for ascending store offsets (None: not readable), read in the store's read worker."""
+        if self.store is None or not offsets:
+            return [None] * len(offsets)
+        records = await self.store.in_reader(self.store.read_many, offsets)
+        return [None if r is None else message_from_record(r, o) for o, r in zip(offsets, records, strict=True)]
+
     def body_of(self, msg: Message) -> bytes:
         """The body, read back from the store when the queue paged it out."""
         if msg.body is not None:
@@ -478,6 +538,39 @@ class Broker:
         return bytes(self.store.read(msg.store_offset).body)
 
     # -- dead-lettering ----------------------------------------------------------------------------------
+
+    def dead_letter_later(self, queue: Queue, entry: Entry, reason: str) -> bool:
+        """A message to dead-letter whose body is paged out is read back by the store's read worker first
+        (the loop never reads the disk), and those dropped after it wait their turn behind it, so that dead
+        letters keep their order. The store keeps holding it for the queue meanwhile. False: dead-letter it
+        now (no dead-letter exchange, nothing being read, or no loop to wait on)."""
+        msg, store = entry.msg, self.store
+        if not isinstance(queue.effective.get("x-dead-letter-exchange"), str) or store is None:
+            return False
+        if msg.body is not None and not self._dead_letters_reading:
+            return False
+        if msg.body is None and msg.store_offset is None:
+            return False
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # no loop (unit tests): read now
+            return False
+        read = store.in_reader(store.read, msg.store_offset) if msg.body is None else store.after_reads()
+        self._dead_letters_reading += 1
+        read.add_done_callback(lambda f: self._dead_letter_read(f, queue, entry, reason))
+        return True
+
+    def _dead_letter_read(self, read: asyncio.Future[Any], queue: Queue, entry: Entry, reason: str) -> None:
+        self._dead_letters_reading -= 1
+        msg = entry.msg
+        if msg.body is None:
+            error = None if read.cancelled() else read.exception()
+            if error is None and not read.cancelled():
+                msg.body = bytes(read.result().body)
+            else:  # dead_letter reads it again, on the loop: the last chance to keep it
+                log.warning("%s: reading a dead letter's body back failed (%s)", queue, error)
+        self.hooks.settled(queue, entry)
+        self.dead_letter(queue, entry, reason)
 
     def dead_letter(self, queue: Queue, entry: Entry, reason: str) -> None:
         dlx = queue.effective.get("x-dead-letter-exchange")

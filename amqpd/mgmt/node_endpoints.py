@@ -64,7 +64,7 @@ class NodeEndpoints(Endpoints):
             "aliveness-test", passive=False, durable=False, exclusive=False, auto_delete=False, arguments={}, owner=None
         )
         await operations.publish(self.broker, v, "", "aliveness-test", {}, b"test_message")
-        fetched = operations.get(v, "aliveness-test", 1, "ack_requeue_false")
+        fetched = await operations.get(self.broker, v, "aliveness-test", 1, "ack_requeue_false")
         if not fetched:
             return JSONResponse({"status": "failed", "reason": "aliveness test message lost"}, status_code=503)
         return {"status": "ok"}

@@ -204,9 +204,10 @@ def properties_json(header: bytes) -> dict[str, Any]:
     return out
 
 
-def get(vhost: VirtualHost, name: str, count: int, ackmode: str) -> list[Fetched]:
+async def get(broker: Broker, vhost: VirtualHost, name: str, count: int, ackmode: str) -> list[Fetched]:
     """Take up to count messages; the requeue modes put them back (redelivered, in place), the others
-    settle them (ack) or drop them (reject: dead-lettered), as a channel would."""
+    settle them (ack) or drop them (reject: dead-lettered), as a channel would. Paged-out bodies are read
+    back first (in the store's read worker), while the store still holds them for the queue."""
     if ackmode not in ACK_MODES:
         raise ValueError(f"ackmode must be one of {', '.join(ACK_MODES)}")
     q = vhost.queue(name)
@@ -214,12 +215,14 @@ def get(vhost: VirtualHost, name: str, count: int, ackmode: str) -> list[Fetched
         vhost.check_exclusive(q, object())  # another connection's exclusive queue: 405, as RabbitMQ's
     taken: list[Fetched] = []
     for _ in range(count):
+        await broker.ready_to_take(q)
         entry = q.get()
         if entry is None:
             break
         q.delivered += 1
         taken.append(Fetched(entry, len(q.ready), entry.redelivered))
     entries = [f.entry for f in taken]
+    await broker.page_in([e.msg for e in entries])
     if ackmode.endswith("requeue_true"):
         q.requeue(entries)
     elif ackmode.startswith("ack"):
@@ -231,21 +234,25 @@ def get(vhost: VirtualHost, name: str, count: int, ackmode: str) -> list[Fetched
     return taken
 
 
-def peek(vhost: VirtualHost, name: str, count: int, start: int = 0) -> list[Entry]:
+async def peek(broker: Broker, vhost: VirtualHost, name: str, count: int, start: int = 0) -> list[Entry]:
     """Ready messages from position `start`, left exactly where they are: not taken, not flagged redelivered,
-    not reordered (beyond RabbitMQ, which can only get-and-requeue)."""
+    not reordered (beyond RabbitMQ, which can only get-and-requeue). What the store holds is read in its read
+    worker."""
     q = vhost.queue(name)
     ready = q.ready
     if not isinstance(ready, Backlog):
-        return list(itertools.islice(iter(ready), start, start + count))
+        entries = list(itertools.islice(iter(ready), start, start + count))
+        await broker.page_in([e.msg for e in entries])
+        return entries
     # A backlog holds its tail as store offsets: read those records without touching the queue.
     wanted = ready.queued()[start : start + count]
-    offsets = [item for item in wanted if isinstance(item, int)]
-    loaded = iter(q.hooks.load(q, offsets)) if offsets else iter(())
+    offsets = sorted(item for item in wanted if isinstance(item, int))
+    loaded = dict(zip(offsets, await broker.read_messages(offsets), strict=True))
+    await broker.page_in([item.msg for item in wanted if not isinstance(item, int)])
     shown: list[Entry] = []
     for item in wanted:
         if isinstance(item, int):
-            msg = next(loaded)
+            msg = loaded[item]
             if msg is not None:
                 shown.append(Entry(msg, 0, None))
         else:

@@ -99,7 +99,7 @@ class QueueEndpoints(Endpoints):
         if encoding not in ("auto", "base64"):
             raise bad_request("Unsupported encoding. Please use auto or base64.")
         try:
-            fetched = operations.get(v, queue, count, str(body.get("ackmode", "")))
+            fetched = await operations.get(self.broker, v, queue, count, str(body.get("ackmode", "")))
         except ValueError as exc:
             raise bad_request(str(exc)) from None
         limit = int(truncate) if isinstance(truncate, int) and not isinstance(truncate, bool) else None
@@ -119,9 +119,9 @@ class QueueEndpoints(Endpoints):
         encoding = body.get("encoding", "auto")
         q = v.queues[queue]
         if isinstance(q, StreamQueue):  # a stream keeps what it delivered: `from` is an offset in its log
-            records = q.log.read(start, min(count, listing.MAX_PAGE_SIZE))
+            records = await q.log.read_async(start, min(count, listing.MAX_PAGE_SIZE))
             return [operations.record_json(offset, record, encoding) for offset, record in records]
-        entries = operations.peek(v, queue, count, start)
+        entries = await operations.peek(self.broker, v, queue, count, start)
         total = len(v.queues[queue].ready)
         return [operations.message_json(self.broker, e, total, encoding, None) for e in entries]
 

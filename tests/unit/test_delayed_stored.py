@@ -57,6 +57,7 @@ async def test_persistent_message_on_durable_exchange_waits_as_a_store_offset(tm
     ex.schedule.push(T0 + 100, waiting)
     clock[0] += 100
     assert c.broker.delayed.release_due(ex) == 1
+    await store.reads_done()  # it is read back in the store's read worker
     (entry,) = c.broker.vhosts["/"].queues["q"].ready
     assert entry.msg.store_offset is not None and entry.msg.store_offset != waiting  # written for q
     assert entry.msg.headers == {"x-delay": -100}
@@ -71,6 +72,7 @@ async def test_stored_ttl_counts_from_when_the_message_is_routed(tmp_path: Path)
         clock[0] += 60_000
         routed = int(time.time() * 1000)
         c.broker.delayed.release_due(exchange(c))
+        await store.reads_done()
         (entry,) = c.broker.vhosts["/"].queues["q"].ready
         record = store.read(entry.msg.store_offset)  # type: ignore[arg-type]
         assert record.expires_at_ms is not None and record.expires_at_ms - record.timestamp_ms == 1000

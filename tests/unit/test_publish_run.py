@@ -731,6 +731,7 @@ async def confirmed_run(
         case.before_commit(pub, con)
     pub_early, con_early = pub.session.take_output(), con.session.take_output()
     await store.flush()
+    await store.reads_done()
     pub_late, con_late = pub.session.take_output(), con.session.take_output()
     queue = broker.vhosts["/"].queues["q"]
     if queue.is_stream:
@@ -739,7 +740,7 @@ async def confirmed_run(
         # moves between the two runs).
         left = [
             (offset, record.exchange, record.routing_key, record.properties, record.body, _ttl(record))
-            for offset, record in stream.log.read(0, 100)
+            for offset, record in await stream.log.read_async(0, 100)
         ]
         left.append(("segments: first offset, bytes", [s[:2] for s in stream._segments]))  # noqa: SLF001
     else:

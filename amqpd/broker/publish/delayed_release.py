@@ -16,6 +16,7 @@ as everything transient is).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import struct
 from collections.abc import Callable
@@ -58,6 +59,7 @@ class DelayedDelivery:
         # Unix ms: due times survive restarts, so they are wall-clock times; the broker's clock, which tests
         # inject, so that TTLs and due times move together.
         self.clock = broker.now_ms
+        self._reading = 0  # releases waiting for their stored messages to be read back
 
     # -- publishing ---------------------------------------------------------------------------------------
 
@@ -94,21 +96,45 @@ class DelayedDelivery:
     # -- when messages are due ------------------------------------------------------------------------------
 
     def release_due(self, ex: DelayedExchange) -> int:
-        """Route the messages that are due (at most BATCH; the rest on the next turn); returns how many."""
+        """Route the messages that are due (at most BATCH; the rest on the next turn); returns how many. The
+        stored ones are read back by the store's read worker first (the loop never reads the disk); while a
+        read is under way, later releases wait behind it, so messages due in order are routed in order."""
         ex.timer = ex.timer_due = None
-        vhost = self._vhost_of(ex)
         due = ex.schedule.pop_due(self.clock(), BATCH)
+        stored = [item for _, item in due if isinstance(item, int)]
+        store = self.broker.store
+        if (stored or self._reading) and store is not None and _loop_running():
+            self._reading += 1
+            read = store.in_reader(self._read_stored, stored)
+            read.add_done_callback(lambda f: self._stored_read(ex, due, stored, f))
+            self._arm(ex)
+            return len(due)
         try:
-            records = self._read_stored([item for _, item in due if isinstance(item, int)])
-            for _, item in due:
-                msg = item if isinstance(item, Message) else self._from_record(item, records.get(item))
-                if msg is not None and vhost is not None:
-                    self._route(vhost, ex, msg)
-                if isinstance(item, int) and ex.store_id is not None and self.broker.store is not None:
-                    self.broker.store.ack(ex.store_id, item)
+            self._release(ex, due, self._read_stored(stored))
         finally:
             self._arm(ex)  # whatever went wrong with one message, the rest keep their timer
         return len(due)
+
+    def _stored_read(
+        self, ex: DelayedExchange, due: list[tuple[int, Any]], stored: list[int], read: asyncio.Future[Any]
+    ) -> None:
+        self._reading -= 1
+        error = None if read.cancelled() else read.exception()
+        if error is not None or read.cancelled():  # read them here: the last chance before dropping them
+            log.warning("reading delayed messages back failed (%s)", error)
+            records = self._read_stored(stored)
+        else:
+            records = read.result()
+        self._release(ex, due, records)
+
+    def _release(self, ex: DelayedExchange, due: list[tuple[int, Any]], records: dict[int, Any]) -> None:
+        vhost = self._vhost_of(ex)
+        for _, item in due:
+            msg = item if isinstance(item, Message) else self._from_record(item, records.get(item))
+            if msg is not None and vhost is not None:
+                self._route(vhost, ex, msg)
+            if isinstance(item, int) and ex.store_id is not None and self.broker.store is not None:
+                self.broker.store.ack(ex.store_id, item)
 
     def _vhost_of(self, ex: DelayedExchange) -> VirtualHost | None:
         for vhost in self.broker.vhosts.values():
@@ -193,3 +219,11 @@ def _with_entries(msg: Message, entries: list[tuple[bytes, bytes]]) -> Message:
     flags = struct.unpack_from(">H", header, 12)[0]
     # A fresh message (timestamp 0): stored for its queues from now, its TTL counting from now.
     return Message(msg.exchange, msg.routing_key, msg.route, header, body, flags)
+
+
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # no loop (unit tests): read now
+        return False
+    return True

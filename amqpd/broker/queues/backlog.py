@@ -20,9 +20,11 @@ The window is never empty while anything readable is behind it: popleft refills 
 entry. So truthiness is the window's own count and never reads; a record found unreadable is dropped when
 its slice is decoded, before anyone could be told the queue holds it as its head.
 
-Where the loop still reads the disk itself: a slice whose batch the worker has not finished reading (a
-consumer outran it, or there is no event loop: unit tests), and the first slice of a recovered backlog
-(at recovery, before the broker serves anyone). Queue uses this exactly like FifoReady.
+A consumer that outruns the worker does not make the loop read: while the next batch is being read,
+`would_read` says so and the queue keeps the window's last entry until it is in. Where the loop still reads
+the disk itself: a basic.get then, a slice with no worker to wait for (its read failed, or there is no event
+loop: unit tests), records written between the read-ahead and the decoding, and the first slice of a
+recovered backlog (at recovery, before the broker serves anyone). Queue uses this exactly like FifoReady.
 """
 
 from __future__ import annotations
@@ -220,6 +222,22 @@ class Backlog:
             batch.offsets += offsets
         batch.left = sum(len(i[0]) if isinstance(i, tuple) else 1 for i in batch.items)
         return batch
+
+    def would_read(self) -> bool:
+        """Whether taking the window's last entry now would read the disk on the loop: the next slice is in a
+        batch whose read a worker has not finished (asked for now if it was not yet). The queue then keeps
+        that entry until the read is in (Queue._read_ahead's done dispatches again). False where there is
+        no worker to wait for, or its read failed: the slice is read now."""
+        if len(self.window) != 1:
+            return False
+        batch = self._current
+        if batch is None or not batch.left:
+            if self._ahead is None:
+                if self._read_ahead is None or not (self.recovered or self.spill):
+                    return False
+                self._maybe_read_ahead()
+            batch = self._ahead
+        return batch is not None and batch.raw is None and batch.reading
 
     def _maybe_read_ahead(self) -> None:
         """Half the batch in hand is gone: take the next one and have it read in a worker thread."""

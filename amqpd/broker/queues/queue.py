@@ -2,15 +2,16 @@
 
 Plain object: delivery goes to its subscribers through a small protocol (subscriber.py: can_accept, deliver),
 never past them into channels; the wall clock comes from the hooks (QueueHooks.now_ms), durability and
-dead-lettering go through the hooks. No sockets here; but a durable queue's backlog is read back through
-QueueHooks.read_ahead (a worker thread) and QueueHooks.load, which reads synchronously when the worker
-has not finished (see backlog.py).
+dead-lettering go through the hooks. No sockets here; a durable queue's backlog is read back through
+QueueHooks.read_ahead (the store's read worker) and QueueHooks.load, and paged-out bodies near the head
+through QueueHooks.read_bodies: dispatch waits for them rather than read on the loop (see backlog.py).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from itertools import islice
 from typing import Any, Generic, TypeVar
 
 from amqpd.broker.entry import Entry
@@ -62,6 +63,11 @@ class QueueHooks:
 
     def page_in(self, queue: Queue, msg: Message, ahead: Any) -> None:
         """Give a paged-out message its body back from what read_ahead read, if it has it."""
+
+    def read_bodies(self, queue: Queue, msgs: list[Message], done: Callable[[], None]) -> bool:
+        """Start reading these paged-out messages' bodies back in a worker thread; they are set and `done()`
+        is called on the loop once they are. False: not possible here (they are read when delivered)."""
+        return False
 
     def forget(self, queue: Queue, offsets: list[int]) -> None:
         """Recovered messages that were never read back left the queue (purge)."""
@@ -141,6 +147,8 @@ class Queue(Generic[S]):
         self.delivery_limit = delivery_limit(self.arguments)
         self.recovered_counts: dict[int, int] = {}  # store offset -> delivery count, until read back
         self.stamps_ids = wants_ids(self.arguments)  # x-amqpd-message-id (message_ids.py)
+        self._paging_in = False  # bodies near the head are being read back (_wait_for_head)
+        self._paged_in_for: Entry | None = None  # the head the last read was for
 
     is_stream = False  # a StreamQueue (streams/stream.py) answers True
     always_stored = False  # True: the store takes its messages persistent or not (streams)
@@ -157,6 +165,7 @@ class Queue(Generic[S]):
     # Queues that cannot hold bare offsets (priorities, a byte limit) page out only the bodies of their deep
     # persistent messages, and only big ones: the message object stays (~600 bytes) either way.
     PAGE_MIN_BODY = 512
+    PAGE_IN_AHEAD = 256  # entries from the head whose paged-out bodies are read back together
 
     def __repr__(self) -> str:
         return f"<Queue {self.vhost}:{self.name}>"
@@ -329,7 +338,12 @@ class Queue(Generic[S]):
         self._arm_ttl_timer()
 
     def _read_ahead(self, offsets: list[int], done: Callable[[Any], None]) -> bool:
-        return self.hooks.read_ahead(self, offsets, done)
+        def read(ahead: Any) -> None:
+            done(ahead)
+            if not self.deleted and self.consumers:
+                self.dispatch()  # a consumer may wait for it (Backlog.would_read)
+
+        return self.hooks.read_ahead(self, offsets, read)
 
     def _page_in(self, entry: Entry, ahead: Any) -> None:
         self.hooks.page_in(self, entry.msg, ahead)
@@ -393,7 +407,12 @@ class Queue(Generic[S]):
         with, as many as it has room for in one hand-over."""
         ready = self.ready
         waited = bool(ready)
+        backlog = ready if isinstance(ready, Backlog) else None
         while ready:
+            if ready[0].msg.body is None and self._wait_for_head():
+                break
+            if backlog is not None and backlog.would_read():
+                break  # _read_ahead's done dispatches again
             consumer = self._next_consumer()
             if consumer is None:
                 if not waited:  # they took what they could; the rest waits for them to come back
@@ -416,13 +435,36 @@ class Queue(Generic[S]):
         if ready and ready[0].expires_at is not None:
             self._arm_ttl_timer()
 
+    def _wait_for_head(self) -> bool:
+        """The head's body is paged out: whether to wait while the store's read worker reads it back with
+        the others near the head (the loop never reads the disk), dispatching again once they are in. False
+        where that is not possible, or the read came back without it: delivering it reads it then."""
+        if self._paging_in:
+            return True
+        head = self.ready[0]
+        if head is self._paged_in_for or not self.consumers:
+            return False
+        ahead = self.ready.window if isinstance(self.ready, Backlog) else self.ready
+        wanted = [e.msg for e in islice(ahead, self.PAGE_IN_AHEAD) if e.msg.body is None]
+        self._paging_in = self.hooks.read_bodies(self, wanted, self._paged_in)
+        self._paged_in_for = head if self._paging_in else None
+        return self._paging_in
+
+    def _paged_in(self) -> None:
+        self._paging_in = False
+        if not self.deleted:
+            self.dispatch()
+
     def _take_ready(self, room: int) -> list[Entry]:
         """Up to `room` ready messages from the head, stopping before one with an expiry (dispatch() looks at
         each of those alone: dropping it may dead-letter it back into this queue)."""
         ready = self.ready
         popleft = ready.popleft
+        backlog = ready if isinstance(ready, Backlog) else None
         taken = [popleft()]
-        while ready and len(taken) < room and ready[0].expires_at is None:
+        while ready and len(taken) < room and ready[0].expires_at is None and ready[0].msg.body is not None:
+            if backlog is not None and backlog.would_read():
+                break
             taken.append(popleft())
         self.ready_bytes -= sum(e.msg.size for e in taken)
         return taken

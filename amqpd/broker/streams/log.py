@@ -9,13 +9,26 @@ exactly what it missed). Two backends behind one small interface:
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from amqpd.broker.message import Message
-from store import FIRST_KEY, FIRST_POSITION, MessageRecord, encode_record
+from store import FIRST_KEY, FIRST_POSITION, MessageRecord, decode_record, encode_record
+
+log = logging.getLogger("amqpd.streams")
+
+
+class ReadPending(Exception):
+    """The records asked for are being read by the store's read worker: `future` resolves when they are in,
+    and the log's on_read is called then. Nothing was read or changed: ask again then."""
+
+    def __init__(self, future: asyncio.Future[Any]) -> None:
+        super().__init__("records being read")
+        self.future = future
 
 
 class StreamLog(Protocol):
@@ -40,7 +53,16 @@ class StreamLog(Protocol):
         ...
 
     def read(self, start: int, limit: int) -> list[tuple[int, MessageRecord]]:
-        """Up to `limit` committed records from `start` (or the first kept), with their offsets."""
+        """Up to `limit` committed records from `start` (or the first kept), with their offsets. A log on
+        disk raises ReadPending while they are being read (read_raw)."""
+        ...
+
+    def read_span(self, start: int, limit: int) -> tuple[int, list[tuple[int, MessageRecord]]]:
+        """read(), and the offset to go on from (past damaged records too; maybe fewer than `limit`)."""
+        ...
+
+    async def read_async(self, start: int, limit: int) -> list[tuple[int, MessageRecord]]:
+        """read(), waiting for the records to be read."""
         ...
 
     def read_raw(self, start: int, limit: int, cached: bool = True) -> tuple[int, list[bytes | None]]:
@@ -92,6 +114,13 @@ class MemoryLog:
         start = max(start, self.first)
         stop = min(self.end, start + limit)
         return [(o, self._messages[o - self.first]) for o in range(start, stop)]
+
+    def read_span(self, start: int, limit: int) -> tuple[int, list[tuple[int, MessageRecord]]]:
+        pairs = self.read(start, limit)
+        return (pairs[-1][0] + 1 if pairs else max(start, self.first)), pairs
+
+    async def read_async(self, start: int, limit: int) -> list[tuple[int, MessageRecord]]:
+        return self.read(start, limit)
 
     def read_raw(self, start: int, limit: int, cached: bool = True) -> tuple[int, list[bytes | None]]:
         start = max(start, self.first)
@@ -194,17 +223,18 @@ class OffsetMap:
         return self._store[0] if self._store else None
 
 
-RECENT_RECORDS = 4096
-# The batched replay reads whole aligned chunks of a stream's offsets (below the committed end) and keeps the
-# last few: consumers replaying near each other read each record from disk once. Bounded in bytes whatever
-# the stream's length (RAW_CACHE_BYTES); a chunk read takes at most RAW_CHUNK_BYTES, so records averaging
-# over 1 KiB are read as asked for, never a chunk ahead (a consumer with prefetch 1 must not pull 1,024 big
-# messages). 1,024 records per read rather than 256: each store read has a fixed cost (finding the segment, the
-# index jump, the first frames' own checks), which larger reads spread thinner (bench.micro_stream measures it).
+# A stream's records are read by the store's read worker (the event loop never waits on the disk), a window
+# of up to RAW_CHUNK records and about RAW_CHUNK_BYTES at a time, the next one asked for while a reader is
+# still in the one before; the last few windows are kept, bounded in bytes whatever the stream's length
+# (RAW_CACHE_BYTES): consumers replaying near each other read each record from disk once. A window of records
+# averaging over 1 KiB stops at RAW_CHUNK_BYTES (a consumer with prefetch 1 must not pull 1,024 big messages).
+# 1,024 records per read rather than 256: each store read has a fixed cost (finding the segment, the index
+# jump, the first frames' own checks), which larger reads spread thinner (bench.micro_stream measures it).
 RAW_CHUNK = 1024
-RAW_CHUNKS_KEPT = 16  # 16,384 records, as 64 chunks of 256 were: more kept raised the bench's RSS, not its rates
 RAW_CHUNK_BYTES = 1 << 20
 RAW_CACHE_BYTES = 16 << 20
+FRAMES_KEPT = 64  # read_frames answers kept (bounded in bytes by RAW_CACHE_BYTES too)
+Frames = tuple[list[tuple[int, int]], bytes, int]
 
 
 def payload_bytes(payloads: list[bytes | None]) -> int:
@@ -216,8 +246,19 @@ def payload_bytes(payloads: list[bytes | None]) -> int:
         return sum(len(p) for p in payloads if p is not None)
 
 
-def _mean_size(payloads: list[bytes | None]) -> int:
-    return payload_bytes(payloads) // max(len(payloads), 1)
+def _read_window(store: Any, offsets: list[int], record_bytes: int) -> list[bytes | None]:
+    """In the store's read worker: the payloads at these store offsets, from the first on, about
+    RAW_CHUNK_BYTES of them (in steps sized by the records' mean size: a window of big records is not read
+    far past it; at least one record)."""
+    out: list[bytes | None] = []
+    size = 0
+    while len(out) < len(offsets) and size < RAW_CHUNK_BYTES:
+        mean = size // len(out) if out else record_bytes
+        step = max(1, (RAW_CHUNK_BYTES - size) // max(mean, 1))
+        part = store.read_payloads(offsets[len(out) : len(out) + step])
+        out += part
+        size += payload_bytes(part)
+    return out
 
 
 class StoreLog:
@@ -233,11 +274,19 @@ class StoreLog:
         self._store = store
         self._queue_id = queue_id
         self._runs = OffsetMap(first)
-        # Records read lately, by offset: consumers replaying near each other read each record once.
-        self._recent: dict[int, MessageRecord | None] = {}
-        self._chunks: dict[int, tuple[list[bytes | None], int]] = {}  # raw reads by chunk, with their bytes
-        self._chunk_bytes = 0
+        # Records the store's read worker read, by dense offset, in windows (oldest first, evicted past
+        # RAW_CACHE_BYTES): consumers replaying near each other read each record from disk once.
+        self._fetched: dict[int, bytes | None] = {}
+        self._windows: deque[tuple[int, int, int]] = deque()  # (start, stop, bytes) of each window read
+        self._fetched_bytes = 0
+        self._pending: dict[tuple[int, ...], ReadPending] = {}  # windows (start, stop) and frames being read
+        # read_frames' answers, by (first store offset, count, budget): a chunk's read steps are asked again
+        # after a read they waited for, and must find what they found before.
+        self._frames: dict[tuple[int, int, int], Frames] = {}
+        self._frames_bytes = 0
         self._record_bytes = RAW_CHUNK_BYTES  # a raw record's size lately; unknown: read only what is asked
+        self._closed = False
+        self.on_read: Callable[[], None] | None = None  # a window came in: readers waiting on it go on
         self._on_commit = on_commit
         if on_commit is not None:
             store.add_commit_listener(on_commit)
@@ -305,69 +354,137 @@ class StoreLog:
         return self._runs.extend(first, len(msgs))
 
     def read(self, start: int, limit: int) -> list[tuple[int, MessageRecord]]:
+        """Raises ReadPending when the records are not read yet (see read_raw)."""
+        return self.read_span(start, limit)[1]
+
+    def read_span(self, start: int, limit: int) -> tuple[int, list[tuple[int, MessageRecord]]]:
+        start, payloads = self.read_raw(start, limit)
+        # A record damaged on disk is skipped; the others keep their numbers.
+        pairs = [(dense, decode_record(p)[2]) for dense, p in enumerate(payloads, start) if p is not None]
+        return start + len(payloads), pairs
+
+    async def read_async(self, start: int, limit: int) -> list[tuple[int, MessageRecord]]:
+        """read(), waiting for the store's read worker as long as it takes (the HTTP API's peek)."""
+        while True:
+            try:
+                return self.read(start, limit)
+            except ReadPending as pending:
+                await pending.future
+
+    def read_raw(self, start: int, limit: int, cached: bool = True) -> tuple[int, list[bytes | None]]:
+        """From what the store's read worker read ahead (the event loop never reads the disk): the records
+        there from `start` on; ReadPending when `start` is not there yet, after asking the worker for a
+        window from it (on_read is called when it is in: the caller tries again then)."""
         start = max(start, self.first)
         stop = min(self.committed, start + limit)
         if start >= stop:
-            return []
-        recent = self._recent
-        try:  # the stretch another consumer just read
-            records = [recent[dense] for dense in range(start, stop)]
-        except KeyError:
-            records = self._store.read_many(self._runs.store_offsets(start, stop))
-            if len(recent) + len(records) > RECENT_RECORDS:
-                recent.clear()
-            recent.update(zip(range(start, stop), records, strict=True))
-        # A record damaged on disk is skipped; the others keep their numbers.
-        pairs = zip(range(start, stop), records, strict=True)
-        return [(dense, record) for dense, record in pairs if record is not None]
-
-    def read_raw(self, start: int, limit: int, cached: bool = True) -> tuple[int, list[bytes | None]]:
-        start = max(start, self.first)
-        committed = self.committed
-        stop = min(committed, start + limit)
-        if start >= stop:
             return start, []
-        chunk = start // RAW_CHUNK
-        if (
-            not cached
-            or (chunk + 1) * RAW_CHUNK > committed  # a partial chunk (at the tail)
-            or chunk * RAW_CHUNK < self.first
-            or self._record_bytes * RAW_CHUNK > RAW_CHUNK_BYTES  # big records: no more than asked for
-        ):
-            payloads = self._store.read_payloads(self._runs.store_offsets(start, stop))
-            self._record_bytes = _mean_size(payloads)
-            return start, payloads
-        payloads = self._chunk(chunk)
-        base = chunk * RAW_CHUNK
-        if stop <= base + RAW_CHUNK:
-            return start, payloads[start - base : stop - base]
-        if (chunk + 2) * RAW_CHUNK > committed:
-            return start, payloads[start - base :]  # to the chunk's end: the caller comes back for the rest
-        return start, payloads[start - base :] + self._chunk(chunk + 1)[: stop - base - RAW_CHUNK]
+        fetched = self._fetched
+        if start not in fetched:
+            raise self._fetch(start)
+        payloads: list[bytes | None] = []
+        at = start
+        while at < stop and at in fetched:
+            payloads.append(fetched[at])
+            at += 1
+        self._read_on(at)
+        return start, payloads
 
     def read_frames(self, start: int, limit: int, budget: int) -> tuple[list[tuple[int, int]], bytes, int]:
+        """As the store's read worker found them (ReadPending until it has: ask again then)."""
         first_store, count = self._runs.consecutive(start, min(self.committed, start + limit))
         if count <= 0:
             return [], b"", 1
-        return self._store.checked_frames(first_store, count, budget)  # type: ignore[no-any-return]
-
-    def _chunk(self, chunk: int) -> list[bytes | None]:
-        """The raw records of one whole aligned chunk of offsets, read once for every consumer that passes
-        (they read the same records at nearby times, each in its own steps)."""
-        chunks = self._chunks
-        found = chunks.get(chunk)
-        if found is None:
-            base = chunk * RAW_CHUNK
-            found = self._store.read_payloads(self._runs.store_offsets(base, base + RAW_CHUNK))
-            size = payload_bytes(found)
-            self._record_bytes = size // RAW_CHUNK
-            chunks[chunk] = (found, size)
-            self._chunk_bytes += size
-            while len(chunks) > RAW_CHUNKS_KEPT or (self._chunk_bytes > RAW_CACHE_BYTES and len(chunks) > 1):
-                oldest = next(iter(chunks))  # the one read longest ago
-                self._chunk_bytes -= chunks.pop(oldest)[1]
+        key = (first_store, count, budget)
+        found = self._frames.get(key)
+        if found is not None:
             return found
-        return found[0]
+        pending = self._pending.get(key)
+        if pending is None:
+            future = self._store.in_reader(self._store.checked_frames, first_store, count, budget)
+            pending = self._pending[key] = ReadPending(future)
+            future.add_done_callback(lambda f: self._frames_in(key, f))
+        raise pending
+
+    def _frames_in(self, key: tuple[int, int, int], future: asyncio.Future[Frames]) -> None:
+        del self._pending[key]
+        if self._closed or future.cancelled():
+            return
+        error = future.exception()
+        if error is not None:  # the next dispatch asks again
+            log.warning("stream read of frames from store offset %d failed: %s", key[0], error)
+            return
+        frames = self._frames
+        found = frames[key] = future.result()
+        self._frames_bytes += len(found[1])
+        while len(frames) > 1 and (self._frames_bytes > RAW_CACHE_BYTES or len(frames) > FRAMES_KEPT):
+            self._frames_bytes -= len(frames.pop(next(iter(frames)))[1])
+        if self.on_read is not None:
+            self.on_read()
+
+    def _read_on(self, at: int) -> None:
+        """Reading from `at`: the next window is asked for once less than half a window is left ahead."""
+        probe = at + RAW_CHUNK // 2
+        if probe >= self.committed or probe in self._fetched or self._pending_at(at) is not None:
+            return
+        fetched = self._fetched
+        while at in fetched:
+            at += 1
+        if self._pending_at(at) is None:
+            self._fetch(at)
+
+    def _pending_at(self, at: int) -> ReadPending | None:
+        for key, pending in self._pending.items():
+            if len(key) == 2 and key[0] <= at < key[1]:
+                return pending
+        return None
+
+    def _fetch(self, start: int) -> ReadPending:
+        """Ask the store's read worker for a window of records from `start` (dense), unless one is coming."""
+        found = self._pending_at(start)
+        if found is not None:
+            return found
+        stop = min(self.committed, start + RAW_CHUNK)
+        offsets = self._runs.store_offsets(start, stop)
+        future = self._store.in_reader(_read_window, self._store, offsets, self._record_bytes)
+        pending = self._pending[(start, stop)] = ReadPending(future)
+        future.add_done_callback(lambda f: self._fetched_in(start, stop, f))
+        return pending
+
+    def _fetched_in(self, start: int, stop: int, future: asyncio.Future[list[bytes | None]]) -> None:
+        del self._pending[(start, stop)]
+        if self._closed or future.cancelled():
+            return
+        # Records read are checked from now on: what read_frames found unchecked before may not be now.
+        for key in [key for key, found in self._frames.items() if not found[0]]:
+            del self._frames[key]
+        error = future.exception()
+        if error is not None:  # the next dispatch asks again
+            log.warning("stream read of offsets %d..%d failed: %s", start, stop - 1, error)
+            return
+        payloads = future.result()
+        first = max(start, self.first)
+        fetched = self._fetched
+        for dense, payload in enumerate(payloads[first - start :], first):
+            fetched[dense] = payload
+        size = payload_bytes(payloads)
+        self._record_bytes = size // max(len(payloads), 1)
+        self._windows.append((first, start + len(payloads), size))
+        self._fetched_bytes += size
+        while len(self._windows) > 2 and self._fetched_bytes > RAW_CACHE_BYTES:
+            old_start, old_stop, old_size = self._windows.popleft()
+            self._fetched_bytes -= old_size
+            for dense in range(old_start, old_stop):
+                fetched.pop(dense, None)
+        if self.on_read is not None:
+            self.on_read()
+
+    def _forget_fetched(self) -> None:
+        self._frames.clear()
+        self._frames_bytes = 0
+        self._fetched.clear()
+        self._windows.clear()
+        self._fetched_bytes = 0
 
     def offset_at_time(self, timestamp_ms: int) -> int:
         found = self._store.find_offset_by_time(timestamp_ms)
@@ -385,9 +502,7 @@ class StoreLog:
             return None
 
     def drop_before(self, offset: int) -> None:
-        self._recent.clear()
-        self._chunks.clear()
-        self._chunk_bytes = 0
+        self._forget_fetched()
         gone = self._runs.drop_before(offset)
         if not gone:
             return
@@ -400,9 +515,8 @@ class StoreLog:
 
     def close(self) -> None:
         # A closed stream may live on a while in its consumers' unacked runs: not its read caches.
-        self._recent.clear()
-        self._chunks.clear()
-        self._chunk_bytes = 0
+        self._closed = True
+        self._forget_fetched()
         if self._on_commit is not None:
             self._store.remove_commit_listener(self._on_commit)
             self._on_commit = None

@@ -22,7 +22,7 @@ from amqpd.broker.streams import replay as stream_replay
 from amqpd.broker.streams.args import FIRST, LAST, NEXT, OffsetSpec, Retention
 from amqpd.broker.streams.chunks import CHUNK_ARG, chunk_layout, feed_chunks
 from amqpd.broker.streams.cursor import TIMESTAMP_ARG, Cursor, StreamEntry
-from amqpd.broker.streams.log import MemoryLog, StoreLog, StreamLog
+from amqpd.broker.streams.log import MemoryLog, ReadPending, StoreLog, StreamLog
 from amqpd.protocol.constants import FLAG_CONTENT_ENCODING, FLAG_CONTENT_TYPE, FLAG_HEADERS
 from amqpd.protocol.fastpath import shortstr
 from store import MessageRecord
@@ -91,6 +91,8 @@ class StreamQueue(Queue["Consumer"]):
             if self.store is not None and store_id is not None
             else MemoryLog(self.now_ms)
         )
+        if isinstance(self.log, StoreLog):
+            self.log.on_read = self._on_read
         if self.store is not None:
             self.store.hold_as_runs(store_id)  # what the store keeps per stream must not grow with its length
         self.ready = _Length(self)  # type: ignore[assignment]
@@ -107,6 +109,7 @@ class StreamQueue(Queue["Consumer"]):
         assert self.store is not None and self.store_id is not None
         self.log.close()
         self.log = StoreLog.recover(self.store, self.store_id, self.now_ms, held, values, self._on_commit)
+        self.log.on_read = self._on_read
         self.store.hold_as_runs(self.store_id)
         self._segments = _decode_segments(values, self.log.first, self.log.end, self.now_ms())
         for key, value in values.items():
@@ -160,6 +163,11 @@ class StreamQueue(Queue["Consumer"]):
         if first != self._saved_active[0] or size - self._saved_active[1] >= self._active_save_bytes:
             self.save_active()
         if self.cursors and not self._schedule_dispatch():
+            self.dispatch()
+
+    def _on_read(self) -> None:
+        """The store's read worker read records a consumer was waiting for (StoreLog.read_raw)."""
+        if self.cursors and not self.deleted and not self._schedule_dispatch():
             self.dispatch()
 
     def save_active(self) -> None:
@@ -262,7 +270,10 @@ class StreamQueue(Queue["Consumer"]):
 
     def dispatch(self) -> None:
         for cursor in list(self.cursors.values()):
-            self._feed(cursor)
+            try:
+                self._feed(cursor)
+            except ReadPending:
+                pass  # the cursor stays where it is: _on_read dispatches again once the records are in
 
     def _feed(self, cursor: Cursor) -> None:
         """Deliver from the cursor while its consumer has room, at most FEED_BATCHES reads per call (a filter
@@ -278,8 +289,7 @@ class StreamQueue(Queue["Consumer"]):
             if cursor.filter is None:  # the batched replay, straight from the records' bytes
                 cursor.next = stream_replay.replay(self, cursor, start, limit)
                 continue
-            batch = log.read(start, limit)
-            cursor.next = start + limit  # past records that failed their checks on disk too
+            cursor.next, batch = log.read_span(start, limit)  # past records that failed their checks on disk too
             entries: list[Entry] = []
             for offset, record in batch:
                 if cursor.wants(record):

@@ -1,0 +1,168 @@
+"""A publisher's confirm latency while another consumer replays a large stream from a cold page cache:
+`python -m bench.loop_reads [--mb 1024] [--rate 1000] [--seconds 10]`.
+
+Issue 26's figure for "the event loop never reads the disk". It starts its own amqpd (data dir in the system's
+temp dir, on disk), fills a stream with --mb MiB of 16 KiB messages, then measures one connection publishing
+persistent messages with confirms at --rate msg/s to a durable queue: first alone (--seconds), then while a
+second connection replays the whole stream from its first offset after the page cache was dropped (`sync;
+echo 3 > /proc/sys/vm/drop_caches`: needs root; without it the replay reads from the page cache, and the
+report says so). Prints the confirm p50/p99 of both phases and the replay's rate as one JSON line.
+
+To compare two trees, run it from each (the broker started is the `amqpd` this process imports):
+`cd /work/main && python /path/to/bench/loop_reads.py`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+import aiormq
+from pamqp.commands import Basic
+
+BODY = 16 << 10
+STREAM, QUEUE = "loop-reads-stream", "loop-reads-queue"
+FILL_WINDOW = 256  # confirms outstanding while filling
+PREFETCH = 1000
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))] if ordered else float("nan")
+
+
+def drop_page_cache() -> bool:
+    subprocess.run(["sync"], check=True)
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True
+    except OSError:
+        return False
+
+
+async def fill(url: str, megabytes: int) -> int:
+    conn = await aiormq.connect(url)
+    ch = await conn.channel(publisher_confirms=True)
+    await ch.queue_declare(STREAM, durable=True, arguments={"x-queue-type": "stream"})
+    await ch.queue_declare(QUEUE, durable=True)
+    count = (megabytes << 20) // BODY
+    props = Basic.Properties(delivery_mode=2)
+    pending: set[asyncio.Future[Any]] = set()
+    for n in range(count):
+        body = b"%012d" % n + b"s" * (BODY - 12)
+        pending.add(asyncio.ensure_future(ch.basic_publish(body, routing_key=STREAM, properties=props)))
+        if len(pending) >= FILL_WINDOW:
+            _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+    if pending:
+        await asyncio.wait(pending)
+    await conn.close()
+    return count
+
+
+async def publish_at_rate(url: str, rate: float, stop: asyncio.Event, seconds: float) -> list[float]:
+    """Confirmed publishes, one started every 1/rate s whatever the confirms' pace; each one's latency (s)."""
+    conn = await aiormq.connect(url)
+    ch = await conn.channel(publisher_confirms=True)
+    props = Basic.Properties(delivery_mode=2)
+    latencies: list[float] = []
+    tasks: list[asyncio.Task[None]] = []
+
+    async def one(n: int) -> None:
+        t0 = time.perf_counter()
+        await ch.basic_publish(b"%012d" % n + b"." * 500, routing_key=QUEUE, properties=props)
+        latencies.append(time.perf_counter() - t0)
+
+    started = time.perf_counter()
+    n = 0
+    while not stop.is_set() and time.perf_counter() - started < seconds:
+        tasks.append(asyncio.create_task(one(n)))
+        n += 1
+        await asyncio.sleep(max(0.0, started + n / rate - time.perf_counter()))
+    await asyncio.gather(*tasks)
+    await ch.queue_purge(QUEUE)
+    await conn.close()
+    return latencies
+
+
+def replay_in_child(url: str, count: int) -> float:
+    """The replay, in a process of its own (sharing this one's loop, it would slow the publisher's client)."""
+    return asyncio.run(replay(url, count))
+
+
+async def replay(url: str, count: int) -> float:
+    """Consume the whole stream from its first offset; seconds it took."""
+    conn = await aiormq.connect(url)
+    ch = await conn.channel()
+    await ch.basic_qos(prefetch_count=PREFETCH)
+    got = 0
+    finished = asyncio.Event()
+
+    async def on_message(m: aiormq.abc.DeliveredMessage) -> None:
+        nonlocal got
+        got += 1
+        if got % (PREFETCH // 2) == 0 or got == count:
+            await ch.basic_ack(m.delivery_tag, multiple=True)
+        if got >= count:
+            finished.set()
+
+    started = time.perf_counter()
+    await ch.basic_consume(STREAM, on_message, arguments={"x-stream-offset": "first"})
+    await finished.wait()
+    took = time.perf_counter() - started
+    await conn.close()
+    return took
+
+
+async def measure(url: str, megabytes: int, rate: float, seconds: float) -> dict[str, Any]:
+    count = await fill(url, megabytes)
+    cold = drop_page_cache()
+    idle = await publish_at_rate(url, rate, asyncio.Event(), seconds)
+    cold = drop_page_cache() and cold
+    done = asyncio.Event()
+    with ProcessPoolExecutor(1) as pool:
+        replaying = asyncio.get_running_loop().run_in_executor(pool, replay_in_child, url, count)
+        replaying.add_done_callback(lambda _: done.set())
+        busy = await publish_at_rate(url, rate, done, 600.0)
+        took = await replaying
+    ms = 1000.0
+    return {
+        "stream_mib": megabytes,
+        "messages": count,
+        "cold_page_cache": cold,
+        "rate": rate,
+        "idle_confirm_p50_ms": round(statistics.median(idle) * ms, 2),
+        "idle_confirm_p99_ms": round(percentile(idle, 0.99) * ms, 2),
+        "replay_confirm_p50_ms": round(statistics.median(busy) * ms, 2),
+        "replay_confirm_p99_ms": round(percentile(busy, 0.99) * ms, 2),
+        "replay_seconds": round(took, 2),
+        "replay_mib_per_s": round(megabytes / took, 1),
+        "publishes_during_replay": len(busy),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--mb", type=int, default=1024, help="MiB in the stream (default 1024)")
+    p.add_argument("--rate", type=float, default=1000.0, help="confirmed publishes a second (default 1000)")
+    p.add_argument("--seconds", type=float, default=10.0, help="length of the idle phase (default 10)")
+    a = p.parse_args(argv)
+    from amqpd.testing import BrokerProcess
+
+    with BrokerProcess() as broker:
+        result = asyncio.run(measure(broker.url, a.mb, a.rate, a.seconds))
+    result["amqpd"] = os.path.dirname(os.path.dirname(sys.modules["amqpd"].__file__ or ""))
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,272 @@
+"""The event loop never reads the disk (issue 26): every path that reads a record back from the store does it
+in the store's read worker. The store's I/O seam (store/file_io.py) records the thread of each read; each test
+drives one path on a broker over a real store, checks that the client got what it should (so the read did
+happen), and that none of the reads ran on the loop's thread."""
+
+from __future__ import annotations
+
+import mmap
+import tempfile
+import threading
+import traceback
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+from unittest.mock import patch
+
+import anyio
+import pytest
+from fakes import ClientChannel
+from pamqp import commands
+
+from amqpd.broker.broker import Broker
+from amqpd.broker.queues.queue import Queue
+from amqpd.broker.streams.stream import StreamQueue
+from amqpd.config import Settings
+from amqpd.mgmt import operations
+from store import MessageStore
+from store.file_io import FileIO
+
+
+class RecordingIO(FileIO):
+    """The store's seam, noting which thread each read ran on."""
+
+    def __init__(self) -> None:
+        self.read_threads: list[int] = []
+        self.loop_thread = threading.get_ident()
+        self.loop_stacks: list[str] = []  # where the loop read: the failure names the path
+
+    def pread(self, fd: int, size: int, pos: int) -> bytes:
+        self._note()
+        return super().pread(fd, size, pos)
+
+    def map(self, fd: int, size: int) -> mmap.mmap:
+        self._note()
+        return super().map(fd, size)
+
+    def _note(self) -> None:
+        self.read_threads.append(threading.get_ident())
+        if self.read_threads[-1] == self.loop_thread:
+            self.loop_stacks.append("".join(traceback.format_stack(limit=12)))
+
+
+class Setup:
+    def __init__(self, broker: Broker, store: MessageStore, io: RecordingIO) -> None:
+        self.broker, self.store, self.io = broker, store, io
+        self.loop_thread = threading.get_ident()
+
+    async def settle(self) -> None:
+        """Everything published is on disk (and out of the store's memory), every read asked for is in; twice,
+        as what a read sets off (a dead letter, a delayed release) publishes again."""
+        for _ in range(2):
+            await self.store.flush()
+            await self.store.reads_done()
+
+    def start_counting(self) -> None:
+        self.io.read_threads.clear()
+        self.io.loop_stacks.clear()
+
+    def assert_read_off_the_loop(self) -> None:
+        assert self.io.read_threads, "nothing was read back from the disk: the test proves nothing"
+        on_loop = self.io.read_threads.count(self.loop_thread)
+        where = "\n".join(self.io.loop_stacks[:2])
+        assert on_loop == 0, f"{on_loop} of {len(self.io.read_threads)} reads ran on the event loop's thread:\n{where}"
+
+
+@asynccontextmanager
+async def broker_on_disk() -> AsyncIterator[Setup]:
+    with tempfile.TemporaryDirectory() as d:
+        io = RecordingIO()
+        store = MessageStore(d, fsync="none", io=io)
+        await store.open()
+        try:
+            yield Setup(Broker(Settings(), store=store), store, io)
+        finally:
+            await store.close()
+
+
+def run(scenario: Callable[[Setup], Awaitable[None]]) -> None:
+    async def main() -> None:
+        async with broker_on_disk() as setup:
+            await scenario(setup)
+
+    anyio.run(main)
+
+
+def stream_with(setup: Setup, count: int, size: int = 100) -> ClientChannel:
+    c = ClientChannel(setup.broker)
+    c.declare_queue("s", durable=True, arguments={"x-queue-type": "stream"})
+    for n in range(count):
+        c.publish("", "s", b"%05d" % n + b"z" * size)
+    return c
+
+
+def bodies(c: ClientChannel) -> list[bytes]:
+    return [body for _method, body in c.deliveries()]
+
+
+STREAM_CONSUMERS: dict[str, dict[str, Any]] = {
+    "replay": {},
+    "filtered": {"x-stream-filter": ["x"], "x-stream-match-unfiltered": True},
+    "chunks": {"x-amqpd-chunk": 16},
+    "chunks layout 3": {"x-amqpd-chunk": 16, "x-amqpd-chunk-layout": 3},
+}
+
+
+@pytest.mark.parametrize("kind", list(STREAM_CONSUMERS))
+def test_a_stream_consumer_reads_the_stream_off_the_event_loop(kind: str) -> None:
+    async def scenario(setup: Setup) -> None:
+        c = stream_with(setup, 300)
+        await setup.settle()
+        setup.start_counting()
+        c.call(commands_qos(1000))
+        c.consume("s", "c", arguments={"x-stream-offset": "first", **STREAM_CONSUMERS[kind]})
+        await setup.settle()
+        got = bodies(c)
+        if kind.startswith("chunks"):
+            assert got, "no chunk came"
+            assert sum(len(b) for b in got) >= 300 * 105
+        else:
+            assert got == [b"%05d" % n + b"z" * 100 for n in range(300)]
+        setup.assert_read_off_the_loop()
+
+    run(scenario)
+
+
+def test_peeking_into_a_stream_reads_it_off_the_event_loop() -> None:
+    async def scenario(setup: Setup) -> None:
+        stream_with(setup, 50)
+        await setup.settle()
+        setup.start_counting()
+        q = setup.broker.vhosts["/"].queues["s"]
+        assert isinstance(q, StreamQueue)
+        records = await q.log.read_async(10, 5)
+        assert [bytes(r.body)[:5] for _, r in records] == [b"%05d" % n for n in range(10, 15)]
+        setup.assert_read_off_the_loop()
+
+    run(scenario)
+
+
+QUEUES: dict[str, dict[str, Any]] = {
+    "priority": {"x-max-priority": 5},
+    "x-max-length-bytes": {"x-max-length-bytes": 10_000_000},
+    "classic": {},
+}
+PAGED = 40  # messages published: Queue.PAGE_WINDOW is made smaller than this
+
+
+def paged_queue(setup: Setup, kind: str) -> ClientChannel:
+    """A durable queue of `kind` holding PAGED persistent messages, the deeper ones paged out to the store."""
+    c = ClientChannel(setup.broker)
+    c.declare_queue("q", durable=True, arguments=QUEUES[kind])
+    for n in range(PAGED):
+        c.publish("", "q", b"%05d" % n + b"b" * Queue.PAGE_MIN_BODY, delivery_mode=2)
+    return c
+
+
+def paged_bodies() -> list[bytes]:
+    return [b"%05d" % n + b"b" * Queue.PAGE_MIN_BODY for n in range(PAGED)]
+
+
+@pytest.mark.parametrize("kind", list(QUEUES))
+def test_a_consumer_of_a_queue_gets_its_paged_out_bodies_read_off_the_event_loop(kind: str) -> None:
+    async def scenario(setup: Setup) -> None:
+        c = paged_queue(setup, kind)
+        await setup.settle()
+        setup.start_counting()
+        c.call(commands.Basic.Qos(prefetch_count=1000))
+        c.consume("q", "c")
+        await setup.settle()
+        assert bodies(c) == paged_bodies()
+        setup.assert_read_off_the_loop()
+
+    with patch.object(Queue, "PAGE_WINDOW", 8):
+        run(scenario)
+
+
+def commands_qos(prefetch: int) -> Any:
+    return commands.Basic.Qos(prefetch_count=prefetch)
+
+
+def test_dead_lettering_a_paged_out_message_reads_its_body_off_the_event_loop_and_keeps_the_order() -> None:
+    """A priority queue with a length limit: its high-priority messages are deep enough to be paged out, and
+    each publish past the limit drops the head (one of them) to the dead-letter queue."""
+
+    async def scenario(setup: Setup) -> None:
+        c = ClientChannel(setup.broker)
+        c.declare_queue("dlq", durable=True)
+        arguments = {
+            "x-max-priority": 5,
+            "x-max-length": PAGED,
+            "x-dead-letter-exchange": "",
+            "x-dead-letter-routing-key": "dlq",
+        }
+        c.declare_queue("q", durable=True, arguments=arguments)
+        body = paged_bodies()
+        for n in range(PAGED):
+            c.publish("", "q", body[n], delivery_mode=2, priority=0 if n < 8 else 5)
+        await setup.settle()
+        setup.start_counting()
+        for n in range(10):
+            c.publish("", "q", b"late-%d" % n, delivery_mode=2)
+        await setup.settle()
+        c.call(commands.Basic.Qos(prefetch_count=1000))
+        c.consume("dlq", "c")
+        await setup.settle()
+        assert bodies(c) == body[8:18]
+        setup.assert_read_off_the_loop()
+
+    with patch.object(Queue, "PAGE_WINDOW", 8):
+        run(scenario)
+
+
+def test_releasing_stored_delayed_messages_reads_them_off_the_event_loop_in_order() -> None:
+    async def scenario(setup: Setup) -> None:
+        broker = setup.broker
+        clock = [1_000_000]
+        broker.delayed.clock = lambda: clock[0]
+        c = ClientChannel(broker)
+        arguments = {"x-delayed-type": "direct"}
+        c.call(
+            commands.Exchange.Declare(
+                exchange="dx", exchange_type="x-delayed-message", durable=True, arguments=arguments
+            )
+        )
+        c.declare_queue("q", durable=True)
+        c.call(commands.Queue.Bind(queue="q", exchange="dx", routing_key="k"))
+        for n in range(20):
+            c.publish("dx", "k", b"delayed-%02d" % n, headers={"x-delay": 100 + n}, delivery_mode=2)
+        await setup.settle()
+        setup.start_counting()
+        clock[0] += 1_000
+        ex = broker.vhosts["/"].exchanges["dx"]
+        assert broker.delayed.release_due(ex) == 20  # type: ignore[arg-type]
+        await setup.settle()
+        c.call(commands.Basic.Qos(prefetch_count=1000))
+        c.consume("q", "c")
+        await setup.settle()
+        assert bodies(c) == [b"delayed-%02d" % n for n in range(20)]
+        setup.assert_read_off_the_loop()
+
+    run(scenario)
+
+
+@pytest.mark.parametrize("kind", list(QUEUES))
+@pytest.mark.parametrize("action", ["get", "peek"])
+def test_the_http_apis_get_and_peek_read_paged_out_bodies_off_the_event_loop(kind: str, action: str) -> None:
+    async def scenario(setup: Setup) -> None:
+        paged_queue(setup, kind)
+        await setup.settle()
+        setup.start_counting()
+        broker, vhost = setup.broker, setup.broker.vhosts["/"]
+        if action == "get":
+            fetched = await operations.get(broker, vhost, "q", PAGED, "ack_requeue_true")
+            shown = [operations.message_json(broker, f.entry, f.message_count, "auto", None) for f in fetched]
+        else:
+            entries = await operations.peek(broker, vhost, "q", PAGED)
+            shown = [operations.message_json(broker, e, PAGED, "auto", None) for e in entries]
+        assert [m["payload"].encode() for m in shown] == paged_bodies()
+        setup.assert_read_off_the_loop()
+
+    with patch.object(Queue, "PAGE_WINDOW", 8):
+        run(scenario)

@@ -4,9 +4,10 @@ For each body size and delivery mode (transient, persistent), against each broke
 first broker between rounds: publish N messages with publisher confirms (one at a time, as an application that
 waits for each confirm does) into a durable queue, then consume them (prefetch 2, manual ack). Reported per
 broker: publish and consume MiB/s, broker CPU ms per MiB, and the broker's peak RSS above its RSS before the
-phase, in bodies: how many copies of one body the broker held at its worst (one message in flight in each
-direction is two bodies; more than a small multiple means copies or quadratic reassembly). Medians of the
-rounds, and the amqpd/RabbitMQ ratio. Bounded: every phase has a deadline and every socket a timeout.
+phase, in bodies. While publishing, the N queued bodies are part of it: what lies beyond N is what the broker
+held besides the messages themselves (a small multiple of one body at most, or it copies or reassembles
+quadratically); while consuming, only what is in flight. Medians of the rounds, and the amqpd/RabbitMQ ratio.
+Bounded: every phase has a deadline and every socket a timeout.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@ mid-stream and restarted from its checkpoint delivering each message to the sink
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from collections.abc import Callable
@@ -24,6 +25,11 @@ def _sink_offsets(spark: SparkSession, path: Path) -> list[tuple[str, int]]:
     if not any(path.glob("*.parquet")):
         return []
     return sorted((r.stream, r.offset) for r in spark.read.parquet(str(path)).select("stream", "offset").collect())
+
+
+def _behind(metrics: dict[str, dict[str, int | None]]) -> int | None:
+    values = [m["offsetsBehind"] for m in metrics.values()]
+    return None if None in values else sum(v or 0 for v in values)
 
 
 def test_a_query_restarted_from_its_checkpoint_gives_the_sink_each_message_exactly_once(
@@ -55,8 +61,12 @@ def test_a_query_restarted_from_its_checkpoint_gives_the_sink_each_message_exact
     assert sum(batches) == 650 - rows_before  # the restart went on from the checkpoint, not from earliest
     per_stream = [stream_metrics(p) for p in second.recentProgress]  # type: ignore[attr-defined]
     assert [sum(m["numInputRows"] or 0 for m in s.values()) for s in per_stream] == batches
-    behind = [sum(m["offsetsBehind"] or 0 for m in s.values()) for s in per_stream]
-    assert behind[0] == 650 - rows_before - batches[0] and behind[-1] == 0  # what waits after each batch
+    # What waits after each batch. A batch the first query had planned but not committed is run again without
+    # asking the source for its latest offsets: Spark reports none for it (None), so only the others are checked.
+    waiting = list(itertools.accumulate(batches, lambda left, rows: left - rows, initial=650 - rows_before))[1:]
+    behind = [_behind(s) for s in per_stream]
+    assert behind[-1] == 0
+    assert [b for b in behind if b is not None] == [w for w, b in zip(waiting, behind, strict=True) if b is not None]
     assert _sink_offsets(spark, sink) == sorted([(a, o) for o in range(350)] + [(b, o) for o in range(300)])
     last = max((checkpoint / "offsets").iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else -1)
     assert json.loads(last.read_text().splitlines()[-1]) == {a: 350, b: 300}  # next offset per stream

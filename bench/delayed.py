@@ -17,7 +17,6 @@ import multiprocessing as mp
 import random
 import statistics
 import struct
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -28,7 +27,7 @@ from pamqp import commands, frame, header
 
 from amqpd.testing import BrokerProcess
 from bench.codec import FrameScanner
-from bench.procstat import rss_bytes
+from bench.procstat import PeakRss, rss_bytes
 from bench.wire import RawConnection
 
 EXCHANGE = "bench-delayed"
@@ -130,20 +129,20 @@ def run(messages: int, max_delay_ms: int, persistent: bool = True, seed: int = 1
         )
         consumer.start()
         assert out.get(timeout=30) == "ready"
-        peak = [rss_before]
-        stop = threading.Event()
-
-        def sample() -> None:
-            while not stop.wait(0.2):
-                peak[0] = max(peak[0], rss_bytes(pid))
-
-        threading.Thread(target=sample, daemon=True).start()
-        sent_at, confirmed_at, rate = publish_delayed(broker.url, delays, persistent)
-        arrivals = out.get(timeout=max_delay_ms / 1000 + 150)
-        stop.set()
+        with PeakRss(pid, 0.2) as rss:
+            sent_at, confirmed_at, rate = publish_delayed(broker.url, delays, persistent)
+            arrivals = out.get(timeout=max_delay_ms / 1000 + 150)
         consumer.join(10)
     return _report(
-        messages, max_delay_ms, persistent, delays, (sent_at, confirmed_at), arrivals, rate, rss_before, peak[0]
+        messages,
+        max_delay_ms,
+        persistent,
+        delays,
+        (sent_at, confirmed_at),
+        arrivals,
+        rate,
+        rss_before,
+        max(rss_before, rss.peak),
     )
 
 

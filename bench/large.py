@@ -16,7 +16,6 @@ import argparse
 import os
 import statistics
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -27,7 +26,7 @@ import pika
 from pika.adapters.blocking_connection import BlockingChannel as Channel
 
 from amqpd.testing import BrokerProcess
-from bench.procstat import cpu_seconds, listener_pid, rss_bytes
+from bench.procstat import PeakRss, cpu_seconds, listener_pid
 
 MIB = 1024 * 1024
 SIZES = {"1MiB": (MIB, 48), "16MiB": (16 * MIB, 6)}  # body size, messages per round
@@ -40,27 +39,6 @@ class Phase:
     mib_per_s: float
     cpu_ms_per_mib: float
     peak_bodies: float  # peak RSS above the phase's start, in body sizes
-
-
-class PeakRss:
-    """Samples a process's RSS in a thread; peak above the value at start."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid, self.start, self.peak = pid, rss_bytes(pid), 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.wait(RSS_SAMPLE_S):
-            self.peak = max(self.peak, rss_bytes(self.pid) - self.start)
-
-    def __enter__(self) -> PeakRss:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 @contextmanager
@@ -76,11 +54,11 @@ def channel(url: str) -> Iterator[Channel]:
 
 def measure(pid: int, body_size: int, count: int, work: Callable[[], None]) -> Phase:
     cpu0, t0 = cpu_seconds(pid), time.perf_counter()
-    with PeakRss(pid) as rss:
+    with PeakRss(pid, RSS_SAMPLE_S) as rss:
         work()
     wall, cpu = time.perf_counter() - t0, cpu_seconds(pid) - cpu0
     mib = body_size * count / MIB
-    return Phase(mib / wall, cpu * 1000 / mib, rss.peak / body_size)
+    return Phase(mib / wall, cpu * 1000 / mib, (rss.peak - rss.start) / body_size)
 
 
 def publish(ch: Channel, queue: str, body_size: int, n: int, mode: int) -> Callable[[], None]:

@@ -4,6 +4,7 @@ the µs-per-message figures of both sides are directly comparable."""
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 _TICKS = os.sysconf("SC_CLK_TCK")
@@ -35,6 +36,29 @@ def rss_bytes(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     return 0
+
+
+class PeakRss:
+    """A process's RSS sampled in a thread while the block runs: `start` at entry, `peak` the highest seen
+    (start included)."""
+
+    def __init__(self, pid: int, interval_s: float) -> None:
+        self.pid, self.interval_s = pid, interval_s
+        self.start = self.peak = rss_bytes(pid)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.peak = max(self.peak, rss_bytes(self.pid))
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def listener_pid(port: int) -> int | None:

@@ -14,13 +14,14 @@ import shutil
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 import pika
 import pytest
+from waiting import wait_for
 
 from amqpd.testing import BrokerProcess
 
@@ -36,17 +37,6 @@ def connect(url: str) -> pika.BlockingConnection:
     params = pika.URLParameters(url)
     params.socket_timeout = params.stack_timeout = 60  # the machine is shared: handshakes may be slow
     return pika.BlockingConnection(params)
-
-
-def wait_for(check: Callable[[], Any], what: str, timeout: float = WAIT) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 @pytest.fixture(scope="module")

@@ -8,17 +8,16 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pika
 import pytest
+from waiting import wait_for
 
 from amqpd.testing import BrokerProcess
 
@@ -36,15 +35,6 @@ class Side:
 
 def side(host: str, port: int, mgmt_port: int) -> Side:
     return Side(f"amqp://guest:guest@{host}:{port}", f"http://guest:guest@{host}:{mgmt_port}")
-
-
-def wait_for(check: Callable[[], Any], what: str, timeout: float = 90.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (result := check()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
-    return result
 
 
 @pytest.fixture
@@ -106,19 +96,21 @@ def move(guide: Path, vhost: str, old: Side, new: Side) -> None:
     published, consumed = guide / "published.txt", guide / "consumed.txt"
     consumer = App(guide, "consumer.py", f"{old.amqp}/{vhost}", "orders", str(consumed))
     producer = App(guide, "producer.py", f"{old.amqp}/{vhost}", "orders", "old", str(published))
-    wait_for(lambda: len(lines(consumed)) >= 100, "the old consumer at work")
+    wait_for(lambda: len(lines(consumed)) >= 100, "the old consumer at work", timeout=90.0)
     env = {"VHOST": vhost, "APP_USER": "guest", "OLD_AMQP": old.amqp, "OLD_API": old.api, "NEW_API": new.api}
     run(guide, "move-topology.sh", **env)
     consumer.stop()
     consumer = App(guide, "consumer.py", f"{new.amqp}/{vhost}", "orders", str(consumed))
     at_move = len(lines(consumed))
-    wait_for(lambda: len(lines(consumed)) >= at_move + 100, "the new consumer taking shovelled messages")
+    wait_for(lambda: len(lines(consumed)) >= at_move + 100, "the new consumer taking shovelled messages", timeout=90.0)
     producer.stop()
     producer = App(guide, "producer.py", f"{new.amqp}/{vhost}", "orders", "new", str(published))
-    wait_for(lambda: sum(m.startswith("new-") for m in lines(published)) >= 100, "the new producer at work")
+    wait_for(
+        lambda: sum(m.startswith("new-") for m in lines(published)) >= 100, "the new producer at work", timeout=90.0
+    )
     producer.stop()
     run(guide, "drain.sh", **env)
-    wait_for(lambda: len(lines(consumed)) >= len(lines(published)), "everything published consumed")
+    wait_for(lambda: len(lines(consumed)) >= len(lines(published)), "everything published consumed", timeout=90.0)
     consumer.stop()
     assert Counter(lines(consumed)) == Counter(lines(published))  # each message exactly once
     with httpx.Client(base_url=new.api, timeout=20) as api:

@@ -6,14 +6,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pika
 import pytest
+from waiting import wait_for
 
 from amqpd.testing import BrokerProcess
 
@@ -31,15 +29,6 @@ def ctl(broker: BrokerProcess, *args: str) -> subprocess.CompletedProcess[str]:
         cwd=ROOT,
         check=True,
     )
-
-
-def wait_for(check: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (result := check()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
-    return result
 
 
 def publish(broker: BrokerProcess, queue: str, n: int) -> None:
@@ -74,7 +63,7 @@ def test_parameters_and_limits_survive_a_restart_and_the_shovel_resumes(tmp_path
         assert api.get("/api/global-parameters/cluster_tag").json()["value"] == {"site": "edge-1"}
         assert json.loads(ctl(broker, "list_vhost_limits").stdout) == {"max-connections": 64, "max-queues": 10}
         publish(broker, "kept-src", 50)
-        wait_for(lambda: depth(broker, "kept-dest") == 50, "the recovered shovel moving")
+        wait_for(lambda: depth(broker, "kept-dest") == 50, "the recovered shovel moving", timeout=30.0)
         status = json.loads(ctl(broker, "shovel_status", "--formatter", "json").stdout)
         assert [(s["name"], s["state"], s["messages_moved"]) for s in status] == [("kept", "running", 50)]
         ctl(broker, "clear_vhost_limits")
@@ -97,7 +86,7 @@ def test_exported_parameters_import_into_another_broker_and_run(tmp_path: Path) 
         assert {"name": "cluster_tag", "value": "edge"} in doc["global_parameters"]
         ctl(second, "import_definitions", str(exported))
         publish(second, "kept-src", 20)
-        wait_for(lambda: depth(second, "kept-dest") == 20, "the imported shovel moving")
+        wait_for(lambda: depth(second, "kept-dest") == 20, "the imported shovel moving", timeout=30.0)
         ctl(second, "restart_shovel", "moved")
         api = httpx.Client(base_url=second.mgmt_url, auth=("guest", "guest"))
         assert api.get("/api/global-parameters/cluster_tag").json()["value"] == "edge"

@@ -8,29 +8,19 @@ from __future__ import annotations
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pika
 import pytest
 from rabbit_node import RabbitNode
+from waiting import wait_for
 
 from amqpd.testing import BrokerProcess
 
 RABBIT_AMQP = "amqp://guest:guest@127.0.0.1:5672/%2F"
 RABBIT_API = "http://127.0.0.1:15672"
-
-
-def wait_for(check: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 def publish(url: str, queue: str, bodies: list[str]) -> None:

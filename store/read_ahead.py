@@ -10,16 +10,24 @@ A stretch starts at an index entry (a frame start) and ends at the next entry pa
 (a frame start too), or at the file's size when read: a walk from the index entry before any wanted record
 to that record stays inside it. Anything asked for outside the stretches (a segment rewritten since, say)
 is read from the file then: correct, only not ahead.
+
+Records not written yet when the read-ahead is asked for (on the loop) are taken from the store's memory
+then, into `held`: written between the asking and the decoding, they would be in the file but in no stretch,
+and the decoding would read them on the loop.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from store.frame import HEADER_SIZE
 from store.segment import FILE_HEADER_SIZE
 from store.segment_index import SegmentIndex
+
+if TYPE_CHECKING:
+    from store.records import MessageRecord
 
 Pread = Callable[[int, int, int], bytes]
 MAX_STRETCH = 8 << 20  # bytes per pread: a huge merged stretch is read in pieces
@@ -91,12 +99,14 @@ class SegmentBytes:
 
 
 class ReadAhead:
-    """What a worker read for a set of records: per segment base, its stretches in memory."""
+    """What a worker read for a set of records: per segment base, its stretches in memory; and the records
+    that were still only in memory when it was asked for."""
 
-    __slots__ = ("segments",)
+    __slots__ = ("segments", "held")
 
-    def __init__(self) -> None:
+    def __init__(self, held: dict[int, MessageRecord] | None = None) -> None:
         self.segments: dict[int, SegmentBytes] = {}
+        self.held: dict[int, MessageRecord] = held or {}
 
     def pread_for(self, base: int, fallback: Pread) -> Pread:
         found = self.segments.get(base)

@@ -63,7 +63,12 @@ class RecordReader:
         is how a recovered backlog comes back; it decodes, so it belongs on the loop (see read_ahead.py)."""
         found: list[MessageRecord | None] = []
         for base, run in self._by_segment(offsets):
-            found.extend([None] * len(run) if base is None else self._read_run(base, run, ahead))
+            if base is None:
+                found.extend([None] * len(run))
+            elif ahead is not None and (ahead.held or self._in_memory(run)):
+                found.extend(self._read_run_ahead(base, run, ahead))
+            else:
+                found.extend(self._read_run(base, run, ahead))
         return found
 
     def read_payloads(self, offsets: list[int]) -> list[bytes | None]:
@@ -94,8 +99,15 @@ class RecordReader:
     def read_ahead(self, offsets: list[int]) -> Callable[[], ReadAhead]:
         """On the loop: the work, for a worker thread, of reading the file stretches that hold these ascending
         offsets into memory, for read_many to decode on the loop without waiting on the disk. Offsets not
-        written yet are left out (read_many finds them in memory)."""
-        return partial(self._read_ahead, offsets[: bisect_left(offsets, self._log.durable_end())])
+        written yet are taken from memory now: written before read_many decodes, they would be in no stretch
+        read, and read_many would read them from the file on the loop."""
+        cut = bisect_left(offsets, self._log.durable_end())
+        held = {}
+        for offset in offsets[cut:]:
+            record = self._memory_record(offset)
+            if record is not None:
+                held[offset] = record
+        return partial(self._read_ahead, offsets[:cut], held)
 
     def read_range(self, from_offset: int, max_records: int) -> list[tuple[int, MessageRecord]]:
         """Up to `max_records` (offset, record) pairs at or after `from_offset`, in offset order, below
@@ -149,9 +161,9 @@ class RecordReader:
         record = self._read_or_none(offset)
         return None if record is None else encode_record(0, record, [])
 
-    def _read_ahead(self, offsets: list[int]) -> ReadAhead:
+    def _read_ahead(self, offsets: list[int], held: dict[int, MessageRecord]) -> ReadAhead:
         """In a worker thread: only preads and the index lookups that place them."""
-        ahead = ReadAhead()
+        ahead = ReadAhead(held)
         log = self._log
         for base, run in self._by_segment(offsets):
             index = log.indexes.get(base) if base is not None else None
@@ -186,6 +198,29 @@ class RecordReader:
         except DamagedFrame:  # damage somewhere in the stretch: fall back to one record at a time
             return [self._read_or_none(offset) for offset in offsets]
         return [decode_record(p)[2] if p is not None else None for p in payloads]
+
+    def _read_run_ahead(self, base: int, offsets: list[int], ahead: ReadAhead) -> list[MessageRecord | None]:
+        """A run some of whose records were (or are) in memory: those from there, the rest from what the
+        worker read (never the whole run one record at a time from the file, as _read_run would)."""
+        found: dict[int, MessageRecord | None] = {}
+        on_disk = []
+        for offset in offsets:
+            record = ahead.held.get(offset) or self._memory_record(offset)
+            if record is None:
+                on_disk.append(offset)
+            else:
+                found[offset] = record
+        if on_disk:
+            found.update(zip(on_disk, self._read_run(base, on_disk, ahead), strict=True))
+        return [found[offset] for offset in offsets]
+
+    def _memory_record(self, offset: int) -> MessageRecord | None:
+        """The record if the store still holds it in memory (not written yet, or kept after a failed batch)."""
+        log = self._log
+        record = log.unwritten.get(offset)
+        if record is None and log.volatile and offset in log.volatile:
+            record = log.volatile[offset][0]
+        return record
 
     def _in_memory(self, offsets: list[int]) -> bool:
         """The newest are not in the file yet (they are a suffix), or some never made it to disk."""

@@ -270,3 +270,30 @@ def test_the_http_apis_get_and_peek_read_paged_out_bodies_off_the_event_loop(kin
 
     with patch.object(Queue, "PAGE_WINDOW", 8):
         run(scenario)
+
+
+def test_a_backlog_record_written_between_its_read_ahead_and_its_decoding_is_not_read_on_the_loop() -> None:
+    """The interleaving a backlog can meet: its next batch's read-ahead is asked for (on the loop) while the
+    batch's last records are still only in the store's memory; the worker reads the file stretches; the
+    store writes those records; the batch is decoded on the loop. Written since, they were in no stretch."""
+
+    async def scenario(setup: Setup) -> None:
+        store = setup.store
+        c = ClientChannel(setup.broker)
+        c.declare_queue("q", durable=True)
+        for n in range(30):
+            if n == 20:
+                await setup.settle()  # the first twenty on disk, the last ten appended but not written
+            c.publish("", "q", b"body-%02d" % n, delivery_mode=2)
+        q = setup.broker.vhosts["/"].queues["q"]
+        offsets = sorted(e.msg.store_offset for e in q.ready)
+        assert store.durable_end() == offsets[20], "the last ten should not be written yet"
+        setup.start_counting()
+        work = store.read_ahead(offsets)  # asked for on the loop, as Backlog._request does
+        ahead = await store.in_reader(work)  # the worker reads what is on disk
+        await store.flush()  # the last ten are written only now
+        records = store.read_many(offsets, ahead)  # decoded on the loop, as Backlog._decode_slice does
+        assert [bytes(r.body) for r in records if r is not None] == [b"body-%02d" % n for n in range(30)]
+        setup.assert_read_off_the_loop()
+
+    run(scenario)

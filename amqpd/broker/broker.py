@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from amqpd import errors
@@ -25,6 +27,7 @@ from amqpd.broker.routing.exchanges import Exchange
 from amqpd.broker.routing.plan import PublishPlan
 from amqpd.broker.routing.policy import QUEUE_KEYS, Policies, merge
 from amqpd.broker.routing.vhost import VirtualHost
+from amqpd.broker.store_reads import read_in_worker
 from amqpd.broker.streams.stream import StreamQueue
 from amqpd.config import Settings
 from store import AccessRows, MessageRecord
@@ -134,8 +137,9 @@ class BrokerHooks(QueueHooks):
             return False
         # The worker only preads (releasing the GIL); load() decodes on the loop, a slice at a time. Decoding
         # in the worker held the GIL against the loop: slower drains and a longer loop lag (measured).
-        read = store.in_reader(store.read_ahead(offsets))
-        read.add_done_callback(lambda f: _read_done(f, queue, done))
+        read_in_worker(
+            store, f"{queue}: reading ahead", done, store.read_ahead(offsets), wanted=lambda: not queue.deleted
+        )
         return True
 
     def load(self, queue: Queue, offsets: list[int], ahead: Any = None) -> list[Message | None]:
@@ -182,8 +186,14 @@ class BrokerHooks(QueueHooks):
             return False
         by_offset = {msg.store_offset: msg for msg in msgs if msg.store_offset is not None}
         offsets = sorted(by_offset)
-        read = store.in_reader(store.read_many, offsets)
-        read.add_done_callback(lambda f: _bodies_read(f, queue, offsets, by_offset, done))
+        read_in_worker(
+            store,
+            f"{queue}: reading paged-out bodies back",
+            lambda records: _bodies_read(records, offsets, by_offset, done),
+            store.read_many,
+            offsets,
+            wanted=lambda: not queue.deleted,
+        )
         return True
 
     def forget(self, queue: Queue, offsets: list[int]) -> None:
@@ -206,26 +216,14 @@ class BrokerHooks(QueueHooks):
             vhost.remove_queue(queue)
 
 
-def _read_done(read: asyncio.Future[Any], queue: Queue, done: Callable[[Any], None]) -> None:
-    """A read-ahead is in: hand it to the backlog. A failed one is only logged: the refill reads for itself."""
-    error = None if read.cancelled() else read.exception()
-    if error is not None:
-        log.warning("%s: reading ahead failed (%s); the backlog reads when it needs to", queue, error)
-    done(None if read.cancelled() or error is not None else read.result())
-
-
 def _bodies_read(
-    read: asyncio.Future[Any], queue: Queue, offsets: list[int], msgs: dict[int, Message], done: Callable[[], None]
+    records: list[MessageRecord | None], offsets: list[int], msgs: dict[int, Message], done: Callable[[], None]
 ) -> None:
-    """Paged-out bodies read back: set them (one the read could not give is read when delivered)."""
-    error = None if read.cancelled() else read.exception()
-    if error is not None:
-        log.warning("%s: reading paged-out bodies back failed (%s); they are read when delivered", queue, error)
-    elif not read.cancelled():
-        for offset, record in zip(offsets, read.result(), strict=True):
-            msg = msgs[offset]
-            if record is not None and msg.body is None:
-                msg.body = bytes(record.body)
+    """Paged-out bodies read back: set them (one the store no longer has stays paged out)."""
+    for offset, record in zip(offsets, records, strict=True):
+        msg = msgs[offset]
+        if record is not None and msg.body is None:
+            msg.body = bytes(record.body)
     done()
 
 
@@ -252,7 +250,9 @@ class Broker:
         self.alarms: frozenset[str] = frozenset()  # resource alarms in force (server/alarms.py sets them)
         self.clock = time.monotonic()  # coarse, refreshed by the housekeeping timer: stamps deliveries cheaply
         self.turns = TurnClock()  # the event loop's turns: the unit of consumer pace (flow.py)
-        self._dead_letters_reading = 0  # dead letters waiting for a body read back (dead_letter_later)
+        # Dead letters waiting for a body read back, or behind one that is (dead_letter_later), in order:
+        # [queue, entry, reason, ready to go]
+        self._dead_letter_line: deque[list[Any]] = deque()
         self.busy = False  # the loop's CPU is saturated (server/load.py): publishers to deep queues pause too
         self.throttling: set[Queue] = set()  # queues with paused publishers
         self.policies = Policies(store)
@@ -547,7 +547,7 @@ class Broker:
         msg, store = entry.msg, self.store
         if not isinstance(queue.effective.get("x-dead-letter-exchange"), str) or store is None:
             return False
-        if msg.body is not None and not self._dead_letters_reading:
+        if msg.body is not None and not self._dead_letter_line:
             return False
         if msg.body is None and msg.store_offset is None:
             return False
@@ -555,22 +555,29 @@ class Broker:
             asyncio.get_running_loop()
         except RuntimeError:  # no loop (unit tests): read now
             return False
-        read = store.in_reader(store.read, msg.store_offset) if msg.body is None else store.after_reads()
-        self._dead_letters_reading += 1
-        read.add_done_callback(lambda f: self._dead_letter_read(f, queue, entry, reason))
+        waiting = [queue, entry, reason, msg.body is not None]
+        self._dead_letter_line.append(waiting)
+        if msg.body is None:
+            done = partial(self._dead_letter_read, waiting)
+            what = f"{queue}: reading a dead letter's body back"
+            read_in_worker(store, what, done, store.read_many, [msg.store_offset])
         return True
 
-    def _dead_letter_read(self, read: asyncio.Future[Any], queue: Queue, entry: Entry, reason: str) -> None:
-        self._dead_letters_reading -= 1
-        msg = entry.msg
-        if msg.body is None:
-            error = None if read.cancelled() else read.exception()
-            if error is None and not read.cancelled():
-                msg.body = bytes(read.result().body)
-            else:  # dead_letter reads it again, on the loop: the last chance to keep it
-                log.warning("%s: reading a dead letter's body back failed (%s)", queue, error)
-        self.hooks.settled(queue, entry)
-        self.dead_letter(queue, entry, reason)
+    def _dead_letter_read(self, waiting: list[Any], records: list[MessageRecord | None]) -> None:
+        """A body is in (a read tried again after a failure may come after later ones): the dead letters at
+        the head of the line that are ready go, in order."""
+        msg = waiting[1].msg
+        if msg.body is None and records[0] is not None:
+            msg.body = bytes(records[0].body)
+        waiting[3] = True
+        line = self._dead_letter_line
+        while line and line[0][3]:
+            queue, entry, reason, _ready = line.popleft()
+            self.hooks.settled(queue, entry)
+            if entry.msg.body is None:  # damaged on disk since it was stored: there is nothing to send
+                log.error("%s: a dead letter (store offset %s) could not be read back", queue, entry.msg.store_offset)
+                continue
+            self.dead_letter(queue, entry, reason)
 
     def dead_letter(self, queue: Queue, entry: Entry, reason: str) -> None:
         dlx = queue.effective.get("x-dead-letter-exchange")

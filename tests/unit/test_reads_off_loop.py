@@ -5,6 +5,7 @@ happen), and that none of the reads ran on the loop's thread."""
 
 from __future__ import annotations
 
+import errno
 import mmap
 import tempfile
 import threading
@@ -19,6 +20,7 @@ import pytest
 from fakes import ClientChannel
 from pamqp import commands
 
+from amqpd.broker import store_reads
 from amqpd.broker.broker import Broker
 from amqpd.broker.queues.queue import Queue
 from amqpd.broker.streams.stream import StreamQueue
@@ -35,9 +37,13 @@ class RecordingIO(FileIO):
         self.read_threads: list[int] = []
         self.loop_thread = threading.get_ident()
         self.loop_stacks: list[str] = []  # where the loop read: the failure names the path
+        self.failing = 0  # reads in a worker thread still to fail (EIO), once each
 
     def pread(self, fd: int, size: int, pos: int) -> bytes:
         self._note()
+        if self.failing and threading.get_ident() != self.loop_thread:
+            self.failing -= 1
+            raise OSError(errno.EIO, "Input/output error (injected)")
         return super().pread(fd, size, pos)
 
     def map(self, fd: int, size: int) -> mmap.mmap:
@@ -61,6 +67,14 @@ class Setup:
         for _ in range(2):
             await self.store.flush()
             await self.store.reads_done()
+
+    async def settle_until(self, done: Callable[[], bool]) -> None:
+        """settle() until `done()` (a read tried again after a failure is asked for on a later loop turn)."""
+        for _ in range(200):
+            await self.settle()
+            if done():
+                return
+        raise AssertionError("still waiting after 200 rounds of reads")
 
     def start_counting(self) -> None:
         self.io.read_threads.clear()
@@ -297,3 +311,97 @@ def test_a_backlog_record_written_between_its_read_ahead_and_its_decoding_is_not
         setup.assert_read_off_the_loop()
 
     run(scenario)
+
+
+FAILURES = 3  # worker reads that fail before the disk answers again
+
+
+@pytest.mark.parametrize("kind", list(QUEUES))
+def test_a_failed_worker_read_of_paged_out_bodies_is_tried_again_in_the_worker(kind: str) -> None:
+    """The disk fails the read worker's first reads: the consumer still gets every body in order, read by
+    the worker when it tries again, never by the loop as a last chance."""
+
+    async def scenario(setup: Setup) -> None:
+        c = paged_queue(setup, kind)
+        await setup.settle()
+        setup.start_counting()
+        setup.io.failing = FAILURES
+        c.call(commands.Basic.Qos(prefetch_count=1000))
+        c.consume("q", "c")
+        got: list[bytes] = []
+        await setup.settle_until(lambda: bool(got.extend(bodies(c))) or len(got) >= PAGED)
+        assert got == paged_bodies()
+        assert setup.io.failing == 0, "no read failed: the test proves nothing"
+        setup.assert_read_off_the_loop()
+
+    with patch.object(Queue, "PAGE_WINDOW", 8), patch.object(store_reads, "RETRY_S", 0):
+        run(scenario)
+
+
+def test_a_failed_worker_read_of_a_dead_letter_is_tried_again_in_the_worker() -> None:
+    """As the dead-lettering case above, with the disk failing the read worker's first reads."""
+
+    async def scenario(setup: Setup) -> None:
+        c = ClientChannel(setup.broker)
+        c.declare_queue("dlq", durable=True)
+        arguments = {
+            "x-max-priority": 5,
+            "x-max-length": PAGED,
+            "x-dead-letter-exchange": "",
+            "x-dead-letter-routing-key": "dlq",
+        }
+        c.declare_queue("q", durable=True, arguments=arguments)
+        body = paged_bodies()
+        for n in range(PAGED):
+            c.publish("", "q", body[n], delivery_mode=2, priority=0 if n < 8 else 5)
+        await setup.settle()
+        setup.start_counting()
+        setup.io.failing = FAILURES
+        for n in range(10):
+            c.publish("", "q", b"late-%d" % n, delivery_mode=2)
+        dlq = setup.broker.vhosts["/"].queues["dlq"]
+        await setup.settle_until(lambda: len(dlq.ready) == 10)
+        c.call(commands.Basic.Qos(prefetch_count=1000))
+        c.consume("dlq", "c")
+        await setup.settle()
+        assert bodies(c) == body[8:18]
+        assert setup.io.failing == 0, "no read failed: the test proves nothing"
+        setup.assert_read_off_the_loop()
+
+    with patch.object(Queue, "PAGE_WINDOW", 8), patch.object(store_reads, "RETRY_S", 0):
+        run(scenario)
+
+
+def test_a_failed_worker_read_of_delayed_messages_is_tried_again_in_the_worker() -> None:
+    async def scenario(setup: Setup) -> None:
+        broker = setup.broker
+        clock = [1_000_000]
+        broker.delayed.clock = lambda: clock[0]
+        c = ClientChannel(broker)
+        arguments = {"x-delayed-type": "direct"}
+        c.call(
+            commands.Exchange.Declare(
+                exchange="dx", exchange_type="x-delayed-message", durable=True, arguments=arguments
+            )
+        )
+        c.declare_queue("q", durable=True)
+        c.call(commands.Queue.Bind(queue="q", exchange="dx", routing_key="k"))
+        for n in range(20):
+            c.publish("dx", "k", b"delayed-%02d" % n, headers={"x-delay": 100 + n}, delivery_mode=2)
+        await setup.settle()
+        setup.start_counting()
+        setup.io.failing = FAILURES
+        clock[0] += 1_000
+        ex = broker.vhosts["/"].exchanges["dx"]
+        assert broker.delayed.release_due(ex) == 20  # type: ignore[arg-type]
+        q = broker.vhosts["/"].queues["q"]
+        await setup.settle_until(lambda: len(q.ready) == 20)
+        c.call(commands.Basic.Qos(prefetch_count=1000))
+        c.consume("q", "c")
+        await setup.settle()
+        assert bodies(c) == [b"delayed-%02d" % n for n in range(20)]
+        assert setup.io.failing == 0, "no read failed: the test proves nothing"
+        setup.assert_read_off_the_loop()
+
+    with patch.object(store_reads, "RETRY_S", 0):
+        run(scenario)

@@ -19,12 +19,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
+from collections import deque
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 from amqpd.broker.message import Message
 from amqpd.broker.publish.publisher import UNATTENDED, Publisher
 from amqpd.broker.routing.exchanges.delayed import DELAY_HEADER, DelayedExchange, delay_of
+from amqpd.broker.store_reads import read_in_worker
 from amqpd.broker.stored_message import message_from_record
 from amqpd.protocol.constants import FLAG_HEADERS
 from amqpd.protocol.field_tables import table_entries
@@ -59,7 +62,9 @@ class DelayedDelivery:
         # Unix ms: due times survive restarts, so they are wall-clock times; the broker's clock, which tests
         # inject, so that TTLs and due times move together.
         self.clock = broker.now_ms
-        self._reading = 0  # releases waiting for their stored messages to be read back
+        # Releases waiting for their stored messages to be read back, or behind one that is, in order:
+        # [exchange, due, records (None: not read yet)]
+        self._line: deque[list[Any]] = deque()
 
     # -- publishing ---------------------------------------------------------------------------------------
 
@@ -103,10 +108,12 @@ class DelayedDelivery:
         due = ex.schedule.pop_due(self.clock(), BATCH)
         stored = [item for _, item in due if isinstance(item, int)]
         store = self.broker.store
-        if (stored or self._reading) and store is not None and _loop_running():
-            self._reading += 1
-            read = store.in_reader(self._read_stored, stored)
-            read.add_done_callback(lambda f: self._stored_read(ex, due, stored, f))
+        if (stored or self._line) and store is not None and _loop_running():
+            waiting = [ex, due, None if stored else {}]
+            self._line.append(waiting)
+            if stored:
+                done = partial(self._stored_read, waiting)
+                read_in_worker(store, "reading delayed messages back", done, self._read_stored, stored)
             self._arm(ex)
             return len(due)
         try:
@@ -115,17 +122,14 @@ class DelayedDelivery:
             self._arm(ex)  # whatever went wrong with one message, the rest keep their timer
         return len(due)
 
-    def _stored_read(
-        self, ex: DelayedExchange, due: list[tuple[int, Any]], stored: list[int], read: asyncio.Future[Any]
-    ) -> None:
-        self._reading -= 1
-        error = None if read.cancelled() else read.exception()
-        if error is not None or read.cancelled():  # read them here: the last chance before dropping them
-            log.warning("reading delayed messages back failed (%s)", error)
-            records = self._read_stored(stored)
-        else:
-            records = read.result()
-        self._release(ex, due, records)
+    def _stored_read(self, waiting: list[Any], records: dict[int, Any]) -> None:
+        """A release's messages are in (one tried again after a failed read may come after later ones): the
+        releases at the head of the line that are ready go, in order."""
+        waiting[2] = records
+        line = self._line
+        while line and line[0][2] is not None:
+            ex, due, found = line.popleft()
+            self._release(ex, due, found)
 
     def _release(self, ex: DelayedExchange, due: list[tuple[int, Any]], records: dict[int, Any]) -> None:
         vhost = self._vhost_of(ex)

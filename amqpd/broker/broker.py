@@ -523,6 +523,37 @@ class Broker:
         while isinstance(ready, Backlog) and store is not None and ready.would_read():
             await store.after_reads()  # the read-ahead runs there: its batch is in once this resolves
 
+    def get_would_read(self, queue: Queue) -> bool:
+        """Whether a basic.get of the queue's head now would read the disk on the loop: its body is paged out,
+        or it is a backlog's last window entry and the next batch is not in. (An expired head is dropped
+        first, as the get would.) False with no event loop to wait on (unit tests): the get reads."""
+        if self.store is None or isinstance(queue, StreamQueue):
+            return False
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return False
+        queue.expire_head()
+        ready = queue.ready
+        if not ready:
+            return False
+        if isinstance(ready, Backlog) and ready.would_read():
+            return True
+        return ready[0].msg.body is None
+
+    async def ready_to_get(self, queue: Queue) -> None:
+        """Wait until get_would_read is False: the backlog's next batch in, the head's body read back in the
+        store's read worker (another client may take the head meanwhile: the new one is looked at again)."""
+        while self.get_would_read(queue):
+            ready = queue.ready
+            if isinstance(ready, Backlog) and ready.would_read():
+                await self.ready_to_take(queue)
+                continue
+            head = ready[0].msg
+            await self.page_in([head])
+            if head.body is None and queue.ready and queue.ready[0].msg is head:
+                return  # the store no longer has it (damage): the get finds that out as it did before
+
     async def read_messages(self, offsets: list[int]) -> list[Message | None]:
         """Messages for ascending store offsets (None: not readable), read in the store's read worker."""
         if self.store is None or not offsets:

@@ -10,6 +10,8 @@ raised as AMQPError; the session turns them into channel.close or connection.clo
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -41,6 +43,8 @@ from amqpd.session.transaction import Transaction
 if TYPE_CHECKING:
     from amqpd.broker.broker import Broker
 
+log = logging.getLogger("amqpd.channel")
+
 
 class ConnectionLike(Protocol):
     """What a channel needs from its connection."""
@@ -56,6 +60,8 @@ class ConnectionLike(Protocol):
     def throttle(self, queue: Queue) -> None: ...
     def unconfirmed_changed(self, delta: int) -> None: ...
     def close_channel(self, channel: Channel, exc: errors.AMQPError) -> None: ...
+    def hold_frames(self, reason: object) -> None: ...
+    def release_frames(self, reason: object) -> None: ...
 
 
 class Channel(Deliveries):
@@ -75,6 +81,7 @@ class Channel(Deliveries):
         # None: acks resume deliveries at once; else the session will once the acks it is reading end, and
         # True says some did (Session._resume_acked).
         self.resume_after_acks: bool | None = None
+        self._getting: asyncio.Future[None] | None = None  # a basic.get waiting for its message to be read
         self.consumers: dict[str, Consumer] = {}
         self.prefetch_count = 0  # for consumers created from now on (basic.qos global=false)
         self.global_prefetch = 0  # shared by all consumers of the channel (global=true)
@@ -458,11 +465,35 @@ class Channel(Deliveries):
         name = self._queue_name(m.queue)
         self.permissions.permit("queue", name, "read")
         q = self.vhost.queue(name, self.conn)
+        if self.broker.get_would_read(q):
+            # The message is read back in the store's read worker first; what the client sent after this
+            # get waits until get-ok is out, so nothing is answered out of order (hold_frames).
+            self.conn.hold_frames(self)
+            self._getting = asyncio.ensure_future(self._get_when_read(q, m.no_ack))
+            return
+        self._get(q, m.no_ack)
+
+    def _get(self, q: Queue, no_ack: bool) -> None:
         entry = q.get()  # a stream refuses it (540)
         if entry is None:
             self.reply(commands.Basic.GetEmpty())
             return
-        self.deliver_got(q, entry, m.no_ack)
+        self.deliver_got(q, entry, no_ack)
+
+    async def _get_when_read(self, q: Queue, no_ack: bool) -> None:
+        try:
+            await self.broker.ready_to_get(q)
+            if not self.closing:
+                self._get(q, no_ack)
+        except errors.AMQPError as exc:
+            self.conn.close_channel(self, exc)
+        except Exception as exc:  # a bug of ours must cost one channel, never the broker
+            log.exception("basic.get on %s", q)
+            error = errors.ChannelError(errors.INTERNAL_ERROR, f"internal error: {type(exc).__name__}")
+            self.conn.close_channel(self, error.with_method(60, 70))
+        finally:
+            self._getting = None
+            self.conn.release_frames(self)
 
     def basic_recover(self, m: commands.Basic.Recover) -> None:
         if not m.requeue:

@@ -64,6 +64,7 @@ channel_log = logging.getLogger("amqpd.channel")
 
 _u32 = struct.Struct(">I")
 _ACK_KEY = _u32.pack(BASIC_ACK)
+_FRAMES_HELD = "frames held"  # why reading pauses while a channel awaits the store (hold_frames)
 
 
 class Transport(Protocol):
@@ -112,6 +113,11 @@ class Session:
         self.tls = False
         self.cert_user: str | None = None
         self._acking: Channel | None = None  # the channel of the acks just read, if any (_resume_acked)
+        # Frames read while a channel awaits the store (a basic.get reading its message back): handled, in
+        # order, once it has answered (hold_frames)
+        self._frame_holds: set[object] = set()
+        self._held_frames: list[tuple[int, int, Any]] = []
+        self._held_broken: BrokenStream | None = None
         self.unconfirmed = 0  # publishes awaiting their fsync before a confirm, over all channels
         self.held_for_confirms = False
         self.close_reason = ""  # why the connection ended, for its closing log line (server.connection)
@@ -177,8 +183,14 @@ class Session:
             frames = self.reader.feed(data)
         except BrokenStream as exc:
             frames, broken = exc.frames, exc
+        if self._frame_holds:
+            self._hold(frames, broken)
+            return
+        self._handle(frames, broken)
+
+    def _handle(self, frames: list[tuple[int, int, Any]], broken: BrokenStream | None) -> None:
         try:
-            for ftype, channel, payload in frames:
+            for i, (ftype, channel, payload) in enumerate(frames):
                 if self._acking is not None and not (
                     ftype == FRAME_METHOD and channel == self._acking.id and payload[:4] == _ACK_KEY
                 ):
@@ -186,6 +198,10 @@ class Session:
                 self._frame(ftype, channel, payload)
                 if self.state == CLOSED:
                     return
+                if self._frame_holds:  # the rest waits for the channel's answer (hold_frames)
+                    self._hold(frames[i + 1 :], broken)
+                    broken = None
+                    break
             self._resume_acked()
             if broken is not None:
                 # Nothing after the damage can be read, close-ok included: close, then hang up.
@@ -199,6 +215,31 @@ class Session:
             self._fail(errors.ConnectionError(errors.INTERNAL_ERROR, f"internal error: {type(exc).__name__}"))
         finally:
             self._resume_acked()  # after a close: nothing to hand out, but the channel resumes at once again
+
+    def hold_frames(self, reason: object) -> None:
+        """A channel awaits the store before it can answer (basic.get): the frames after the one it is
+        handling, on every channel, wait until release_frames, so nothing the client sent later is answered
+        first; reading from the socket pauses meanwhile."""
+        if not self._frame_holds:
+            self.transport.hold_reading(_FRAMES_HELD)
+        self._frame_holds.add(reason)
+
+    def release_frames(self, reason: object) -> None:
+        """The channel has answered: the frames that waited are handled, in order, then reading resumes."""
+        self._frame_holds.discard(reason)
+        if self._frame_holds:
+            return
+        frames, broken = self._held_frames, self._held_broken
+        self._held_frames, self._held_broken = [], None
+        if self.state != CLOSED and (frames or broken is not None):
+            self._handle(frames, broken)
+        if not self._frame_holds:
+            self.transport.release_reading(_FRAMES_HELD)
+
+    def _hold(self, frames: list[tuple[int, int, Any]], broken: BrokenStream | None) -> None:
+        self._held_frames += frames
+        if broken is not None:
+            self._held_broken = broken
 
     def _protocol_header(self, data: bytes) -> bytes:
         buf = self._header_buf + data

@@ -94,6 +94,12 @@ class FakeConnection:
     def unconfirmed_changed(self, delta: int) -> None:
         pass
 
+    def hold_frames(self, reason: object) -> None:
+        """A channel awaits the store before answering (a session holds the frames after it)."""
+
+    def release_frames(self, reason: object) -> None:
+        pass
+
     def confirms_pending(self, channel: Channel) -> None:
         if channel not in self.confirm_channels:
             self.confirm_channels.append(channel)

@@ -17,8 +17,8 @@ from unittest.mock import patch
 
 import anyio
 import pytest
-from fakes import ClientChannel
-from pamqp import commands
+from fakes import ClientChannel, Conn, decode_frames, messages
+from pamqp import commands, frame
 
 from amqpd.broker import store_reads
 from amqpd.broker.broker import Broker
@@ -404,4 +404,30 @@ def test_a_failed_worker_read_of_delayed_messages_is_tried_again_in_the_worker()
         setup.assert_read_off_the_loop()
 
     with patch.object(store_reads, "RETRY_S", 0):
+        run(scenario)
+
+
+@pytest.mark.parametrize("kind", list(QUEUES))
+def test_basic_get_reads_paged_out_messages_off_the_event_loop_and_answers_in_order(kind: str) -> None:
+    """A client sends a get for every message and a purge in one write: each get-ok carries its message, in
+    queue order, and the purge is answered after them (it finds nothing left), although the gets waited for
+    the store's read worker."""
+
+    async def scenario(setup: Setup) -> None:
+        paged_queue(setup, kind)
+        await setup.settle()
+        setup.start_counting()
+        conn = Conn(setup.broker)
+        gets = [frame.marshal(commands.Basic.Get(queue="q", no_ack=True), 1) for _ in range(PAGED)]
+        conn.send(b"".join([*gets, frame.marshal(commands.Queue.Purge(queue="q"), 1)]))
+        out: list[Any] = []
+        await setup.settle_until(
+            lambda: bool(out.extend(obj for _, obj in decode_frames(conn.session.take_output())))
+            or any(isinstance(obj, commands.Queue.PurgeOk) for obj in out)
+        )
+        assert [body for _, body in messages(out)] == paged_bodies()
+        assert isinstance(out[-1], commands.Queue.PurgeOk) and out[-1].message_count == 0
+        setup.assert_read_off_the_loop()
+
+    with patch.object(Queue, "PAGE_WINDOW", 8):
         run(scenario)

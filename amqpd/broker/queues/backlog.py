@@ -21,10 +21,10 @@ entry. So truthiness is the window's own count and never reads; a record found u
 its slice is decoded, before anyone could be told the queue holds it as its head.
 
 A consumer that outruns the worker does not make the loop read: while the next batch is being read,
-`would_read` says so and the queue keeps the window's last entry until it is in. Where the loop still reads
-the disk itself: a basic.get then, a slice with no worker to wait for (its read failed, or there is no event
-loop: unit tests), and the first slice of a recovered backlog (at recovery, before the broker serves
-anyone). Queue uses this exactly like FifoReady.
+`would_read` says so and the queue keeps the window's last entry until it is in (a basic.get waits for it
+too, Broker.ready_to_get; a failed read is asked of the worker again). Where the loop still reads the disk
+itself: a slice with no worker to wait for (no event loop: unit tests), and the first slice of a recovered
+backlog (at recovery, before the broker serves anyone). Queue uses this exactly like FifoReady.
 """
 
 from __future__ import annotations

@@ -422,8 +422,10 @@ def test_basic_get_reads_paged_out_messages_off_the_event_loop_and_answers_in_or
         conn.send(b"".join([*gets, frame.marshal(commands.Queue.Purge(queue="q"), 1)]))
         out: list[Any] = []
         await setup.settle_until(
-            lambda: bool(out.extend(obj for _, obj in decode_frames(conn.session.take_output())))
-            or any(isinstance(obj, commands.Queue.PurgeOk) for obj in out)
+            lambda: (
+                bool(out.extend(obj for _, obj in decode_frames(conn.session.take_output())))
+                or any(isinstance(obj, commands.Queue.PurgeOk) for obj in out)
+            )
         )
         assert [body for _, body in messages(out)] == paged_bodies()
         assert isinstance(out[-1], commands.Queue.PurgeOk) and out[-1].message_count == 0

@@ -138,11 +138,13 @@ class RecordReader:
     def find_offset_by_time(self, timestamp_ms: int) -> int | None:
         """Offset of the first stored record with timestamp_ms >= the given time, using the time indexes."""
         log = self._log
-        for base in log.bases:
-            index = log.indexes[base]
-            if index.max_timestamp < timestamp_ms and base != log.active:
-                continue
-            found = self._first_at_or_after(base, index, timestamp_ms)
+        bases = list(log.bases)  # a copy, as in _by_segment: the broker asks for this in the read worker
+        for i, base in enumerate(bases):
+            index = log.indexes.get(base)
+            if index is None or (index.max_timestamp < timestamp_ms and base != log.active):
+                continue  # (None: deleted since the copy)
+            end = bases[i + 1] if i + 1 < len(bases) else log.next_offset
+            found = self._first_at_or_after(base, index, timestamp_ms, end)
             if found is not None:
                 return found
         return None
@@ -233,11 +235,9 @@ class RecordReader:
         except (KeyError, DamagedFrame):
             return None
 
-    def _first_at_or_after(self, base: int, index: SegmentIndex, timestamp_ms: int) -> int | None:
-        log = self._log
+    def _first_at_or_after(self, base: int, index: SegmentIndex, timestamp_ms: int, end: int) -> int | None:
         entry = index.before_time(timestamp_ms)
         offset = entry[0] if entry is not None else base
-        end = log.next_offset if base == log.active else log.bases[log.bases.index(base) + 1]
         for candidate in range(offset, end):
             try:
                 if self.read(candidate).timestamp_ms >= timestamp_ms:

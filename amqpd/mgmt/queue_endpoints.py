@@ -26,6 +26,8 @@ class QueueEndpoints(Endpoints):
         def build(q: Queue) -> dict[str, Any]:
             return objects.queue_info(q, self.rates, held_bytes=held.get(q, 0))
 
+        for q in [q for v in vhosts for q in v.queues.values() if isinstance(q, StreamQueue)]:
+            await q.read_times()  # the first message's time, read in the store's read worker
         query = request.query_params
         if listing.in_kept_order(query):  # the UI's and most tools' paging: no pass over every queue
             return listing.page_in_kept_order(objects.queues_in_order(vhosts), query, build)
@@ -36,6 +38,8 @@ class QueueEndpoints(Endpoints):
         q = self._vhost(vhost).queues.get(queue)
         if q is None:
             raise not_found()
+        if isinstance(q, StreamQueue):
+            await q.read_times()  # the first message's time, read in the store's read worker
         return objects.queue_info(q, self.rates, details=True, held_bytes=objects.unacked_bytes(self.broker).get(q, 0))
 
     async def stream_offset(self, request: Request, vhost: str, queue: str) -> Any:
@@ -51,7 +55,8 @@ class QueueEndpoints(Endpoints):
         raw = request.query_params.get("timestamp", "")
         if not raw.lstrip("-").isdigit():
             raise bad_request("timestamp: an integer number of milliseconds since the epoch is required")
-        return {"timestamp": int(raw), "offset": q.log.offset_at_time(int(raw))}
+        _first_timestamp, offset = await q.read_times(int(raw))
+        return {"timestamp": int(raw), "offset": offset}
 
     async def put_queue(self, request: Request, vhost: str, queue: str) -> Any:
         v = self._vhost(vhost)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pamqp import base, commands
@@ -24,7 +25,7 @@ from amqpd.broker.delivery.unacked import Outstanding
 from amqpd.broker.message import Message
 from amqpd.broker.queues.queue import Queue
 from amqpd.broker.routing.vhost import REPLY_TO, VirtualHost, server_generated_name
-from amqpd.broker.streams.info import InfoRun, info_body, info_header, wants_info
+from amqpd.broker.streams.info import InfoRun, info_body, info_header, info_time, wants_info
 from amqpd.broker.streams.stream import StreamQueue
 from amqpd.protocol.assembler import Assembled, ContentAssembler
 from amqpd.protocol.constants import FLAG_REPLY_TO
@@ -423,14 +424,26 @@ class Channel(Deliveries):
 
     def _answer_info(self, q: Queue, consumer: Consumer, nowait: bool) -> None:
         """x-amqpd-stream-info (streams/info.py): one delivery of the stream's facts, then nothing until the
-        consumer is cancelled (it is never subscribed to the stream)."""
+        consumer is cancelled (it is never subscribed to the stream). Its times may have to be read in the
+        store's read worker: what the client sent after this consume waits until it is answered."""
         assert isinstance(q, StreamQueue)
-        body = info_body(q, consumer.arguments)
-        self.consumers[consumer.tag] = consumer
-        if not nowait:
-            self.reply(build(commands.Basic.ConsumeOk, consumer.tag))
-        route = shortstr("") + shortstr(q.name)
-        self.deliver_made(consumer, q, route, info_header(body), body, InfoRun)
+        at = info_time(consumer.arguments, q.name, self.vhost.name)
+        self.conn.hold_frames(self)
+        q.times(at, partial(self._send_info, q, consumer, nowait))
+
+    def _send_info(
+        self, q: StreamQueue, consumer: Consumer, nowait: bool, first_timestamp: int | None, offset_at: int | None
+    ) -> None:
+        try:
+            if not self.closing:
+                body = info_body(q, first_timestamp, offset_at)
+                self.consumers[consumer.tag] = consumer
+                if not nowait:
+                    self.reply(build(commands.Basic.ConsumeOk, consumer.tag))
+                route = shortstr("") + shortstr(q.name)
+                self.deliver_made(consumer, q, route, info_header(body), body, InfoRun)
+        finally:
+            self.conn.release_frames(self)  # the frames read after the consume: after its answer
 
     def _consume_replies(self, m: commands.Basic.Consume) -> None:
         """Direct reply-to: the channel consumes its own pseudo-queue, auto-ack only, one per channel."""

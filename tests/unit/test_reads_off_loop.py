@@ -5,7 +5,9 @@ happen), and that none of the reads ran on the loop's thread."""
 
 from __future__ import annotations
 
+import datetime
 import errno
+import json
 import mmap
 import tempfile
 import threading
@@ -433,3 +435,53 @@ def test_basic_get_reads_paged_out_messages_off_the_event_loop_and_answers_in_or
 
     with patch.object(Queue, "PAGE_WINDOW", 8):
         run(scenario)
+
+
+def timed_stream(setup: Setup) -> ClientChannel:
+    """A stream of 100 messages published a second apart, at seconds 1000 .. 1099 since the epoch."""
+    clock = [1_000_000]
+    setup.broker.now_ms = lambda: clock[0]
+    c = ClientChannel(setup.broker)
+    c.declare_queue("s", durable=True, arguments={"x-queue-type": "stream"})
+    for n in range(100):
+        c.publish("", "s", b"at-%04d" % (1000 + n))
+        clock[0] += 1000
+    return c
+
+
+def test_subscribing_to_a_stream_by_timestamp_finds_the_offset_off_the_event_loop() -> None:
+    async def scenario(setup: Setup) -> None:
+        c = timed_stream(setup)
+        await setup.settle()
+        setup.start_counting()
+        c.call(commands_qos(1000))
+        at = datetime.datetime.fromtimestamp(1050, datetime.UTC)
+        c.consume("s", "c", arguments={"x-stream-offset": at})
+        await setup.settle()
+        assert bodies(c) == [b"at-%04d" % n for n in range(1050, 1100)]
+        setup.assert_read_off_the_loop()
+
+    run(scenario)
+
+
+def test_a_streams_first_timestamp_and_offset_at_a_time_are_read_off_the_event_loop() -> None:
+    """What the info delivery and the HTTP API show: the first message's time, the offset at a time."""
+
+    async def scenario(setup: Setup) -> None:
+        c = timed_stream(setup)
+        await setup.settle()
+        setup.start_counting()
+        c.call(commands_qos(10))
+        arguments = {"x-amqpd-stream-info": True, "x-amqpd-offset-at": 1_050_000}
+        c.call(commands.Basic.Consume(queue="s", consumer_tag="info", arguments=arguments))  # answered once read
+        await setup.settle()
+        ((_method, body),) = c.deliveries()
+        facts = json.loads(body)
+        assert (facts["first_timestamp"], facts["offset_at"]) == (1_000_000, 50)
+        q = setup.broker.vhosts["/"].queues["s"]
+        assert isinstance(q, StreamQueue)
+        assert await q.read_times(1_098_500) == (1_000_000, 99)
+        assert q.stream_stats()["first_timestamp"] == 1_000_000
+        setup.assert_read_off_the_loop()
+
+    run(scenario)

@@ -77,22 +77,27 @@ def _at_ms(value: Any, queue: str, vhost: str) -> int | None:
     )
 
 
-def info_body(stream: StreamQueue, args: dict[str, Any]) -> bytes:
-    """The JSON body of the info delivery (406 for an x-amqpd-offset-at that is not a time)."""
-    at = _at_ms(args.get(AT_ARG), stream.name, stream.vhost)
+def info_time(args: dict[str, Any], queue: str, vhost: str) -> int | None:
+    """The consumer's x-amqpd-offset-at in ms, None when not given (406 for one that is not a time)."""
+    return _at_ms(args.get(AT_ARG), queue, vhost)
+
+
+def info_body(stream: StreamQueue, first_timestamp: int | None, offset_at: int | None) -> bytes:
+    """The JSON body of the info delivery: the stream's facts, with the times the store's read worker found
+    (StreamQueue.times); `offset_at` only when x-amqpd-offset-at asked for it."""
     log, keep = stream.log, stream.retention
     first = log.first
     facts: dict[str, Any] = {
         "stream": stream.name,
         "first_offset": first,
         "end_offset": max(log.committed, first),
-        "first_timestamp": log.first_timestamp(),
+        "first_timestamp": first_timestamp,
         "max_age_ms": keep.max_age_ms,
         "max_length_bytes": keep.max_bytes,
         "max_segment_size_bytes": keep.segment_bytes,
     }
-    if at is not None:
-        facts["offset_at"] = stream.offset_for_timestamp(at)
+    if offset_at is not None:
+        facts["offset_at"] = offset_at
     return json.dumps(facts, separators=(",", ":")).encode()
 
 

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from amqpd.broker.message import Message
+from amqpd.broker.store_reads import read_in_worker
 from store import FIRST_KEY, FIRST_POSITION, MessageRecord, decode_record, encode_record
 
 log = logging.getLogger("amqpd.streams")
@@ -79,8 +80,20 @@ class StreamLog(Protocol):
         how many from `start` on are not in a checked run) when the first is not (read_raw them)."""
         ...
 
-    def offset_at_time(self, timestamp_ms: int) -> int: ...
-    def first_timestamp(self) -> int | None: ...
+    def offset_at_time(self, timestamp_ms: int, done: Callable[[int], None]) -> None:
+        """done(the first offset at or after the time, or the end): at once when that needs no read, else on
+        the loop once the store's read worker found it (the time index, then the records it points to)."""
+        ...
+
+    def first_timestamp(self) -> int | None:
+        """The first kept message's time, as far as it is known without a read (None: empty, or not read
+        yet: read_first_timestamp)."""
+        ...
+
+    def read_first_timestamp(self, done: Callable[[int | None], None]) -> None:
+        """done(the first kept message's time, None when empty): at once when known, else once read."""
+        ...
+
     def drop_before(self, offset: int) -> None: ...
     def close(self) -> None: ...
 
@@ -129,14 +142,18 @@ class MemoryLog:
     def read_frames(self, start: int, limit: int, budget: int) -> tuple[list[tuple[int, int]], bytes, int]:
         return [], b"", limit  # no frames: the messages themselves
 
-    def offset_at_time(self, timestamp_ms: int) -> int:
+    def offset_at_time(self, timestamp_ms: int, done: Callable[[int], None]) -> None:
         for i, msg in enumerate(self._messages):
             if msg.timestamp_ms >= timestamp_ms:
-                return self.first + i
-        return self.end
+                done(self.first + i)
+                return
+        done(self.end)
 
     def first_timestamp(self) -> int | None:
         return self._messages[0].timestamp_ms if self._messages else None
+
+    def read_first_timestamp(self, done: Callable[[int | None], None]) -> None:
+        done(self.first_timestamp())
 
     def drop_before(self, offset: int) -> None:
         while self.first < min(offset, self.end):
@@ -286,6 +303,7 @@ class StoreLog:
         self._frames_bytes = 0
         self._record_bytes = RAW_CHUNK_BYTES  # a raw record's size lately; unknown: read only what is asked
         self._closed = False
+        self._first_time: tuple[int, int | None] | None = None  # (first kept store offset, its time) as read
         self.on_read: Callable[[], None] | None = None  # a window came in: readers waiting on it go on
         self._on_commit = on_commit
         if on_commit is not None:
@@ -486,20 +504,42 @@ class StoreLog:
         self._windows.clear()
         self._fetched_bytes = 0
 
-    def offset_at_time(self, timestamp_ms: int) -> int:
-        found = self._store.find_offset_by_time(timestamp_ms)
-        if found is None:
-            return self.end
-        return max(self._runs.dense_at_or_after(found), self.first)
+    def offset_at_time(self, timestamp_ms: int, done: Callable[[int], None]) -> None:
+        def found(store_offset: int | None) -> None:
+            done(self.end if store_offset is None else max(self._runs.dense_at_or_after(store_offset), self.first))
+
+        store = self._store
+        what = f"stream queue {self._queue_id}: finding the offset at time {timestamp_ms}"
+        read_in_worker(store, what, found, store.find_offset_by_time, timestamp_ms, wanted=self._open)
 
     def first_timestamp(self) -> int | None:
+        first = self._first_store()
+        known = self._first_time
+        return known[1] if first is not None and known is not None and known[0] == first else None
+
+    def read_first_timestamp(self, done: Callable[[int | None], None]) -> None:
+        first = self._first_store()
+        known = self._first_time
+        if first is None or (known is not None and known[0] == first):
+            done(self.first_timestamp())
+            return
+
+        def read(records: list[MessageRecord | None]) -> None:
+            record = records[0]
+            self._first_time = (first, None if record is None else int(record.timestamp_ms))
+            done(self.first_timestamp())
+
+        store = self._store
+        what = f"stream queue {self._queue_id}: reading its first message's time"
+        read_in_worker(store, what, read, store.read_many, [first], wanted=self._open)
+
+    def _first_store(self) -> int | None:
+        """The first kept record's store offset, None while nothing is committed."""
         first = self._runs.first_store_offset()
-        if first is None or self.committed <= self.first:
-            return None
-        try:
-            return int(self._store.read(first).timestamp_ms)
-        except KeyError:
-            return None
+        return None if first is None or self.committed <= self.first else first
+
+    def _open(self) -> bool:
+        return not self._closed
 
     def drop_before(self, offset: int) -> None:
         self._forget_fetched()

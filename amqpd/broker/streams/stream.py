@@ -8,9 +8,11 @@ behind StreamLog, time and timers come through the hooks.
 
 from __future__ import annotations
 
+import asyncio
 import struct
 from array import array
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from amqpd import errors
@@ -86,6 +88,7 @@ class StreamQueue(Queue["Consumer"]):
         self.max_length_bytes = None  # retention, not a limit on publishing
         self.cursors: dict[Consumer, Cursor] = {}
         self.tracked: dict[str, int] = {}  # consumer tag -> next offset, for tracking consumers
+        self._starting: set[Consumer] = set()  # subscribed by time, waiting for the log to find where
         self.log: StreamLog = (
             StoreLog(self.store, store_id, self.now_ms, 0, self._on_commit)
             if self.store is not None and store_id is not None
@@ -241,8 +244,28 @@ class StreamQueue(Queue["Consumer"]):
         tracking: bool,
     ) -> None:
         start = self.tracked.get(consumer.tag) if tracking else None
-        if start is None:
-            start = self.start_offset(spec)
+        attach = partial(self._attach, consumer, filter_values, match_unfiltered, tracking)
+        if start is None and spec.kind == "time":
+            # The time index and the records it points to are read in the store's read worker: the
+            # consumer is attached once its start is known (a cancel meanwhile leaves it unattached).
+            self._starting.add(consumer)
+            self.log.offset_at_time(spec.value, partial(self._started, consumer, attach))
+            return
+        attach(self.start_offset(spec) if start is None else start)
+
+    def _started(self, consumer: Consumer, attach: Callable[[int], None], start: int) -> None:
+        if consumer in self._starting and not self.deleted:  # not cancelled meanwhile
+            self._starting.discard(consumer)
+            attach(start)
+
+    def _attach(
+        self,
+        consumer: Consumer,
+        filter_values: frozenset[str] | None,
+        match_unfiltered: bool,
+        tracking: bool,
+        start: int,
+    ) -> None:
         chunk = consumer.arguments.get(CHUNK_ARG) or 0
         layout = chunk_layout(consumer.arguments)
         start = max(start, self.log.first)
@@ -251,6 +274,7 @@ class StreamQueue(Queue["Consumer"]):
         self.add_consumer(consumer)
 
     def start_offset(self, spec: OffsetSpec) -> int:
+        """Where a subscription by position starts (by time: subscribe asks the log)."""
         log = self.log
         if spec.kind == FIRST:
             return log.first
@@ -258,11 +282,10 @@ class StreamQueue(Queue["Consumer"]):
             return max(log.committed - 1, log.first)
         if spec.kind == NEXT:
             return log.end
-        if spec.kind == "time":
-            return log.offset_at_time(spec.value)
         return max(spec.value, log.first)  # an offset past the end: the consumer waits until it exists
 
     def remove_consumer(self, consumer: Consumer) -> None:
+        self._starting.discard(consumer)
         cursor = self.cursors.pop(consumer, None)
         if cursor is not None and cursor.tracking:
             self._track(cursor)
@@ -348,14 +371,34 @@ class StreamQueue(Queue["Consumer"]):
 
     # -- what management shows -----------------------------------------------------------------------------
 
-    def offset_for_timestamp(self, timestamp_ms: int) -> int:
-        """The first offset published at or after a time (ms since the epoch); the end if none (what
-        `GET /api/queues/{vhost}/{name}/offset?timestamp=` answers)."""
-        return max(self.log.offset_at_time(timestamp_ms), self.log.first)
+    def offset_for_timestamp(self, timestamp_ms: int, done: Callable[[int], None]) -> None:
+        """done(the first offset published at or after a time (ms since the epoch); the end if none): what
+        `GET /api/queues/{vhost}/{name}/offset?timestamp=` answers. At once when no read is needed, else
+        once the store's read worker found it."""
+        self.log.offset_at_time(timestamp_ms, lambda offset: done(max(offset, self.log.first)))
+
+    def times(self, at: int | None, done: Callable[[int | None, int | None], None]) -> None:
+        """done(the first message's time, the offset at time `at` (None: not asked)), read as
+        offset_for_timestamp reads: what the info delivery (info.py) and the HTTP API's stats show."""
+
+        def first_known(first_timestamp: int | None) -> None:
+            if at is None:
+                done(first_timestamp, None)
+            else:
+                self.offset_for_timestamp(at, partial(done, first_timestamp))
+
+        self.log.read_first_timestamp(first_known)
+
+    async def read_times(self, at: int | None = None) -> tuple[int | None, int | None]:
+        """times(), awaited (the HTTP API); stream_stats() shows the first message's time once read."""
+        found: asyncio.Future[tuple[int | None, int | None]] = asyncio.get_running_loop().create_future()
+        self.times(at, lambda first_timestamp, offset_at: found.set_result((first_timestamp, offset_at)))
+        return await found
 
     def stream_stats(self) -> dict[str, Any]:
-        """Per-stream figures for the HTTP API: offsets, first timestamp, size, segments, and each tracked
-        or attached consumer's offset and lag (messages between its next offset and the end)."""
+        """Per-stream figures for the HTTP API: offsets, first timestamp (as last read: read_times), size,
+        segments, and each tracked or attached consumer's offset and lag (messages between its next offset
+        and the end)."""
         log = self.log
         consumers: dict[str, dict[str, Any]] = {
             tag: {"offset": offset, "lag": max(log.end - offset, 0), "tracked": True, "attached": False}

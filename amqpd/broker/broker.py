@@ -227,6 +227,22 @@ def _bodies_read(
     done()
 
 
+class HeldTimer:
+    """A timer asked for while timers are held (Broker.hold_timers): started when they are let go."""
+
+    __slots__ = ("due", "callback", "handle", "cancelled")
+
+    def __init__(self, delay_s: float, callback: Callable[[], None]) -> None:
+        self.due, self.callback = time.monotonic() + delay_s, callback
+        self.handle: Any = None
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        if self.handle is not None:
+            self.handle.cancel()
+
+
 class Broker:
     def __init__(
         self,
@@ -240,6 +256,7 @@ class Broker:
         self.now_ms = now_ms
         self.store = store
         self._scheduler = scheduler
+        self.held_timers: list[HeldTimer] | None = None  # while recovery restores (hold_timers)
         self.hooks = BrokerHooks(self)
         self.vhosts: dict[str, VirtualHost] = {}
         self.connections = Connections()  # the sessions open (connection.open-ok sent), by user and vhost
@@ -379,7 +396,24 @@ class Broker:
     def schedule(self, delay_s: float, callback: Callable[[], None]) -> Any:
         if self._scheduler is None:
             return None
+        if self.held_timers is not None:
+            held = HeldTimer(delay_s, callback)
+            self.held_timers.append(held)
+            return held
         return self._scheduler(delay_s, callback)
+
+    def hold_timers(self) -> None:
+        """Timers asked for from now on start only at start_timers(): recovery reads in the store's read
+        worker between restoring one queue and the next, and a queue's TTL or a delayed exchange's release
+        must not fire into a broker whose bindings are not all back yet."""
+        self.held_timers = []
+
+    def start_timers(self) -> None:
+        held, self.held_timers = self.held_timers or [], None
+        now = time.monotonic()
+        for timer in held:
+            if not timer.cancelled:  # due when it would have been: holding it made it no later
+                timer.handle = self.schedule(max(timer.due - now, 0.0), timer.callback)
 
     def accepts_secret(self, user: str, secret: str) -> bool:
         """connection.update-secret: may `user`'s connection carry on with this new secret?

@@ -1,4 +1,8 @@
-"""Rebuild durable exchanges, queues, bindings and messages from what the store recovered."""
+"""Rebuild durable exchanges, queues, bindings and messages from what the store recovered.
+
+It runs before the listeners open, so no client waits on it; what it reads back all the same (a backlog's
+head slice, the messages of queues that need them all up front, a delayed exchange's schedule) is read in
+the store's read worker, and only decoded on the loop."""
 
 from __future__ import annotations
 
@@ -17,10 +21,19 @@ from amqpd.broker.streams.stream import StreamQueue
 log = logging.getLogger("amqpd.recovery")
 
 
-def restore(broker: Any, recovered: Any, crashed: bool = False) -> tuple[int, int]:
+async def restore(broker: Any, recovered: Any, crashed: bool = False) -> tuple[int, int]:
     """crashed: the last run ended without a clean stop. Delivered-marks written since its last commit are
     lost, so every message is flagged redelivered (as RabbitMQ does after a crash): a consumer may have
-    seen any of them. After a clean stop the flags are exact. Returns (queues, messages) recovered."""
+    seen any of them. After a clean stop the flags are exact. Returns (queues, messages) recovered. Timers
+    (TTL, delayed releases) start once everything is back: the reads let other work run in between."""
+    broker.hold_timers()
+    try:
+        return await _restore(broker, recovered, crashed)
+    finally:
+        broker.start_timers()
+
+
+async def _restore(broker: Any, recovered: Any, crashed: bool) -> tuple[int, int]:
     broker.attach_access(getattr(recovered, "access", None))
     for x in recovered.exchanges:
         vhost = broker.vhosts.get(x["vhost"])
@@ -42,7 +55,7 @@ def restore(broker: Any, recovered: Any, crashed: bool = False) -> tuple[int, in
             count += _restore_stream(broker, vhost, entry)
             continue
         if entry.name.startswith(HOLDER_PREFIX):
-            count += _restore_delayed(broker, vhost, entry)
+            count += await _restore_delayed(broker, vhost, entry)
             continue
         q: Queue = Queue(
             entry.vhost,
@@ -57,7 +70,7 @@ def restore(broker: Any, recovered: Any, crashed: bool = False) -> tuple[int, in
             q.dedup.attach(broker.store, entry.queue_id, entry.values)
         q.recovered_counts = dict(entry.delivery_counts)
         vhost.queues[entry.name] = q
-        count += _restore_messages(broker, q, entry, crashed)
+        count += await _restore_messages(broker, q, entry, crashed)
     for vhost in broker.vhosts.values():  # a durable delayed exchange always has its holder from here on
         for ex in vhost.exchanges.values():
             if isinstance(ex, DelayedExchange) and ex.durable:
@@ -105,31 +118,43 @@ def _restore_stream(broker: Any, vhost: Any, entry: Any) -> int:
     return len(q.ready)
 
 
-def _restore_delayed(broker: Any, vhost: Any, entry: Any) -> int:
-    """A delayed exchange's waiting messages (publish/delayed_release.py); a holder whose exchange is gone (deleted
-    in a batch that did not commit the holder's deletion) is deleted now."""
+async def _restore_delayed(broker: Any, vhost: Any, entry: Any) -> int:
+    """A delayed exchange's waiting messages (publish/delayed_release.py), a batch at a time; a holder whose
+    exchange is gone (deleted in a batch that did not commit the holder's deletion) is deleted now."""
     ex = vhost.exchanges.get(entry.name[len(HOLDER_PREFIX) :])
+    store = broker.store
     if not isinstance(ex, DelayedExchange) or not ex.durable:
-        broker.store.delete_queue(entry.queue_id)
+        store.delete_queue(entry.queue_id)
         return 0
     offsets = [*entry.unloaded, *(rm.offset for rm in entry.messages)]
-    records = {rm.offset: rm.record for rm in entry.messages}
-    return int(broker.delayed.recover(ex, entry.queue_id, offsets, records))
+    known = {rm.offset: rm.record for rm in entry.messages}
+    count = 0
+    for start in range(0, len(offsets), Backlog.BATCH):
+        batch = offsets[start : start + Backlog.BATCH]
+        records = {o: known[o] for o in batch if o in known}
+        missing = [o for o in batch if o not in records]
+        if missing:  # None for one the store cannot give: recover() drops it
+            records.update(zip(missing, await store.in_reader(store.read_many, missing), strict=True))
+        count += int(broker.delayed.recover(ex, entry.queue_id, batch, records))
+    return count
 
 
-def _restore_messages(broker: Any, q: Queue, entry: Any, crashed: bool) -> int:
-    """Give the queue its recovered messages: as store offsets read back when their turn comes, or (for a
-    queue that needs every message up front: priorities, a byte limit) as messages now."""
+async def _restore_messages(broker: Any, q: Queue, entry: Any, crashed: bool) -> int:
+    """Give the queue its recovered messages: as store offsets read back when their turn comes (the head's
+    slice now), or (for a queue that needs every message up front: priorities, a byte limit) as messages now."""
     count = len(entry.unloaded) + len(entry.messages)
+    store = broker.store
     if q.holds_offsets:
         offsets = [*entry.unloaded, *(rm.offset for rm in entry.messages)]
         flagged = None if crashed else entry.unloaded_delivered | {rm.offset for rm in entry.messages if rm.redelivered}
         if offsets:
-            q.adopt_backlog(offsets, flagged)
+            ahead = await store.in_reader(store.read_ahead(offsets[: Backlog.BATCH]))
+            q.adopt_backlog(offsets, flagged, ahead)
         return count
     for start in range(0, len(entry.unloaded), Backlog.BATCH):
         batch = entry.unloaded[start : start + Backlog.BATCH]
-        for offset, msg in zip(batch, q.hooks.load(q, batch), strict=True):  # drops (and logs) unreadable ones
+        ahead = await store.in_reader(store.read_ahead(batch))
+        for offset, msg in zip(batch, q.hooks.load(q, batch, ahead), strict=True):  # drops (and logs) unreadable ones
             if msg is None:
                 count -= 1
                 continue

@@ -26,8 +26,6 @@ class QueueEndpoints(Endpoints):
         def build(q: Queue) -> dict[str, Any]:
             return objects.queue_info(q, self.rates, held_bytes=held.get(q, 0))
 
-        for q in [q for v in vhosts for q in v.queues.values() if isinstance(q, StreamQueue)]:
-            await q.read_times()  # the first message's time, read in the store's read worker
         query = request.query_params
         if listing.in_kept_order(query):  # the UI's and most tools' paging: no pass over every queue
             return listing.page_in_kept_order(objects.queues_in_order(vhosts), query, build)

@@ -108,7 +108,7 @@ async def serve(settings: Settings, services: Services, embedding: Embedding | N
         if store is not None:
             from amqpd.broker.recovery import restore
 
-            queues, messages = restore(broker, recovered, crashed)
+            queues, messages = await restore(broker, recovered, crashed)
             del recovered
             after = "a crash" if crashed else "a clean stop"
             log.info(

@@ -18,7 +18,7 @@ async def start(path: Path) -> tuple[Broker, MessageStore]:
     store = MessageStore(path, fsync="none")
     recovered = await store.open(load_records=False)
     broker = Broker(Settings(data_dir=str(path)), store=store)
-    restore(broker, recovered)
+    await restore(broker, recovered)
     return broker, store
 
 

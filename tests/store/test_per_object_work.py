@@ -129,7 +129,7 @@ async def work_per_operation(path: Path, queues: int) -> dict[str, int]:
     """Lines executed by one of each operation in a vhost that already holds `queues` durable queues, each bound
     to amq.direct, and as many exclusive queues of other connections."""
     store = MessageStore(path, fsync="none")
-    restore(broker := Broker(Settings(data_dir=str(path)), store=store), await store.open(load_records=False))
+    await restore(broker := Broker(Settings(data_dir=str(path)), store=store), await store.open(load_records=False))
     vh = broker.vhosts["/"]
     for i in range(queues):
         declare(vh, f"q{i}")

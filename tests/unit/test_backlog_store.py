@@ -53,7 +53,7 @@ async def recovered_backlog(tmp_path: Path, io: FileIO) -> tuple[MessageStore, Q
     store = MessageStore(tmp_path, fsync="none", io=io)
     recovered = await store.open(load_records=False)
     broker = Broker(Settings(data_dir=str(tmp_path)), store=store)
-    restore(broker, recovered)
+    await restore(broker, recovered)
     q = broker.vhosts["/"].queues["q"]
     assert isinstance(q.ready, Backlog) and q.message_count == COUNT
     return store, q

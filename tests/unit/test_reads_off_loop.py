@@ -25,6 +25,7 @@ from pamqp import commands, frame
 from amqpd.broker import store_reads
 from amqpd.broker.broker import Broker
 from amqpd.broker.queues.queue import Queue
+from amqpd.broker.recovery import restore
 from amqpd.broker.streams.stream import StreamQueue
 from amqpd.config import Settings
 from amqpd.mgmt import operations
@@ -485,3 +486,74 @@ def test_a_streams_first_timestamp_and_offset_at_a_time_are_read_off_the_event_l
         setup.assert_read_off_the_loop()
 
     run(scenario)
+
+
+def test_recovery_reads_back_what_it_needs_off_the_event_loop() -> None:
+    """A restart with a classic queue's backlog (its head slice is read back), a priority queue (all its
+    messages are), and a delayed exchange's stored messages (its schedule): all read in the read worker."""
+
+    async def publish(d: str) -> None:
+        store = MessageStore(d, fsync="none")
+        await store.open()
+        c = ClientChannel(Broker(Settings(data_dir=d), store=store))
+        c.declare_queue("c", durable=True)
+        c.declare_queue("p", durable=True, arguments={"x-max-priority": 5})
+        arguments = {"x-delayed-type": "direct"}
+        c.call(
+            commands.Exchange.Declare(
+                exchange="dx", exchange_type="x-delayed-message", durable=True, arguments=arguments
+            )
+        )
+        c.declare_queue("d", durable=True)
+        c.call(commands.Queue.Bind(queue="d", exchange="dx", routing_key="k"))
+        for n in range(PAGED):
+            c.publish("", "c", paged_bodies()[n], delivery_mode=2)
+            c.publish("", "p", paged_bodies()[n], delivery_mode=2)
+            c.publish("dx", "k", paged_bodies()[n], headers={"x-delay": 100 + n}, delivery_mode=2)
+        await store.close()
+
+    async def main() -> None:
+        with tempfile.TemporaryDirectory() as d:
+            await publish(d)
+            io = RecordingIO()
+            store = MessageStore(d, fsync="none", io=io)
+            recovered = await store.open(load_records=False)  # as the server opens it
+            try:
+                setup = Setup(Broker(Settings(data_dir=d), store=store), store, io)
+                setup.start_counting()
+                await restore(setup.broker, recovered)
+                setup.assert_read_off_the_loop()
+                broker = setup.broker
+                broker.delayed.clock = lambda: 2**50  # every delayed message is due
+                assert broker.delayed.release_due(broker.vhosts["/"].exchanges["dx"]) == PAGED  # type: ignore[arg-type]
+                await setup.settle()
+                c = ClientChannel(broker)
+                c.call(commands.Basic.Qos(prefetch_count=1000))
+                for name in ("c", "p", "d"):
+                    c.consume(name, name)
+                await setup.settle()
+                got: dict[str, list[bytes]] = {"c": [], "p": [], "d": []}
+                for method, body in c.deliveries():
+                    got[method.consumer_tag].append(body)
+                assert got == {"c": paged_bodies(), "p": paged_bodies(), "d": paged_bodies()}
+            finally:
+                await store.close()
+
+    anyio.run(main)
+
+
+def test_timers_asked_for_while_recovery_reads_start_once_it_is_done() -> None:
+    """Recovery awaits the read worker between queues: a TTL or delayed release armed meanwhile must not fire
+    into a broker whose bindings are not all back, nor fire later than it was due."""
+    started: list[tuple[float, str]] = []
+    broker = Broker(Settings(), scheduler=lambda delay, callback: started.append((delay, callback())))
+    broker.hold_timers()
+    broker.schedule(30.0, lambda: "ttl")
+    broker.schedule(10.0, lambda: "cancelled").cancel()
+    broker.schedule(0.0, lambda: "due")
+    assert started == []
+    broker.start_timers()
+    assert [name for _, name in started] == ["ttl", "due"]
+    assert 0.0 < started[0][0] <= 30.0 and started[1][0] == 0.0
+    broker.schedule(5.0, lambda: "after")
+    assert started[-1] == (5.0, "after")

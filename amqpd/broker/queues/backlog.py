@@ -22,9 +22,10 @@ its slice is decoded, before anyone could be told the queue holds it as its head
 
 A consumer that outruns the worker does not make the loop read: while the next batch is being read,
 `would_read` says so and the queue keeps the window's last entry until it is in (a basic.get waits for it
-too, Broker.ready_to_get; a failed read is asked of the worker again). Where the loop still reads the disk
-itself: a slice with no worker to wait for (no event loop: unit tests), and the first slice of a recovered
-backlog (at recovery, before the broker serves anyone). Queue uses this exactly like FifoReady.
+too, Broker.ready_to_get; a failed read is asked of the worker again). Recovery has the worker read
+the first batch before it adopts the offsets (adopt's `ahead`). Where the loop still reads the disk itself:
+a slice with no worker to wait for (no event loop: unit tests), and a head dropped over x-max-length while
+the next batch is being read. Queue uses this exactly like FifoReady.
 """
 
 from __future__ import annotations
@@ -112,14 +113,19 @@ class Backlog:
         self._current: _Batch | None = None  # being decoded into the window slice by slice
         self._ahead: _Batch | None = None  # the one after it, being read (or read) in a worker thread
 
-    def adopt(self, offsets: Iterable[int], flagged: set[int] | None, first_seq: int) -> int:
+    def adopt(self, offsets: Iterable[int], flagged: set[int] | None, first_seq: int, ahead: Any = None) -> int:
         """Recovery: the queue's messages are these offsets. flagged: offsets to deliver as redelivered, None
-        for all of them (after a crash). Returns the sequence number after the last of them."""
+        for all of them (after a crash). `ahead`: what a worker read of the first BATCH of them (recovery
+        reads it before adopting), else the head's slice is read now. Returns the sequence number after the
+        last of them."""
         self.recovered.extend(offsets)
         self._flagged = flagged
         self._next_seq = first_seq
         end = first_seq + len(self.recovered)
         if not self.window:
+            if ahead is not None and self._current is None and self._ahead is None and self.recovered:
+                self._current = self._take_batch()
+                self._current.raw = ahead
             self._refill()  # the head: truthiness is the window's count
         return end
 

@@ -331,10 +331,10 @@ class Queue(Generic[S]):
             ready = self.ready = Backlog(ready, self._load_entries, self._read_ahead, self._page_in)
         return ready
 
-    def adopt_backlog(self, offsets: list[int], flagged: set[int] | None) -> None:
+    def adopt_backlog(self, offsets: list[int], flagged: set[int] | None, ahead: Any = None) -> None:
         """Recovery: the queue's messages are these store offsets, read back when their turn comes.
-        flagged: offsets to deliver as redelivered, None for all."""
-        self._seq = self._backlog().adopt(offsets, flagged, self._seq + 1) - 1
+        flagged: offsets to deliver as redelivered, None for all. ahead: Backlog.adopt's."""
+        self._seq = self._backlog().adopt(offsets, flagged, self._seq + 1, ahead) - 1
         self._arm_ttl_timer()
 
     def _read_ahead(self, offsets: list[int], done: Callable[[Any], None]) -> bool:

@@ -304,6 +304,7 @@ class StoreLog:
         self._record_bytes = RAW_CHUNK_BYTES  # a raw record's size lately; unknown: read only what is asked
         self._closed = False
         self._first_time: tuple[int, int | None] | None = None  # (first kept store offset, its time) as read
+        self._reading_first = False
         self.on_read: Callable[[], None] | None = None  # a window came in: readers waiting on it go on
         self._on_commit = on_commit
         if on_commit is not None:
@@ -513,22 +514,31 @@ class StoreLog:
         read_in_worker(store, what, found, store.find_offset_by_time, timestamp_ms, wanted=self._open)
 
     def first_timestamp(self) -> int | None:
+        """As last read: a stream whose first message changed since (retention, a restart) shows the time
+        read before, or None, while the read this asks for is under way (the HTTP API's queue list)."""
         first = self._first_store()
+        if first is None:
+            return None
         known = self._first_time
-        return known[1] if first is not None and known is not None and known[0] == first else None
+        if (known is None or known[0] != first) and not self._reading_first:
+            self.read_first_timestamp(lambda _time: None)
+        return known[1] if known is not None else None
 
     def read_first_timestamp(self, done: Callable[[int | None], None]) -> None:
         first = self._first_store()
         known = self._first_time
         if first is None or (known is not None and known[0] == first):
-            done(self.first_timestamp())
+            done(None if first is None or known is None else known[1])
             return
 
         def read(records: list[MessageRecord | None]) -> None:
+            self._reading_first = False
             record = records[0]
-            self._first_time = (first, None if record is None else int(record.timestamp_ms))
-            done(self.first_timestamp())
+            if self._first_store() == first:
+                self._first_time = (first, None if record is None else int(record.timestamp_ms))
+            done(None if record is None else int(record.timestamp_ms))
 
+        self._reading_first = True
         store = self._store
         what = f"stream queue {self._queue_id}: reading its first message's time"
         read_in_worker(store, what, read, store.read_many, [first], wanted=self._open)

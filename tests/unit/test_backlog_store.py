@@ -90,10 +90,15 @@ async def test_a_truthiness_check_reads_nothing_from_the_store(tmp_path: Path) -
     io = ThreadRecordingIO()
     store, q = await recovered_backlog(tmp_path, io)
     taken = 0
+    loop_thread = threading.get_ident()
+
+    def loop_reads() -> int:  # a read-ahead under way in the worker reads meanwhile: not truthiness's
+        return io.pread_threads.count(loop_thread)
+
     while True:
-        reads = len(io.pread_threads)
+        reads = loop_reads()
         nonempty = bool(q.ready)
-        assert len(io.pread_threads) == reads
+        assert loop_reads() == reads
         if not nonempty:
             break
         q.get()  # no waiting for the worker: refills may read for themselves, truthiness never

@@ -12,6 +12,7 @@ the message back in the queue it was moved from: at-least-once, as for any ack a
 
 from __future__ import annotations
 
+from collections.abc import Container
 from dataclasses import dataclass, field
 
 from store import ack_log
@@ -51,7 +52,7 @@ class HeldAcks:
         self.failures.append(Failure(start, end, volatile, held))
         return held, bytes(carried)
 
-    def due(self, volatile: dict[int, object], batch_number: int) -> list[tuple[int, int]]:
+    def due(self, volatile: Container[int], batch_number: int) -> list[tuple[int, int]]:
         """The held acks whose failure's records no queue holds any more, handed to batch `batch_number`."""
         due: list[tuple[int, int]] = []
         for failure in self.failures:

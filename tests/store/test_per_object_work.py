@@ -19,7 +19,7 @@ from types import FrameType
 from typing import Any
 
 import pytest
-from pamqp import commands, frame
+from pamqp import body, commands, frame, header
 from starlette.requests import Request
 
 from amqpd.broker.broker import Broker
@@ -273,3 +273,25 @@ def count_calls(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> list[
 
     monkeypatch.setattr(owner, name, counted)
     return calls
+
+
+def page_work_with_unacked(deliveries: int) -> int:
+    """Lines executed by a page of the queue list while a consumer holds `deliveries` unacked."""
+    broker = Broker(Settings(data_dir=""))
+    vh = broker.vhosts["/"]
+    for i in range(SMALL):
+        declare(vh, f"q{i}")
+    session = open_connection(broker)
+    session.feed(frame.marshal(commands.Channel.Open(), 1))
+    session.feed(frame.marshal(commands.Basic.Consume(queue="q0", consumer_tag="c"), 1))
+    content = header.ContentHeader(0, 3, commands.Basic.Properties())
+    publish = [commands.Basic.Publish(exchange="", routing_key="q0"), content, body.ContentBody(b"abc")]
+    for _ in range(deliveries):
+        session.feed(b"".join(frame.marshal(part, 1) for part in publish))
+    session.take_output()
+    assert (vh.queues["q0"].unacked, vh.queues["q0"].unacked_bytes) == (deliveries, 3 * deliveries)
+    return lines_executed(lambda: queue_page(ManagementAPI(broker, Rates(), [])))
+
+
+def test_a_page_of_the_queue_list_does_not_look_at_unacked_deliveries() -> None:
+    assert page_work_with_unacked(LARGE) == page_work_with_unacked(SMALL)

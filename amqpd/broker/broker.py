@@ -115,7 +115,7 @@ class BrokerHooks(QueueHooks):
             return  # none of them is in the store for this queue (settled() would return for each)
         # settled() of each, the store's part for all of them in one call
         msgs = [msg for entry in entries if (msg := entry.msg).store_offset is not None and not msg.for_streams]
-        store.ack_many(queue.store_id, [msg.store_offset for msg in msgs])  # type: ignore[misc]
+        store.ack_many(queue.store_id, [msg.store_offset for msg in msgs])
         for msg in msgs:
             if msg.on_settled is not None:
                 msg.holders -= 1

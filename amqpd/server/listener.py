@@ -17,7 +17,8 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import IO, Any, Protocol
+from functools import partial
+from typing import IO, Any, Protocol, TypeVar
 
 import anyio
 
@@ -35,6 +36,7 @@ from amqpd.shovel.supervisor import Shovels
 from amqpd.tls import TLSConfigError, reload_context, server_context, tls_enabled
 
 log = logging.getLogger("amqpd")
+T = TypeVar("T")
 # The cyclic GC's thresholds while serving. Python's default (700 allocations) runs a young collection every
 # ~100 deliveries and a full one over every live delivery and message every ~70,000: a stream replay with
 # 20,000 deliveries in flight spent a fifth of its CPU there. The broker's per-message objects are acyclic
@@ -45,25 +47,52 @@ GC_THRESHOLDS = (50_000, 20, 10)
 class Embedding:
     """serve() inside another program's thread (amqpd.testing.EmbeddedBroker): no signal handlers and no change
     to the process's garbage collector (they belong to the host program); the listening addresses are handed
-    over through `started` instead of printed, and `stop()` may be called from any thread."""
+    over through `started` instead of printed, and `stop()` may be called from any thread.
 
-    def __init__(self) -> None:
+    `defer_management`: the management and metrics listeners start on the first `start_management()` instead of
+    before the broker is announced, so that a host that may never need them does not wait for them (importing
+    the HTTP server is most of what they cost). `call(fn)` runs `fn(broker)` on the broker's event loop, from
+    any thread, and returns what it returns: the host's way to the broker's public methods without a socket."""
+
+    def __init__(self, defer_management: bool = False) -> None:
         self.started = threading.Event()
         self.addresses: dict[str, tuple[str, int]] = {}  # "amqp", "amqps", "management", "prometheus"
+        self.defer_management = defer_management
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._stop_requested = False
+        self._broker: Broker | None = None
+        self._management: DeferredManagement | None = None
 
     def announce(self, kind: str, sockname: tuple[Any, ...]) -> None:
         self.addresses.setdefault(kind, (sockname[0], sockname[1]))  # the first address of each kind
 
-    async def wait(self) -> None:
+    async def wait(self, broker: Broker, management: DeferredManagement | None) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
+        self._broker, self._management = broker, management
         if self._stop_requested:
             self._stop.set()
         self.started.set()
         await self._stop.wait()
+
+    def call(self, fn: Callable[[Broker], T], timeout: float = 30.0) -> T:
+        """fn(broker) on the broker's loop; its exception is raised here. RuntimeError if the broker is not up."""
+        loop, broker = self._loop, self._broker
+        if loop is None or broker is None or self._stop_requested:
+            raise RuntimeError("the embedded broker is not running")
+
+        async def run() -> T:
+            return fn(broker)
+
+        return asyncio.run_coroutine_threadsafe(run(), loop).result(timeout)
+
+    def start_management(self, timeout: float = 30.0) -> None:
+        """Start the deferred management and metrics listeners, if not yet started; returns once they listen
+        (their addresses are then in `addresses`)."""
+        if self._loop is None or self._management is None:
+            return
+        asyncio.run_coroutine_threadsafe(self._management.start(), self._loop).result(timeout)
 
     def stop(self) -> None:
         self._stop_requested = True
@@ -74,7 +103,8 @@ class Embedding:
 class Management(Protocol):
     """The management side's running services (amqpd/mgmt/service.py), as the listener drives them."""
 
-    listeners: list[tuple[str, Any]]
+    @property
+    def listeners(self) -> list[tuple[str, Any]]: ...
 
     async def sample_rates(self) -> None: ...
 
@@ -91,6 +121,45 @@ class Services:
 
     start_management: Callable[[Broker, Settings, list[tuple[str, str, int]], Any], Awaitable[Management | None]]
     load_definitions: Callable[[Broker, str], bool]
+
+
+class DeferredManagement:
+    """The management side of an embedded broker started on demand (Embedding.start_management): until then
+    nothing of it is imported or listening; it then runs as if started with the broker."""
+
+    def __init__(self, start: Callable[[], Awaitable[Management | None]]) -> None:
+        self._start = start
+        self._management: Management | None = None
+        self._started: asyncio.Event | None = None
+        self._starting: asyncio.Lock | None = None
+
+    @property
+    def listeners(self) -> list[tuple[str, Any]]:
+        return self._management.listeners if self._management is not None else []
+
+    async def start(self) -> None:
+        self._starting = self._starting or asyncio.Lock()
+        async with self._starting:  # two threads asking at once start it once
+            if not self._started_event().is_set():
+                self._management = await self._start()
+                self._started_event().set()
+
+    def _started_event(self) -> asyncio.Event:
+        self._started = self._started or asyncio.Event()
+        return self._started
+
+    async def sample_rates(self) -> None:
+        await self._started_event().wait()
+        if self._management is not None:
+            await self._management.sample_rates()
+
+    def reload_tls(self) -> None:
+        if self._management is not None:
+            self._management.reload_tls()
+
+    async def stop(self) -> None:
+        if self._management is not None:
+            await self._management.stop()
 
 
 async def serve(settings: Settings, services: Services, embedding: Embedding | None = None) -> None:
@@ -152,7 +221,14 @@ async def serve(settings: Settings, services: Services, embedding: Embedding | N
         raise SystemExit(1) from None
     tls = await _start_tls_listener(settings, broker, registry, store, embedding, fd_budget, heartbeats)
     amqp = _addresses("amqp", servers) + _addresses("amqp/ssl", tls)
-    management = await services.start_management(broker, settings, amqp, embedding)
+    management: Management | None
+    deferred = None
+    if embedding is not None and embedding.defer_management:
+        deferred = management = DeferredManagement(
+            partial(services.start_management, broker, settings, amqp, embedding)
+        )
+    else:
+        management = await services.start_management(broker, settings, amqp, embedding)
     shovels.start(runtime_file.url("amqp", *servers[0].sockets[0].getsockname()[:2]), broker.access)
     async with anyio.create_task_group() as tg:
         if store is not None:
@@ -167,7 +243,7 @@ async def serve(settings: Settings, services: Services, embedding: Embedding | N
             for server in servers:
                 for sock in server.sockets:
                     embedding.announce("amqp", sock.getsockname())
-            await embedding.wait()
+            await embedding.wait(broker, deferred)
         else:
             await _serve_until_signal(settings, servers, tls, management)
         await shovels.stop()

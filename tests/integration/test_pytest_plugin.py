@@ -47,7 +47,7 @@ def _broker_threads() -> list[threading.Thread]:
 
 
 ISOLATION = """
-import pika
+import pika, pytest
 from amqpd.testing import BrokerProcess, ManagementClient
 
 def channel(url):
@@ -75,17 +75,24 @@ def test_c_sees_no_vhost_but_its_own(amqp_url, amqpd_broker):
     own = amqp_url.rsplit("/", 1)[1]
     assert vhosts == {"/", own}
     assert users == {"guest", own}
+
+def test_d_the_tests_user_may_open_no_other_vhost(amqp_url):
+    connection, ch = channel(amqp_url)  # its own, yes
+    connection.close()
+    with pytest.raises(pika.exceptions.AMQPConnectionError, match="NOT_ALLOWED"):
+        channel(amqp_url.rsplit("/", 1)[0] + "/%2F")
 """
 
 
 def test_each_test_gets_a_vhost_of_its_own_and_leaves_nothing_behind(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(ISOLATION)
-    _run(pytester).assert_outcomes(passed=3)
+    _run(pytester).assert_outcomes(passed=4)
 
 
 def test_the_session_broker_works_in_a_thread_too(pytester: pytest.Pytester) -> None:
+    # there each test's vhost is made by calling the broker, and the management API starts when test_c asks
     pytester.makepyfile(ISOLATION)
-    _run(pytester, "--amqpd-mode=thread").assert_outcomes(passed=3)
+    _run(pytester, "--amqpd-mode=thread").assert_outcomes(passed=4)
 
 
 RECORD = """
@@ -261,11 +268,11 @@ def test_the_same_tests_run_against_rabbitmq_with_a_vhost_per_test(pytester: pyt
         names = [v["name"] for v in admin.request("GET", "/vhosts")] + [
             u["name"] for u in admin.request("GET", "/users")
         ]
-        return {n for n in names if n.startswith(("test_a_leaves", "test_b_declares"))}
+        return {n for n in names if n.startswith(("test_a_leaves", "test_b_declares", "test_d_the_tests"))}
 
     before = ours()  # what an earlier, interrupted run may have left: not this run's doing
     result = _run(pytester, f"--amqpd-url={REFERENCE}", f"--amqpd-management-url={REFERENCE_MANAGEMENT}")
-    result.assert_outcomes(passed=2)
+    result.assert_outcomes(passed=3)
     assert ours() - before == set()
     assert not _broker_threads()
 

@@ -15,12 +15,10 @@ import sqlite3
 import ssl
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from functools import partial
 from typing import IO, Any, Protocol, TypeVar
-
-import anyio
 
 from amqpd import __version__, logs, runtime_file
 from amqpd.broker.broker import Broker
@@ -230,13 +228,13 @@ async def serve(settings: Settings, services: Services, embedding: Embedding | N
     else:
         management = await services.start_management(broker, settings, amqp, embedding)
     shovels.start(runtime_file.url("amqp", *servers[0].sockets[0].getsockname()[:2]), broker.access)
-    async with anyio.create_task_group() as tg:
-        if store is not None:
-            tg.start_soon(store.run)
-        tg.start_soon(Alarms(broker, settings).run)
-        tg.start_soon(sample_load, broker)
+    # asyncio's own task group and loop runner, not anyio's: importing anyio's asyncio backend was a large part
+    # of the CPU time a broker took to listen, and nothing here needs more than asyncio gives
+    async with asyncio.TaskGroup() as tg:
+        background = [tg.create_task(store.run())] if store is not None else []
+        background += [tg.create_task(Alarms(broker, settings).run()), tg.create_task(sample_load(broker))]
         if management is not None:
-            tg.start_soon(management.sample_rates)
+            background.append(tg.create_task(management.sample_rates()))
         if embedding is not None:
             if settings.data_dir:
                 runtime_file.write(settings.data_dir, _runtime_info(servers, tls, management))
@@ -263,20 +261,26 @@ async def serve(settings: Settings, services: Services, embedding: Embedding | N
             runtime_file.remove(settings.data_dir)
         if lock is not None:
             lock.close()
-        tg.cancel_scope.cancel()
+        for task in background:
+            task.cancel()
 
 
 async def _serve_until_signal(settings: Settings, servers: list[Any], tls: Any, management: Any) -> None:
     """Until SIGTERM or SIGINT; SIGHUP reloads the TLS certificates, SIGUSR1 reopens the log file."""
     signums = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)
-    with anyio.open_signal_receiver(*signums) as signals:  # before the lines that tell we are up
+    signals: asyncio.Queue[int] = asyncio.Queue()
+    loop = asyncio.get_running_loop()
+    for signum in signums:  # before the lines that tell we are up
+        loop.add_signal_handler(signum, signals.put_nowait, signum)
+    try:
         if settings.data_dir:  # before the lines: whoever has read them finds the file
             runtime_file.write(settings.data_dir, _runtime_info(servers, tls, management))
         for server in servers:
             for sock in server.sockets:
                 # amqpd.testing and scripts read these lines on stdout; a log file gets them too
                 logs.announce(f"amqpd listening on {_address(sock.getsockname())}")
-        async for signum in signals:
+        while True:
+            signum = await signals.get()
             if signum == signal.SIGUSR1:  # logrotate moved the log file away: write to a new one
                 logs.reopen()
                 log.info("log file reopened (SIGUSR1)")
@@ -289,6 +293,9 @@ async def _serve_until_signal(settings: Settings, servers: list[Any], tls: Any, 
                 continue
             log.info("received %s, shutting down", signal.Signals(signum).name)
             return
+    finally:
+        for signum in signums:
+            loop.remove_signal_handler(signum)
 
 
 def _raise_fd_limit() -> None:
@@ -408,9 +415,9 @@ def _add_static_shovels(shovels: Shovels, settings: Settings) -> bool:
 
 
 async def _wait_closed(registry: set[Any], timeout: float = 5.0) -> None:
-    with anyio.move_on_after(timeout):
-        while registry:
-            await anyio.sleep(0.02)
+    deadline = time.monotonic() + timeout
+    while registry and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
 
 
 CLEAN_MARKER = "clean-shutdown"
@@ -493,11 +500,17 @@ async def _open_store(settings: Settings) -> tuple[Any, Any]:
 
 def run(settings: Settings, services: Services) -> None:
     logs.configure(settings)
-    backend_options = {}
-    try:
-        import uvloop  # noqa: F401
+    run_loop(serve(settings, services))
 
-        backend_options["use_uvloop"] = True
+
+def run_loop(main: Coroutine[Any, Any, None]) -> None:
+    """Run serve() on a new event loop in this thread, uvloop's where it is installed."""
+    factory: Callable[[], asyncio.AbstractEventLoop] | None = None
+    try:
+        import uvloop
+
+        factory = uvloop.new_event_loop
     except ImportError:
         pass
-    anyio.run(serve, settings, services, backend="asyncio", backend_options=backend_options)
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(main)

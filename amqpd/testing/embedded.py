@@ -137,21 +137,11 @@ class EmbeddedBroker:
         return self
 
     def _run(self, settings: Any) -> None:
-        import anyio
-
-        from amqpd.server.listener import Services, serve
+        from amqpd.server.listener import Services, run_loop, serve
 
         services = Services(_start_management, _load_definitions)  # server and mgmt meet here, as in cli.py
-
-        options = {}
         try:
-            import uvloop  # noqa: F401
-
-            options["use_uvloop"] = True
-        except ImportError:
-            pass
-        try:
-            anyio.run(serve, settings, services, self._embedding, backend="asyncio", backend_options=options)
+            run_loop(serve(settings, services, self._embedding))
         except BaseException as exc:  # SystemExit included: serve() exits 1 on a port in use
             self._error = exc
         finally:

@@ -250,6 +250,14 @@ def test_broker_process_reports_an_exit_before_listening_in_one_line(tmp_path: P
     )
 
 
+def test_a_broker_subprocess_keeps_its_bytecode_where_the_environment_writes_none(tmp_path: Path) -> None:
+    # with PYTHONDONTWRITEBYTECODE every start would compile amqpd again: its bytecode goes to amqpd's own cache
+    env = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": "", "XDG_CACHE_HOME": str(tmp_path)}
+    with BrokerProcess(extra_args=["--in-memory"], env=env):
+        pass
+    assert len(list((tmp_path / "amqpd" / "pycache").rglob("amqpd/broker/broker.cpython-*.pyc"))) == 1
+
+
 def test_an_unreachable_external_broker_is_named_in_one_line(pytester: pytest.Pytester) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -88,6 +88,8 @@ class Embedding:
     def start_management(self, timeout: float = 30.0) -> None:
         """Start the deferred management and metrics listeners, if not yet started; returns once they listen
         (their addresses are then in `addresses`)."""
+        if self._stop_requested:
+            raise RuntimeError("the embedded broker is stopping")
         if self._loop is None or self._management is None:
             return
         asyncio.run_coroutine_threadsafe(self._management.start(), self._loop).result(timeout)
@@ -123,31 +125,28 @@ class Services:
 
 class DeferredManagement:
     """The management side of an embedded broker started on demand (Embedding.start_management): until then
-    nothing of it is imported or listening; it then runs as if started with the broker."""
+    nothing of it is imported or listening; it then runs as if started with the broker. Made on the broker's
+    loop, as its lock and event are."""
 
     def __init__(self, start: Callable[[], Awaitable[Management | None]]) -> None:
         self._start = start
         self._management: Management | None = None
-        self._started: asyncio.Event | None = None
-        self._starting: asyncio.Lock | None = None
+        self._started = asyncio.Event()
+        self._lock = asyncio.Lock()  # a start and a stop, or two starts, one after the other
+        self._stopped = False
 
     @property
     def listeners(self) -> list[tuple[str, Any]]:
         return self._management.listeners if self._management is not None else []
 
     async def start(self) -> None:
-        self._starting = self._starting or asyncio.Lock()
-        async with self._starting:  # two threads asking at once start it once
-            if not self._started_event().is_set():
+        async with self._lock:
+            if not self._started.is_set() and not self._stopped:
                 self._management = await self._start()
-                self._started_event().set()
-
-    def _started_event(self) -> asyncio.Event:
-        self._started = self._started or asyncio.Event()
-        return self._started
+                self._started.set()
 
     async def sample_rates(self) -> None:
-        await self._started_event().wait()
+        await self._started.wait()
         if self._management is not None:
             await self._management.sample_rates()
 
@@ -156,8 +155,10 @@ class DeferredManagement:
             self._management.reload_tls()
 
     async def stop(self) -> None:
-        if self._management is not None:
-            await self._management.stop()
+        async with self._lock:
+            self._stopped = True
+            if self._management is not None:
+                await self._management.stop()
 
 
 async def serve(settings: Settings, services: Services, embedding: Embedding | None = None) -> None:

@@ -85,14 +85,15 @@ def test_d_the_tests_user_may_open_no_other_vhost(amqp_url):
 
 
 def test_each_test_gets_a_vhost_of_its_own_and_leaves_nothing_behind(pytester: pytest.Pytester) -> None:
+    # the broker in a thread (the default): each test's vhost is made by calling the broker, and the management
+    # API starts when test_c asks for it
     pytester.makepyfile(ISOLATION)
     _run(pytester).assert_outcomes(passed=4)
 
 
-def test_the_session_broker_works_in_a_thread_too(pytester: pytest.Pytester) -> None:
-    # there each test's vhost is made by calling the broker, and the management API starts when test_c asks
+def test_the_session_broker_works_in_a_subprocess_too(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(ISOLATION)
-    _run(pytester, "--amqpd-mode=thread").assert_outcomes(passed=4)
+    _run(pytester, "--amqpd-mode=process").assert_outcomes(passed=4)
 
 
 RECORD = """
@@ -146,7 +147,7 @@ def test_a_broker_launched_during_collection_but_never_used_is_stopped(pytester:
     # the broker boots while pytest collects, as soon as a test that needs it is collected; -k then deselects it
     pytester.makepyfile("def test_with_broker(amqpd_broker): pass\ndef test_without(): pass")
     before = _amqpd_children()
-    _run(pytester, "-k", "without").assert_outcomes(passed=1, deselected=1)
+    _run(pytester, "--amqpd-mode=process", "-k", "without").assert_outcomes(passed=1, deselected=1)
     assert _amqpd_children() == before
 
 

@@ -9,7 +9,7 @@ rabbitmqctl clean-up, default 10, extrapolated to N), `--rounds R` (start-up sam
 2. Per-test vhost set-up and tear-down: `IsolatedVhost` create + remove, what `amqp_url` adds to each test.
 3. A suite of N tests that each declare a queue, publish 10 messages and consume them, run by pytest in a
    subprocess (wall time, pytest's start included) on:
-   - the amqpd plugin (`amqp_url`, broker in a thread; and in a subprocess),
+   - the amqpd plugin (`amqp_url`, broker in a thread, the default; and in a subprocess),
    - pytest-rabbitmq (PyPI), which starts its own rabbitmq-server node on its own ports: its `rabbitmq` fixture
      as shipped (clean-up through rabbitmqctl, two Erlang VM starts per test: run on --slow-tests and
      extrapolated), and with the faster clean-up its docs suggest (the test's own queue deleted over AMQP),
@@ -236,8 +236,8 @@ def suite(
 ) -> dict[str, dict[str, float]]:
     results: dict[str, dict[str, float]] = {}
     runs = [
-        ("amqpd plugin, broker in a subprocess (default)", "amqpd plugin", tests, []),
-        ("amqpd plugin, broker in a thread", "amqpd plugin", tests, ["--amqpd-mode=thread"]),
+        ("amqpd plugin, broker in a thread (default)", "amqpd plugin", tests, ["--amqpd-mode=thread"]),
+        ("amqpd plugin, broker in a subprocess", "amqpd plugin", tests, ["--amqpd-mode=process"]),
         (
             "amqpd plugin --amqpd-url RabbitMQ (vhost per test)",
             "amqpd plugin",

@@ -273,8 +273,8 @@ async def _serve_until_signal(settings: Settings, servers: list[Any], tls: Any, 
     signums = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)
     signals: asyncio.Queue[int] = asyncio.Queue()
     loop = asyncio.get_running_loop()
-    for signum in signums:  # before the lines that tell we are up
-        loop.add_signal_handler(signum, signals.put_nowait, signum)
+    for handled in signums:  # before the lines that tell we are up
+        loop.add_signal_handler(handled, signals.put_nowait, handled)
     try:
         if settings.data_dir:  # before the lines: whoever has read them finds the file
             runtime_file.write(settings.data_dir, _runtime_info(servers, tls, management))
@@ -297,8 +297,8 @@ async def _serve_until_signal(settings: Settings, servers: list[Any], tls: Any, 
             log.info("received %s, shutting down", signal.Signals(signum).name)
             return
     finally:
-        for signum in signums:
-            loop.remove_signal_handler(signum)
+        for handled in signums:
+            loop.remove_signal_handler(handled)
 
 
 def _raise_fd_limit() -> None:

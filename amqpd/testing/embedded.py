@@ -67,6 +67,8 @@ class EmbeddedBroker:
     def _http_port(self, kind: str) -> int:
         if kind not in self.addresses:
             self.start_management()
+        if kind not in self.addresses:
+            raise RuntimeError(f"this embedded broker has no {kind} listener (turned off, or its port was taken)")
         return self.addresses[kind][1]
 
     def start_management(self) -> None:

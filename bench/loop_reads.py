@@ -1,12 +1,15 @@
 """A publisher's confirm latency while another consumer replays a large stream from a cold page cache:
-`python -m bench.loop_reads [--mb 1024] [--rate 1000] [--seconds 10]`.
+`python -m bench.loop_reads [--mb 1024] [--rate 1000] [--seconds 10] [--rounds 3]`.
 
 Issue 26's figure for "the event loop never reads the disk". It starts its own amqpd (data dir in the system's
 temp dir, on disk), fills a stream with --mb MiB of 16 KiB messages, then measures one connection publishing
 persistent messages with confirms at --rate msg/s to a durable queue: first alone (--seconds), then while a
 second connection replays the whole stream from its first offset after the page cache was dropped (`sync;
 echo 3 > /proc/sys/vm/drop_caches`: needs root; without it the replay reads from the page cache, and the
-report says so). Prints the confirm p50/p99 of both phases and the replay's rate as one JSON line.
+report says so). Each of --rounds rounds measures both phases (the machine's load drifts: idle and replay
+figures from the same moments compare); prints each round's confirm p50/p99 of both phases and the replay's
+rate, their medians and the load average as one JSON line. Each phase's start goes to stderr with the
+broker's pid (to attach a profiler: `py-spy record -p PID`).
 
 To compare two trees, run it from each (the broker started is the `amqpd` this process imports):
 `cd /work/main && python /path/to/bench/loop_reads.py`.
@@ -122,23 +125,36 @@ async def replay(url: str, count: int) -> float:
     return took
 
 
-async def measure(url: str, megabytes: int, rate: float, seconds: float) -> dict[str, Any]:
+async def measure(url: str, megabytes: int, rate: float, seconds: float, rounds: int, pid: int) -> dict[str, Any]:
+    phase("filling", pid)
     count = await fill(url, megabytes)
+    results = [await measure_round(url, count, megabytes, rate, seconds, pid) for _ in range(rounds)]
+    summary: dict[str, Any] = {"stream_mib": megabytes, "messages": count, "rate": rate, "rounds": results}
+    for key in results[0]:
+        if key.endswith(("_ms", "_s", "_seconds")):
+            summary["median_" + key] = round(statistics.median(r[key] for r in results), 2)
+    summary["cold_page_cache"] = all(r["cold_page_cache"] for r in results)
+    summary["load_average"] = [round(v, 2) for v in os.getloadavg()]
+    return summary
+
+
+async def measure_round(url: str, count: int, megabytes: int, rate: float, seconds: float, pid: int) -> dict[str, Any]:
+    """One idle phase then one replay phase, the page cache dropped before each."""
     cold = drop_page_cache()
+    phase("idle", pid)
     idle = await publish_at_rate(url, rate, asyncio.Event(), seconds)
     cold = drop_page_cache() and cold
+    phase("replay", pid)
     done = asyncio.Event()
     with ProcessPoolExecutor(1) as pool:
         replaying = asyncio.get_running_loop().run_in_executor(pool, replay_in_child, url, count)
         replaying.add_done_callback(lambda _: done.set())
         busy = await publish_at_rate(url, rate, done, 600.0)
         took = await replaying
+    phase("done", pid)
     ms = 1000.0
     return {
-        "stream_mib": megabytes,
-        "messages": count,
         "cold_page_cache": cold,
-        "rate": rate,
         "idle_confirm_p50_ms": round(statistics.median(idle) * ms, 2),
         "idle_confirm_p99_ms": round(percentile(idle, 0.99) * ms, 2),
         "replay_confirm_p50_ms": round(statistics.median(busy) * ms, 2),
@@ -149,16 +165,22 @@ async def measure(url: str, megabytes: int, rate: float, seconds: float) -> dict
     }
 
 
+def phase(name: str, pid: int) -> None:
+    print(f"loop_reads: {name} (broker pid {pid}) at {time.strftime('%H:%M:%S')}", file=sys.stderr, flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mb", type=int, default=1024, help="MiB in the stream (default 1024)")
     p.add_argument("--rate", type=float, default=1000.0, help="confirmed publishes a second (default 1000)")
     p.add_argument("--seconds", type=float, default=10.0, help="length of the idle phase (default 10)")
+    p.add_argument("--rounds", type=int, default=3, help="idle + replay rounds (default 3)")
     a = p.parse_args(argv)
     from amqpd.testing import BrokerProcess
 
     with BrokerProcess() as broker:
-        result = asyncio.run(measure(broker.url, a.mb, a.rate, a.seconds))
+        assert broker.proc is not None
+        result = asyncio.run(measure(broker.url, a.mb, a.rate, a.seconds, a.rounds, broker.proc.pid))
     result["amqpd"] = os.path.dirname(os.path.dirname(sys.modules["amqpd"].__file__ or ""))
     print(json.dumps(result))
     return 0

@@ -162,9 +162,9 @@ def chunk_header(first: int, count: int, body_size: int, layout: int = 2) -> byt
 
 
 def feed_chunks(stream: Feed, cursor: Cursor) -> None:
-    """Deliver chunks from the cursor while its consumer has room, at most FEED_CHUNKS per call (the rest
-    on the loop's next turn). A chunk is one StreamEntry, whose ack moves the cursor as a single delivery's
-    does."""
+    """Deliver chunks from the cursor while its consumer has room, at most FEED_CHUNKS and about the stream's
+    FEED_BYTES per call (the rest on the loop's next turn). A chunk is one StreamEntry, whose ack moves the
+    cursor as a single delivery's does."""
     consumer = cursor.consumer
     layout = cursor.layout
     for start, end in stream.steps(cursor, FEED_CHUNKS, cursor.chunk):
@@ -179,6 +179,7 @@ def feed_chunks(stream: Feed, cursor: Cursor) -> None:
         cursor.outstanding.add(start, start + 1)
         delivery = ChunkDelivery(stream.name, start, count, parts, layout)
         consumer.channel.deliver_parts(consumer, consumer.queue, StreamEntry(delivery, start, cursor), parts, count)
+        cursor.sent += delivery.size
 
 
 def _read_chunk(stream: Feed, start: int, end: int) -> list[bytes | None]:

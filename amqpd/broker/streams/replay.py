@@ -16,11 +16,13 @@ u32 queue ids, exchange, routing key, properties (the content header payload, ve
 from __future__ import annotations
 
 import struct
-from itertools import count
+from bisect import bisect_left
+from itertools import accumulate, count
 from typing import TYPE_CHECKING, cast
 
 from amqpd import errors
 from amqpd.broker.streams.cursor import StreamRun
+from amqpd.broker.streams.log import payload_bytes
 from amqpd.broker.streams.offsets import Offsets
 from amqpd.protocol.constants import FLAG_CONTENT_ENCODING, FLAG_CONTENT_TYPE, FLAG_HEADERS
 from amqpd.protocol.fastpath import shortstr
@@ -48,11 +50,12 @@ _UNIFORM_KEPT = 64  # layouts whose Structs are kept
 _uniform_structs: dict[tuple[int, ...], tuple[struct.Struct, struct.Struct, struct.Struct]] = {}
 
 
-def replay(stream: Feed, cursor: Cursor, start: int, limit: int) -> int:
-    """Deliver up to `limit` records from `start` (or the first kept) to the cursor's consumer: one encoding
-    pass, one write, one unacked run. A record damaged on disk is skipped, its offset unused. Returns the offset
-    to go on from."""
+def replay(stream: Feed, cursor: Cursor, start: int, limit: int, budget: int) -> tuple[int, int]:
+    """Deliver up to `limit` records from `start` (or the first kept) to the cursor's consumer, and no more
+    than the one that takes them past `budget` bytes: one encoding pass, one write, one unacked run. A record
+    damaged on disk is skipped, its offset unused. Returns the offset to go on from and the bytes sent."""
     start, payloads = stream.log.read_raw(start, limit)
+    payloads = within(payloads, budget)
     next_offset = start + len(payloads)
     consumer = cursor.consumer
     channel = consumer.channel
@@ -61,11 +64,22 @@ def replay(stream: Feed, cursor: Cursor, start: int, limit: int) -> int:
         channel.id, consumer.ctag, first_tag, start, payloads, cursor.with_time, channel.conn.frame_max
     )
     if not offsets:
-        return next_offset
+        return next_offset, 0
     cursor.outstanding.add_offsets(offsets)
     run = StreamRun(first_tag, offsets, consumer.queue, consumer, cursor, channel.broker.clock)
     channel.deliver_encoded_run(consumer.queue, run, data)
-    return next_offset
+    return next_offset, len(data)
+
+
+def within(payloads: list[bytes | None], budget: int) -> list[bytes | None]:
+    """The first payloads, up to the one whose bytes take them to `budget` (at least one)."""
+    if payload_bytes(payloads) <= budget:
+        return payloads
+    try:
+        totals = list(accumulate(map(len, payloads)))  # type: ignore[arg-type]
+    except TypeError:  # len(None): a damaged record, which sends nothing
+        totals = list(accumulate(len(p) if p is not None else 0 for p in payloads))
+    return payloads[: bisect_left(totals, budget) + 1]
 
 
 def encode_replay(

@@ -232,8 +232,14 @@ class OffsetMap:
 # jump, the first frames' own checks), which larger reads spread thinner (bench.micro_stream measures it).
 RAW_CHUNK = 1024
 RAW_CHUNK_BYTES = 1 << 20
-RAW_CACHE_BYTES = 16 << 20
-FRAMES_KEPT = 64  # read_frames answers kept (bounded in bytes by RAW_CACHE_BYTES too)
+# The bound counts what a cached record costs beyond its payload (its bytes object, its dict slot and key),
+# which for small records is as much again (counted as payload only, the cache held far more than its bound
+# and showed in a replay's RSS per stored message, bench ST). A few windows are enough for consumers
+# replaying near each other; one far behind the others reads its own.
+RAW_CACHE_BYTES = 4 << 20
+RECORD_OVERHEAD = 100  # bytes a cached record costs beyond its payload
+FRAMES_CACHE_BYTES = 16 << 20  # read_frames answers kept: whole chunks, which their readers ask for again
+FRAMES_KEPT = 64  # read_frames answers kept (bounded in bytes by FRAMES_CACHE_BYTES too)
 Frames = tuple[list[tuple[int, int]], bytes, int]
 
 
@@ -417,7 +423,7 @@ class StoreLog:
         frames = self._frames
         found = frames[key] = future.result()
         self._frames_bytes += len(found[1])
-        while len(frames) > 1 and (self._frames_bytes > RAW_CACHE_BYTES or len(frames) > FRAMES_KEPT):
+        while len(frames) > 1 and (self._frames_bytes > FRAMES_CACHE_BYTES or len(frames) > FRAMES_KEPT):
             self._frames_bytes -= len(frames.pop(next(iter(frames)))[1])
         if self.on_read is not None:
             self.on_read()
@@ -469,8 +475,9 @@ class StoreLog:
             fetched[dense] = payload
         size = payload_bytes(payloads)
         self._record_bytes = size // max(len(payloads), 1)
-        self._windows.append((first, start + len(payloads), size))
-        self._fetched_bytes += size
+        held = size + RECORD_OVERHEAD * len(payloads)
+        self._windows.append((first, start + len(payloads), held))
+        self._fetched_bytes += held
         while len(self._windows) > 2 and self._fetched_bytes > RAW_CACHE_BYTES:
             old_start, old_stop, old_size = self._windows.popleft()
             self._fetched_bytes -= old_size

@@ -46,6 +46,9 @@ _BOTH_FIELDS = struct.Struct(f">{len(_OFFSET_NAME)}sq{len(_TIMESTAMP_NAME)}sq")
 # A run of at least this many records of one layout is encoded by _encode_uniform (below it the general loop
 # is as cheap as checking the layout).
 UNIFORM_MIN = 16
+# A body at least this big goes into the join as a view of its record rather than a copy (the join copies it
+# anyway; below this a slice costs less than the view).
+VIEW_FROM = 1024
 _UNIFORM_KEPT = 64  # layouts whose Structs are kept
 _uniform_structs: dict[tuple[int, ...], tuple[struct.Struct, struct.Struct, struct.Struct]] = {}
 
@@ -153,7 +156,7 @@ def encode_replay(
                     field,
                     p[stop:hend],
                     body_head(0xCE, 3, channel, size),
-                    p[hend:],
+                    p[hend:] if size < VIEW_FROM else memoryview(p)[hend:],
                     b"\xce",
                 )
                 tag += 1
@@ -181,7 +184,8 @@ def encode_replay(
         if not size:
             parts.append(b"\xce")
         elif size <= chunk:
-            parts += (body_head(0xCE, 3, channel, size), p[hend:], b"\xce")
+            body = p[hend:] if size < VIEW_FROM else memoryview(p)[hend:]
+            parts += (body_head(0xCE, 3, channel, size), body, b"\xce")
         else:
             _split_body(parts, channel, memoryview(p)[hend:], chunk)
         tag += 1

@@ -53,7 +53,7 @@ from amqpd.broker.arguments import amqp_type_name
 from amqpd.broker.message import LogDelivery
 from amqpd.broker.stored_message import route_of
 from amqpd.broker.streams.cursor import StreamEntry
-from amqpd.broker.streams.log import payload_bytes
+from amqpd.broker.streams.log import StreamLog, payload_bytes
 from amqpd.protocol.constants import FLAG_CONTENT_TYPE, FLAG_HEADERS
 from amqpd.protocol.fastpath import shortstr
 from store import FRAME_HEADER_SIZE
@@ -169,7 +169,7 @@ def feed_chunks(stream: Feed, cursor: Cursor) -> None:
     layout = cursor.layout
     for start, end in stream.steps(cursor, FEED_CHUNKS, cursor.chunk):
         if layout >= 3:
-            count, parts = _read_runs(stream, start, end)
+            count, parts = _read_runs(stream, cursor, start, end)
         else:
             payloads = _read_chunk(stream, start, end)
             count, parts = len(payloads), [encode_chunk(payloads)]
@@ -199,38 +199,61 @@ def _read_chunk(stream: Feed, start: int, end: int) -> list[bytes | None]:
     return payloads
 
 
-def _read_runs(stream: Feed, start: int, end: int) -> tuple[int, list[bytes]]:
+class ChunkFill:
+    """A layout 3 chunk part filled when the store's read worker had to be asked for more (ReadPending): kept
+    on the cursor, so that the next dispatch goes on from `at` rather than reading the chunk again from its
+    start (a chunk takes many read steps, each of which may wait for the worker once)."""
+
+    __slots__ = ("start", "at", "runs", "parts", "size", "step")
+
+    def __init__(self, start: int) -> None:  # noqa: D107
+        self.start = start
+        self.at = start
+        self.runs: list[tuple[int, int, int]] = []
+        self.parts: list[bytes] = []
+        self.size = 0
+        self.step = FIRST_STEP
+
+
+def _read_runs(stream: Feed, cursor: Cursor, start: int, end: int) -> tuple[int, list[bytes]]:
     """Layout 3's (records, body parts) for [start, end) or fewer, as _read_chunk stops: stretches of frames
     a read checked before go as the store's bytes (one pread, nothing per record, never copied again: the
     parts are not joined); the others as read_raw gives them (which checks them, so the next read of them
     is a stretch of frames), joined a read step at a time (a few pieces a chunk to write, not a record's
-    each). The first part is the runs table."""
-    log = stream.log
-    runs: list[tuple[int, int, int]] = []
-    parts: list[bytes] = []
-    size = 0
-    at = start
-    step = FIRST_STEP
-    while at < end and size < CHUNK_BYTES:
-        frames, data, unchecked = log.read_frames(at, end - at, CHUNK_BYTES - size)
+    each). The first part is the runs table. When a read step has to wait for the store's read worker, what
+    is filled so far stays on the cursor (ChunkFill) and the next call goes on from there."""
+    fill = cursor.filling
+    if not isinstance(fill, ChunkFill) or fill.start != start:
+        fill = ChunkFill(start)
+    cursor.filling = fill
+    _fill_runs(stream.log, fill, end)
+    cursor.filling = None
+    return fill.at - start, [runs_table(fill.runs), *fill.parts]
+
+
+def _fill_runs(log: StreamLog, fill: ChunkFill, end: int) -> None:
+    """_read_runs' read steps from fill.at on, each recorded in `fill` as soon as it is read (a later step
+    may raise ReadPending)."""
+    while fill.at < end and fill.size < CHUNK_BYTES:
+        at = fill.at
+        frames, data, unchecked = log.read_frames(at, end - at, CHUNK_BYTES - fill.size)
         if frames:
-            runs += [(count, FRAME_HEADER_SIZE, length) for count, length in frames]
-            parts.append(data)
-            size += len(data)
-            at += sum(count for count, _ in frames)
-            step = FIRST_STEP  # past these, on a first read, the read cache checked its stretch: read few bare
+            fill.runs += [(count, FRAME_HEADER_SIZE, length) for count, length in frames]
+            fill.parts.append(data)
+            fill.size += len(data)
+            fill.at += sum(count for count, _ in frames)
+            fill.step = FIRST_STEP  # past these, on a first read, the read cache checked its stretch: read few bare
             continue
         # a few among checked ones (a record of another size): those alone, not a cached stretch around them
-        read = log.read_raw(at, min(step, end - at, unchecked), cached=unchecked >= READ_STEP)[1]
+        read = log.read_raw(at, min(fill.step, end - at, unchecked), cached=unchecked >= READ_STEP)[1]
         if not read:
-            break
+            return
         lengths = [len(p) if p is not None else 0 for p in read]
-        runs += [(len(list(same)), 0, length) for length, same in groupby(lengths)]
-        parts.append(b"".join([p for p in read if p is not None]))
-        size += sum(lengths)
-        at += len(read)
-        step = _next_step(size, at - start)
-    return at - start, [runs_table(runs), *parts]
+        fill.runs += [(len(list(same)), 0, length) for length, same in groupby(lengths)]
+        fill.parts.append(b"".join([p for p in read if p is not None]))
+        fill.size += sum(lengths)
+        fill.at += len(read)
+        fill.step = _next_step(fill.size, fill.at - fill.start)
 
 
 def _next_step(size: int, records: int) -> int:

@@ -62,6 +62,7 @@ class Cursor:
         "chunk",
         "layout",
         "moved",
+        "filling",
     )
 
     def __init__(
@@ -85,6 +86,7 @@ class Cursor:
         self.chunk = chunk  # records per chunk delivery (checked), 0: none
         self.layout = layout  # the chunks' layout (streams/chunks.py)
         self.moved = moved  # the stream saves a tracking consumer's place
+        self.filling: object = None  # a chunk being filled while the store reads (streams/chunks.py ChunkFill)
 
     def wants(self, record: MessageRecord) -> bool:
         if self.filter is None:

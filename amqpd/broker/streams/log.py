@@ -296,6 +296,7 @@ class StoreLog:
         self._frames_bytes = 0
         # read_checked's answers, by its read_frames key and -1, each until the chunk that asked takes it
         self._checked: dict[tuple[int, int, int, int], tuple[list[int], bytes]] = {}
+        self._checked_bytes = 0
         self._record_bytes = RAW_CHUNK_BYTES  # a raw record's size lately; unknown: read only what is asked
         self._closed = False
         self.on_read: Callable[[], None] | None = None  # a window came in: readers waiting on it go on
@@ -427,6 +428,7 @@ class StoreLog:
         key = (first_store, count, budget, -1)  # -1: not a read_frames key in _pending
         found = self._checked.pop(key, None)
         if found is not None:
+            self._checked_bytes -= len(found[1])
             return found
         pending = self._pending.get(key)
         if pending is None:
@@ -444,9 +446,11 @@ class StoreLog:
             log.warning("stream read of records from store offset %d failed: %s", key[0], error)
             return
         checked = self._checked
-        checked[key] = future.result()
-        while len(checked) > FRAMES_KEPT:  # answers nobody came back for (the consumer went away)
-            del checked[next(iter(checked))]
+        found = checked[key] = future.result()
+        self._checked_bytes += len(found[1])
+        # answers nobody came back for (the consumer went away) go, oldest first
+        while len(checked) > 1 and (self._checked_bytes > RAW_CACHE_BYTES or len(checked) > FRAMES_KEPT):
+            self._checked_bytes -= len(checked.pop(next(iter(checked)))[1])
         if self.on_read is not None:
             self.on_read()
 

@@ -63,6 +63,7 @@ class Cursor:
         "layout",
         "moved",
         "sent",
+        "filling",
     )
 
     def __init__(
@@ -87,6 +88,7 @@ class Cursor:
         self.layout = layout  # the chunks' layout (streams/chunks.py)
         self.moved = moved  # the stream saves a tracking consumer's place
         self.sent = 0  # bytes delivered to it in this dispatch (StreamQueue.steps yields past FEED_BYTES)
+        self.filling: object = None  # a chunk being filled while the store reads (streams/chunks.py ChunkFill)
 
     def wants(self, record: MessageRecord) -> bool:
         if self.filter is None:

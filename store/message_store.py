@@ -430,6 +430,9 @@ class MessageStore(CatalogueCalls):
     def checked_frames(self, offset: int, count: int, budget: int) -> tuple[list[tuple[int, int]], bytes, int]:
         return self._reader.checked_frames(offset, count, budget)
 
+    def checked_records(self, offset: int, count: int, budget: int) -> tuple[list[int], bytes]:
+        return self._reader.checked_records(offset, count, budget)
+
     def read_ahead(self, offsets: list[int]) -> Callable[[], ReadAhead]:
         return self._reader.read_ahead(offsets)
 

@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 from broker_streams import declare_stream, publish, reader
 from pyspark.sql import SparkSession
-from standalone import StandaloneCluster
 
 from amqpd.spark.positions import AmqpPositions
 from amqpd.spark.wire import Endpoint
 from amqpd.testing import BrokerProcess
+from amqpd.testing.spark_cluster import StandaloneCluster
 
 pytestmark = pytest.mark.timeout(1200)
 
@@ -36,7 +36,7 @@ DEDUP = {"x-message-deduplication": True, "x-cache-size": 100_000}
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
-    c = StandaloneCluster(ROOT, tmp_path_factory.mktemp("spark-cluster"))
+    c = StandaloneCluster(tmp_path_factory.mktemp("spark-cluster"), root=ROOT)
     try:
         yield c.start()
     finally:

@@ -11,8 +11,13 @@ from store.segment_log import SegmentLog
 
 
 def checkpoint_data(
-    segments: SegmentLog, queues: dict[int, QueueState], ack_number: int, now_ms: int
+    segments: SegmentLog,
+    queues: dict[int, QueueState],
+    ack_number: int,
+    now_ms: int,
+    held: dict[int, list[int]] | None = None,
 ) -> CheckpointData:
+    """`held`: offsets whose acks are held back after a failed batch (held_acks.py), listed as still held."""
     checkpoint = Checkpoint(
         next_offset=segments.next_offset,
         segment_base=segments.active if segments.active is not None else segments.next_offset,
@@ -23,13 +28,22 @@ def checkpoint_data(
     )
     # Only copies on the loop (C-speed); the run encoding happens in a worker thread (encode_queue_rows).
     queue_rows = [(qid, _copy_live(state.live), list(state.delivered)) for qid, state in queues.items()]
-    if segments.volatile:  # not on disk: recovery would count them lost
+    if segments.volatile or held:  # volatile: not on disk, recovery would count them lost
         volatile = segments.volatile
+        held = held or {}
         queue_rows = [
-            (qid, [o for o in state.live if o not in volatile], [o for o in state.delivered if o not in volatile])
+            (
+                qid,
+                [o for o in _with(state.live, held.get(qid)) if o not in volatile],
+                [o for o in state.delivered if o not in volatile],
+            )
             for qid, state in queues.items()
         ]
     return CheckpointData(checkpoint, queue_rows, segments.rows())
+
+
+def _with(live: Any, held: list[int] | None) -> Any:
+    return sorted({*live, *held}) if held else live
 
 
 def encode_queue_rows(rows: list[tuple[int, Any, Any]]) -> list[tuple[int, Any, Any]]:

@@ -23,6 +23,7 @@ from store.catalog import Catalog, CatalogOp, CheckpointData, queue_value_ops
 from store.checkpoints import checkpoint_data, encode_queue_rows
 from store.commit import Batch, FileIO, WriteFailed, Writer
 from store.disk_faults import DiskFaults
+from store.held_acks import HeldAcks
 from store.queue_state import QueueState
 from store.retention_keeper import RetentionKeeper
 from store.segment import Layout
@@ -56,6 +57,7 @@ class GroupCommit:
         self._checkpoint_bytes = checkpoint_bytes
         self.keeper: RetentionKeeper | None = None  # set by the store when it has a retention policy
         self.queues: dict[int, QueueState] = {}  # the store's, for checkpoints and failed batches
+        self.held = HeldAcks()  # acks of failed batches, written once their failure's records are gone
         self.pending = Batch(number=1, first_offset=0)
         self.ack_number = 0
         self.since_checkpoint = 0
@@ -194,6 +196,8 @@ class GroupCommit:
             unwritten = self._segments.unwritten
             for offset in range(batch.first_offset, batch.end_offset):
                 del unwritten[offset]
+            if self.held.failures:
+                self.held.written(batch.number)
             self._batch_done(batch)
             fire(batch.callbacks)
             if self.listeners and batch.end_offset > batch.first_offset:
@@ -223,6 +227,8 @@ class GroupCommit:
 
     def _seal(self, force_checkpoint: bool) -> Batch:
         self.apply_retention()
+        if self.held.failures:
+            self._release_held()
         batch = self.pending
         segments = self._segments
         batch.end_offset = segments.next_offset
@@ -240,6 +246,13 @@ class GroupCommit:
             self.since_checkpoint = 0
         return batch
 
+    def _release_held(self) -> None:
+        """Acks held back since a failed batch whose records no queue holds any more go in this batch."""
+        batch = self.pending
+        for queue_id, offset in self.held.due(self._segments.volatile, batch.number):
+            batch.acks += ack_log.ENTRY.pack(ack_log.ACKED, queue_id, offset)
+            self._segments.release(offset, batch)
+
     def _batch_done(self, batch: Batch) -> None:
         self._durable_number = batch.number
         self._unwritten_bytes -= batch.size
@@ -256,22 +269,28 @@ class GroupCommit:
     def _batch_failed(self, batch: Batch, exc: Exception, attempted: bool = True) -> None:
         """The batch is not on disk and never will be: its records, and those of the pending batch (laid out
         after them, in a segment that now ends before them), fail. Their queues keep them, from memory.
-        `attempted=False`: nothing of the batch was tried, so its catalogue changes are applied later. Its
-        acks go with its records as after a failed write (a batch that moves a message must not leave the
-        old holder's ack without the new record)."""
+        `attempted=False`: nothing of the batch was tried, so its catalogue changes are applied later. The
+        acks of both batches are held back until no queue holds those records (held_acks.py: a batch that
+        moves a message must not leave the old holder's ack without the new record)."""
         pending = self.pending
-        self.pending = fresh = Batch(number=pending.number, first_offset=self._segments.next_offset)
+        segments = self._segments
+        self.pending = fresh = Batch(number=pending.number, first_offset=segments.next_offset)
         fresh.catalog_ops = pending.catalog_ops
         fresh.queue_values = pending.queue_values
         if isinstance(exc, sqlite3.Error) or not attempted:
             fresh.catalog_ops = batch.catalog_ops + fresh.catalog_ops  # SQLite rolled back: apply them later
-        fresh.acks = pending.acks if attempted else batch.acks + pending.acks
         fresh.delete_segments = (
             pending.delete_segments if attempted else batch.delete_segments + pending.delete_segments
         )
         self._unwritten_bytes -= pending.size
-        failed = self._segments.forget_records([*batch.chunks, *pending.chunks], self.queues)
-        for base in self._segments.drop_failed(batch, pending):
+        failed = segments.forget_records([*batch.chunks, *pending.chunks], self.queues)
+        volatile = [o for o in range(batch.first_offset, segments.next_offset) if o in segments.volatile]
+        entries = bytes(batch.acks + pending.acks)
+        held, marks = self.held.hold(entries, batch.first_offset, segments.next_offset, volatile)
+        for _, offset in held:
+            segments.hold(offset)  # its segment stays while the ack waits
+        fresh.acks = bytearray(marks)
+        for base in segments.drop_failed(batch, pending):
             if self.keeper is not None:
                 self.keeper.forget(base)
         # The ack-log file may end in a torn frame: continue in a fresh one (a file only this batch wrote
@@ -304,7 +323,8 @@ class GroupCommit:
             self._io.unlink(self._layout.ack_file(number))
 
     def checkpoint_data(self) -> CheckpointData:
-        return checkpoint_data(self._segments, self.queues, self.ack_number, self._now_ms())
+        held = self.held.by_queue() if self.held.failures else None
+        return checkpoint_data(self._segments, self.queues, self.ack_number, self._now_ms(), held)
 
     async def write_checkpoint(self, data: CheckpointData) -> None:
         data.queue_rows = await anyio.to_thread.run_sync(encode_queue_rows, data.queue_rows)

@@ -170,6 +170,10 @@ class SegmentLog:
             self.roll(self.next_offset, batch)
             self.wake()
 
+    def hold(self, offset: int) -> None:
+        """Reference the segment of `offset` again (its ack is held back after a failed batch)."""
+        self.refs[self.bases[bisect_right(self.bases, offset) - 1]] += 1
+
     # ---- looking things up ---------------------------------------------------------------------------
 
     def durable_end(self) -> int:

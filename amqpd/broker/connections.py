@@ -3,7 +3,8 @@
 Every connection.open checks the vhost's and the user's connection limits, and every channel.open the user's
 channel limit: with the connections kept per user and per vhost each check looks at that user's or vhost's
 connections only, not at all of them (with 10,000 connections, counting them all on each open made opening
-them quadratic). A connection is filed under the user and vhost it had when added; neither changes after."""
+them quadratic), and the channels open per user are a kept count, not a sum over the user's connections. A
+connection is filed under the user and vhost it had when added; neither changes after."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ class Connections:
         self._all: dict[Any, tuple[str, str]] = {}  # session -> (user, vhost name), in order of opening
         self._by_user: dict[str, dict[Any, None]] = {}
         self._by_vhost: dict[str, dict[Any, None]] = {}
+        self._channels: dict[Any, int] = {}  # session -> its open channels, as told (channel_opened/closed)
+        self._user_channels: dict[str, int] = {}  # user -> the sum of its sessions' open channels
 
     def add(self, session: Any) -> None:
         """An opened session: its `user` and `vhost` (a VirtualHost) are set."""
@@ -33,6 +36,32 @@ class Connections:
         user, vhost = filed
         _drop(self._by_user, user, session)
         _drop(self._by_vhost, vhost, session)
+        self._count_channels(user, -self._channels.pop(session, 0))
+
+    def channel_opened(self, session: Any) -> None:
+        """One more channel open on an added session (a session not added counts none)."""
+        filed = self._all.get(session)
+        if filed is not None:
+            self._channels[session] = self._channels.get(session, 0) + 1
+            self._count_channels(filed[0], 1)
+
+    def channel_closed(self, session: Any) -> None:
+        """One of its channels closed; those a session still has when discarded go with it."""
+        filed = self._all.get(session)
+        if filed is not None and self._channels.get(session, 0) > 0:
+            self._channels[session] -= 1
+            self._count_channels(filed[0], -1)
+
+    def _count_channels(self, user: str, change: int) -> None:
+        total = self._user_channels.get(user, 0) + change
+        if total > 0:
+            self._user_channels[user] = total
+        else:
+            self._user_channels.pop(user, None)
+
+    def channel_count_of_user(self, user: str) -> int:
+        """The channels open on all the user's connections."""
+        return self._user_channels.get(user, 0)
 
     def of_user(self, user: str) -> list[Any]:
         return list(self._by_user.get(user, ()))

@@ -34,10 +34,17 @@ QUEUE_GAUGES = (
     ("rabbitmq_queue_messages_ready_bytes", "Size in bytes of ready messages", lambda q: q.ready_bytes),
 )
 QUEUE_COUNTERS = (("rabbitmq_queue_messages_published_total", "Messages published to queues", lambda q: q.published),)
-# Read from the channels' unacked tables once per scrape (objects.unacked_bytes), hence apart from QUEUE_GAUGES.
-QUEUE_HELD_BYTES = (
-    ("rabbitmq_queue_messages_bytes", "Size in bytes of ready and unacknowledged messages", True),
-    ("rabbitmq_queue_messages_unacked_bytes", "Size in bytes of all unacknowledged messages", False),
+QUEUE_BYTES = (
+    (
+        "rabbitmq_queue_messages_bytes",
+        "Size in bytes of ready and unacknowledged messages",
+        lambda q: q.ready_bytes + q.unacked_bytes,
+    ),
+    (
+        "rabbitmq_queue_messages_unacked_bytes",
+        "Size in bytes of all unacknowledged messages",
+        lambda q: q.unacked_bytes,
+    ),
 )
 CONNECTION_COUNTERS = (
     ("rabbitmq_connection_incoming_bytes_total", "Total number of bytes received on a connection", "recv_oct"),
@@ -133,12 +140,7 @@ class BrokerCollector:
             yield self._per_queue(GaugeMetricFamily, name, doc, value, queues)
         for name, doc, value in QUEUE_COUNTERS:
             yield self._per_queue(CounterMetricFamily, name, doc, value, queues)
-        held = objects.unacked_bytes(self.broker)
-        for name, doc, with_ready in QUEUE_HELD_BYTES:
-
-            def value(q: Any, with_ready: bool = with_ready) -> int:
-                return held.get(q, 0) + (q.ready_bytes if with_ready else 0)
-
+        for name, doc, value in QUEUE_BYTES:
             yield self._per_queue(GaugeMetricFamily, name, doc, value, queues)
 
     def _connections(self) -> Iterator[Metric]:

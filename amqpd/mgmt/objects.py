@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from amqpd import __version__
 from amqpd.broker.access.definitions import VHOST_FIELD
-from amqpd.broker.delivery.unacked import QueueRun, taken_count
+from amqpd.broker.delivery.unacked import taken_count
 from amqpd.broker.queues.queue import Queue
 from amqpd.broker.routing.exchanges import EXCHANGE_TYPES, DelayedExchange, Exchange
 from amqpd.broker.streams.stream import StreamQueue
@@ -80,19 +80,7 @@ def queue_type(q: Queue) -> str:
     return kind if kind in ("quorum", "stream") else "classic"
 
 
-def unacked_bytes(broker: Broker) -> dict[Queue, int]:
-    """Body bytes of each queue's deliveries not yet acked, read from the channels' unacked tables when asked
-    (the deliver and ack paths keep no byte count of their own). A stream's deliveries stay in its log."""
-    held: dict[Queue, int] = {}
-    for ch in channels(broker):
-        for run in ch.unacked.ranges():
-            if isinstance(run, QueueRun):
-                held[run.queue] = held.get(run.queue, 0) + sum(e.msg.size for e in run.items)
-    return held
-
-
-def queue_info(q: Queue, rates: Rates, details: bool = False, held_bytes: int = 0) -> dict[str, Any]:
-    """held_bytes: the bytes of its unacked deliveries (unacked_bytes)."""
+def queue_info(q: Queue, rates: Rates, details: bool = False) -> dict[str, Any]:
     sample = rates.of(q)
     policy = q.policy
     ready, unacked = len(q.ready), q.unacked
@@ -113,9 +101,9 @@ def queue_info(q: Queue, rates: Rates, details: bool = False, held_bytes: int = 
         "messages": ready + unacked,
         "messages_ready": ready,
         "messages_unacknowledged": unacked,
-        "message_bytes": q.ready_bytes + held_bytes,
+        "message_bytes": q.ready_bytes + q.unacked_bytes,
         "message_bytes_ready": q.ready_bytes,
-        "message_bytes_unacknowledged": held_bytes,
+        "message_bytes_unacknowledged": q.unacked_bytes,
         "messages_details": {"rate": messages_rate},
         "messages_ready_details": {"rate": ready_rate},
         "messages_unacknowledged_details": {"rate": unacked_rate},
@@ -180,6 +168,8 @@ def queue_fields(rates: Rates) -> dict[str, Callable[[Queue], Any]]:
         "messages_ready": lambda q: len(q.ready),
         "messages_unacknowledged": lambda q: q.unacked,
         "message_bytes_ready": lambda q: q.ready_bytes,
+        "message_bytes_unacknowledged": lambda q: q.unacked_bytes,
+        "message_bytes": lambda q: q.ready_bytes + q.unacked_bytes,
         "policy": lambda q: q.policy.name if q.policy is not None else None,
     }
 

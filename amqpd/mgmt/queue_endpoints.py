@@ -21,10 +21,9 @@ if TYPE_CHECKING:
 class QueueEndpoints(Endpoints):
     async def queues(self, request: Request, vhost: str | None = None) -> Any:
         vhosts = self._vhosts(request, vhost)
-        held = objects.unacked_bytes(self.broker)
 
         def build(q: Queue) -> dict[str, Any]:
-            return objects.queue_info(q, self.rates, held_bytes=held.get(q, 0))
+            return objects.queue_info(q, self.rates)
 
         query = request.query_params
         if listing.in_kept_order(query):  # the UI's and most tools' paging: no pass over every queue
@@ -36,7 +35,7 @@ class QueueEndpoints(Endpoints):
         q = self._vhost(vhost).queues.get(queue)
         if q is None:
             raise not_found()
-        return objects.queue_info(q, self.rates, details=True, held_bytes=objects.unacked_bytes(self.broker).get(q, 0))
+        return objects.queue_info(q, self.rates, details=True)
 
     async def stream_offset(self, request: Request, vhost: str, queue: str) -> Any:
         """Time -> offset for a stream: the first offset appended at or after ?timestamp= (ms since the epoch),

@@ -31,6 +31,7 @@ from amqpd.server.connection import AMQPServerProtocol
 from amqpd.server.fd_budget import FdBudget, raise_to_hard_limit
 from amqpd.server.heartbeats import HeartbeatSweep
 from amqpd.server.load import sample_load
+from amqpd.server.malloc_tuning import tune_malloc
 from amqpd.shovel.supervisor import Shovels
 from amqpd.tls import TLSConfigError, reload_context, server_context, tls_enabled
 
@@ -137,8 +138,9 @@ async def serve(settings: Settings, services: Services, embedding: Embedding | N
             await store.close()
         raise SystemExit(1)
     registry: set[AMQPServerProtocol] = set()
-    if embedding is None:  # an embedding process owns its limits
+    if embedding is None:  # an embedding process owns its limits, and its malloc
         _raise_fd_limit()
+        tune_malloc(settings.malloc_mmap_threshold, settings.malloc_trim_threshold)
     fd_budget = FdBudget()
     heartbeats = HeartbeatSweep(time.monotonic, loop.call_later)  # every connection's timers, one loop timer
     try:

@@ -392,7 +392,7 @@ class Session:
     def _channel_slow_path(self, ch: Channel, payload: bytes) -> None:
         method = decode_method(payload, self.settings.max_table_depth)
         if ch.handle(method) == CLOSE:  # the channel's table (states.py) took it, or gave the session's part
-            self.channels.pop(ch.id, None)
+            self._forget_channel(ch)
             ch.shutdown()
             self.send_method(ch.id, commands.Channel.CloseOk())
 
@@ -416,6 +416,7 @@ class Session:
         check_channel_limits(self.broker, self.user, len(self.channels), self.channel_max)
         assert self.vhost is not None
         ch = self.channels[channel] = Channel(self, channel, self.vhost, self.broker)
+        self.broker.connections.channel_opened(self)  # the user's channel count (its max-channels)
         ch.enter(state)
         self.send_method(channel, commands.Channel.OpenOk())
 
@@ -451,10 +452,14 @@ class Session:
             exc.reply_text,
             extra={"peer": self.peer, "user": self.user, "channel": ch.id, "reply_code": exc.code},
         )
-        self.channels.pop(ch.id, None)
+        self._forget_channel(ch)
         self.ending[ch.id] = CHANNEL_CLOSING
         ch.shutdown()
         self.send_method(ch.id, commands.Channel.Close(exc.code, exc.wire_text, exc.class_id, exc.method_id))
+
+    def _forget_channel(self, ch: Channel) -> None:
+        if self.channels.pop(ch.id, None) is not None:
+            self.broker.connections.channel_closed(self)
 
     # -- closing ------------------------------------------------------------------------------------------
 

@@ -97,7 +97,7 @@ def check_channel_limits(broker: Broker, user: str, open_channels: int, channel_
             f"number of channels opened ({open_channels}) has reached the negotiated channel_max ({channel_max})",
         )
     limit = broker.access.user_limit(user, "max-channels")
-    if limit is not None and sum(len(c.channels) for c in broker.connections.of_user(user)) >= limit:
+    if limit is not None and broker.connections.channel_count_of_user(user) >= limit:
         raise errors.ConnectionError(
             errors.NOT_ALLOWED,
             f"number of channels opened for user '{user}' has reached the maximum "

@@ -22,6 +22,7 @@ import httpx
 import pika
 import pytest
 from celery_delayed_app import make_app
+from waiting import wait_for
 
 from amqpd.testing import BrokerProcess
 
@@ -55,6 +56,12 @@ def _stop_worker(worker: subprocess.Popen[bytes]) -> str:
     return worker.stdout.read().decode(errors="replace")[-2000:] if worker.stdout else ""
 
 
+def _queue_holds(broker: BrokerProcess) -> int:
+    """Messages in the task queue, unacknowledged ones included."""
+    queue = httpx.get(f"{broker.mgmt_url}/api/queues/%2F/{QUEUE}", auth=("guest", "guest"))
+    return int(queue.json()["messages"])
+
+
 def _left_over(broker: BrokerProcess) -> tuple[int, Any]:
     """Messages still in the task queue, and still waiting in the delayed exchange."""
     conn = pika.BlockingConnection(pika.URLParameters(broker.url))
@@ -73,6 +80,9 @@ def test_celery_retry_with_countdown_waits_in_the_delayed_exchange_and_runs_once
         try:
             result = app.send_task("delayed.flaky", args=(FAILURES, COUNTDOWN_S))
             assert result.get(timeout=60) == FAILURES  # a bound on a hang; the run takes ~2 s plus start-up
+            # The result comes back on another connection than the worker's ack of the last task message: a
+            # kill before the broker has read that ack would requeue the message.
+            wait_for(lambda: _queue_holds(broker) == 0, "the worker's ack of the last run", timeout=30)
         finally:
             output = _stop_worker(worker)
             app.close()

@@ -61,6 +61,46 @@ class FailingIO(FileIO):
         super().close(fd)
 
 
+class ArmedIO(FileIO):
+    """Fails, once, the next write or fsync of a segment or ack-log file after `arm()`; every other call goes to
+    the real file. `fired` counts the failures raised."""
+
+    def __init__(self) -> None:
+        self.armed: tuple[str, str, int] | None = None  # (".seg" or ".ack", "write" or "fsync", errno)
+        self.fired = 0
+        self.paths: dict[int, str] = {}
+
+    def arm(self, suffix: str, stage: str, error: int) -> None:
+        self.armed = (suffix, stage, error)
+
+    def disarm(self) -> None:
+        self.armed = None
+
+    def open(self, path: os.PathLike[str] | str, flags: int) -> int:
+        fd = super().open(path, flags)
+        self.paths[fd] = str(path)
+        return fd
+
+    def _fail(self, fd: int, stage: str) -> None:
+        armed = self.armed
+        if armed is not None and armed[1] == stage and self.paths.get(fd, "").endswith(armed[0]):
+            self.armed = None
+            self.fired += 1
+            raise OSError(armed[2], os.strerror(armed[2]))
+
+    def write(self, fd: int, data: memoryview) -> int:
+        self._fail(fd, "write")
+        return super().write(fd, data)
+
+    def fsync(self, fd: int) -> None:
+        self._fail(fd, "fsync")
+        super().fsync(fd)
+
+    def close(self, fd: int) -> None:
+        self.paths.pop(fd, None)
+        super().close(fd)
+
+
 @dataclass
 class FileImage:
     synced: bytes = b""  # content as of the file's last fsync

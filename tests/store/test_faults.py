@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from store import MessageRecord, MessageStore
-from tests.store.faulty_io import FailingIO
+from tests.store.faulty_io import ArmedIO, FailingIO
 
 pytestmark = pytest.mark.anyio
 
@@ -169,3 +169,46 @@ async def test_a_nacked_record_does_not_come_back_after_a_crash(tmp_path: Path) 
     assert seen.failed == [1]
     await store.abort()
     assert await live_bodies(tmp_path) == [b"m0"]
+
+
+async def dead_lettered_in_a_failed_batch(path: Path) -> tuple[MessageStore, int, int, int]:
+    """A confirmed message, then moved to a second queue (the holder's ack and the new record in one batch,
+    as dead-lettering does it) by a batch whose segment write fails. Returns the store still open."""
+    io = ArmedIO()
+    store = MessageStore(path, io=io)
+    await store.open()
+    source, target = store.put_queue("/", "q", False, {}), store.put_queue("/", "dlq", False, {})
+    seen = Outcomes()
+    offset = seen.append(store, source, 0)
+    await store.flush()
+    assert seen.durable == [0]
+    store.ack(source, offset)
+    moved = store.append(record(b"m0"), [target])
+    io.arm(".seg", "write", errno.EIO)
+    await store.flush()
+    assert io.fired == 1
+    return store, source, target, moved
+
+
+async def held_bodies(path: Path) -> dict[str, list[bytes]]:
+    store = MessageStore(path)
+    recovered = await store.open()
+    await store.close()
+    return {q.name: [m.record.body for m in q.messages] for q in recovered.queues}
+
+
+async def test_a_message_dead_lettered_by_a_failed_batch_stays_in_its_queue_across_a_restart(tmp_path: Path) -> None:
+    # Found by test_fault_model.py: the holder's ack went out with the next checkpoint while the new record
+    # existed only in memory, so after a restart the confirmed message was in neither queue.
+    store, *_ = await dead_lettered_in_a_failed_batch(tmp_path)
+    await store.flush()
+    await store.close()
+    assert await held_bodies(tmp_path) == {"q": [b"m0"], "dlq": []}
+
+
+async def test_once_the_moved_copy_is_acked_the_held_back_ack_is_written(tmp_path: Path) -> None:
+    store, _, target, moved = await dead_lettered_in_a_failed_batch(tmp_path)
+    store.ack(target, moved)  # the dead-letter queue's consumer had it, from memory
+    await store.flush()
+    await store.abort()  # a crash: only what the ack log and the last checkpoint say
+    assert await held_bodies(tmp_path) == {"q": [], "dlq": []}

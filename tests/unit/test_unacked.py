@@ -32,7 +32,7 @@ def test_only_the_owner_changes_unacked_counts() -> None:
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Attribute):
-                if node.target.attr in ("unacked", "unacked_count"):
+                if node.target.attr in ("unacked", "unacked_count", "unacked_bytes"):
                     changes.append(f"{path.relative_to(AMQPD)}:{node.lineno}")
     assert changes == []
 
@@ -52,8 +52,8 @@ def test_deliveries_count_until_released_and_come_back_in_tag_order() -> None:
     out.restore(held)  # rolled back
     assert list(out) == [1, 2, 3, 4]
     (third,) = out.take(3) or []
-    out.release(q, third.consumer)
-    assert (out.count, consumer.unacked, q.unacked) == (2, 2, 3)
+    out.release(third)
+    assert (out.count, consumer.unacked, q.unacked, q.unacked_bytes) == (2, 2, 3, 3)
 
 
 Delivery = tuple[object, object, object, float, object]  # queue, entry or offset, consumer, at, cursor
@@ -87,7 +87,7 @@ def test_runs_of_queues_and_streams_hold_what_a_table_of_one_delivery_per_tag_ho
     in tag order. Queues' runs and streams' runs mixed, deliveries one by one right after a stream's run of the
     same consumer at the same clock reading, takes inside runs, multiple takes ending inside runs, transactions
     held and restored in any order: every operation leaves the same tags, takes out the same deliveries in the
-    same order, and keeps the same counts."""
+    same order, and keeps the same counts (and the queues' unacked bytes: a stream's count none)."""
     queues: list[Queue] = [Queue("/", "a"), Queue("/", "b")]
     consumers = [Sub(), Sub(), None]
     cursors = [object(), object()]
@@ -100,11 +100,11 @@ def test_runs_of_queues_and_streams_hold_what_a_table_of_one_delivery_per_tag_ho
         if op in ("add", "many", "stream"):
             tag += 1 + (n % 5 == 4)  # a gap: a no-ack delivery's tag, never outstanding
         if op == "add":
-            e = Entry(msg(b"x"), tag, None)
+            e = Entry(msg(b"x" * n), tag, None)
             out.add(tag, q, e, c, at)  # type: ignore[arg-type]
             model[tag] = (q, e, c, at, None)
         elif op == "many" and c is not None:
-            es = [Entry(msg(b"x"), tag + i, None) for i in range(n % 7 + 1)]
+            es = [Entry(msg(b"x" * (n + i)), tag + i, None) for i in range(n % 7 + 1)]
             out.add_many(tag, q, es, c, at)  # type: ignore[arg-type]
             model.update({tag + i: (q, e, c, at, None) for i, e in enumerate(es)})
             tag += len(es) - 1
@@ -124,12 +124,12 @@ def test_runs_of_queues_and_streams_hold_what_a_table_of_one_delivery_per_tag_ho
             keys = [t] if op == "take" else [k for k in model if k <= t]
             assert _flat(got) == [(k, model.pop(k)) for k in sorted(keys)]
             for r in got:
-                out.release(r.queue, r.consumer, len(r.items))
+                out.release(r)
         elif op == "all":
             got = out.take_all()
             assert _flat(got) == sorted(model.items())
             for r in got:
-                out.release(r.queue, r.consumer, len(r.items))
+                out.release(r)
             model.clear()
         elif op == "hold" and model:  # a transaction's multiple-ack
             t = sorted(model)[n % len(model)]
@@ -148,6 +148,7 @@ def test_runs_of_queues_and_streams_hold_what_a_table_of_one_delivery_per_tag_ho
     assert out.count == sum(1 for v in counted if v[2] is not None)
     for q in queues:
         assert q.unacked == sum(1 for v in counted if v[0] is q)
+        assert q.unacked_bytes == sum(v[1].msg.size for v in counted if v[0] is q and isinstance(v[1], Entry))
     for c in consumers[:2]:
         assert c.unacked == sum(1 for v in counted if v[2] is c)  # type: ignore[union-attr]
 

@@ -200,7 +200,7 @@ class Deliveries:
                 raise
         by_queue: dict[Queue, list[Entry]] = {}
         for run in taken:
-            self.unacked.release(run.queue, run.consumer, len(run.items))
+            self.unacked.release(run)
             run.give_back(requeue, by_queue)
         for queue, entries in by_queue.items():
             queue.requeue(entries)
@@ -213,7 +213,7 @@ class Deliveries:
             queue = run.queue
             n = len(run.items)
             self.acked += n
-            release(queue, run.consumer, n)
+            release(run)
             queue.acked += n
             run.acked()
         if self.resume_after_acks is None:

@@ -1,9 +1,10 @@
 """A channel's deliveries awaiting ack, and the one owner of every unacked count.
 
 Three counts follow the same deliveries: the channel's (its global prefetch), each consumer's (its prefetch)
-and each queue's (messages_unacknowledged). Only Outstanding changes them, when a delivery is made (add,
-add_many, add_run) and when it is settled, requeued or rejected (release); taking tags out of the table (an
-ack held by a transaction) does not release them.
+and each queue's (messages_unacknowledged, and their body bytes, message_bytes_unacknowledged, so that the
+management API reads them per queue instead of walking every channel's table). Only Outstanding changes them,
+when a delivery is made (add, add_many, add_run) and when it is settled, requeued or rejected (release);
+taking tags out of the table (an ack held by a transaction) does not release them.
 
 Deliveries are held as runs: consecutive tags of one queue and one consumer, delivered at one clock reading,
 share one entry. A consumer that keeps up gets its deliveries in batches and acks them with multiple-acks, so
@@ -62,6 +63,11 @@ class Run(Generic[Items]):
         """The delivery with the last tag leaves as a run of its own; this keeps the rest."""
         raise NotImplementedError
 
+    def held_bytes(self) -> int:
+        """The body bytes these deliveries hold in the broker's memory or queue store (a stream's stay in its
+        log: none)."""
+        return 0
+
     def acked(self) -> None:
         """The deliveries were acked (their counts are released by the channel)."""
         raise NotImplementedError
@@ -91,6 +97,10 @@ class QueueRun(Run["list[Entry]"]):
     def split_last(self) -> QueueRun:
         entries = self.items  # its last tag is read before the pop: arguments go left to right
         return QueueRun(self.first + len(entries) - 1, [entries.pop()], self.queue, self.consumer, self.at)
+
+    def held_bytes(self) -> int:
+        entries = self.items
+        return entries[0].msg.size if len(entries) == 1 else sum([e.msg.size for e in entries])
 
     def acked(self) -> None:
         self.queue.hooks.settled_many(self.queue, self.items)
@@ -136,6 +146,7 @@ class Outstanding:
     def add(self, tag: int, queue: Queue, entry: Entry, consumer: Consumer | None, at: float) -> None:
         """One delivery, tag above every outstanding one: it extends the last run when it follows on."""
         queue.unacked += 1
+        queue.unacked_bytes += entry.msg.size
         if consumer is not None:
             consumer.unacked += 1
             self.count += 1
@@ -162,7 +173,9 @@ class Outstanding:
     def add_run(self, run: Run[Any]) -> None:
         """Deliveries as one run, its tags above every outstanding one."""
         n = len(run.items)
-        run.queue.unacked += n
+        queue = run.queue
+        queue.unacked += n
+        queue.unacked_bytes += run.held_bytes()
         consumer = run.consumer
         if consumer is not None:
             consumer.unacked += n
@@ -249,9 +262,12 @@ class Outstanding:
 
     # -- settled ----------------------------------------------------------------------------------------------
 
-    def release(self, queue: Queue, consumer: Consumer | None, n: int = 1) -> None:
-        """n deliveries taken out before are settled: they no longer count anywhere."""
+    def release(self, run: Run[Any]) -> None:
+        """The deliveries of a run taken out before are settled: they no longer count anywhere."""
+        n = len(run.items)
+        queue, consumer = run.queue, run.consumer
         queue.unacked -= n
+        queue.unacked_bytes -= run.held_bytes()
         if consumer is not None:
             consumer.unacked -= n
             self.count -= n

@@ -114,6 +114,7 @@ class Queue(Generic[S]):
         self.ready: FifoReady | PriorityReady | Backlog = PriorityReady(max_priority) if max_priority else FifoReady()
         self.consumers: list[S] = []
         self.unacked = 0
+        self.unacked_bytes = 0  # their body bytes (both kept by the channels' unacked tables, unacked.py)
         self.deleted = False
         self.had_consumers = False
         self.store_id: int | None = None

@@ -26,6 +26,7 @@ from amqpd.broker.routing.exchanges import EXCHANGE_TYPES, ROUTING_TYPES, Delaye
 from amqpd.broker.routing.exchanges.delayed import check_delayed_type, holder_name
 from amqpd.broker.routing.plan import PublishPlan
 from amqpd.broker.routing.queue_table import QueueTable
+from amqpd.broker.routing.route_cache import RouteCache
 from amqpd.broker.streams.args import check_stream_declaration, is_stream
 from amqpd.broker.streams.stream import StreamQueue
 
@@ -87,7 +88,7 @@ class VirtualHost:
         self.exchanges: dict[str, Exchange] = {"": DefaultExchange(self.queues, self.replies)}
         # Publish plans (routes and the steps on them) per (exchange, routing key): dropped whenever bindings,
         # queues, exchanges or policies change.
-        self._route_cache: dict[tuple[str, str], PublishPlan] = {}
+        self._route_cache: RouteCache[tuple[str, str], PublishPlan] = RouteCache(ROUTE_CACHE_MAX)
         self.message_ids = False  # every queue stamps time-ordered ids (message_ids.py), set per vhost
         for xname, xtype, internal in STANDARD_EXCHANGES:
             self.exchanges[xname] = make_exchange(xtype, xname, durable=True, internal=internal)
@@ -434,9 +435,7 @@ class VirtualHost:
         plan = self._route_cache.get(key)
         if plan is None:
             plan = PublishPlan(ex, *self._route_uncached(ex, [routing_key], None))
-            if len(self._route_cache) >= ROUTE_CACHE_MAX:
-                self._route_cache.clear()
-            self._route_cache[key] = plan
+            self._route_cache.put(key, plan)
         return plan
 
     def _route_uncached(self, ex: Exchange, keys: list[str], headers: dict | None) -> tuple[list[Queue], bool]:

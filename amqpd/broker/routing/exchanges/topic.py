@@ -6,10 +6,11 @@ from collections.abc import Hashable
 from typing import Any
 
 from amqpd.broker.routing.exchanges.base import Exchange
+from amqpd.broker.routing.route_cache import RouteCache
 from amqpd.broker.routing.topic_trie import TopicTrie
 
 # Routing keys are few in most applications, but a publisher inventing keys (ids, timestamps) must not grow
-# the cache without bound; past this size it starts over.
+# the cache without bound; past this size each new key pushes out the oldest (route_cache.py).
 ROUTE_CACHE_LIMIT = 10_000
 
 
@@ -21,15 +22,13 @@ class TopicExchange(Exchange):
     def __init__(self, name: str, **flags: Any) -> None:
         super().__init__(name, **flags)
         self._trie = TopicTrie()
-        self._cache: dict[str, list[Hashable]] = {}
+        self._cache: RouteCache[str, list[Hashable]] = RouteCache(ROUTE_CACHE_LIMIT)
 
     def route(self, routing_key: str, headers: dict[str, Any] | None = None) -> list[Hashable]:
         routed = self._cache.get(routing_key)
         if routed is None:
             routed = self._in_bind_order(self._trie.match(routing_key))
-            if len(self._cache) >= ROUTE_CACHE_LIMIT:
-                self._cache.clear()
-            self._cache[routing_key] = routed
+            self._cache.put(routing_key, routed)
         return routed
 
     def _on_pair_added(self, destination: Hashable, routing_key: str) -> None:

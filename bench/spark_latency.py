@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import array
+import contextlib
 import multiprocessing
 import os
 import queue
@@ -140,8 +141,6 @@ def consume_target(url: str, ready: Any, count: Any, expected: Any, results: Any
         if len(got) % 500 == 0:
             ch.basic_ack(method.delivery_tag, multiple=True)
 
-    # a callback rather than pika's consume generator: that one rejects what it holds when it is cancelled,
-    # and a stream refuses a reject (540) as RabbitMQ's does
     ch.basic_consume(TARGET, on_message, arguments={"x-stream-offset": "first"})
     ready.set()
     total: int | None = None
@@ -154,8 +153,11 @@ def consume_target(url: str, ready: Any, count: Any, expected: Any, results: Any
                 deadline = time.monotonic() + DRAIN_S
             except queue.Empty:
                 pass
-    conn.close()
     results.put((sent, got))
+    # pika's close cancels the consumer and rejects the deliveries it still holds, which a stream refuses
+    # (540, as RabbitMQ's does): the results are out already, the broker closes the connection
+    with contextlib.suppress(pika.exceptions.AMQPError):
+        conn.close()
 
 
 def percentiles(values: list[float]) -> dict[str, float]:
@@ -264,9 +266,9 @@ def measure(url: str, spark: Any, work: Path, rate: int, seconds: float, warmup:
     finally:
         query.stop()
         for proc in (publisher, consumer):
-            if proc.is_alive():
+            if proc.pid is not None:  # started
                 proc.terminate()
-            proc.join(10)
+                proc.join(10)
     measure_from = started_ns + int(warmup * 1e9)
     latencies = [(g - s) / 1e6 for s, g in zip(sent, got, strict=True) if s >= measure_from]
     one, five, _ = os.getloadavg()

@@ -1,12 +1,17 @@
 """A publisher's confirm latency while another consumer replays a large stream from a cold page cache:
-`python -m bench.loop_reads [--mb 1024] [--rate 1000] [--seconds 10]`.
+`python -m bench.loop_reads [--mb 1024] [--rate 1000] [--seconds 10] [--rounds 3]`.
 
 Issue 26's figure for "the event loop never reads the disk". It starts its own amqpd (data dir in the system's
 temp dir, on disk), fills a stream with --mb MiB of 16 KiB messages, then measures one connection publishing
 persistent messages with confirms at --rate msg/s to a durable queue: first alone (--seconds), then while a
 second connection replays the whole stream from its first offset after the page cache was dropped (`sync;
 echo 3 > /proc/sys/vm/drop_caches`: needs root; without it the replay reads from the page cache, and the
-report says so). Prints the confirm p50/p99 of both phases and the replay's rate as one JSON line.
+report says so). Each of --rounds rounds measures both phases (the machine's load drifts: idle and replay
+figures from the same moments compare); prints each round's confirm p50/p99 of both phases and the replay's
+rate, their medians and the load average as one JSON line. A third connection probes the loop meanwhile
+(basic.qos round trips, which wait for no disk): its p99 in each phase tells a loop held by the replay from
+confirms waiting on a disk the replay's reads contend for. Each phase's start goes to stderr with the
+broker's pid (to attach a profiler: `py-spy record -p PID`).
 
 To compare two trees, run it from each (the broker started is the `amqpd` this process imports):
 `cd /work/main && python /path/to/bench/loop_reads.py`.
@@ -32,6 +37,7 @@ BODY = 16 << 10
 STREAM, QUEUE = "loop-reads-stream", "loop-reads-queue"
 FILL_WINDOW = 256  # confirms outstanding while filling
 PREFETCH = 1000
+PROBE_EVERY = 0.01  # s between the loop probe's round trips
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -93,6 +99,30 @@ async def publish_at_rate(url: str, rate: float, stop: asyncio.Event, seconds: f
     return latencies
 
 
+async def probe_loop(url: str, stop: asyncio.Event) -> list[float]:
+    """Round trips of basic.qos on a connection of its own until `stop`: the broker's loop answers it without
+    the disk, so this separates a loop held by the replay from confirms waiting for a contended fsync."""
+    conn = await aiormq.connect(url)
+    ch = await conn.channel()
+    trips: list[float] = []
+    while not stop.is_set():
+        t0 = time.perf_counter()
+        await ch.basic_qos(prefetch_count=1)
+        trips.append(time.perf_counter() - t0)
+        await asyncio.sleep(PROBE_EVERY)
+    await conn.close()
+    return trips
+
+
+async def publish_and_probe(url: str, rate: float, stop: asyncio.Event, seconds: float) -> tuple[list[float], ...]:
+    """publish_at_rate's latencies and the loop probe's round trips over the same time."""
+    probe_stop = asyncio.Event()
+    probing = asyncio.create_task(probe_loop(url, probe_stop))
+    latencies = await publish_at_rate(url, rate, stop, seconds)
+    probe_stop.set()
+    return latencies, await probing
+
+
 def replay_in_child(url: str, count: int) -> float:
     """The replay, in a process of its own (sharing this one's loop, it would slow the publisher's client)."""
     return asyncio.run(replay(url, count))
@@ -122,31 +152,50 @@ async def replay(url: str, count: int) -> float:
     return took
 
 
-async def measure(url: str, megabytes: int, rate: float, seconds: float) -> dict[str, Any]:
+async def measure(url: str, megabytes: int, rate: float, seconds: float, rounds: int, pid: int) -> dict[str, Any]:
+    phase("filling", pid)
     count = await fill(url, megabytes)
+    results = [await measure_round(url, count, megabytes, rate, seconds, pid) for _ in range(rounds)]
+    summary: dict[str, Any] = {"stream_mib": megabytes, "messages": count, "rate": rate, "rounds": results}
+    for key in results[0]:
+        if key.endswith(("_ms", "_s", "_seconds")):
+            summary["median_" + key] = round(statistics.median(r[key] for r in results), 2)
+    summary["cold_page_cache"] = all(r["cold_page_cache"] for r in results)
+    summary["load_average"] = [round(v, 2) for v in os.getloadavg()]
+    return summary
+
+
+async def measure_round(url: str, count: int, megabytes: int, rate: float, seconds: float, pid: int) -> dict[str, Any]:
+    """One idle phase then one replay phase, the page cache dropped before each."""
     cold = drop_page_cache()
-    idle = await publish_at_rate(url, rate, asyncio.Event(), seconds)
+    phase("idle", pid)
+    idle, idle_probe = await publish_and_probe(url, rate, asyncio.Event(), seconds)
     cold = drop_page_cache() and cold
+    phase("replay", pid)
     done = asyncio.Event()
     with ProcessPoolExecutor(1) as pool:
         replaying = asyncio.get_running_loop().run_in_executor(pool, replay_in_child, url, count)
         replaying.add_done_callback(lambda _: done.set())
-        busy = await publish_at_rate(url, rate, done, 600.0)
+        busy, busy_probe = await publish_and_probe(url, rate, done, 600.0)
         took = await replaying
+    phase("done", pid)
     ms = 1000.0
     return {
-        "stream_mib": megabytes,
-        "messages": count,
         "cold_page_cache": cold,
-        "rate": rate,
         "idle_confirm_p50_ms": round(statistics.median(idle) * ms, 2),
         "idle_confirm_p99_ms": round(percentile(idle, 0.99) * ms, 2),
         "replay_confirm_p50_ms": round(statistics.median(busy) * ms, 2),
         "replay_confirm_p99_ms": round(percentile(busy, 0.99) * ms, 2),
+        "idle_probe_p99_ms": round(percentile(idle_probe, 0.99) * ms, 2),
+        "replay_probe_p99_ms": round(percentile(busy_probe, 0.99) * ms, 2),
         "replay_seconds": round(took, 2),
         "replay_mib_per_s": round(megabytes / took, 1),
         "publishes_during_replay": len(busy),
     }
+
+
+def phase(name: str, pid: int) -> None:
+    print(f"loop_reads: {name} (broker pid {pid}) at {time.strftime('%H:%M:%S')}", file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -154,11 +203,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mb", type=int, default=1024, help="MiB in the stream (default 1024)")
     p.add_argument("--rate", type=float, default=1000.0, help="confirmed publishes a second (default 1000)")
     p.add_argument("--seconds", type=float, default=10.0, help="length of the idle phase (default 10)")
+    p.add_argument("--rounds", type=int, default=3, help="idle + replay rounds (default 3)")
     a = p.parse_args(argv)
     from amqpd.testing import BrokerProcess
 
     with BrokerProcess() as broker:
-        result = asyncio.run(measure(broker.url, a.mb, a.rate, a.seconds))
+        assert broker.proc is not None
+        result = asyncio.run(measure(broker.url, a.mb, a.rate, a.seconds, a.rounds, broker.proc.pid))
     result["amqpd"] = os.path.dirname(os.path.dirname(sys.modules["amqpd"].__file__ or ""))
     print(json.dumps(result))
     return 0

@@ -103,6 +103,14 @@ class GroupCommit:
         if not self.woken:
             self.poke()
 
+    def ack_entries(self, kind: int, queue_id: int, offsets: list[int]) -> None:
+        """ack_entry() of each offset, in order."""
+        pack = ack_log.ENTRY.pack
+        self.pending.acks += b"".join([pack(kind, queue_id, offset) for offset in offsets])
+        self.since_checkpoint += ack_log.ENTRY.size * len(offsets)
+        if not self.woken:
+            self.poke()
+
     def catalog_op(self, ops: list[CatalogOp]) -> None:
         self.pending.catalog_ops.extend(ops)
         self.poke()

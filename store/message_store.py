@@ -344,6 +344,28 @@ class MessageStore(CatalogueCalls):
         if self._counts and self._forget_count(queue_id, offset):
             self._catalog_op([delete_delivery_count_op(queue_id, offset)])
 
+    def ack_many(self, queue_id: int, offsets: list[int]) -> None:
+        """ack() of each offset (a multiple-ack, a purge), with the per-record bookkeeping in one pass."""
+        state = self._queues.get(queue_id)
+        if state is None:
+            return
+        live, delivered = state.live, state.delivered
+        held = []
+        for offset in offsets:
+            if offset in live:  # else already acked (idempotent), as in ack()
+                del live[offset]
+                held.append(offset)
+        if not held:
+            return
+        if delivered:
+            delivered.difference_update(held)
+        self._commit.ack_entries(ack_log.ACKED, queue_id, held)
+        self._segments.release_many(held, self._commit.pending)
+        if self._counts:
+            forgotten = [offset for offset in held if self._forget_count(queue_id, offset)]
+            if forgotten:
+                self._catalog_op([delete_delivery_count_op(queue_id, offset) for offset in forgotten])
+
     def _forget_count(self, queue_id: int, offset: int) -> bool:
         counts = self._counts.get(queue_id)
         if counts is None or counts.pop(offset, None) is None:
@@ -407,6 +429,9 @@ class MessageStore(CatalogueCalls):
 
     def checked_frames(self, offset: int, count: int, budget: int) -> tuple[list[tuple[int, int]], bytes, int]:
         return self._reader.checked_frames(offset, count, budget)
+
+    def checked_records(self, offset: int, count: int, budget: int) -> tuple[list[int], bytes]:
+        return self._reader.checked_records(offset, count, budget)
 
     def read_ahead(self, offsets: list[int]) -> Callable[[], ReadAhead]:
         return self._reader.read_ahead(offsets)

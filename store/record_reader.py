@@ -12,7 +12,7 @@ from __future__ import annotations
 import mmap
 import os
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 
 from store.frame import ScanReport, header_at, scan_frames
@@ -24,6 +24,7 @@ from store.segment_index import SegmentIndex
 from store.segment_log import SegmentLog
 
 READ_BATCH = 256  # records per read_range() call when records_from() iterates
+CHECKED_GUESS = 256  # a record's size in bytes, as checked_records guesses it before it has read any
 
 
 class RecordReader:
@@ -90,6 +91,39 @@ class RecordReader:
         if count <= 0:
             return [], b"", 1
         return checked_frames(log.read_fd(base), log.indexes[base].checked, offset, count, budget, self._pread)
+
+    def checked_records(self, offset: int, count: int, budget: int) -> tuple[list[int], bytes]:
+        """Consecutive records from `offset` (at most `count`, about `budget` bytes, within one segment) as
+        their payloads, each checked as it is read (read_payloads): (each one's length, the payloads joined).
+        It stops before a record that is not in the file; ([], b"") when the first is not there, is only in
+        memory, or a frame among the first ones fails its checks (read_payloads finds which)."""
+        log = self._log
+        s = bisect_right(log.bases, offset) - 1
+        count = min(count, log.durable_end() - offset)
+        if s + 1 < len(log.bases):
+            count = min(count, log.bases[s + 1] - offset)
+        if s < 0 or count <= 0 or self._in_memory(range(offset, offset + count)):
+            return [], b""
+        fd, index = log.read_fd(log.bases[s]), log.indexes[log.bases[s]]
+        found: list[bytes] = []
+        size = 0
+        while len(found) < count and size < budget:
+            mean = size // len(found) if found else CHECKED_GUESS
+            step = min(count - len(found), max(1, (budget - size) // max(mean, 1)))
+            first = offset + len(found)
+            # the record before the first is read too: a read's first frame is only joined to a checked run
+            # before it (read_payloads), so a run of one size starting at `offset` is remembered from there
+            lead = 1 if first == offset and first > log.bases[s] else 0
+            try:
+                part = read_payloads(fd, index, list(range(first - lead, first + step)), pread=self._pread)[lead:]
+            except DamagedFrame:
+                break  # what was checked before it goes; the caller reads the rest one record at a time
+            kept = part.index(None) if None in part else step
+            found += part[:kept]  # type: ignore[arg-type]
+            size += sum(map(len, found[-kept:])) if kept else 0
+            if kept < step:
+                break
+        return list(map(len, found)), b"".join(found)
 
     def read_ahead(self, offsets: list[int]) -> Callable[[], ReadAhead]:
         """On the loop: the work, for a worker thread, of reading the file stretches that hold these ascending
@@ -187,7 +221,7 @@ class RecordReader:
             return [self._read_or_none(offset) for offset in offsets]
         return [decode_record(p)[2] if p is not None else None for p in payloads]
 
-    def _in_memory(self, offsets: list[int]) -> bool:
+    def _in_memory(self, offsets: Sequence[int]) -> bool:
         """The newest are not in the file yet (they are a suffix), or some never made it to disk."""
         log = self._log
         return offsets[-1] in log.unwritten or bool(log.volatile and not log.volatile.keys().isdisjoint(offsets))

@@ -159,8 +159,28 @@ class SegmentLog:
             if held[1] <= 0:
                 del volatile[offset]
             return  # a record that never reached its segment (a failed batch) counts in none
-        base = self.bases[bisect_right(self.bases, offset) - 1]
-        self.refs[base] -= 1
+        self._unref(self.bases[bisect_right(self.bases, offset) - 1], 1, batch)
+
+    def release_many(self, offsets: list[int], batch: Batch) -> None:
+        """release() of each offset: one count per segment rather than one per offset."""
+        if self.volatile:
+            for offset in offsets:
+                self.release(offset, batch)
+            return
+        bases = self.bases
+        base, end, n = -1, -1, 0  # the segment being counted: [base, end)
+        for offset in offsets:
+            if not base <= offset < end:
+                if n:
+                    self._unref(base, n, batch)
+                i = bisect_right(bases, offset)
+                base, end, n = bases[i - 1], bases[i] if i < len(bases) else self.next_offset, 0
+            n += 1
+        if n:
+            self._unref(base, n, batch)
+
+    def _unref(self, base: int, n: int, batch: Batch) -> None:
+        self.refs[base] -= n
         if self.refs[base] == 0 and base != self.active:
             self.on_unneeded(base)
         elif self.refs[base] == 0 and self.tail >= min(RECLAIM_ACTIVE_BYTES, self.segment_size):

@@ -110,10 +110,18 @@ class BrokerHooks(QueueHooks):
                 confirm()
 
     def settled_many(self, queue: Queue, entries: list[Entry]) -> None:
-        if self.broker.store is None or queue.store_id is None:
+        store = self.broker.store
+        if store is None or queue.store_id is None:
             return  # none of them is in the store for this queue (settled() would return for each)
-        for entry in entries:
-            self.settled(queue, entry)
+        # settled() of each, the store's part for all of them in one call
+        msgs = [msg for entry in entries if (msg := entry.msg).store_offset is not None and not msg.for_streams]
+        store.ack_many(queue.store_id, [msg.store_offset for msg in msgs])
+        for msg in msgs:
+            if msg.on_settled is not None:
+                msg.holders -= 1
+                if msg.holders <= 0:
+                    confirm, msg.on_settled = msg.on_settled, None
+                    confirm()
 
     def schedule(self, delay_s: float, callback: Callable[[], None]) -> Any:
         return self.broker.schedule(delay_s, callback)

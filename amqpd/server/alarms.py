@@ -5,8 +5,6 @@ drain through their consumers instead of the broker running out of memory or dis
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import ctypes.util
 import logging
 import os
 import resource
@@ -37,23 +35,29 @@ def process_rss() -> int:
 
 
 def _malloc_trim() -> Callable[[int], int] | None:
-    """glibc's malloc_trim, where there is one."""
+    """glibc's malloc_trim, where there is one. Looked up among the symbols already loaded (CDLL(None)), not
+    with ctypes.util.find_library, which runs ldconfig in a subprocess; ctypes itself is imported on first use,
+    not with the broker, whose start is mostly imports."""
+    import ctypes
+
     try:
-        trim: Callable[[int], int] = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+        trim: Callable[[int], int] = ctypes.CDLL(None).malloc_trim
         return trim
     except (OSError, AttributeError):
         return None
 
 
-_trim = _malloc_trim()
+_trim: list[Callable[[int], int] | None] = []  # looked up on the first trimmed_rss()
 
 
 def trimmed_rss() -> int:
     """The RSS once freed heap memory has gone back to the OS. Freed message bodies stay in malloc's heap
     (its mmap threshold rises with the sizes it has seen), so a drained queue would otherwise keep the memory
     alarm up for good, as the resident size never falls."""
-    if _trim is not None:
-        _trim(0)
+    if not _trim:
+        _trim.append(_malloc_trim())
+    if _trim[0] is not None:
+        _trim[0](0)
     return process_rss()
 
 

@@ -15,11 +15,10 @@ import sqlite3
 import ssl
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import IO, Any, Protocol
-
-import anyio
+from functools import partial
+from typing import IO, Any, Protocol, TypeVar
 
 from amqpd import __version__, logs, runtime_file
 from amqpd.broker.broker import Broker
@@ -36,6 +35,7 @@ from amqpd.shovel.supervisor import Shovels
 from amqpd.tls import TLSConfigError, reload_context, server_context, tls_enabled
 
 log = logging.getLogger("amqpd")
+T = TypeVar("T")
 # The cyclic GC's thresholds while serving. Python's default (700 allocations) runs a young collection every
 # ~100 deliveries and a full one over every live delivery and message every ~70,000: a stream replay with
 # 20,000 deliveries in flight spent a fifth of its CPU there. The broker's per-message objects are acyclic
@@ -46,25 +46,54 @@ GC_THRESHOLDS = (50_000, 20, 10)
 class Embedding:
     """serve() inside another program's thread (amqpd.testing.EmbeddedBroker): no signal handlers and no change
     to the process's garbage collector (they belong to the host program); the listening addresses are handed
-    over through `started` instead of printed, and `stop()` may be called from any thread."""
+    over through `started` instead of printed, and `stop()` may be called from any thread.
 
-    def __init__(self) -> None:
+    `defer_management`: the management and metrics listeners start on the first `start_management()` instead of
+    before the broker is announced, so that a host that may never need them does not wait for them (importing
+    the HTTP server is most of what they cost). `call(fn)` runs `fn(broker)` on the broker's event loop, from
+    any thread, and returns what it returns: the host's way to the broker's public methods without a socket."""
+
+    def __init__(self, defer_management: bool = False) -> None:
         self.started = threading.Event()
         self.addresses: dict[str, tuple[str, int]] = {}  # "amqp", "amqps", "management", "prometheus"
+        self.defer_management = defer_management
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._stop_requested = False
+        self._broker: Broker | None = None
+        self._management: DeferredManagement | None = None
 
     def announce(self, kind: str, sockname: tuple[Any, ...]) -> None:
         self.addresses.setdefault(kind, (sockname[0], sockname[1]))  # the first address of each kind
 
-    async def wait(self) -> None:
+    async def wait(self, broker: Broker, management: DeferredManagement | None) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
+        self._broker, self._management = broker, management
         if self._stop_requested:
             self._stop.set()
         self.started.set()
         await self._stop.wait()
+
+    def call(self, fn: Callable[[Broker], T], timeout: float = 30.0) -> T:
+        """fn(broker) on the broker's loop; its exception is raised here. RuntimeError if the broker is not up."""
+        loop, broker = self._loop, self._broker
+        if loop is None or broker is None or self._stop_requested:
+            raise RuntimeError("the embedded broker is not running")
+
+        async def run() -> T:
+            return fn(broker)
+
+        return asyncio.run_coroutine_threadsafe(run(), loop).result(timeout)
+
+    def start_management(self, timeout: float = 30.0) -> None:
+        """Start the deferred management and metrics listeners, if not yet started; returns once they listen
+        (their addresses are then in `addresses`)."""
+        if self._stop_requested:
+            raise RuntimeError("the embedded broker is stopping")
+        if self._loop is None or self._management is None:
+            return
+        asyncio.run_coroutine_threadsafe(self._management.start(), self._loop).result(timeout)
 
     def stop(self) -> None:
         self._stop_requested = True
@@ -75,7 +104,8 @@ class Embedding:
 class Management(Protocol):
     """The management side's running services (amqpd/mgmt/service.py), as the listener drives them."""
 
-    listeners: list[tuple[str, Any]]
+    @property
+    def listeners(self) -> list[tuple[str, Any]]: ...
 
     async def sample_rates(self) -> None: ...
 
@@ -92,6 +122,44 @@ class Services:
 
     start_management: Callable[[Broker, Settings, list[tuple[str, str, int]], Any], Awaitable[Management | None]]
     load_definitions: Callable[[Broker, str], bool]
+
+
+class DeferredManagement:
+    """The management side of an embedded broker started on demand (Embedding.start_management): until then
+    nothing of it is imported or listening; it then runs as if started with the broker. Made on the broker's
+    loop, as its lock and event are."""
+
+    def __init__(self, start: Callable[[], Awaitable[Management | None]]) -> None:
+        self._start = start
+        self._management: Management | None = None
+        self._started = asyncio.Event()
+        self._lock = asyncio.Lock()  # a start and a stop, or two starts, one after the other
+        self._stopped = False
+
+    @property
+    def listeners(self) -> list[tuple[str, Any]]:
+        return self._management.listeners if self._management is not None else []
+
+    async def start(self) -> None:
+        async with self._lock:
+            if not self._started.is_set() and not self._stopped:
+                self._management = await self._start()
+                self._started.set()
+
+    async def sample_rates(self) -> None:
+        await self._started.wait()
+        if self._management is not None:
+            await self._management.sample_rates()
+
+    def reload_tls(self) -> None:
+        if self._management is not None:
+            self._management.reload_tls()
+
+    async def stop(self) -> None:
+        async with self._lock:
+            self._stopped = True
+            if self._management is not None:
+                await self._management.stop()
 
 
 async def serve(settings: Settings, services: Services, embedding: Embedding | None = None) -> None:
@@ -154,22 +222,29 @@ async def serve(settings: Settings, services: Services, embedding: Embedding | N
         raise SystemExit(1) from None
     tls = await _start_tls_listener(settings, broker, registry, store, embedding, fd_budget, heartbeats)
     amqp = _addresses("amqp", servers) + _addresses("amqp/ssl", tls)
-    management = await services.start_management(broker, settings, amqp, embedding)
+    management: Management | None
+    deferred = None
+    if embedding is not None and embedding.defer_management:
+        deferred = management = DeferredManagement(
+            partial(services.start_management, broker, settings, amqp, embedding)
+        )
+    else:
+        management = await services.start_management(broker, settings, amqp, embedding)
     shovels.start(runtime_file.url("amqp", *servers[0].sockets[0].getsockname()[:2]), broker.access)
-    async with anyio.create_task_group() as tg:
-        if store is not None:
-            tg.start_soon(store.run)
-        tg.start_soon(Alarms(broker, settings).run)
-        tg.start_soon(sample_load, broker)
+    # asyncio's own task group and loop runner, not anyio's: importing anyio's asyncio backend was a large part
+    # of the CPU time a broker took to listen, and nothing here needs more than asyncio gives
+    async with asyncio.TaskGroup() as tg:
+        background = [tg.create_task(store.run())] if store is not None else []
+        background += [tg.create_task(Alarms(broker, settings).run()), tg.create_task(sample_load(broker))]
         if management is not None:
-            tg.start_soon(management.sample_rates)
+            background.append(tg.create_task(management.sample_rates()))
         if embedding is not None:
             if settings.data_dir:
                 runtime_file.write(settings.data_dir, _runtime_info(servers, tls, management))
             for server in servers:
                 for sock in server.sockets:
                     embedding.announce("amqp", sock.getsockname())
-            await embedding.wait()
+            await embedding.wait(broker, deferred)
         else:
             await _serve_until_signal(settings, servers, tls, management)
         await shovels.stop()
@@ -189,20 +264,26 @@ async def serve(settings: Settings, services: Services, embedding: Embedding | N
             runtime_file.remove(settings.data_dir)
         if lock is not None:
             lock.close()
-        tg.cancel_scope.cancel()
+        for task in background:
+            task.cancel()
 
 
 async def _serve_until_signal(settings: Settings, servers: list[Any], tls: Any, management: Any) -> None:
     """Until SIGTERM or SIGINT; SIGHUP reloads the TLS certificates, SIGUSR1 reopens the log file."""
     signums = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)
-    with anyio.open_signal_receiver(*signums) as signals:  # before the lines that tell we are up
+    signals: asyncio.Queue[int] = asyncio.Queue()
+    loop = asyncio.get_running_loop()
+    for handled in signums:  # before the lines that tell we are up
+        loop.add_signal_handler(handled, signals.put_nowait, handled)
+    try:
         if settings.data_dir:  # before the lines: whoever has read them finds the file
             runtime_file.write(settings.data_dir, _runtime_info(servers, tls, management))
         for server in servers:
             for sock in server.sockets:
                 # amqpd.testing and scripts read these lines on stdout; a log file gets them too
                 logs.announce(f"amqpd listening on {_address(sock.getsockname())}")
-        async for signum in signals:
+        while True:
+            signum = await signals.get()
             if signum == signal.SIGUSR1:  # logrotate moved the log file away: write to a new one
                 logs.reopen()
                 log.info("log file reopened (SIGUSR1)")
@@ -215,6 +296,9 @@ async def _serve_until_signal(settings: Settings, servers: list[Any], tls: Any, 
                 continue
             log.info("received %s, shutting down", signal.Signals(signum).name)
             return
+    finally:
+        for handled in signums:
+            loop.remove_signal_handler(handled)
 
 
 def _raise_fd_limit() -> None:
@@ -334,9 +418,9 @@ def _add_static_shovels(shovels: Shovels, settings: Settings) -> bool:
 
 
 async def _wait_closed(registry: set[Any], timeout: float = 5.0) -> None:
-    with anyio.move_on_after(timeout):
-        while registry:
-            await anyio.sleep(0.02)
+    deadline = time.monotonic() + timeout
+    while registry and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
 
 
 CLEAN_MARKER = "clean-shutdown"
@@ -419,11 +503,17 @@ async def _open_store(settings: Settings) -> tuple[Any, Any]:
 
 def run(settings: Settings, services: Services) -> None:
     logs.configure(settings)
-    backend_options = {}
-    try:
-        import uvloop  # noqa: F401
+    run_loop(serve(settings, services))
 
-        backend_options["use_uvloop"] = True
+
+def run_loop(main: Coroutine[Any, Any, None]) -> None:
+    """Run serve() on a new event loop in this thread, uvloop's where it is installed."""
+    factory: Callable[[], asyncio.AbstractEventLoop] | None = None
+    try:
+        import uvloop
+
+        factory = uvloop.new_event_loop
     except ImportError:
         pass
-    anyio.run(serve, settings, services, backend="asyncio", backend_options=backend_options)
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(main)

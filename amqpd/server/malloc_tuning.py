@@ -19,8 +19,6 @@ in the environment (glibc has read them already: the operator's choice), nothing
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import logging
 import os
 
@@ -35,8 +33,10 @@ def tune_malloc(mmap_threshold: int, trim_threshold: int) -> bool:
     """Set both thresholds (bytes); whether they were set."""
     if not (mmap_threshold and trim_threshold) or any(name in os.environ for name in ENVIRONMENT):
         return False
-    try:
-        mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
+    import ctypes  # here, not with the module: a broker embedded in a test process never calls this
+
+    try:  # among the symbols already loaded: ctypes.util.find_library would run ldconfig at every start
+        mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
         return False  # not glibc
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]

@@ -1,8 +1,9 @@
 """The `amqpd` pytest plugin (entry point `pytest11`; `-p no:amqpd` turns it off).
 
-- `amqpd_broker` (session): one broker for the session (per pytest-xdist worker), in memory, on free ports; a
-  subprocess by default (bench/pytest_plugin.py: a suite ran faster than with the broker in a thread of the test
-  process, where tests and broker take turns on one interpreter lock; `--amqpd-mode=thread` chooses that).
+- `amqpd_broker` (session): one broker for the session (per pytest-xdist worker), in memory, on free ports; in a
+  thread of the test process by default (bench/pytest_plugin.py: it starts with less than half the CPU time of a
+  subprocess, which pays for a second Python, and each test's vhost is made by calling it, without HTTP, so a
+  suite ran faster too); `--amqpd-mode=process` runs it in a subprocess, for tests that patch time or sockets.
 - `amqp_url` (function): an AMQP URL for a vhost and a user made for this test alone and removed after it.
 - `amqpd_factory` (function): more brokers with their own settings, stopped after the test.
 
@@ -25,7 +26,7 @@ import pytest
 from amqpd.testing.embedded import BrokerStartError, EmbeddedBroker
 from amqpd.testing.factory import BrokerFactory
 from amqpd.testing.process import BrokerProcess
-from amqpd.testing.vhosts import IsolatedVhost, ManagementClient, ManagementError
+from amqpd.testing.vhosts import DirectAdmin, IsolatedVhost, ManagementClient, ManagementError
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -48,10 +49,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--amqpd-mode",
-        choices=("process", "thread"),
-        default="process",
-        help="run the session's broker in a subprocess (default: the tests and the broker use a core each) or "
-        "in a thread of the test process (they share one interpreter lock)",
+        choices=("thread", "process"),
+        default="thread",
+        help="run the session's broker in a thread of the test process (default: the fastest to start) or in a "
+        "subprocess (for tests that patch time or sockets, or fork the test process)",
     )
 
 
@@ -138,14 +139,13 @@ def amqpd_broker(pytestconfig: pytest.Config) -> Iterator[Any]:
     if reason:  # outside the except block: the one line alone, with no chained exception under it
         pytest.fail(reason, pytrace=False)
     state.broker = broker
-    if not external:
-        state.ports = [broker.port, *_http_ports(broker)]
     try:
         yield broker
     finally:
         if state.admin is not None:
             state.admin.close()
         if not external and not keep:
+            state.ports = _listening_ports(broker)
             broker.close()
             _check_released(broker, state.ports)
 
@@ -197,8 +197,11 @@ def _process_broker(launched: BrokerProcess | None) -> BrokerProcess:
         raise BrokerStartError(str(exc)) from None
 
 
-def _http_ports(broker: Any) -> list[int]:
-    return [int(urlsplit(u).port or 0) for u in (broker.management_url, broker.metrics_url)]
+def _listening_ports(broker: Any) -> list[int]:
+    """The ports the session's broker listens on (a thread's management and metrics only if they started)."""
+    if isinstance(broker, EmbeddedBroker):
+        return broker.listening_ports()
+    return [broker.port, *(int(urlsplit(u).port or 0) for u in (broker.management_url, broker.metrics_url))]
 
 
 def _check_released(broker: Any, ports: list[int]) -> None:
@@ -218,21 +221,27 @@ def _check_released(broker: Any, ports: list[int]) -> None:
 
 
 @pytest.fixture(scope="session")
-def _amqpd_admin(amqpd_broker: Any, pytestconfig: pytest.Config) -> ManagementClient:
+def _amqpd_admin(amqpd_broker: Any, pytestconfig: pytest.Config) -> ManagementClient | DirectAdmin:
+    """Who makes the tests' vhosts: a broker in this process makes them itself (no HTTP, and its management
+    listener need not start); any other through its management API."""
+    if isinstance(amqpd_broker, EmbeddedBroker):
+        return amqpd_broker
     state = pytestconfig.stash[_SESSION_KEY]
     state.admin = ManagementClient(amqpd_broker.management_url, amqpd_broker.admin_user, amqpd_broker.admin_password)
     return state.admin
 
 
 @pytest.fixture
-def amqp_url(amqpd_broker: Any, _amqpd_admin: ManagementClient, request: pytest.FixtureRequest) -> Iterator[str]:
+def amqp_url(
+    amqpd_broker: Any, _amqpd_admin: ManagementClient | DirectAdmin, request: pytest.FixtureRequest
+) -> Iterator[str]:
     """A vhost and a user for this test alone (every permission on that vhost, nothing else), removed after it
     with whatever the test left there: queues, messages, consumers, connections."""
     external = bool(request.config.getoption("amqpd_url"))  # amqpd takes the vhost in one request
     vhost = IsolatedVhost(_amqpd_admin, amqpd_broker.url, request.node.name, one_request=not external)
     try:
         vhost.create()
-    except (ManagementError, OSError) as exc:
+    except (ManagementError, OSError, RuntimeError, ValueError) as exc:
         pytest.fail(f"cannot make a vhost for this test: {exc}", pytrace=False)
     yield vhost.url
     if request.config.getoption("amqpd_keep"):

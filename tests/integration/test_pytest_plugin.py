@@ -47,7 +47,7 @@ def _broker_threads() -> list[threading.Thread]:
 
 
 ISOLATION = """
-import pika
+import pika, pytest
 from amqpd.testing import BrokerProcess, ManagementClient
 
 def channel(url):
@@ -75,17 +75,25 @@ def test_c_sees_no_vhost_but_its_own(amqp_url, amqpd_broker):
     own = amqp_url.rsplit("/", 1)[1]
     assert vhosts == {"/", own}
     assert users == {"guest", own}
+
+def test_d_the_tests_user_may_open_no_other_vhost(amqp_url):
+    connection, ch = channel(amqp_url)  # its own, yes
+    connection.close()
+    with pytest.raises(pika.exceptions.AMQPConnectionError, match="NOT_ALLOWED"):
+        channel(amqp_url.rsplit("/", 1)[0] + "/%2F")
 """
 
 
 def test_each_test_gets_a_vhost_of_its_own_and_leaves_nothing_behind(pytester: pytest.Pytester) -> None:
+    # the broker in a thread (the default): each test's vhost is made by calling the broker, and the management
+    # API starts when test_c asks for it
     pytester.makepyfile(ISOLATION)
-    _run(pytester).assert_outcomes(passed=3)
+    _run(pytester).assert_outcomes(passed=4)
 
 
-def test_the_session_broker_works_in_a_thread_too(pytester: pytest.Pytester) -> None:
+def test_the_session_broker_works_in_a_subprocess_too(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(ISOLATION)
-    _run(pytester, "--amqpd-mode=thread").assert_outcomes(passed=3)
+    _run(pytester, "--amqpd-mode=process").assert_outcomes(passed=4)
 
 
 RECORD = """
@@ -139,7 +147,7 @@ def test_a_broker_launched_during_collection_but_never_used_is_stopped(pytester:
     # the broker boots while pytest collects, as soon as a test that needs it is collected; -k then deselects it
     pytester.makepyfile("def test_with_broker(amqpd_broker): pass\ndef test_without(): pass")
     before = _amqpd_children()
-    _run(pytester, "-k", "without").assert_outcomes(passed=1, deselected=1)
+    _run(pytester, "--amqpd-mode=process", "-k", "without").assert_outcomes(passed=1, deselected=1)
     assert _amqpd_children() == before
 
 
@@ -243,6 +251,14 @@ def test_broker_process_reports_an_exit_before_listening_in_one_line(tmp_path: P
     )
 
 
+def test_a_broker_subprocess_keeps_its_bytecode_where_the_environment_writes_none(tmp_path: Path) -> None:
+    # with PYTHONDONTWRITEBYTECODE every start would compile amqpd again: its bytecode goes to amqpd's own cache
+    env = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": "", "XDG_CACHE_HOME": str(tmp_path)}
+    with BrokerProcess(extra_args=["--in-memory"], env=env):
+        pass
+    assert len(list((tmp_path / "amqpd" / "pycache").rglob("amqpd/broker/broker.cpython-*.pyc"))) == 1
+
+
 def test_an_unreachable_external_broker_is_named_in_one_line(pytester: pytest.Pytester) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -261,11 +277,11 @@ def test_the_same_tests_run_against_rabbitmq_with_a_vhost_per_test(pytester: pyt
         names = [v["name"] for v in admin.request("GET", "/vhosts")] + [
             u["name"] for u in admin.request("GET", "/users")
         ]
-        return {n for n in names if n.startswith(("test_a_leaves", "test_b_declares"))}
+        return {n for n in names if n.startswith(("test_a_leaves", "test_b_declares", "test_d_the_tests"))}
 
     before = ours()  # what an earlier, interrupted run may have left: not this run's doing
     result = _run(pytester, f"--amqpd-url={REFERENCE}", f"--amqpd-management-url={REFERENCE_MANAGEMENT}")
-    result.assert_outcomes(passed=2)
+    result.assert_outcomes(passed=3)
     assert ours() - before == set()
     assert not _broker_threads()
 

@@ -138,3 +138,49 @@ async def test_checked_frames_stop_before_a_record_that_failed_its_checks(tmp_pa
         assert store.checked_frames(offsets[200], 100, 1 << 30)[:2] == ([], b"")
     finally:
         await store.close()
+
+
+def varied(count: int) -> list[bytes]:
+    """Bodies of 80-400 bytes, no two neighbours of one size (as JSON events are)."""
+    return [b"%05d" % n + b"v" * (75 + (n * 37) % 321) for n in range(count)]
+
+
+async def test_checked_records_give_records_of_many_sizes_checked_as_read_joined(tmp_path: Path) -> None:
+    store, offsets = await log_store(tmp_path, varied(600))
+    try:
+        calls, counting = counting_hashes()
+        with counting:  # type: ignore[attr-defined]
+            lengths, data = store.checked_records(offsets[50], 500, 1 << 30)
+        assert calls[0] >= 500  # each one checked as it was read (none was read before)
+        payloads = store.read_payloads(offsets[50:550])
+        assert lengths == [len(p) for p in payloads]  # type: ignore[arg-type]
+        assert data == b"".join(payloads)  # type: ignore[arg-type]
+        # a budget in bytes stops it about there, never past the count asked for
+        few, some = store.checked_records(offsets[0], 600, 2_000)
+        assert 2_000 <= len(some) < 2_000 + 1_000 and len(few) < 600
+        assert some == b"".join(store.read_payloads(offsets[: len(few)]))  # type: ignore[arg-type]
+    finally:
+        await store.close()
+
+
+async def test_checked_records_never_give_a_record_damaged_on_disk_nor_any_after_it(tmp_path: Path) -> None:
+    """The first read of stretches after the disk changed under them: one that ends before the damage comes
+    whole (checked); one with the damaged record in it gives at most the records before it (the caller
+    reads on from there one record at a time, which skips it), never its bytes nor any after it."""
+    store, offsets = await log_store(tmp_path, varied(400))
+    try:
+        (segment_file,) = (tmp_path / "segments").glob("*.seg")
+        raw = bytearray(segment_file.read_bytes())
+        raw[raw.index(b"00200")] ^= 0xFF  # record 200's payload no longer matches its checksum
+        segment_file.write_bytes(bytes(raw))
+        assert store.checked_records(offsets[0], 200, 1 << 30)[0] == [
+            len(p) for p in store.read_payloads(offsets[:200])
+        ]  # type: ignore[arg-type]
+        for first in (150, 190, 199, 200):
+            for budget in (1_000, 10_000, 1 << 30):
+                lengths, data = store.checked_records(offsets[first], 200, budget)
+                assert first + len(lengths) <= 200
+                assert data == b"".join(store.read_payloads(offsets[first : first + len(lengths)]))  # type: ignore[arg-type]
+        assert store.checked_records(offsets[200], 200, 1 << 30) == ([], b"")
+    finally:
+        await store.close()

@@ -128,6 +128,19 @@ class FaultMachine(RuleBasedStateMachine):
         self.final_acks.add(message)
 
     @precondition(lambda self: self.pairs())
+    @rule(data=st.data())
+    def ack_several(self, data: st.DataObject) -> None:
+        """A multiple-ack (or a purge): one queue's messages acked in one call."""
+        qid = data.draw(st.sampled_from([qid for qid, held in self.held.items() if held]))
+        offsets = data.draw(st.lists(st.sampled_from(sorted(self.held[qid])), min_size=1, unique=True))
+        self.store.ack_many(qid, sorted(offsets))
+        for offset in sorted(offsets):
+            message = self.held[qid].pop(offset)
+            self.batch_acks.append((message, (qid, offset) in self.on_disk))
+            self.fates[message].final_ack = "buffered"
+            self.final_acks.add(message)
+
+    @precondition(lambda self: self.pairs())
     @rule(data=st.data(), to_queue=st.sampled_from(range(len(QUEUES))))
     def dead_letter(self, data: st.DataObject, to_queue: int) -> None:
         """As the broker does it: the holder acks, and a new record goes to the target, no callback."""

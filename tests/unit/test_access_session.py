@@ -236,6 +236,9 @@ class UnsyncedStore:
     def ack(self, *args: Any) -> None:
         pass
 
+    def ack_many(self, *args: Any) -> None:
+        pass
+
     def fsync(self, count: int) -> None:
         done, self.on_durable = self.on_durable[:count], self.on_durable[count:]
         for callback in done:

@@ -52,6 +52,9 @@ class FakeStore:
     def ack(self, queue_id: int, offset: int) -> None:
         self.acked.append((queue_id, offset))
 
+    def ack_many(self, queue_id: int, offsets: list[int]) -> None:
+        self.acked.extend((queue_id, offset) for offset in offsets)
+
     def read_many(self, offsets: list[int], ahead: Any = None) -> list[MessageRecord | None]:
         return [self.records.get(o) for o in offsets]
 
@@ -596,6 +599,7 @@ class Confirmed:
     # before the store's commit: what the clients do while the publishes wait for their fsync
     before_commit: Callable[[Conn, Conn], None] | None = None
     grouped_equal: int | None = None  # the same with equal properties where they differ (runs), if not `grouped`
+    after_commit: Callable[[Conn, Conn], None] | None = None  # then: what the clients do once they are confirmed
 
 
 STREAM = declare(durable=True, arguments={"x-queue-type": "stream"})
@@ -609,12 +613,37 @@ def _ack_all(pub: Conn, con: Conn) -> None:
     con.send(frame.marshal(commands.Basic.Ack(delivery_tag=0, multiple=True), 1))
 
 
+def _ack_up_to_3(pub: Conn, con: Conn) -> None:
+    con.send(frame.marshal(commands.Basic.Ack(delivery_tag=3, multiple=True), 1))
+
+
+def _ack_2_then_up_to_4(pub: Conn, con: Conn) -> None:
+    con.send(frame.marshal(commands.Basic.Ack(delivery_tag=2), 1) + frame.marshal(commands.Basic.Ack(4, True), 1))
+
+
+PREFETCH_2 = ("con", commands.Basic.Qos(prefetch_count=2))
+
 CONFIRMED: dict[str, Confirmed] = {
     "durable queue": Confirmed(5, [declare(durable=True)]),
     "durable queue, manual-ack consumer": Confirmed(5, [declare(durable=True), consume(no_ack=False)]),
     "durable queue, no-ack consumer": Confirmed(5, [declare(durable=True), consume()]),
     "durable queue, all consumed and acked before the fsync": Confirmed(
         5, [declare(durable=True), consume(no_ack=False)], before_commit=_ack_all
+    ),
+    "durable queue, some acked after the fsync": Confirmed(
+        5, [declare(durable=True), consume(no_ack=False)], after_commit=_ack_up_to_3
+    ),
+    "durable queue, acks out of order after the fsync": Confirmed(
+        5, [declare(durable=True), consume(no_ack=False)], after_commit=_ack_2_then_up_to_4
+    ),
+    "durable queue, a consumer with room for two": Confirmed(
+        5, [declare(durable=True), PREFETCH_2, consume(no_ack=False)], before_commit=_ack_up_to_3
+    ),
+    "durable queue, two consumers": Confirmed(
+        5, [declare(durable=True), consume("c1", no_ack=False), consume("c2", no_ack=False)]
+    ),
+    "durable queue, a consumer with a message ttl": Confirmed(
+        5, [declare(durable=True, arguments={"x-message-ttl": 60000}), consume(no_ack=False)]
     ),
     "stream": Confirmed(5, [STREAM]),
     "stream, transient messages": Confirmed(5, [STREAM], properties={}),
@@ -733,6 +762,9 @@ async def confirmed_run(
     await store.flush()
     await store.reads_done()
     pub_late, con_late = pub.session.take_output(), con.session.take_output()
+    if case.after_commit is not None:
+        case.after_commit(pub, con)
+        await store.flush()
     queue = broker.vhosts["/"].queues["q"]
     if queue.is_stream:
         stream: Any = queue
@@ -748,8 +780,21 @@ async def confirmed_run(
         while (entry := queue.get()) is not None:
             left.append((entry.msg.store_offset, entry.msg.body))
     left.append(_exchange_counts(broker))
-    await store.close()
+    await store.flush()
+    await store.abort()  # a crash: what comes back is what the commits wrote (no checkpoint at close)
+    left.append(await _after_restart(data_dir))
     return pub_early, pub_late, con_early, con_late, left, sum(grouped)
+
+
+async def _after_restart(data_dir: Any) -> tuple[str, dict[str, list[tuple[int, bool]]]]:
+    """What each durable queue gives back after a restart: offsets, and whether each comes back redelivered."""
+    # Each batch the commits wrote (acks and delivery marks included) is replayed.
+    from store import MessageStore
+
+    store = MessageStore(data_dir, fsync="none")
+    recovered = await store.open()
+    await store.close()
+    return "after a restart", {q.name: [(m.offset, m.redelivered) for m in q.messages] for q in recovered.queues}
 
 
 def _exchange_counts(broker: Broker) -> tuple[str, dict[str, tuple[int, int]]]:
@@ -808,8 +853,8 @@ async def test_a_stored_group_is_confirmed_only_after_the_commit_with_one_multip
     assert grouped == 5
     assert _confirms(pub_early) == []
     assert _confirms(pub_late) == [("Ack", 5, True)]
-    # offset, body (after them: the segments and the exchange counts)
-    assert [(row[0], row[4]) for row in left[:-2]] == [(i, b) for i, b in enumerate(BODIES)]
+    # offset, body (after them: the segments, the exchange counts and what a restart gives back)
+    assert [(row[0], row[4]) for row in left[:-3]] == [(i, b) for i, b in enumerate(BODIES)]
 
 
 @pytest.mark.anyio
@@ -825,7 +870,7 @@ async def test_a_stored_group_the_store_could_not_write_is_nacked_tag_by_tag(
         ("Nack", 4, False),
         ("Nack", 5, False),
     ]
-    assert [body for _, body in left[:-1]] == BODIES  # still in the queue, from memory
+    assert [body for _, body in left[:-2]] == BODIES  # still in the queue, from memory
 
 
 # -- every entry takes the same steps ---------------------------------------------------------------------------

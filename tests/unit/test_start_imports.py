@@ -25,10 +25,43 @@ def _imported_by(code: str) -> set[str]:
     return set(json.loads(out.stdout))
 
 
-def test_starting_imports_neither_the_disk_store_nor_the_http_server_nor_toml() -> None:
+def test_starting_imports_neither_the_disk_store_nor_the_http_server_nor_toml_nor_anyio() -> None:
+    # anyio (for the disk store's worker threads) is not needed to serve: asyncio's task group and runner do
     loaded = _imported_by(START)
-    unexpected = [m for m in (*DISK_STORE, *HTTP, "tomllib", "amqpd.mgmt.definitions") if m in loaded]
+    unexpected = [m for m in (*DISK_STORE, *HTTP, "tomllib", "amqpd.mgmt.definitions", "anyio") if m in loaded]
     assert unexpected == []
+
+
+EMBEDDED = """
+import base64, json, sys, urllib.request
+import pika
+from amqpd.testing import EmbeddedBroker
+
+broker = EmbeddedBroker().start()
+broker.add_isolated_vhost("isolated", "tester", "secret")
+pika.BlockingConnection(pika.URLParameters(f"amqp://tester:secret@127.0.0.1:{broker.port}/isolated")).close()
+loaded, ports = sorted(sys.modules), broker.listening_ports()
+request = urllib.request.Request(broker.management_url + "/api/vhosts")
+request.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
+vhosts = [v["name"] for v in json.load(urllib.request.urlopen(request, timeout=30))]
+after = broker.listening_ports()
+broker.stop()
+print(json.dumps({"loaded": loaded, "ports": ports, "vhosts": vhosts, "after": after}))
+"""
+
+
+def test_a_broker_in_the_test_process_serves_a_test_vhost_before_loading_its_management_side() -> None:
+    # the pytest plugin's thread mode: each test's vhost is made by calling the broker, so the HTTP server, the
+    # management API and ctypes (the memory alarm's malloc_trim) are loaded only when first needed; anyio not at all
+    out = subprocess.run([sys.executable, "-c", EMBEDDED], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    seen = json.loads(out.stdout.splitlines()[-1])
+    not_yet = (*HTTP, "amqpd.mgmt.service", "amqpd.mgmt.objects", "ctypes", "anyio")
+    early = [m for m in not_yet if m in seen["loaded"]]
+    assert early == []
+    assert len(seen["ports"]) == 1  # AMQP alone until the management URL is asked for
+    assert "isolated" in seen["vhosts"]  # then the API starts, and sees the vhost made without it
+    assert len(seen["after"]) == 3
 
 
 def test_the_store_front_door_still_hands_out_the_store_on_demand() -> None:

@@ -4,6 +4,7 @@ offset tracking and filters."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 from typing import Any
 
@@ -17,7 +18,7 @@ from amqpd import errors
 from amqpd.broker.broker import Broker
 from amqpd.broker.streams.args import parse_age_ms
 from amqpd.broker.streams.log import OffsetMap
-from amqpd.broker.streams.stream import FEED_BATCHES, READ_BATCH, StreamQueue
+from amqpd.broker.streams.stream import FEED_BATCHES, FEED_BYTES, READ_BATCH, StreamQueue
 from amqpd.config import Settings
 
 STREAM = {"x-queue-type": "stream"}
@@ -504,6 +505,67 @@ def test_a_filter_that_matches_little_yields_to_the_loop_between_reads() -> None
         got = offsets_and_bodies(c)
         turns += 1
     assert got == [(total - 1, b"x")] and turns >= 2
+
+
+BIG = 64 << 10  # a body of one frame (the fake connection's frame_max is 128 KiB)
+BIG_COUNT = 4 * FEED_BYTES // BIG + 3  # a replay of several slices
+
+
+def big_stream(scheduler: Any) -> ClientChannel:
+    """A stream of BIG_COUNT messages of BIG bytes, and a client whose prefetch takes all of them at once."""
+    c = ClientChannel(Broker(Settings(), scheduler=scheduler))
+    c.declare_queue("s", durable=True, arguments=STREAM)
+    c.call(commands.Basic.Qos(prefetch_count=BIG_COUNT))
+    for i in range(BIG_COUNT):
+        c.publish("", "s", b"%06d" % i + b"b" * (BIG - 6))
+    return c
+
+
+def test_a_replay_of_big_messages_yields_to_the_loop_between_slices() -> None:
+    """The consumer's prefetch would take the whole stream: it comes in slices of about FEED_BYTES, one a
+    loop turn, so that other connections' frames and confirms go between them. Nothing is lost or reordered."""
+    later: list[Any] = []
+    c = big_stream(lambda delay, fn: later.append(fn) or object())
+    got = read(c, "first")
+    slices = [len(got)]
+    while later:
+        later.pop(0)()
+        more = offsets_and_bodies(c)
+        slices.append(len(more))
+        got += more
+    assert [offset for offset, _ in got] == list(range(BIG_COUNT))
+    assert all(body[:6] == b"%06d" % offset for offset, body in got)
+    assert len(slices) >= 4 and max(slices) <= FEED_BYTES // BIG + 1
+
+
+def test_another_task_runs_on_the_loop_before_a_long_replay_ends() -> None:
+    async def replay_beside_another_task() -> tuple[int, int]:
+        loop = asyncio.get_running_loop()
+        c = big_stream(loop.call_later)
+        delivered: list[tuple[int, bytes]] = []
+        seen_by_other: list[int] = []
+
+        async def other() -> None:
+            seen_by_other.append(len(delivered) + len(offsets_and_bodies_kept(c, delivered)))
+
+        c.consume("s", "", arguments={"x-stream-offset": "first"})
+        task = asyncio.create_task(other())
+        for _ in range(10 * BIG_COUNT):  # bounded: one loop turn per step
+            offsets_and_bodies_kept(c, delivered)
+            if len(delivered) == BIG_COUNT and task.done():
+                break
+            await asyncio.sleep(0)
+        return seen_by_other[0], len(delivered)
+
+    seen, total = asyncio.run(replay_beside_another_task())
+    assert total == BIG_COUNT and 0 < seen < BIG_COUNT
+
+
+def offsets_and_bodies_kept(c: ClientChannel, into: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
+    """What was delivered since the last call, added to `into` too."""
+    more = offsets_and_bodies(c)
+    into += more
+    return more
 
 
 def test_a_stream_stamps_its_records_by_the_brokers_clock() -> None:

@@ -127,7 +127,14 @@ def messages(draw: st.DrawFn, frame_max: int) -> list[tuple[dict[str, Any], byte
         value = draw(st.sampled_from([None, *FILTER_VALUES]))
         if value is not None:
             props["headers"] = {**props.get("headers", {}), "x-stream-filter-value": value}
-        size = draw(st.one_of(st.integers(0, 300), st.integers(frame_max - 10, 2 * frame_max + 20)))
+        # small; around VIEW_FROM up to one frame (a body sent as a view of its record); several frames
+        size = draw(
+            st.one_of(
+                st.integers(0, 300),
+                st.integers(stream_replay.VIEW_FROM - 2, frame_max - 8),
+                st.integers(frame_max - 10, 2 * frame_max + 20),
+            )
+        )
         for _ in range(min(draw(st.sampled_from([1, 1, 3, 12])), count - len(out))):
             out.append((props, bytes([65 + len(out) % 26]) * size))
     return out

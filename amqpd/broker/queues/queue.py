@@ -303,8 +303,18 @@ class Queue(Generic[S]):
             self._arm_ttl_timer()
 
     def push_many(self, msgs: list[Message]) -> None:
-        """Newly routed messages published together, in order (a stream gives their offsets in one step)."""
-        for msg in msgs:
+        """Newly routed messages published together, in order (a stream gives their offsets in one step): push()
+        of each. While nothing waits and none has an expiry or a recovered delivery count, those consumers
+        take are handed out as take_group hands them (to a sole consumer as many at once as it has room for:
+        one encoding pass, one unacked run); the rest are pushed one by one."""
+        done = 0
+        if self.consumers and not self.ready and self.message_ttl is None and not self.recovered_counts:
+            if all(m.ttl_ms is None for m in msgs):
+                seq = self._seq
+                entries = [Entry(m, s, None) for s, m in enumerate(msgs, seq + 1)]
+                done = self._hand_out(entries)
+                self._seq = seq + done  # push() numbers the rest (and marks the stall, if any)
+        for msg in msgs[done:] if done else msgs:
             self.push(msg)
 
     def _spills(self, msg: Message, redelivered: bool) -> bool:

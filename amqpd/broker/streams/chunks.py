@@ -45,7 +45,7 @@ first delivery's content type.
 from __future__ import annotations
 
 import struct
-from itertools import groupby
+from itertools import chain, groupby
 from typing import TYPE_CHECKING, Any
 
 from amqpd import errors
@@ -53,7 +53,7 @@ from amqpd.broker.arguments import amqp_type_name
 from amqpd.broker.message import LogDelivery
 from amqpd.broker.stored_message import route_of
 from amqpd.broker.streams.cursor import StreamEntry
-from amqpd.broker.streams.log import payload_bytes
+from amqpd.broker.streams.log import StreamLog, payload_bytes
 from amqpd.protocol.constants import FLAG_CONTENT_TYPE, FLAG_HEADERS
 from amqpd.protocol.fastpath import shortstr
 from store import FRAME_HEADER_SIZE
@@ -144,14 +144,14 @@ def encode_chunk(payloads: list[bytes | None]) -> bytes:
 
 
 def runs_table(runs: list[tuple[int, int, int]]) -> bytes:
-    """Layout 3's runs table (consecutive runs alike joined), the body's first bytes."""
-    table: list[int] = []
-    for count, gap, length in runs:
-        if table and table[-2] == gap and table[-1] == length:
-            table[-3] += count
-        else:
-            table += (count, gap, length)
-    return struct.pack(f">{len(table) + 1}I", len(table) // 3, *table)
+    """Layout 3's runs table, the body's first bytes. Runs alike are joined where they are made (a read
+    step's records of one size), not here: a chunk of records of many sizes has a run a record."""
+    return packed_runs(list(chain.from_iterable(runs)))
+
+
+def packed_runs(flat: list[int]) -> bytes:
+    """runs_table for the runs' fields one after the other (count, gap, length of each)."""
+    return struct.pack(f">{len(flat) + 1}I", len(flat) // 3, *flat)
 
 
 def chunk_header(first: int, count: int, body_size: int, layout: int = 2) -> bytes:
@@ -162,16 +162,16 @@ def chunk_header(first: int, count: int, body_size: int, layout: int = 2) -> byt
 
 
 def feed_chunks(stream: Feed, cursor: Cursor) -> None:
-    """Deliver chunks from the cursor while its consumer has room, at most FEED_CHUNKS per call (the rest
-    on the loop's next turn). A chunk is one StreamEntry, whose ack moves the cursor as a single delivery's
-    does."""
+    """Deliver chunks from the cursor while its consumer has room, at most FEED_CHUNKS and about the stream's
+    FEED_BYTES per call (the rest on the loop's next turn). A chunk is one StreamEntry, whose ack moves the
+    cursor as a single delivery's does."""
     consumer = cursor.consumer
     layout = cursor.layout
     for start, end in stream.steps(cursor, FEED_CHUNKS, cursor.chunk):
         if layout >= 3:
-            count, parts = _read_runs(stream, start, end)
+            count, parts = _read_runs(stream, cursor, start, end)
         else:
-            payloads = _read_chunk(stream, start, end)
+            payloads = _read_chunk(stream, cursor, start, end)
             count, parts = len(payloads), [encode_chunk(payloads)]
         if not count:  # nothing readable after all (the steps said there was): no empty chunk
             return
@@ -179,58 +179,112 @@ def feed_chunks(stream: Feed, cursor: Cursor) -> None:
         cursor.outstanding.add(start, start + 1)
         delivery = ChunkDelivery(stream.name, start, count, parts, layout)
         consumer.channel.deliver_parts(consumer, consumer.queue, StreamEntry(delivery, start, cursor), parts, count)
+        cursor.sent += delivery.size
 
 
-def _read_chunk(stream: Feed, start: int, end: int) -> list[bytes | None]:
+def _read_chunk(stream: Feed, cursor: Cursor, start: int, end: int) -> list[bytes | None]:
     """Records [start, end), or fewer: the read stops once it holds CHUNK_BYTES. Steps are sized by the
-    records read so far (a first small one), so large records are not read far past the limit."""
-    payloads: list[bytes | None] = []
-    size = 0
-    at = start
-    step = FIRST_STEP
-    while at < end and size < CHUNK_BYTES:
-        read = stream.log.read_raw(at, min(step, end - at))[1]  # `at` is kept: the caller clipped start
+    records read so far (a first small one), so large records are not read far past the limit. As in
+    _read_runs, what a step that waits for the store's read worker finds filled is kept (ChunkFill)."""
+    fill = _fill_for(cursor, start)
+    payloads = fill.payloads
+    while fill.at < end and fill.size < CHUNK_BYTES:
+        read = stream.log.read_raw(fill.at, min(fill.step, end - fill.at))[1]  # `at` is kept: start was clipped
         if not read:
             break
         payloads += read
-        size += payload_bytes(read)
-        at += len(read)
-        step = _next_step(size, len(payloads))
+        fill.size += payload_bytes(read)
+        fill.at += len(read)
+        fill.step = _next_step(fill.size, len(payloads))
+    cursor.filling = None
     return payloads
 
 
-def _read_runs(stream: Feed, start: int, end: int) -> tuple[int, list[bytes]]:
+def _fill_for(cursor: Cursor, start: int) -> ChunkFill:
+    """The chunk the cursor was filling from `start` when a read step waited, else a new one (kept on it)."""
+    fill = cursor.filling
+    if not isinstance(fill, ChunkFill) or fill.start != start:
+        fill = cursor.filling = ChunkFill(start)
+    return fill
+
+
+class ChunkFill:
+    """A chunk part filled when the store's read worker had to be asked for more (ReadPending): kept
+    on the cursor, so that the next dispatch goes on from `at` rather than reading the chunk again from its
+    start (a chunk takes many read steps, each of which may wait for the worker once)."""
+
+    __slots__ = ("start", "at", "runs", "parts", "payloads", "size", "step")
+
+    def __init__(self, start: int) -> None:  # noqa: D107
+        self.start = start
+        self.at = start
+        self.runs: list[int] = []  # count, gap and length of each run, one after the other
+        self.parts: list[bytes] = []  # layout 3's records
+        self.payloads: list[bytes | None] = []  # layout 2's
+        self.size = 0
+        self.step = FIRST_STEP
+
+
+def _read_runs(stream: Feed, cursor: Cursor, start: int, end: int) -> tuple[int, list[bytes]]:
     """Layout 3's (records, body parts) for [start, end) or fewer, as _read_chunk stops: stretches of frames
     a read checked before go as the store's bytes (one pread, nothing per record, never copied again: the
-    parts are not joined); the others as read_raw gives them (which checks them, so the next read of them
-    is a stretch of frames), joined a read step at a time (a few pieces a chunk to write, not a record's
-    each). The first part is the runs table."""
-    log = stream.log
-    runs: list[tuple[int, int, int]] = []
-    parts: list[bytes] = []
-    size = 0
-    at = start
-    step = FIRST_STEP
-    while at < end and size < CHUNK_BYTES:
-        frames, data, unchecked = log.read_frames(at, end - at, CHUNK_BYTES - size)
+    parts are not joined); the others as the store's read worker reads and checks them (read_checked, so
+    that the next read of them is a stretch of frames where they are of one size), their bytes joined by
+    it; only where that fails (damage, records not written yet) as read_raw gives them, joined a read step
+    at a time (a few pieces a chunk to write, not a record's each). The first part is the runs table. When
+    a read step has to wait for the store's read worker, what is filled so far stays on the cursor
+    (ChunkFill) and the next call goes on from there."""
+    fill = _fill_for(cursor, start)
+    _fill_runs(stream.log, fill, end)
+    cursor.filling = None
+    return fill.at - start, [packed_runs(fill.runs), *fill.parts]
+
+
+def _fill_runs(log: StreamLog, fill: ChunkFill, end: int) -> None:
+    """_read_runs' read steps from fill.at on, each recorded in `fill` as soon as it is read (a later step
+    may raise ReadPending)."""
+    while fill.at < end and fill.size < CHUNK_BYTES:
+        at = fill.at
+        frames, data, unchecked = log.read_frames(at, end - at, CHUNK_BYTES - fill.size)
         if frames:
-            runs += [(count, FRAME_HEADER_SIZE, length) for count, length in frames]
-            parts.append(data)
-            size += len(data)
-            at += sum(count for count, _ in frames)
-            step = FIRST_STEP  # past these, on a first read, the read cache checked its stretch: read few bare
+            for count, length in frames:
+                fill.runs += (count, FRAME_HEADER_SIZE, length)
+            fill.parts.append(data)
+            fill.size += len(data)
+            fill.at += sum(count for count, _ in frames)
+            fill.step = FIRST_STEP  # past these, on a first read, the read cache checked its stretch: read few bare
             continue
-        # a few among checked ones (a record of another size): those alone, not a cached stretch around them
-        read = log.read_raw(at, min(step, end - at, unchecked), cached=unchecked >= READ_STEP)[1]
+        if unchecked >= READ_STEP:  # a stretch: checked by the store's read worker as it reads it
+            lengths, data = log.read_checked(at, min(unchecked, end - at), CHUNK_BYTES - fill.size)
+            if lengths:
+                _add_bare(fill, lengths, data)
+                continue
+        # a few among checked ones (a record of another size): those alone, not a cached stretch around
+        # them; or damage, or records not in a segment file yet: read_raw skips what fails its checks
+        read = log.read_raw(at, min(fill.step, end - at, unchecked), cached=unchecked >= READ_STEP)[1]
         if not read:
-            break
+            return
         lengths = [len(p) if p is not None else 0 for p in read]
-        runs += [(len(list(same)), 0, length) for length, same in groupby(lengths)]
-        parts.append(b"".join([p for p in read if p is not None]))
-        size += sum(lengths)
-        at += len(read)
-        step = _next_step(size, at - start)
-    return at - start, [runs_table(runs), *parts]
+        for length, same in groupby(lengths):
+            fill.runs += (len(list(same)), 0, length)
+        fill.parts.append(b"".join([p for p in read if p is not None]))
+        fill.size += sum(lengths)
+        fill.at += len(read)
+        fill.step = _next_step(fill.size, fill.at - fill.start)
+
+
+def _add_bare(fill: ChunkFill, lengths: list[int], data: bytes) -> None:
+    """Records read and checked, their bytes joined: one run when they are of one size, else a run each
+    (made without a Python step per record)."""
+    if lengths.count(lengths[0]) == len(lengths):
+        fill.runs += (len(lengths), 0, lengths[0])
+    else:
+        runs = [1, 0, 0] * len(lengths)
+        runs[2::3] = lengths
+        fill.runs += runs
+    fill.parts.append(data)
+    fill.size += len(data)
+    fill.at += len(lengths)
 
 
 def _next_step(size: int, records: int) -> int:

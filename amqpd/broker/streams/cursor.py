@@ -62,6 +62,8 @@ class Cursor:
         "chunk",
         "layout",
         "moved",
+        "sent",
+        "filling",
     )
 
     def __init__(
@@ -85,6 +87,8 @@ class Cursor:
         self.chunk = chunk  # records per chunk delivery (checked), 0: none
         self.layout = layout  # the chunks' layout (streams/chunks.py)
         self.moved = moved  # the stream saves a tracking consumer's place
+        self.sent = 0  # bytes delivered to it in this dispatch (StreamQueue.steps yields past FEED_BYTES)
+        self.filling: object = None  # a chunk being filled while the store reads (streams/chunks.py ChunkFill)
 
     def wants(self, record: MessageRecord) -> bool:
         if self.filter is None:

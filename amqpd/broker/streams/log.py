@@ -79,6 +79,13 @@ class StreamLog(Protocol):
         how many from `start` on are not in a checked run) when the first is not (read_raw them)."""
         ...
 
+    def read_checked(self, start: int, limit: int, budget: int) -> tuple[list[int], bytes]:
+        """Committed records from `start` (already clipped to the first kept), at most `limit` and about
+        `budget` bytes, each checked as it is read: (each one's length, their stored bytes joined); ([], b"")
+        when the first cannot be read so (damage, not in a segment file: read_raw them, which skips what
+        fails its checks)."""
+        ...
+
     def offset_at_time(self, timestamp_ms: int) -> int: ...
     def first_timestamp(self) -> int | None: ...
     def drop_before(self, offset: int) -> None: ...
@@ -128,6 +135,9 @@ class MemoryLog:
 
     def read_frames(self, start: int, limit: int, budget: int) -> tuple[list[tuple[int, int]], bytes, int]:
         return [], b"", limit  # no frames: the messages themselves
+
+    def read_checked(self, start: int, limit: int, budget: int) -> tuple[list[int], bytes]:
+        return [], b""  # nothing to check: read_raw
 
     def offset_at_time(self, timestamp_ms: int) -> int:
         for i, msg in enumerate(self._messages):
@@ -232,8 +242,14 @@ class OffsetMap:
 # jump, the first frames' own checks), which larger reads spread thinner (bench.micro_stream measures it).
 RAW_CHUNK = 1024
 RAW_CHUNK_BYTES = 1 << 20
-RAW_CACHE_BYTES = 16 << 20
-FRAMES_KEPT = 64  # read_frames answers kept (bounded in bytes by RAW_CACHE_BYTES too)
+# The bound counts what a cached record costs beyond its payload (its bytes object, its dict slot and key),
+# which for small records is as much again (counted as payload only, the cache held far more than its bound
+# and showed in a replay's RSS per stored message, bench ST). A few windows are enough for consumers
+# replaying near each other; one far behind the others reads its own.
+RAW_CACHE_BYTES = 4 << 20
+RECORD_OVERHEAD = 100  # bytes a cached record costs beyond its payload
+FRAMES_CACHE_BYTES = 16 << 20  # read_frames answers kept: whole chunks, which their readers ask for again
+FRAMES_KEPT = 64  # read_frames answers kept (bounded in bytes by FRAMES_CACHE_BYTES too)
 Frames = tuple[list[tuple[int, int]], bytes, int]
 
 
@@ -284,6 +300,9 @@ class StoreLog:
         # after a read they waited for, and must find what they found before.
         self._frames: dict[tuple[int, int, int], Frames] = {}
         self._frames_bytes = 0
+        # read_checked's answers, by its read_frames key and -1, each until the chunk that asked takes it
+        self._checked: dict[tuple[int, int, int, int], tuple[list[int], bytes]] = {}
+        self._checked_bytes = 0
         self._record_bytes = RAW_CHUNK_BYTES  # a raw record's size lately; unknown: read only what is asked
         self._closed = False
         self.on_read: Callable[[], None] | None = None  # a window came in: readers waiting on it go on
@@ -406,6 +425,41 @@ class StoreLog:
             future.add_done_callback(lambda f: self._frames_in(key, f))
         raise pending
 
+    def read_checked(self, start: int, limit: int, budget: int) -> tuple[list[int], bytes]:
+        """As the store's read worker read and checked them (ReadPending until it has: ask again then). An
+        answer is taken once: the chunk that asked keeps it."""
+        first_store, count = self._runs.consecutive(start, min(self.committed, start + limit))
+        if count <= 0:
+            return [], b""
+        key = (first_store, count, budget, -1)  # -1: not a read_frames key in _pending
+        found = self._checked.pop(key, None)
+        if found is not None:
+            self._checked_bytes -= len(found[1])
+            return found
+        pending = self._pending.get(key)
+        if pending is None:
+            future = self._store.in_reader(self._store.checked_records, first_store, count, budget)
+            pending = self._pending[key] = ReadPending(future)
+            future.add_done_callback(lambda f: self._checked_in(key, f))
+        raise pending
+
+    def _checked_in(self, key: tuple[int, int, int, int], future: asyncio.Future[tuple[list[int], bytes]]) -> None:
+        del self._pending[key]
+        if self._closed or future.cancelled():
+            return
+        error = future.exception()
+        if error is not None:  # the next dispatch asks again
+            log.warning("stream read of records from store offset %d failed: %s", key[0], error)
+            return
+        checked = self._checked
+        found = checked[key] = future.result()
+        self._checked_bytes += len(found[1])
+        # answers nobody came back for (the consumer went away) go, oldest first
+        while len(checked) > 1 and (self._checked_bytes > RAW_CACHE_BYTES or len(checked) > FRAMES_KEPT):
+            self._checked_bytes -= len(checked.pop(next(iter(checked)))[1])
+        if self.on_read is not None:
+            self.on_read()
+
     def _frames_in(self, key: tuple[int, int, int], future: asyncio.Future[Frames]) -> None:
         del self._pending[key]
         if self._closed or future.cancelled():
@@ -417,7 +471,7 @@ class StoreLog:
         frames = self._frames
         found = frames[key] = future.result()
         self._frames_bytes += len(found[1])
-        while len(frames) > 1 and (self._frames_bytes > RAW_CACHE_BYTES or len(frames) > FRAMES_KEPT):
+        while len(frames) > 1 and (self._frames_bytes > FRAMES_CACHE_BYTES or len(frames) > FRAMES_KEPT):
             self._frames_bytes -= len(frames.pop(next(iter(frames)))[1])
         if self.on_read is not None:
             self.on_read()
@@ -469,8 +523,9 @@ class StoreLog:
             fetched[dense] = payload
         size = payload_bytes(payloads)
         self._record_bytes = size // max(len(payloads), 1)
-        self._windows.append((first, start + len(payloads), size))
-        self._fetched_bytes += size
+        held = size + RECORD_OVERHEAD * len(payloads)
+        self._windows.append((first, start + len(payloads), held))
+        self._fetched_bytes += held
         while len(self._windows) > 2 and self._fetched_bytes > RAW_CACHE_BYTES:
             old_start, old_stop, old_size = self._windows.popleft()
             self._fetched_bytes -= old_size

@@ -16,11 +16,13 @@ u32 queue ids, exchange, routing key, properties (the content header payload, ve
 from __future__ import annotations
 
 import struct
-from itertools import count
+from bisect import bisect_left
+from itertools import accumulate, count
 from typing import TYPE_CHECKING, cast
 
 from amqpd import errors
 from amqpd.broker.streams.cursor import StreamRun
+from amqpd.broker.streams.log import payload_bytes
 from amqpd.broker.streams.offsets import Offsets
 from amqpd.protocol.constants import FLAG_CONTENT_ENCODING, FLAG_CONTENT_TYPE, FLAG_HEADERS
 from amqpd.protocol.fastpath import shortstr
@@ -44,15 +46,19 @@ _BOTH_FIELDS = struct.Struct(f">{len(_OFFSET_NAME)}sq{len(_TIMESTAMP_NAME)}sq")
 # A run of at least this many records of one layout is encoded by _encode_uniform (below it the general loop
 # is as cheap as checking the layout).
 UNIFORM_MIN = 16
+# A body at least this big goes into the join as a view of its record rather than a copy (the join copies it
+# anyway; below this a slice costs less than the view).
+VIEW_FROM = 1024
 _UNIFORM_KEPT = 64  # layouts whose Structs are kept
 _uniform_structs: dict[tuple[int, ...], tuple[struct.Struct, struct.Struct, struct.Struct]] = {}
 
 
-def replay(stream: Feed, cursor: Cursor, start: int, limit: int) -> int:
-    """Deliver up to `limit` records from `start` (or the first kept) to the cursor's consumer: one encoding
-    pass, one write, one unacked run. A record damaged on disk is skipped, its offset unused. Returns the offset
-    to go on from."""
+def replay(stream: Feed, cursor: Cursor, start: int, limit: int, budget: int) -> tuple[int, int]:
+    """Deliver up to `limit` records from `start` (or the first kept) to the cursor's consumer, and no more
+    than the one that takes them past `budget` bytes: one encoding pass, one write, one unacked run. A record
+    damaged on disk is skipped, its offset unused. Returns the offset to go on from and the bytes sent."""
     start, payloads = stream.log.read_raw(start, limit)
+    payloads = within(payloads, budget)
     next_offset = start + len(payloads)
     consumer = cursor.consumer
     channel = consumer.channel
@@ -61,11 +67,22 @@ def replay(stream: Feed, cursor: Cursor, start: int, limit: int) -> int:
         channel.id, consumer.ctag, first_tag, start, payloads, cursor.with_time, channel.conn.frame_max
     )
     if not offsets:
-        return next_offset
+        return next_offset, 0
     cursor.outstanding.add_offsets(offsets)
     run = StreamRun(first_tag, offsets, consumer.queue, consumer, cursor, channel.broker.clock)
     channel.deliver_encoded_run(consumer.queue, run, data)
-    return next_offset
+    return next_offset, len(data)
+
+
+def within(payloads: list[bytes | None], budget: int) -> list[bytes | None]:
+    """The first payloads, up to the one whose bytes take them to `budget` (at least one)."""
+    if payload_bytes(payloads) <= budget:
+        return payloads
+    try:
+        totals = list(accumulate(map(len, payloads)))  # type: ignore[arg-type]
+    except TypeError:  # len(None): a damaged record, which sends nothing
+        totals = list(accumulate(len(p) if p is not None else 0 for p in payloads))
+    return payloads[: bisect_left(totals, budget) + 1]
 
 
 def encode_replay(
@@ -139,7 +156,7 @@ def encode_replay(
                     field,
                     p[stop:hend],
                     body_head(0xCE, 3, channel, size),
-                    p[hend:],
+                    p[hend:] if size < VIEW_FROM else memoryview(p)[hend:],
                     b"\xce",
                 )
                 tag += 1
@@ -167,7 +184,8 @@ def encode_replay(
         if not size:
             parts.append(b"\xce")
         elif size <= chunk:
-            parts += (body_head(0xCE, 3, channel, size), p[hend:], b"\xce")
+            body = p[hend:] if size < VIEW_FROM else memoryview(p)[hend:]
+            parts += (body_head(0xCE, 3, channel, size), body, b"\xce")
         else:
             _split_body(parts, channel, memoryview(p)[hend:], chunk)
         tag += 1

@@ -32,6 +32,10 @@ if TYPE_CHECKING:
 
 READ_BATCH = 256  # records read from the log per step of a consumer's replay
 FEED_BATCHES = 64  # reads per consumer per dispatch before yielding to the loop
+# Bytes encoded for one consumer per dispatch before yielding to the loop: a replay of big messages must not
+# hold the loop (and every other connection's confirms) while it encodes a whole prefetch window, nor hand
+# the socket more than its write buffer takes before pause_writing can say it is full.
+FEED_BYTES = 1 << 20
 _OFFSET_FIELD = shortstr("x-stream-offset") + b"l"  # a signed 64-bit integer, as RabbitMQ sends it
 # Asked for with the consume argument x-stream-timestamp = true (amqpd's own; the PySpark reader uses it):
 # each delivery also carries the broker's append time, ms since the epoch, as a signed 64-bit integer.
@@ -276,8 +280,9 @@ class StreamQueue(Queue["Consumer"]):
                 pass  # the cursor stays where it is: _on_read dispatches again once the records are in
 
     def _feed(self, cursor: Cursor) -> None:
-        """Deliver from the cursor while its consumer has room, at most FEED_BATCHES reads per call (a filter
-        that matches little must not hold the loop for a whole replay: the rest goes on next turn)."""
+        """Deliver from the cursor while its consumer has room, at most FEED_BATCHES reads and about
+        FEED_BYTES per call (a filter that matches little, or a replay of big messages, must not hold the
+        loop for a whole replay: the rest goes on next turn)."""
         if cursor.chunk:
             feed_chunks(self, cursor)
             return
@@ -287,7 +292,8 @@ class StreamQueue(Queue["Consumer"]):
             room = consumer.prefetch - consumer.unacked if consumer.prefetch else READ_BATCH
             limit = min(max(room, 1), READ_BATCH, end - start)
             if cursor.filter is None:  # the batched replay, straight from the records' bytes
-                cursor.next = stream_replay.replay(self, cursor, start, limit)
+                cursor.next, sent = stream_replay.replay(self, cursor, start, limit, FEED_BYTES - cursor.sent)
+                cursor.sent += sent
                 continue
             cursor.next, batch = log.read_span(start, limit)  # past records that failed their checks on disk too
             entries: list[Entry] = []
@@ -297,25 +303,29 @@ class StreamQueue(Queue["Consumer"]):
                     entries.append(StreamEntry(StreamDelivery(record, offset, cursor.with_time), offset, cursor))
             if entries:
                 consumer.channel.deliver_many(consumer, self, entries)
+                cursor.sent += sum(entry.msg.size for entry in entries)
             if cursor.filter is not None and not cursor.outstanding and cursor.tracking:
                 self._track(cursor)  # skipping filtered messages moves a tracked consumer along too
 
     def steps(self, cursor: Cursor, budget: int, span: int | None = None) -> Iterator[tuple[int, int]]:
         """[start, end) of each step its consumer has room for, from the cursor to the committed end (at most
-        `span` offsets a step), at most `budget` steps per call: the rest goes on at the loop's next turn.
-        The caller moves cursor.next past what each step took."""
+        `span` offsets a step), at most `budget` steps and about FEED_BYTES per call: the rest goes on at the
+        loop's next turn. The caller moves cursor.next past what each step took and adds the bytes it sent
+        to cursor.sent."""
         consumer, log = cursor.consumer, self.log
         left = budget
+        cursor.sent = 0
         while consumer.can_accept():
             start = max(cursor.next, log.first)
             cursor.next = start
             end = log.committed if span is None else min(log.committed, start + span)
             if start >= end:
                 return
-            if left == 0:
+            if left == 0 or cursor.sent >= FEED_BYTES:
                 if self._schedule_dispatch():
                     return
                 left = budget
+                cursor.sent = 0
             left -= 1
             yield start, end
 

@@ -1,0 +1,96 @@
+"""A chunk delivery from a stream on disk is filled over several read steps, and a step may wait
+for the store's read worker (ReadPending): the chunk goes on from where it was when the records are in,
+rather than being read again from its first record (which made a chunk's cost grow with the square of its
+read steps on a first read of records of many sizes)."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import anyio
+import pytest
+from fakes import ClientChannel
+from pamqp import commands
+from test_reads_off_loop import Setup, broker_on_disk
+
+from amqpd.broker.streams.stream import StreamQueue
+from amqpd.spark.chunk_rows import chunk_batch
+from amqpd.spark.wire import Chunks
+
+COUNT = 3_000
+
+
+def varied_bodies() -> list[bytes]:
+    """JSON-like bodies of 80-400 bytes, no two neighbours alike in size: no run of one size forms."""
+    rng = random.Random(31)
+    return [b'{"id":%d,"pad":"' % i + b"x" * rng.randrange(60, 380) + b'"}' for i in range(COUNT)]
+
+
+def chunk_rows(c: ClientChannel, layout: int) -> list[tuple[int, bytes]]:
+    """(offset, body) of every row in the chunk deliveries sent since the last call."""
+    got = Chunks(1 << 62)
+    frames = [*c.pending, *c.conn.take_frames()]
+    c.pending = []
+    chunks: list[tuple[Any, bytearray]] = []
+    for f in frames:
+        if hasattr(f, "properties"):
+            chunks.append((f.properties, bytearray()))
+        elif hasattr(f, "value"):
+            chunks[-1][1].extend(f.value)  # a body longer than frame_max comes in several frames
+    for props, body in chunks:
+        got.add(body, props.headers["x-stream-offset"], props.headers["x-amqpd-chunk"], layout)
+    rows = chunk_batch("s", got, include_headers=False).to_pydict()
+    return list(zip(rows["offset"], rows["body"], strict=True))
+
+
+async def read_all(setup: Setup, c: ClientChannel, layout: int) -> list[tuple[int, bytes]]:
+    """Rows until every record has come; each settle lets the store's read worker answer what it was asked."""
+    rows: list[tuple[int, bytes]] = []
+    for _ in range(2_000):  # bounded: a read that stopped coming fails below instead of hanging
+        await setup.settle()
+        rows += chunk_rows(c, layout)
+        if len(rows) >= COUNT:
+            break
+    return rows
+
+
+@pytest.mark.parametrize("layout", [2, 3])
+def test_a_first_read_of_varied_sizes_takes_each_record_from_the_log_once(layout: int) -> None:
+    async def scenario(setup: Setup) -> None:
+        c = ClientChannel(setup.broker)
+        c.declare_queue("s", durable=True, arguments={"x-queue-type": "stream"})
+        bodies = varied_bodies()
+        for body in bodies:
+            c.publish("", "s", body)
+        await setup.settle()
+        stream = setup.broker.vhosts["/"].queues["s"]
+        assert isinstance(stream, StreamQueue)
+        taken = 0
+        read_raw, read_checked = stream.log.read_raw, stream.log.read_checked
+
+        def raw(start: int, limit: int, cached: bool = True) -> tuple[int, list[bytes | None]]:
+            nonlocal taken
+            got = read_raw(start, limit, cached)
+            taken += len(got[1])
+            return got
+
+        def checked(start: int, limit: int, budget: int) -> tuple[list[int], bytes]:
+            nonlocal taken
+            got = read_checked(start, limit, budget)
+            taken += len(got[0])
+            return got
+
+        stream.log.read_raw, stream.log.read_checked = raw, checked  # type: ignore[method-assign]
+        c.call(commands.Basic.Qos(prefetch_count=1000))
+        chunk = {"x-amqpd-chunk": 5_000, "x-amqpd-chunk-layout": layout}
+        c.consume("s", "c", arguments={"x-stream-offset": "first", **chunk})
+        rows = await read_all(setup, c, layout)
+        assert rows == list(enumerate(bodies))
+        assert taken == COUNT  # each record once: a chunk that waited for the worker went on where it was
+
+    async def main() -> None:
+        async with broker_on_disk() as setup:
+            await scenario(setup)
+
+    anyio.run(main)

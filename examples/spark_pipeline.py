@@ -9,7 +9,9 @@
     pip install -e '.[spark]'               # or: pip install 'amqpd[spark]'
     python examples/spark_pipeline.py       # starts its own amqpd on free ports, unless --uri is given
 
-With your own broker: --uri amqp://guest:guest@host:5672/%2F (offsets come over AMQP too).
+With your own broker: --uri amqp://guest:guest@host:5672/%2F (offsets come over AMQP too). On a cluster:
+--master spark://host:7077 (the default is local[2]) and any Spark setting as --conf KEY=VALUE, as
+spark-submit takes them; every executor must reach the broker at --uri and import amqpd.
 """
 
 from __future__ import annotations
@@ -135,14 +137,19 @@ def main() -> None:
     parser.add_argument("--uri", help="amqp://… of a running amqpd (default: start one)")
     parser.add_argument("--management-uri", help="ask its HTTP API for offsets instead of AMQP (optional)")
     parser.add_argument("--events", type=int, default=20_000)
+    parser.add_argument("--master", default="local[2]", help="Spark's master URL, e.g. spark://host:7077")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting")
     args = parser.parse_args()
-    spark = (
-        SparkSession.builder.master("local[2]")
+    builder = (
+        SparkSession.builder.master(args.master)
         .appName("amqpd-pipeline")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
     )
+    for setting in args.conf:
+        key, _, value = setting.partition("=")
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     broker = None

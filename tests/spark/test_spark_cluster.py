@@ -2,7 +2,7 @@
 bin/spark-class, each a JVM of its own, executors started by the workers, drivers in processes of their own
 (tests/spark/cluster_jobs.py). A batch read across both executors; a streaming query whose driver is killed
 in a micro-batch and restarted from its checkpoint; the exactly-once writer with an executor killed in a
-micro-batch, after it published part of it."""
+micro-batch, after it published part of it; examples/spark_pipeline.py pointed at the cluster's master."""
 
 from __future__ import annotations
 
@@ -20,11 +20,13 @@ from typing import Any
 import pytest
 from broker_streams import declare_stream, publish, reader
 from pyspark.sql import SparkSession
-from standalone import StandaloneCluster
+from pyspark.sql.types import StructType
 
 from amqpd.spark.positions import AmqpPositions
 from amqpd.spark.wire import Endpoint
 from amqpd.testing import BrokerProcess
+from amqpd.testing.spark_cluster import StandaloneCluster
+from examples import spark_pipeline as pipeline
 
 pytestmark = pytest.mark.timeout(1200)
 
@@ -36,7 +38,7 @@ DEDUP = {"x-message-deduplication": True, "x-cache-size": 100_000}
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
-    c = StandaloneCluster(ROOT, tmp_path_factory.mktemp("spark-cluster"))
+    c = StandaloneCluster(tmp_path_factory.mktemp("spark-cluster"), root=ROOT)
     try:
         yield c.start()
     finally:
@@ -172,3 +174,33 @@ def test_the_exactly_once_writer_leaves_each_row_once_when_an_executor_is_killed
     assert sum(result["batches"]) == 3000
     ids = Counter(r.message_id for r in reader(spark, broker, target).select("message_id").collect())
     assert ids == Counter(f"{source}:{o}" for o in range(3000))  # every row once
+
+
+def _apps(cluster: StandaloneCluster) -> list[set[str]]:
+    """Each worker's application directories: one per application it ran an executor for."""
+    return [{d.name for d in (cluster.work / f"worker{i}").glob("app-*")} for i in range(cluster.worker_count)]
+
+
+def test_the_example_pipeline_runs_on_the_cluster_given_its_master(
+    cluster: StandaloneCluster, spark: SparkSession, tmp_path: Path
+) -> None:
+    before = _apps(cluster)
+    settings = [f"--conf={k}={v}" for k, v in cluster.conf.items() if k != "spark.master"]
+    with BrokerProcess() as own:  # the example's streams have fixed names: a broker of its own
+        command = [sys.executable, str(ROOT / "examples" / "spark_pipeline.py"), "--uri", own.url]
+        run = subprocess.run(
+            [*command, "--master", cluster.master_url, "--events", "2000", *settings],
+            capture_output=True,
+            text=True,
+            timeout=WAIT_S,
+            env=cluster.env,
+        )
+        assert run.returncode == 0, f"the example failed:\n{run.stderr[-4000:]}"
+        assert "published 2001 events" in run.stdout
+        per_minute = pipeline.body_json(
+            pipeline.source(spark, own.url, None, pipeline.PER_MINUTE, streaming=False),
+            StructType.fromDDL("minute string, action string, count long"),
+        ).collect()
+    assert sum(r["count"] for r in per_minute) == 2000  # all but the tick, whose minute is not final
+    assert max(Counter((r.minute, r.action) for r in per_minute).values()) == 1
+    assert all(after - was for was, after in zip(before, _apps(cluster), strict=True))  # on both workers

@@ -1,6 +1,10 @@
 """A Spark standalone cluster on this machine, started from pyspark's own bin/spark-class: a master and two
 workers, each a JVM of its own on ephemeral ports bound to 127.0.0.1. Executors are started by the workers (so
 they are in another process tree than the driver) and run this checkout's amqpd: PYTHONPATH points at it.
+Used by tests/spark and bench.spark_latency; needs the `spark` extra and Java 17.
+
+    with StandaloneCluster(work_dir) as cluster:
+        SparkSession.builder.config(map=cluster.conf).getOrCreate()
 
 Every process it starts is ended by pid when it stops, with the executors the workers started."""
 
@@ -15,6 +19,8 @@ import time
 from pathlib import Path
 
 import pyspark
+
+import amqpd
 
 SPARK_HOME = Path(pyspark.__file__).parent
 STARTUP_S = 90.0  # a JVM's start on a busy 2-core machine
@@ -76,7 +82,9 @@ def cmdline(pid: int) -> str:
 class StandaloneCluster:
     """`master_url` once started; `conf` is what a driver needs to run this checkout's amqpd on the executors."""
 
-    def __init__(self, root: Path, work: Path, workers: int = 2) -> None:
+    def __init__(self, work: Path, workers: int = 2, root: Path | None = None) -> None:
+        # the checkout or site-packages directory amqpd is imported from: what the executors import
+        root = root or Path(amqpd.__file__).resolve().parents[1]
         self.root = root
         self.work = work
         self.worker_count = workers
@@ -165,6 +173,16 @@ class StandaloneCluster:
                 return pid
             pid = parent(pid)
         raise LookupError("not under one of this cluster's executors")
+
+    def __enter__(self) -> StandaloneCluster:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     def stop(self) -> None:
         """Workers first (each ends its executors), then the master; what is left after a bound is killed."""

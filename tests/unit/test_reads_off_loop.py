@@ -237,23 +237,29 @@ def test_dead_lettering_a_paged_out_message_reads_its_body_off_the_event_loop_an
         run(scenario)
 
 
+async def _stored_delayed_messages(setup: Setup) -> tuple[ClientChannel, list[int]]:
+    """A durable delayed exchange "dx" bound to queue "q", holding 20 stored messages due 100-119 ms after the
+    broker's (settable) delayed clock: the channel, and that clock."""
+    broker = setup.broker
+    clock = [1_000_000]
+    broker.delayed.clock = lambda: clock[0]
+    c = ClientChannel(broker)
+    arguments = {"x-delayed-type": "direct"}
+    c.call(
+        commands.Exchange.Declare(exchange="dx", exchange_type="x-delayed-message", durable=True, arguments=arguments)
+    )
+    c.declare_queue("q", durable=True)
+    c.call(commands.Queue.Bind(queue="q", exchange="dx", routing_key="k"))
+    for n in range(20):
+        c.publish("dx", "k", b"delayed-%02d" % n, headers={"x-delay": 100 + n}, delivery_mode=2)
+    await setup.settle()
+    return c, clock
+
+
 def test_releasing_stored_delayed_messages_reads_them_off_the_event_loop_in_order() -> None:
     async def scenario(setup: Setup) -> None:
         broker = setup.broker
-        clock = [1_000_000]
-        broker.delayed.clock = lambda: clock[0]
-        c = ClientChannel(broker)
-        arguments = {"x-delayed-type": "direct"}
-        c.call(
-            commands.Exchange.Declare(
-                exchange="dx", exchange_type="x-delayed-message", durable=True, arguments=arguments
-            )
-        )
-        c.declare_queue("q", durable=True)
-        c.call(commands.Queue.Bind(queue="q", exchange="dx", routing_key="k"))
-        for n in range(20):
-            c.publish("dx", "k", b"delayed-%02d" % n, headers={"x-delay": 100 + n}, delivery_mode=2)
-        await setup.settle()
+        c, clock = await _stored_delayed_messages(setup)
         setup.start_counting()
         clock[0] += 1_000
         ex = broker.vhosts["/"].exchanges["dx"]
@@ -378,20 +384,7 @@ def test_a_failed_worker_read_of_a_dead_letter_is_tried_again_in_the_worker() ->
 def test_a_failed_worker_read_of_delayed_messages_is_tried_again_in_the_worker() -> None:
     async def scenario(setup: Setup) -> None:
         broker = setup.broker
-        clock = [1_000_000]
-        broker.delayed.clock = lambda: clock[0]
-        c = ClientChannel(broker)
-        arguments = {"x-delayed-type": "direct"}
-        c.call(
-            commands.Exchange.Declare(
-                exchange="dx", exchange_type="x-delayed-message", durable=True, arguments=arguments
-            )
-        )
-        c.declare_queue("q", durable=True)
-        c.call(commands.Queue.Bind(queue="q", exchange="dx", routing_key="k"))
-        for n in range(20):
-            c.publish("dx", "k", b"delayed-%02d" % n, headers={"x-delay": 100 + n}, delivery_mode=2)
-        await setup.settle()
+        c, clock = await _stored_delayed_messages(setup)
         setup.start_counting()
         setup.io.failing = FAILURES
         clock[0] += 1_000

@@ -10,6 +10,7 @@ time; the offset and the append time are the last two fields of the headers tabl
 
 from __future__ import annotations
 
+import select
 import socket
 import ssl
 import struct
@@ -860,6 +861,21 @@ class Publisher:
             )
             return
         raise_unexpected(link, method)
+
+    def idle_and_open(self) -> bool:
+        """Every message confirmed and nothing from the broker since: a connection fit for more publishing.
+        A broker that closed the connection (or went away) meanwhile has left something to read."""
+        link = self.link
+        if self.confirmed < self.sent or self._pending or link.pos < link.end:
+            return False
+        sock = link.sock
+        if isinstance(sock, ssl.SSLSocket) and sock.pending():
+            return False
+        try:
+            readable, _, _ = select.select([sock], [], [], 0)
+        except (OSError, ValueError):  # closed
+            return False
+        return not readable
 
     def close(self) -> None:
         self.link.close()

@@ -13,12 +13,12 @@ Streaming query reads it with amqpd's source and writes body, message_id, conten
 amqpd's sink to a second stream; a consumer process (pika, prefetch 2,000) there takes each message's
 latency as its receipt time minus its publish time. Before the paced publishing, rounds of a few messages
 are sent through and waited for (the executors' Python workers start with the first micro-batches that
-have rows: the time is reported); messages published during the first `--warmup` seconds are left out as
-well. Prints p50, p99, p99.9 and the maximum, the rate the publisher achieved, whether every message
-arrived, a summary of the micro-batches that ran while publishing (their count, rows, and the median and
-maximum of each part of their durationMs from the query progress), and the load average. Bounded: the cluster's start (90 s a JVM), the query's first trigger (120
-s), the primer (300 s), publishing (`--seconds`), the drain after it (60 s). Needs the `spark` extra and
-Java 17.
+have rows: the time is reported); messages published during the first `--warmup` seconds are left out as well.
+Prints p50, p99, p99.9 and the maximum, the rate the publisher achieved, whether every message arrived, a
+summary of the micro-batches that ran while publishing (their count, rows, and the median and maximum of each
+part of their durationMs from the query progress), and the load average. Bounded: the cluster's start (90 s a
+JVM), the query's first trigger (120 s), the primer (300 s), publishing (`--seconds`), the drain after it (60
+s). Needs the `spark` extra and Java 17.
 """
 
 from __future__ import annotations

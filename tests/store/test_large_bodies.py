@@ -9,11 +9,13 @@ import itertools
 import os
 import random
 import tracemalloc
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 
-from store import MessageRecord, MessageStore, commit
+from store import MessageRecord, MessageStore, Recovered, commit
 from store.file_io import FileIO
 from store.frame import Frames, ScanReport, append_frame, append_frame_apart, scan_frames
 from store.segment_log import BODY_APART
@@ -27,6 +29,18 @@ MIB = 1024 * 1024
 
 def record(body: bytes, stamp: int = 1_700_000_000_000) -> MessageRecord:
     return MessageRecord("amq.direct", "big", b"\x80\x00\x02", body, stamp)
+
+
+@asynccontextmanager
+async def opened(store: MessageStore) -> AsyncIterator[Recovered]:
+    """The store open, closed after (aborted if the test failed: its worker threads must not outlive it)."""
+    recovered = await store.open()
+    try:
+        yield recovered
+    except BaseException:
+        await store.abort()
+        raise
+    await store.close()
 
 
 class SegmentWrites(FileIO):
@@ -71,25 +85,24 @@ def test_a_frame_with_its_body_apart_is_the_frame_of_the_joined_payload(size: in
 async def test_a_large_body_goes_to_the_segment_file_as_the_record_holds_it(tmp_path: Path) -> None:
     io = SegmentWrites()
     store = MessageStore(tmp_path, io=io)
-    await store.open()
-    qid = store.put_queue("/", "big", False, {})
-    body = os.urandom(4 * MIB)
-    small = os.urandom(BODY_APART // 2)
-    tracemalloc.start()
-    try:
-        store.append(record(body), [qid])
-        buffered = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    # Encoding the record and laying it into the batch allocates its other fields, not another body.
-    assert buffered < len(body) // 4, f"{buffered} bytes allocated to buffer a {len(body)}-byte body"
-    offset = store.append(record(small), [qid])
-    await store.flush()
-    assert any(buffer is body for buffer in io.written), "the body was copied before it was written"
-    copied = sum(len(b) for b in io.written if b is not body)  # type: ignore[arg-type]
-    assert len(small) < copied < len(small) + 4096  # the small one is copied into the batch's frames
-    assert [r.body for _, r in store.read_range(offset - 1, 2)] == [body, small]
-    await store.close()
+    async with opened(store):
+        qid = store.put_queue("/", "big", False, {})
+        body = os.urandom(4 * MIB)
+        small = os.urandom(BODY_APART // 2)
+        tracemalloc.start()
+        try:
+            store.append(record(body), [qid])
+            buffered = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        # Encoding the record and laying it into the batch allocates its other fields, not another body.
+        assert buffered < len(body) // 4, f"{buffered} bytes allocated to buffer a {len(body)}-byte body"
+        offset = store.append(record(small), [qid])
+        await store.flush()
+        assert any(buffer is body for buffer in io.written), "the body was copied before it was written"
+        copied = sum(len(b) for b in io.written if b is not body)  # type: ignore[arg-type]
+        assert len(small) < copied < len(small) + 4096  # the small one is copied into the batch's frames
+        assert [r.body for _, r in store.read_range(offset - 1, 2)] == [body, small]
 
 
 class ShortWrites(FileIO):
@@ -123,20 +136,18 @@ async def test_large_bodies_come_back_whole_after_short_writes_and_a_narrow_iov_
     rng = random.Random(7)
     bodies = [rng.randbytes(rng.choice([10, BODY_APART + n, 300_001 + n])) for n in range(12)]
     store = MessageStore(tmp_path, io=io)
-    await store.open()
-    qid = store.put_queue("/", "big", False, {})
-    first = store.append(record(bodies[0]), [qid])
-    store.append_many([record(b) for b in bodies[1:6]], [qid])
-    for body in bodies[6:]:
-        store.append(record(body), [qid])
-    await store.flush()
-    await store.close()
+    async with opened(store):
+        qid = store.put_queue("/", "big", False, {})
+        first = store.append(record(bodies[0]), [qid])
+        store.append_many([record(b) for b in bodies[1:6]], [qid])
+        for body in bodies[6:]:
+            store.append(record(body), [qid])
+        await store.flush()
     assert io.widest == 3 and io.calls > 3
     store = MessageStore(tmp_path)
-    recovered = await store.open()
-    assert [m.record.body for m in recovered.queues[0].messages] == bodies
-    assert [r.body for _, r in store.read_range(first, len(bodies))] == bodies
-    await store.close()
+    async with opened(store) as recovered:
+        assert [m.record.body for m in recovered.queues[0].messages] == bodies
+        assert [r.body for _, r in store.read_range(first, len(bodies))] == bodies
 
 
 async def test_every_confirmed_large_body_survives_a_power_cut_intact(tmp_path: Path) -> None:

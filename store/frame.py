@@ -17,6 +17,7 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import chain, count
+from typing import Protocol, Self
 
 from xxhash import xxh3_64, xxh3_64_intdigest, xxh32_intdigest
 
@@ -26,6 +27,12 @@ HEADER_SIZE = HEADER.size  # 24
 _CHECK = struct.Struct("<I")
 
 Buffer = bytes | bytearray | memoryview | mmap.mmap
+
+
+class FrameOut(Protocol):
+    """Where frames are appended: a bytearray, or Frames."""
+
+    def __iadd__(self, data: bytes, /) -> Self: ...
 
 
 class Frames:
@@ -58,7 +65,7 @@ class Frames:
         return b"".join(self.buffers)
 
 
-def append_frame(out: bytearray | Frames, sequence: int, payload: bytes) -> int:
+def append_frame(out: FrameOut, sequence: int, payload: bytes) -> int:
     """Append one frame to `out`; return its size on disk."""
     prefix = PREFIX.pack(len(payload), sequence, xxh3_64_intdigest(payload))
     out += prefix
@@ -80,7 +87,7 @@ def append_frame_apart(out: Frames, sequence: int, head: bytes, tail: bytes) -> 
     return HEADER_SIZE + len(head) + len(tail)
 
 
-def append_frames(out: bytearray | Frames, first_sequence: int, payloads: list[bytes]) -> int:
+def append_frames(out: FrameOut, first_sequence: int, payloads: list[bytes]) -> int:
     """append_frame for each payload, with sequences from first_sequence on, in one step: each part of the
     frames is made by a map over all of them, not a Python step per frame. Their size on disk."""
     prefixes = list(map(PREFIX.pack, map(len, payloads), count(first_sequence), map(xxh3_64_intdigest, payloads)))

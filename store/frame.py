@@ -55,7 +55,10 @@ class Frames:
         return self._held + len(self._packed)
 
     def keep(self, data: bytes) -> None:
-        """Append `data` as a buffer of its own, not copied: it must not change until it is written."""
+        """Append `data` as a buffer of its own: bytes as they are, not copied (they cannot change before the
+        write); any other buffer is copied."""
+        if type(data) is not bytes:
+            data = bytes(data)
         self._held += len(self._packed) + len(data)
         self._packed = bytearray()
         self.buffers += (data, self._packed)

@@ -82,6 +82,17 @@ def test_a_frame_with_its_body_apart_is_the_frame_of_the_joined_payload(size: in
     assert found[1:] == (42, head + body)
 
 
+def test_a_body_that_could_change_before_the_write_is_copied_when_kept() -> None:
+    body = bytearray(b"b" * BODY_APART)
+    frames = Frames()
+    append_frame_apart(frames, 1, b"head", body)  # type: ignore[arg-type]
+    written = frames.joined()
+    body[:4] = b"XXXX"
+    assert frames.joined() == written
+    (found,) = scan_frames(written, 0, len(written), ScanReport())
+    assert found[2] == b"head" + b"b" * BODY_APART
+
+
 async def test_a_large_body_goes_to_the_segment_file_as_the_record_holds_it(tmp_path: Path) -> None:
     io = SegmentWrites()
     store = MessageStore(tmp_path, io=io)

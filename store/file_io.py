@@ -25,6 +25,11 @@ class FileIO:
     def write(self, fd: int, data: memoryview) -> int:
         return os.write(fd, data)
 
+    def writev(self, fd: int, buffers: list[memoryview]) -> int:
+        """Write the buffers in order with one call (a large body with the frames around it, none copied);
+        like write, it may write less than all of them."""
+        return os.writev(fd, buffers)
+
     def pwrite(self, fd: int, data: bytes, pos: int) -> int:
         return os.pwrite(fd, data, pos)
 

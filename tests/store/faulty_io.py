@@ -48,6 +48,20 @@ class FailingIO(FileIO):
             self.written += len(data)
         return super().write(fd, data)
 
+    def writev(self, fd: int, buffers: list[memoryview]) -> int:
+        # One call, as one write: the Nth-write and full-disk faults count it the same way.
+        if self._segment(fd):
+            self.segment_writes += 1
+            if self.segment_writes == self.fail_write:
+                self.failed.append(f"write {self.segment_writes}")
+                raise OSError(self.error, os.strerror(self.error))
+            size = sum(map(len, buffers))
+            if self.space is not None and self.written + size > self.space:
+                self.failed.append("no space")
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            self.written += size
+        return super().writev(fd, buffers)
+
     def fsync(self, fd: int) -> None:
         if self._segment(fd):
             self.segment_fsyncs += 1
@@ -91,6 +105,10 @@ class ArmedIO(FileIO):
     def write(self, fd: int, data: memoryview) -> int:
         self._fail(fd, "write")
         return super().write(fd, data)
+
+    def writev(self, fd: int, buffers: list[memoryview]) -> int:
+        self._fail(fd, "write")
+        return super().writev(fd, buffers)
 
     def fsync(self, fd: int) -> None:
         self._fail(fd, "fsync")
@@ -171,6 +189,14 @@ class RecordingIO(FileIO):
             written = super().write(fd, data)
             image = self.files[self.paths[fd]]
             image.current += bytes(data[:written])
+            self._event()
+            return written
+
+    def writev(self, fd: int, buffers: list[memoryview]) -> int:
+        with self.lock:
+            written = super().writev(fd, buffers)
+            image = self.files[self.paths[fd]]
+            image.current += b"".join(buffers)[:written]
             self._event()
             return written
 

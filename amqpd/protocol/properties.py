@@ -231,11 +231,14 @@ class HeaderShape:
 # that key with another structure takes the walk.
 _SHAPES: dict[int, HeaderShape] = {}
 _SHAPES_MAX = 1024
+# A header with more places to compare (a large headers table) takes the walk: this keeps the shapes' memory
+# small whatever publishers send (a shape holds its places and their bytes).
+_SHAPE_POSITIONS_MAX = 64
 
 
 def _learn_shape(header: bytes, flags: int, layout: tuple[tuple[int, int], ...]) -> None:
     """The HeaderShape of a header that scan_published's walk has just found well formed; none for a table with
-    a nested value (a table or an array: check_table walks those in full)."""
+    a nested value (a table or an array: check_table walks those in full) or too many places to compare."""
     positions, mode_at, priority_at, table = [12, 13], 0, 0, slice(0, 0)
     o = 14
     for kind, field in layout:
@@ -266,6 +269,8 @@ def _learn_shape(header: bytes, flags: int, layout: tuple[tuple[int, int], ...])
             elif field == 3:
                 priority_at = o
             o += kind
+    if len(positions) > _SHAPE_POSITIONS_MAX:
+        return
     if len(_SHAPES) >= _SHAPES_MAX:
         _SHAPES.clear()
     _SHAPES[flags << 32 | len(header)] = HeaderShape(header, positions, mode_at, priority_at, table)

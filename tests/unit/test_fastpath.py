@@ -399,3 +399,11 @@ def test_headers_that_differ_only_in_their_values_are_each_read_whole() -> None:
         table = b"\x0cx-request-idS\x00\x00\x00\x08" + f"req-{n:04}".encode()
         assert _read_in_one_walk(hdr)[4] == (2, n, len(table).to_bytes(4, "big") + table)
     assert len(_SHAPES) == 1
+
+
+def test_a_large_headers_table_leaves_no_shape() -> None:
+    """A shape keeps every length and type tag of its header: one with a large table is not kept (memory)."""
+    _SHAPES.clear()
+    hdr = header_payload(10, commands.Basic.Properties(headers={f"k{i:02}": i for i in range(40)}))
+    assert _read_in_one_walk(hdr) == _read_one_by_one(hdr)
+    assert not _SHAPES

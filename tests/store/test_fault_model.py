@@ -4,7 +4,9 @@ it), write and fsync failures of segment and ack-log files, clean restarts and c
 
 What must hold after every recovery (FORMAT.md, What is guaranteed; Disk faults):
 - a confirmed message that no queue has acked for good is there exactly once: in the queue that held it
-  last, or, moved (dead-lettered) by a batch that failed, in the queue it was moved from;
+  last, or, moved (dead-lettered) by a batch that failed, in the queue it was moved from; while that old
+  record's ack is held back, a later move of the message that was written may bring it back a second time
+  (a duplicate, never a loss);
 - a message acked for good is not there once that ack was in a written batch and no ack of it is held back
   (the acks of a failed batch, for records on disk, wait until no queue holds a record that batch appended);
 - any other message (never confirmed, or acked in a batch that failed or was never written) is there at
@@ -230,9 +232,10 @@ class FaultMachine(RuleBasedStateMachine):
             if fate.final_ack == "written":
                 assert counts[message] == 0, f"message {message}: acked in a written batch, came back"
             elif fate.confirmed and not fate.final_ack:
-                assert counts[message] == 1, f"message {message}: confirmed, found {counts[message]} times"
+                most = self.most_copies(message)
+                assert 1 <= counts[message] <= most, f"message {message}: confirmed, found {counts[message]} times"
             else:
-                assert counts[message] <= 1, f"message {message}: found {counts[message]} times"
+                assert counts[message] <= self.most_copies(message), f"message {message}: found {counts[message]} times"
         assert recovered.stats["lost_records"] == 0
         # Carry on from what the store holds now: a message back from an unwritten ack is live again, one
         # that is gone is gone for good; nothing is held back or buffered any more.
@@ -246,6 +249,11 @@ class FaultMachine(RuleBasedStateMachine):
         self.on_disk = set(where)
         self.batch_records, self.batch_acks, self.final_acks, self.failures = [], [], set(), []
         self.holds = Counter()
+
+    def most_copies(self, message: int) -> int:
+        """A message whose old record's ack is held back may also be back from a later, written move: the
+        store cannot tell which of a failure's records an ack belongs to (FORMAT.md, Disk faults)."""
+        return 2 if self.holds[message] > 0 else 1
 
     def teardown(self) -> None:
         try:

@@ -98,15 +98,17 @@ def test_a_first_read_of_varied_sizes_takes_each_record_from_the_log_once(layout
     anyio.run(main)
 
 
-def test_a_repeat_read_of_records_of_one_size_goes_out_as_checked_frames_without_hashing_them_again() -> None:
+@pytest.mark.parametrize("sizes", ["one size", "many sizes"])
+def test_a_repeat_read_goes_out_as_checked_frames_without_hashing_them_again(sizes: str) -> None:
     """The first read checks every record; a second consumer reading the same records gets them as the
-    segment's checked frames (store/checked_runs.py: one pread, nothing per record), neither hashed nor cut
-    out record by record again, whatever the first read's steps found unchecked before they checked them."""
+    segment's checked frames (store/checked_runs.py: one pread, no check per record), neither hashed nor
+    cut out record by record again, whatever the first read's steps found unchecked before they checked
+    them; records of one size or of many."""
 
     async def scenario(setup: Setup) -> None:
         c = ClientChannel(setup.broker)
         c.declare_queue("s", durable=True, arguments={"x-queue-type": "stream"})
-        bodies = [b"%05d" % n + b"b" * 95 for n in range(COUNT)]
+        bodies = [b"%05d" % n + b"b" * 95 for n in range(COUNT)] if sizes == "one size" else varied_bodies()
         for body in bodies:
             c.publish("", "s", body)
         await setup.settle()

@@ -81,6 +81,7 @@ _PROPERTIES_HEADS = {layout: shortstr(name) for layout, name in CONTENT_TYPES.it
 _NATIVE_LITTLE = sys.byteorder == "little"  # runs tables are big-endian u32: array("I") is native
 assert array("I").itemsize == 4, "layout 3's runs table needs a 4-byte array('I')"
 _ONE_BARE = array("I", [1, 0, 0])  # a run of one record with no gap (its length set after)
+_ONE_FRAME = array("I", [1, FRAME_HEADER_SIZE, 0])  # a run of frames (its count and length set after)
 
 
 def chunk_records(args: dict[str, Any], filtered: bool, tracking: bool, queue: str, vhost: str) -> int | None:
@@ -258,11 +259,9 @@ def _fill_runs(log: StreamLog, fill: ChunkFill, end: int) -> None:
         at = fill.at
         frames, data, unchecked = log.read_frames(at, end - at, CHUNK_BYTES - fill.size)
         if frames:
-            for count, length in frames:
-                fill.runs.extend((count, FRAME_HEADER_SIZE, length))
+            fill.at += _add_frames(fill, frames)
             fill.parts.append(data)
             fill.size += len(data)
-            fill.at += sum(count for count, _ in frames)
             fill.step = FIRST_STEP  # past these, on a first read, the read cache checked its stretch: read few bare
             continue
         if unchecked >= READ_STEP:  # a stretch: checked by the store's read worker as it reads it
@@ -282,6 +281,17 @@ def _fill_runs(log: StreamLog, fill: ChunkFill, end: int) -> None:
         fill.size += sum(lengths)
         fill.at += len(read)
         fill.step = _next_step(fill.size, fill.at - fill.start)
+
+
+def _add_frames(fill: ChunkFill, frames: list[tuple[int, int]]) -> int:
+    """Runs of checked frames (count, payload length), each with the frame header as its gap, in bulk (a
+    stretch of frames of many sizes is a run a frame): how many records they hold."""
+    fields = array("I", chain.from_iterable(frames))
+    runs = _ONE_FRAME * len(frames)
+    runs[0::3] = counts = fields[0::2]
+    runs[2::3] = fields[1::2]
+    fill.runs += runs
+    return sum(counts)
 
 
 def _add_bare(fill: ChunkFill, lengths: list[int], data: bytes) -> None:

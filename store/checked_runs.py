@@ -31,7 +31,7 @@ MAX_RUNS = 1024
 MAX_STRETCH_RECORDS = 1 << 21
 
 
-def _first(run: tuple[int, int, int]) -> int:
+def _first(run: tuple[int, object] | tuple[int, int, int]) -> int:
     return run[0]
 
 

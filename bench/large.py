@@ -19,7 +19,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import pika
@@ -110,12 +110,18 @@ def median_phase(phases: list[Phase]) -> Phase:
     )
 
 
+MODES = {"transient": 1, "persistent": 2}
+
+
 def run(
-    brokers: dict[str, tuple[str, int]], rounds: int, sizes: dict[str, tuple[int, int]] = SIZES
+    brokers: dict[str, tuple[str, int]],
+    rounds: int,
+    sizes: dict[str, tuple[int, int]] = SIZES,
+    modes: dict[str, int] = MODES,
 ) -> dict[tuple[str, str, str], tuple[Phase, Phase]]:
     results: dict[tuple[str, str, str], tuple[Phase, Phase]] = {}
     for label, (body_size, n) in sizes.items():
-        for mode_name, mode in (("transient", 1), ("persistent", 2)):
+        for mode_name, mode in modes.items():
             per: dict[str, list[tuple[Phase, Phase]]] = {name: [] for name in brokers}
             for r in range(rounds):
                 order = list(brokers) if r % 2 == 0 else list(reversed(brokers))
@@ -147,13 +153,13 @@ def table(results: dict[tuple[str, str, str], tuple[Phase, Phase]], names: list[
             f"| {label} | {mode} | {name} | {p.mib_per_s:.0f} | {c.mib_per_s:.0f} | "
             f"{p.cpu_ms_per_mib:.1f}, {c.cpu_ms_per_mib:.1f} | {p.peak_bodies:.1f}, {c.peak_bodies:.1f} |"
         )
-    if len(names) == 2:
-        lines += ["", "| body | mode | publish ratio | consume ratio |", "|---|---|---|---|"]
-        for label in dict.fromkeys(label for label, _, _ in results):
-            for mode in ("transient", "persistent"):
-                a, b = results[(label, mode, names[0])], results[(label, mode, names[1])]
-                publish, consume = a[0].mib_per_s / b[0].mib_per_s, a[1].mib_per_s / b[1].mib_per_s
-                lines.append(f"| {label} | {mode} | {publish:.2f}× | {consume:.2f}× |")
+    reference = names[-1]  # RabbitMQ when it runs: every other broker's ratios are against it
+    for name in names[:-1]:
+        lines += ["", f"| body | mode | {name} publish ratio | consume ratio |", "|---|---|---|---|"]
+        for label, mode in dict.fromkeys((label, mode) for label, mode, _ in results):
+            a, b = results[(label, mode, name)], results[(label, mode, reference)]
+            publish, consume = a[0].mib_per_s / b[0].mib_per_s, a[1].mib_per_s / b[1].mib_per_s
+            lines.append(f"| {label} | {mode} | {publish:.2f}× | {consume:.2f}× |")
     return "\n".join(lines)
 
 
@@ -161,6 +167,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.large", description=__doc__.split("\n", 1)[0])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--targets", nargs="+", default=["amqpd", "rabbitmq"], choices=["amqpd", "rabbitmq"])
+    p.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
+    p.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
+    p.add_argument(
+        "--baseline",
+        metavar="DIR",
+        help="also run an amqpd from this source tree (another checkout), as amqpd-baseline, in the same rounds",
+    )
     p.add_argument(
         "--rabbitmq-url", default=os.environ.get("AMQPD_REFERENCE_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
     )
@@ -170,11 +183,16 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     print(f"load average before: {os.getloadavg()}")
-    with BrokerProcess() as amqpd:
+    # PYTHONSAFEPATH: the baseline's `python -m amqpd` must not import this tree from its working directory.
+    baseline_env = {"PYTHONPATH": str(args.baseline), "PYTHONSAFEPATH": "1"} if args.baseline else None
+    with BrokerProcess() as amqpd, BrokerProcess(env=baseline_env) if args.baseline else nullcontext() as base:
         assert amqpd.proc is not None
         brokers: dict[str, tuple[str, int]] = {}
         if "amqpd" in args.targets:
             brokers["amqpd"] = (amqpd.url, amqpd.proc.pid)
+        if base is not None:
+            assert base.proc is not None
+            brokers["amqpd-baseline"] = (base.url, base.proc.pid)
         if "rabbitmq" in args.targets:
             port = int(args.rabbitmq_url.rsplit(":", 1)[1].split("/")[0])
             pid = listener_pid(port)
@@ -182,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"no RabbitMQ listening on {port}", file=sys.stderr)
                 return 1
             brokers["rabbitmq"] = (args.rabbitmq_url, pid)
-        results = run(brokers, args.rounds)
+        sizes = {label: SIZES[label] for label in args.sizes}
+        results = run(brokers, args.rounds, sizes, {mode: MODES[mode] for mode in args.modes})
         # The peak above each phase's start misses memory kept from the rounds before (malloc_tuning.py): the
         # whole resident size after the rounds says what the broker held on to.
         for name, (_url, pid) in brokers.items():

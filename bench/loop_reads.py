@@ -13,8 +13,8 @@ rate, their medians and the load average as one JSON line. A third connection pr
 confirms waiting on a disk the replay's reads contend for. Each phase's start goes to stderr with the
 broker's pid (to attach a profiler: `py-spy record -p PID`).
 
-To compare two trees, run it from each (the broker started is the `amqpd` this process imports):
-`cd /work/main && python /path/to/bench/loop_reads.py`.
+To compare two trees, `--versus TREE` runs each round twice: on the `amqpd` this process imports, then on
+TREE's (PYTHONPATH=TREE), the broker restarted on the same data in between; both sides' figures are printed.
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ from typing import Any
 
 import aiormq
 from pamqp.commands import Basic
+
+from amqpd.testing import BrokerProcess
 
 BODY = 16 << 10
 STREAM, QUEUE = "loop-reads-stream", "loop-reads-queue"
@@ -152,16 +154,41 @@ async def replay(url: str, count: int) -> float:
     return took
 
 
-async def measure(url: str, megabytes: int, rate: float, seconds: float, rounds: int, pid: int) -> dict[str, Any]:
-    phase("filling", pid)
-    count = await fill(url, megabytes)
-    results = [await measure_round(url, count, megabytes, rate, seconds, pid) for _ in range(rounds)]
-    summary: dict[str, Any] = {"stream_mib": megabytes, "messages": count, "rate": rate, "rounds": results}
+async def measure(
+    broker: BrokerProcess, megabytes: int, rate: float, seconds: float, rounds: int, versus: str | None
+) -> dict[str, Any]:
+    """Fill, then the rounds; with `versus` (a source tree), each round runs on this tree's amqpd and then on
+    that tree's, the broker restarted on the same data between them (A/B on one stream at one time)."""
+    assert broker.proc is not None
+    phase("filling", broker.proc.pid)
+    count = await fill(broker.url, megabytes)
+    sides = {"this": broker.env}
+    if versus is not None:
+        sides["versus"] = dict(broker.env or {}, PYTHONPATH=versus)
+    results: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
+    for _ in range(rounds):
+        for side, env in sides.items():
+            if broker.env != env:
+                broker.env = env
+                await asyncio.to_thread(broker.restart)
+            assert broker.proc is not None
+            results[side].append(await measure_round(broker.url, count, megabytes, rate, seconds, broker.proc.pid))
+    summary: dict[str, Any] = {"stream_mib": megabytes, "messages": count, "rate": rate}
+    for side, found in results.items():
+        summary.update(summarise(found) if versus is None else {side: summarise(found)})
+    summary["load_average"] = [round(v, 2) for v in os.getloadavg()]
+    return summary
+
+
+def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
+    summary: dict[str, Any] = {"rounds": results}
     for key in results[0]:
         if key.endswith(("_ms", "_s", "_seconds")):
             summary["median_" + key] = round(statistics.median(r[key] for r in results), 2)
+    summary["median_confirm_p99_ratio"] = round(
+        statistics.median(r["replay_confirm_p99_ms"] / r["idle_confirm_p99_ms"] for r in results), 2
+    )
     summary["cold_page_cache"] = all(r["cold_page_cache"] for r in results)
-    summary["load_average"] = [round(v, 2) for v in os.getloadavg()]
     return summary
 
 
@@ -190,6 +217,7 @@ async def measure_round(url: str, count: int, megabytes: int, rate: float, secon
         "replay_probe_p99_ms": round(percentile(busy_probe, 0.99) * ms, 2),
         "replay_seconds": round(took, 2),
         "replay_mib_per_s": round(megabytes / took, 1),
+        "confirm_p99_ratio": round(percentile(busy, 0.99) / percentile(idle, 0.99), 2),
         "publishes_during_replay": len(busy),
     }
 
@@ -204,12 +232,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rate", type=float, default=1000.0, help="confirmed publishes a second (default 1000)")
     p.add_argument("--seconds", type=float, default=10.0, help="length of the idle phase (default 10)")
     p.add_argument("--rounds", type=int, default=3, help="idle + replay rounds (default 3)")
+    p.add_argument("--versus", metavar="TREE", help="A/B: each round also on the amqpd of this source tree")
     a = p.parse_args(argv)
-    from amqpd.testing import BrokerProcess
-
+    versus = os.path.abspath(a.versus) if a.versus else None
     with BrokerProcess() as broker:
-        assert broker.proc is not None
-        result = asyncio.run(measure(broker.url, a.mb, a.rate, a.seconds, a.rounds, broker.proc.pid))
+        result = asyncio.run(measure(broker, a.mb, a.rate, a.seconds, a.rounds, versus))
     result["amqpd"] = os.path.dirname(os.path.dirname(sys.modules["amqpd"].__file__ or ""))
     print(json.dumps(result))
     return 0

@@ -13,11 +13,12 @@ Streaming query reads it with amqpd's source and writes body, message_id, conten
 amqpd's sink to a second stream; a consumer process (pika, prefetch 2,000) there takes each message's
 latency as its receipt time minus its publish time. Before the paced publishing, rounds of a few messages
 are sent through and waited for (the executors' Python workers start with the first micro-batches that
-have rows: the time is reported); messages published during the first `--warmup` seconds are left out as
-well. Prints p50, p99, p99.9 and the maximum, the rate the publisher achieved, whether every message
-arrived, and the load average. Bounded: the cluster's start (90 s a JVM), the query's first trigger (120
-s), the primer (300 s), publishing (`--seconds`), the drain after it (60 s). Needs the `spark` extra and
-Java 17.
+have rows: the time is reported); messages published during the first `--warmup` seconds are left out as well.
+Prints p50, p99, p99.9 and the maximum, the rate the publisher achieved, whether every message arrived, a
+summary of the micro-batches that ran while publishing (their count, rows, and the median and maximum of each
+part of their durationMs from the query progress), and the load average. Bounded: the cluster's start (90 s a
+JVM), the query's first trigger (300 s), the primer (300 s), publishing (`--seconds`), the drain after it (60
+s). Needs the `spark` extra and Java 17.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from __future__ import annotations
 import argparse
 import array
 import contextlib
+import datetime
+import json
 import multiprocessing
 import os
 import queue
@@ -42,7 +45,7 @@ from amqpd.testing import BrokerProcess
 SOURCE, TARGET = "bench-latency-in", "bench-latency-out"
 SENT_PREFIX = b'{"sent_ns": '  # every body starts with it, then the publish time in 19 digits
 SENT_AT = slice(len(SENT_PREFIX), len(SENT_PREFIX) + 19)
-QUERY_START_S = 120.0
+QUERY_START_S = 300.0  # the driver's Python source runner and first offsets, on a loaded machine
 DRAIN_S = 60.0
 START_S = 60.0  # a spawned process's imports and connection on a busy machine
 # Before the paced publishing, the pipeline is primed: rounds of a few messages each waited for in the target,
@@ -60,6 +63,7 @@ class Latency:
     first_through: float  # s for the primer's rounds to come through: the pipeline's start
     percentiles: dict[str, float]  # ms
     load: tuple[float, float, float]  # the 1-minute average at start, at the end, and the 5-minute at the end
+    batches: BatchSummary
 
     def report(self, shape: str) -> str:
         p = self.percentiles
@@ -72,10 +76,63 @@ class Latency:
                 "pipeline before the paced publishing)",
                 f"  p50 {p['p50']:,.0f} ms   p99 {p['p99']:,.0f} ms   p99.9 {p['p99.9']:,.0f} ms   "
                 f"max {p['max']:,.0f} ms",
+                self.batches.report(),
                 f"  load average {self.load[0]:.1f} at start, {self.load[1]:.1f} at the end "
                 f"(5 min: {self.load[2]:.1f}); {os.cpu_count()} cores",
             ]
         )
+
+
+# the parts of a micro-batch's durationMs in the query progress, in the order Spark runs them
+DURATION_PARTS = (
+    "latestOffset",
+    "queryPlanning",
+    "walCommit",
+    "getBatch",
+    "addBatch",
+    "commitOffsets",
+    "triggerExecution",
+)
+
+
+@dataclass
+class BatchSummary:
+    """The micro-batches that read rows during the measured run: how many, their rows and each durationMs part
+    (median and max, ms)."""
+
+    count: int
+    rows: tuple[float, float]  # median, max
+    parts: dict[str, tuple[float, float]]  # part: (median, max) ms
+
+    def report(self) -> str:
+        if not self.count:
+            return "  micro-batches: none with rows in the query progress"
+        parts = "  ".join(f"{name} {med:,.0f}/{top:,.0f}" for name, (med, top) in self.parts.items())
+        return (
+            f"  micro-batches: {self.count:,} with rows, rows {self.rows[0]:,.0f} median / {self.rows[1]:,.0f} max; "
+            f"durationMs median/max: {parts}"
+        )
+
+
+def _started_ns(progress: dict[str, Any]) -> int:
+    """When a progress report's trigger started (its `timestamp`, ISO 8601 in UTC), in ns since the epoch."""
+    when = datetime.datetime.fromisoformat(progress["timestamp"].replace("Z", "+00:00"))
+    return int(when.timestamp() * 1e9)
+
+
+def batch_summary(progress: list[dict[str, Any]]) -> BatchSummary:
+    """From the query's progress reports (dicts): those of batches that read rows."""
+    ran = [p for p in progress if p.get("numInputRows", 0) > 0]
+
+    def med_max(values: list[float]) -> tuple[float, float]:
+        values = sorted(values)
+        return (values[len(values) // 2], values[-1]) if values else (float("nan"), float("nan"))
+
+    parts = {
+        name: med_max([float(p["durationMs"][name]) for p in ran if name in p.get("durationMs", {})])
+        for name in DURATION_PARTS
+    }
+    return BatchSummary(len(ran), med_max([float(p["numInputRows"]) for p in ran]), parts)
 
 
 def body_for(i: int, sent_ns: int, rng: random.Random) -> bytes:
@@ -204,7 +261,13 @@ def cluster_session(conf: dict[str, str]) -> Any:
     from amqpd.spark import register
 
     builder = SparkSession.builder.appName("bench.spark_latency")
-    for key, value in {**conf, "spark.ui.showConsoleProgress": "false"}.items():
+    # every micro-batch's progress is kept for the summary (Spark keeps the last 100 by default)
+    settings = {
+        **conf,
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.streaming.numRecentProgressUpdates": "100000",
+    }
+    for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
@@ -263,6 +326,7 @@ def measure(url: str, spark: Any, work: Path, rate: int, seconds: float, warmup:
         published, started_ns, elapsed = _get(published_q, "end of publishing", seconds + START_S + 60)
         expected.put(PRIMER * PRIMER_ROUNDS + published)
         sent, got = _get(received_q, "consumer's result", DRAIN_S + 30)
+        progress = [json.loads(p.json) for p in query.recentProgress]
     finally:
         query.stop()
         for proc in (publisher, consumer):
@@ -281,6 +345,7 @@ def measure(url: str, spark: Any, work: Path, rate: int, seconds: float, warmup:
         first_through=first_through,
         percentiles=percentiles(latencies),
         load=(load_start, one, five),
+        batches=batch_summary([p for p in progress if _started_ns(p) >= started_ns // 1_000_000 * 1_000_000]),
     )
 
 

@@ -24,9 +24,11 @@ from dataclasses import dataclass, field
 from store import ack_log
 from store.catalog import CatalogOp, CheckpointData
 from store.file_io import FileIO
-from store.frame import append_frame
+from store.frame import Frames, append_frame
 from store.segment import ACK_MAGIC, SEGMENT_MAGIC, Layout, file_header
 from store.segment_index import OFFSET_ENTRY, OFFSET_MAGIC, TIME_ENTRY, TIME_MAGIC, index_header
+
+IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 16  # buffers one writev takes
 
 
 class WriteFailed(Exception):
@@ -47,7 +49,7 @@ class Batch:
     number: int
     first_offset: int  # offsets [first_offset, end_offset) were appended into this batch
     end_offset: int = 0
-    chunks: list[tuple[int, bytearray]] = field(default_factory=list)  # (segment base, frames), in order
+    chunks: list[tuple[int, Frames]] = field(default_factory=list)  # (segment base, frames), in order
     new_segments: list[int] = field(default_factory=list)
     sealed_segments: list[int] = field(default_factory=list)  # rolled away from: close once synced
     segment_ends: dict[int, int] = field(default_factory=dict)  # expected file size after the batch
@@ -63,9 +65,9 @@ class Batch:
     start_ack: int | None = None  # start this ack-log file before the batch (the last one failed mid-frame)
     size: int = 0  # bytes of segment frames
 
-    def frames_for(self, base: int) -> bytearray:
+    def frames_for(self, base: int) -> Frames:
         if not self.chunks or self.chunks[-1][0] != base:
-            self.chunks.append((base, bytearray()))
+            self.chunks.append((base, Frames()))
         return self.chunks[-1][1]
 
     def is_empty(self) -> bool:
@@ -131,7 +133,7 @@ class Writer:
                 fd = self._segments[base]
                 if base not in batch.new_segments and base not in starts:
                     starts[base] = os.lseek(fd, 0, os.SEEK_END)
-                self._write_all(fd, frames)
+                self._write_frames(fd, frames)
                 touched.append(fd)
             self._check_ends(batch)
             for base, offsets, times in batch.index_writes:
@@ -247,6 +249,21 @@ class Writer:
         while view:
             written = self._io.write(fd, view)
             view = view[written:]
+
+    def _write_frames(self, fd: int, frames: Frames) -> None:
+        """A segment's frames: one write when they are packed in one buffer, else writev over the buffers (a
+        large body kept apart), as many calls as IOV_MAX and partial writes take."""
+        buffers = frames.buffers
+        if len(buffers) == 1:
+            self._write_all(fd, buffers[0])
+            return
+        views = [memoryview(b) for b in buffers if b]
+        while views:
+            written = self._io.writev(fd, views[:IOV_MAX])
+            while views and written >= len(views[0]):
+                written -= len(views.pop(0))
+            if written:
+                views[0] = views[0][written:]
 
     def _fsync_dir(self, path: os.PathLike[str]) -> None:
         io = self._io

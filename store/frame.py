@@ -17,8 +17,9 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import chain, count
+from typing import Protocol, Self
 
-from xxhash import xxh3_64_intdigest, xxh32_intdigest
+from xxhash import xxh3_64, xxh3_64_intdigest, xxh32_intdigest
 
 PREFIX = struct.Struct("<IQQ")
 HEADER = struct.Struct("<IQQI")
@@ -28,7 +29,46 @@ _CHECK = struct.Struct("<I")
 Buffer = bytes | bytearray | memoryview | mmap.mmap
 
 
-def append_frame(out: bytearray, sequence: int, payload: bytes) -> int:
+class FrameOut(Protocol):
+    """Where frames are appended: a bytearray, or Frames."""
+
+    def __iadd__(self, data: bytes, /) -> Self: ...
+
+
+class Frames:
+    """Frames for one file, in order, as a list of buffers to write with one writev: small frames packed into
+    bytearrays, and a large payload's tail (a message body) kept as the caller's own immutable buffer instead
+    of copied in (`keep`). `+=` appends bytes to the packed part, as to a bytearray."""
+
+    __slots__ = ("buffers", "_packed", "_held")
+
+    def __init__(self) -> None:
+        self._packed = bytearray()
+        self.buffers: list[bytes | bytearray] = [self._packed]
+        self._held = 0  # bytes in the buffers before _packed
+
+    def __iadd__(self, data: bytes | bytearray) -> Frames:
+        self._packed += data
+        return self
+
+    def __len__(self) -> int:
+        return self._held + len(self._packed)
+
+    def keep(self, data: bytes) -> None:
+        """Append `data` as a buffer of its own: bytes as they are, not copied (they cannot change before the
+        write); any other buffer is copied."""
+        if type(data) is not bytes:
+            data = bytes(data)
+        self._held += len(self._packed) + len(data)
+        self._packed = bytearray()
+        self.buffers += (data, self._packed)
+
+    def joined(self) -> bytes:
+        """All of it as one buffer (a copy: for the rare paths, such as reading back a failed batch)."""
+        return b"".join(self.buffers)
+
+
+def append_frame(out: FrameOut, sequence: int, payload: bytes) -> int:
     """Append one frame to `out`; return its size on disk."""
     prefix = PREFIX.pack(len(payload), sequence, xxh3_64_intdigest(payload))
     out += prefix
@@ -37,7 +77,20 @@ def append_frame(out: bytearray, sequence: int, payload: bytes) -> int:
     return HEADER_SIZE + len(payload)
 
 
-def append_frames(out: bytearray, first_sequence: int, payloads: list[bytes]) -> int:
+def append_frame_apart(out: Frames, sequence: int, head: bytes, tail: bytes) -> int:
+    """append_frame of the payload head + tail with `tail` kept apart (Frames.keep), never joined: the frame
+    on disk is the same, its checksum taken over the same bytes in one streaming pass."""
+    digest = xxh3_64(head)
+    digest.update(tail)
+    prefix = PREFIX.pack(len(head) + len(tail), sequence, digest.intdigest())
+    out += prefix
+    out += _CHECK.pack(xxh32_intdigest(prefix))
+    out += head
+    out.keep(tail)
+    return HEADER_SIZE + len(head) + len(tail)
+
+
+def append_frames(out: FrameOut, first_sequence: int, payloads: list[bytes]) -> int:
     """append_frame for each payload, with sequences from first_sequence on, in one step: each part of the
     frames is made by a map over all of them, not a Python step per frame. Their size on disk."""
     prefixes = list(map(PREFIX.pack, map(len, payloads), count(first_sequence), map(xxh3_64_intdigest, payloads)))

@@ -48,6 +48,13 @@ def encode_record(message_id: int, record: MessageRecord, queue_ids: list[int]) 
     return _payload(message_id, record, queue_ids, ex_len, rk_len, names)
 
 
+def encode_record_head(message_id: int, record: MessageRecord, queue_ids: list[int]) -> bytes:
+    """encode_record without the body at its end: the record is this followed by `record.body`. A large body
+    is written after it as it is, not copied into one payload (segment_log.py)."""
+    ex_len, rk_len, names = _names(record.exchange, record.routing_key)
+    return _head(message_id, record, queue_ids, ex_len, rk_len) + names + record.properties
+
+
 def encode_records(first_id: int, records: list[MessageRecord], queue_ids: list[int]) -> list[bytes]:
     """The payloads of records with consecutive message ids from `first_id`, for the same queues. Records
     published together share their exchange and routing key: those are encoded once for all of them."""
@@ -65,19 +72,23 @@ def encode_records(first_id: int, records: list[MessageRecord], queue_ids: list[
 def _payload(
     message_id: int, record: MessageRecord, queue_ids: list[int], ex_len: int, rk_len: int, names: bytes
 ) -> bytes:
+    head = _head(message_id, record, queue_ids, ex_len, rk_len)
+    return b"".join((head, names, record.properties, record.body))
+
+
+def _head(message_id: int, record: MessageRecord, queue_ids: list[int], ex_len: int, rk_len: int) -> bytes:
+    """The fixed fields, the optional expiry and the queue ids."""
     # The fields as pack's arguments directly: no intermediate tuples on the per-message path.
     expires = record.expires_at_ms
     count = len(queue_ids)
-    properties = record.properties
+    props_len = len(record.properties)
     if expires is None:
-        head = _head_struct(count, False).pack(
-            message_id, record.timestamp_ms, 0, ex_len, rk_len, count, len(properties), *queue_ids
+        return _head_struct(count, False).pack(
+            message_id, record.timestamp_ms, 0, ex_len, rk_len, count, props_len, *queue_ids
         )
-    else:
-        head = _head_struct(count, True).pack(
-            message_id, record.timestamp_ms, FLAG_EXPIRES, ex_len, rk_len, count, len(properties), expires, *queue_ids
-        )
-    return b"".join((head, names, properties, record.body))
+    return _head_struct(count, True).pack(
+        message_id, record.timestamp_ms, FLAG_EXPIRES, ex_len, rk_len, count, props_len, expires, *queue_ids
+    )
 
 
 def _names(exchange: str, routing_key: str) -> tuple[int, int, bytes]:

@@ -17,9 +17,9 @@ from operator import attrgetter
 from typing import Any
 
 from store.commit import Batch
-from store.frame import HEADER_SIZE, ScanReport, append_frame, append_frames, scan_frames
+from store.frame import HEADER_SIZE, Frames, ScanReport, append_frame, append_frame_apart, append_frames, scan_frames
 from store.queue_state import OffsetRuns, QueueState
-from store.record_codec import decode_record, encode_record, encode_records
+from store.record_codec import decode_record, encode_record, encode_record_head, encode_records
 from store.records import MessageRecord
 from store.recovery import RecoveryResult
 from store.retention import SegmentInfo
@@ -27,6 +27,11 @@ from store.segment import FILE_HEADER_SIZE, Layout
 from store.segment_index import SegmentIndex
 
 _timestamp_of = attrgetter("timestamp_ms")
+_body_of = attrgetter("body")
+
+# A body at least this big is written as it is, after its record's other fields, not copied into the batch's
+# frames (Frames.keep); below it, one copy costs less than a buffer of its own.
+BODY_APART = 64 * 1024
 
 RECLAIM_ACTIVE_BYTES = 16 * 1024 * 1024  # an emptied active segment at least this big is rolled and deleted
 
@@ -61,7 +66,7 @@ class SegmentLog:
         self.unwritten: dict[int, MessageRecord] = {}  # appended but not yet written: reads serve these
         # Records a failed batch held, still held by some queue, with how many queues hold each.
         self.volatile: dict[int, list[Any]] = {}
-        self.frames: bytearray | None = None  # the pending batch's frames for the active segment
+        self.frames: Frames | None = None  # the pending batch's frames for the active segment
         self.read_fds: dict[int, int] = {}
 
     # ---- appending (the publish path) ---------------------------------------------------------------
@@ -70,12 +75,18 @@ class SegmentLog:
         """Lay one record for these queues into `batch` at next_offset; its size on disk."""
         offset = self.next_offset
         self.last_message_id = message_id = max(self.last_message_id + 1, self._clock() // 1_000_000 << 16)
-        size = self._buffer(offset, record, encode_record(message_id, record, holders), len(holders), batch)
+        if len(record.body) >= BODY_APART:
+            head = encode_record_head(message_id, record, holders)
+            size = self._buffer(offset, record, head, len(holders), batch, record.body)
+        else:
+            size = self._buffer(offset, record, encode_record(message_id, record, holders), len(holders), batch)
         self.next_offset = offset + 1
         return size
 
     def append_many(self, records: list[MessageRecord], holders: list[int], batch: Batch) -> int:
         """Records for the same queues at consecutive offsets from next_offset; their size on disk."""
+        if max(map(len, map(_body_of, records))) >= BODY_APART:  # large bodies: each written apart
+            return sum(self.append(record, holders, batch) for record in records)
         first = self.next_offset
         # Ids are time-ordered and unique: one clock read for the records buffered together.
         first_id = max(self.last_message_id + 1, self._clock() // 1_000_000 << 16)
@@ -84,10 +95,12 @@ class SegmentLog:
         self.last_message_id = first_id + len(records) - 1
         return size
 
-    def _buffer(self, offset: int, record: MessageRecord, payload: bytes, holders: int, batch: Batch) -> int:
+    def _buffer(
+        self, offset: int, record: MessageRecord, payload: bytes, holders: int, batch: Batch, body: bytes = b""
+    ) -> int:
         """Lay one encoded record into the batch at `offset`, in the active segment (rolled when full); its
-        size on disk."""
-        size = HEADER_SIZE + len(payload)
+        size on disk. `body`: the record's body when `payload` is the rest of it (encode_record_head)."""
+        size = HEADER_SIZE + len(payload) + len(body)
         if self.active is None or (self.tail + size > self.segment_size and self.tail > FILE_HEADER_SIZE):
             self.roll(offset, batch)
         active = self.active
@@ -95,7 +108,10 @@ class SegmentLog:
         frames = self.frames
         if frames is None:  # first record of this batch in this segment
             frames = self.frames = batch.frames_for(active)
-        append_frame(frames, offset, payload)
+        if body:
+            append_frame_apart(frames, offset, payload, body)
+        else:
+            append_frame(frames, offset, payload)
         self.indexes[active].observe(offset, self.tail, record.timestamp_ms)
         self.tail += size
         self.refs[active] += holders
@@ -278,12 +294,13 @@ class SegmentLog:
 
     # ---- after a failed batch (disk faults) -----------------------------------------------------------
 
-    def forget_records(self, chunks: list[tuple[int, bytearray]], queues: dict[int, QueueState]) -> int:
+    def forget_records(self, chunks: list[tuple[int, Frames]], queues: dict[int, QueueState]) -> int:
         """Move the records of these frames from `unwritten` to `volatile` (if a queue still holds them),
         taking them out of their segment's reference count. Returns how many there were."""
         count = 0
         for base, frames in chunks:
-            for _, offset, payload in scan_frames(frames, 0, len(frames), ScanReport()):
+            data = frames.joined()
+            for _, offset, payload in scan_frames(data, 0, len(data), ScanReport()):
                 count += 1
                 record = self.unwritten.pop(offset)
                 holders = sum(1 for qid in decode_record(payload)[1] if qid in queues and offset in queues[qid].live)

@@ -10,6 +10,8 @@ time; the offset and the append time are the last two fields of the headers tabl
 
 from __future__ import annotations
 
+import atexit
+import select
 import socket
 import ssl
 import struct
@@ -32,6 +34,7 @@ BASIC_ACK = (60 << 16) | 80
 BASIC_NACK = (60 << 16) | 120
 BASIC_RETURN = (60 << 16) | 50
 CHANNEL_CLOSE_OK = (20 << 16) | 41
+CONNECTION_CLOSE = (10 << 16) | 50
 PREFETCH = 20_000  # a stream consumer's window (basic.qos prefetch_count is 16 bits)
 CHUNK_ARG = "x-amqpd-chunk"  # amqpd's chunk deliveries (amqpd/broker/streams/chunks.py)
 # Records per chunk delivery asked for: 5,000 100-byte records fill most of the broker's 1 MiB. Each chunk has a
@@ -266,13 +269,22 @@ class Link:
                 return method
             raise_unexpected(self, method)
 
-    def reopen_channel(self) -> None:
-        """Close channel 1 (what the broker sent on it meanwhile is dropped) and open it afresh."""
+    def close_channel(self) -> None:
+        """Ask to close channel 1 (its consumer stops); reopen_channel(closing=True) takes the answer."""
         self.send_method(commands.Channel.Close(reply_code=200, reply_text="", class_id=0, method_id=0))
+
+    def reopen_channel(self, closing: bool = False) -> None:
+        """Close channel 1 (what the broker sent on it meanwhile is dropped) and open it afresh; `closing`:
+        close_channel() asked already."""
+        if not closing:
+            self.close_channel()
         while True:
             kind, start, _ = self.next_frame()
-            if kind == FRAME_METHOD and _U32.unpack_from(self.buf, start)[0] == CHANNEL_CLOSE_OK:
+            method = _U32.unpack_from(self.buf, start)[0] if kind == FRAME_METHOD else None
+            if method == CHANNEL_CLOSE_OK:
                 break
+            if method == CONNECTION_CLOSE:  # the broker closed the connection meanwhile (a kept one, say)
+                raise BrokerError("the broker closed the connection")
         self.send_method(commands.Channel.Open())
         self.expect(commands.Channel.OpenOk)
 
@@ -478,6 +490,45 @@ def table_headers(raw: bytes) -> dict[str, Any]:
     return headers
 
 
+# A Python worker runs task after task (spark.python.worker.reuse, on by default): the connection a range was
+# read on is kept for the worker's next read from the same broker. When a read ends its channel is asked to
+# close (which stops its consumer, and drops what was in flight); the next read takes that answer and opens
+# the channel afresh: one round trip, not a new connection's handshake for each task of each micro-batch.
+_parked: dict[Endpoint, Link] = {}
+
+
+def _reader_link(endpoint: Endpoint) -> Link:
+    """The worker's parked connection to the broker with a fresh channel, or a new connection when there is
+    none or it broke meanwhile."""
+    link = _parked.pop(endpoint, None)
+    if link is not None:
+        try:
+            link.reopen_channel(closing=True)
+            return link
+        except (BrokerError, OSError):
+            link.sock.close()
+    return Link(endpoint)
+
+
+def _park(endpoint: Endpoint, link: Link) -> None:
+    try:
+        link.close_channel()
+    except OSError:
+        link.sock.close()
+        return
+    old = _parked.pop(endpoint, None)
+    if old is not None:  # two reads at once in one worker (not how Spark runs them): keep the newest
+        old.close()
+    _parked[endpoint] = link
+
+
+@atexit.register
+def close_parked() -> None:
+    """Close the worker's parked connections (at its exit: the broker sees a close, not a dropped socket)."""
+    while _parked:
+        _parked.popitem()[1].close()
+
+
 class StreamReader:
     """Reads one stream's offsets [start, end) in order, in batches of about `batch_rows` (the first few
     smaller: FIRST_BATCH_ROWS)."""
@@ -511,19 +562,27 @@ class StreamReader:
         delivery tells which), else message by message on a fresh channel."""
         if self.start >= self.end:
             return
-        link = Link(self.endpoint)
+        link = _reader_link(self.endpoint)
+        finished = False
         try:
-            if self.chunk_records:
-                try:
-                    self._consume(link, self._chunk_prefetch(), self._chunk_arguments())
-                    yield from self._deliveries(link, _ByChunk(self))
-                    return
-                except NotChunked:
-                    link.reopen_channel()
-            self._consume(link, self._window(), {})
-            yield from self._scan(link)
+            yield from self._read(link)
+            finished = True
         finally:
-            link.close()
+            if finished:
+                _park(self.endpoint, link)
+            else:  # an error, or the caller stopped early: the channel may be anywhere in the range
+                link.close()
+
+    def _read(self, link: Link) -> Iterator[Columns | Chunks]:
+        if self.chunk_records:
+            try:
+                self._consume(link, self._chunk_prefetch(), self._chunk_arguments())
+                yield from self._deliveries(link, _ByChunk(self))
+                return
+            except NotChunked:
+                link.reopen_channel()
+        self._consume(link, self._window(), {})
+        yield from self._scan(link)
 
     def _consume(self, link: Link, prefetch: int, arguments: dict[str, Any]) -> None:
         link.send_method(commands.Basic.Qos(prefetch_count=prefetch))
@@ -860,6 +919,21 @@ class Publisher:
             )
             return
         raise_unexpected(link, method)
+
+    def idle_and_open(self) -> bool:
+        """Every message confirmed and nothing from the broker since: a connection fit for more publishing.
+        A broker that closed the connection (or went away) meanwhile has left something to read."""
+        link = self.link
+        if self.confirmed < self.sent or self._pending or link.pos < link.end:
+            return False
+        sock = link.sock
+        if isinstance(sock, ssl.SSLSocket) and sock.pending():
+            return False
+        try:
+            readable, _, _ = select.select([sock], [], [], 0)
+        except (OSError, ValueError):  # closed
+            return False
+        return not readable
 
     def close(self) -> None:
         self.link.close()

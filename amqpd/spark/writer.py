@@ -11,6 +11,7 @@ published without a message_id: at least once.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 from collections.abc import Iterator
@@ -133,21 +134,65 @@ def publish_rows(rows: Iterator[Row], opts: WriteOptions) -> Published:
     return publish_dicts((row.asDict() if hasattr(row, "asDict") else dict(row) for row in rows), opts)
 
 
+# Unconfirmed messages a task may have in flight. The broker confirms a group once it is durable: a wide
+# window keeps a task publishing meanwhile (the task still succeeds only once every message is confirmed).
+SINK_WINDOW = 20_000
+
+# A Python worker runs task after task (spark.python.worker.reuse, on by default): the connection a task
+# published on is kept for the worker's next task to the same broker, instead of a new connection (and its
+# handshake, a broker round trip or more each) for each task of each micro-batch. Only a connection whose
+# every message was confirmed is kept; one that failed, or was left mid-task, is closed.
+_kept: dict[Endpoint, Publisher] = {}
+
+
+def _publisher(endpoint: Endpoint) -> Publisher:
+    """The worker's kept connection to the broker, if it is still open, else a new one."""
+    kept = _kept.pop(endpoint, None)
+    if kept is not None and kept.idle_and_open():
+        return kept
+    if kept is not None:
+        kept.close()
+    return Publisher(endpoint, window=SINK_WINDOW)
+
+
+def _keep(endpoint: Endpoint, publisher: Publisher) -> None:
+    old = _kept.pop(endpoint, None)
+    if old is not None:  # two tasks at once in one worker (not how Spark runs them): keep the newest
+        old.close()
+    _kept[endpoint] = publisher
+
+
+@atexit.register
+def close_kept() -> None:
+    """Close the worker's kept connections (at its exit: the broker sees a close, not a dropped socket)."""
+    while _kept:
+        _kept.popitem()[1].close()
+
+
 def publish_dicts(rows: Iterator[dict[str, Any]], opts: WriteOptions) -> Published:
     """Publish every row; a broken link (the broker gone, a refusal) is one line naming the target and how
     many of the task's messages were confirmed (the task's retry publishes them again, with the same ids)."""
     publisher: Publisher | None = None
+    base = 0  # what the kept connection had published for earlier tasks
     try:
-        publisher = Publisher(opts.endpoint)
+        publisher = _publisher(opts.endpoint)
+        base = publisher.sent
         for fields in rows:
             missing = [c for c in opts.id_columns if c not in fields]
             if missing:
                 raise ValueError(f"option messageIdColumns names columns the data lacks: {missing}")
             publisher.publish(message_for(fields, opts))
-        return Published(publisher.flush())
+        published = Published(publisher.flush() - base)
+        _keep(opts.endpoint, publisher)
+        publisher = None
+        return published
     except (BrokerError, OSError) as exc:
         ep = opts.endpoint
-        done = f"{publisher.confirmed} of {publisher.sent} messages confirmed" if publisher else "nothing published"
+        done = (
+            f"{publisher.confirmed - base} of {publisher.sent - base} messages confirmed"
+            if publisher
+            else "nothing published"
+        )
         reason = " ".join(str(exc).split()) or type(exc).__name__
         raise BrokerError(f"amqpd writer to {opts.target} at {ep.host}:{ep.port}: {reason} ({done})") from None
     finally:

@@ -24,6 +24,8 @@ def spark() -> Iterator[SparkSession]:
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.streaming.stopTimeout", "30s")
+        # a Python worker's start on a loaded machine can take longer than the default 15 s to connect back
+        .config("spark.python.authenticate.socketTimeout", "300s")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -20,6 +20,7 @@ class FailingIO(FileIO):
     ENOSPC, as a full disk does, until `space` is raised."""
 
     def __init__(self, fail_write: int = 0, fail_fsync: int = 0, error: int = errno.ENOSPC) -> None:
+        super().__init__()
         self.fail_write, self.fail_fsync, self.error = fail_write, fail_fsync, error
         self.segment_writes = 0
         self.segment_fsyncs = 0
@@ -48,6 +49,20 @@ class FailingIO(FileIO):
             self.written += len(data)
         return super().write(fd, data)
 
+    def writev(self, fd: int, buffers: list[memoryview]) -> int:
+        # One call, as one write: the Nth-write and full-disk faults count it the same way.
+        if self._segment(fd):
+            self.segment_writes += 1
+            if self.segment_writes == self.fail_write:
+                self.failed.append(f"write {self.segment_writes}")
+                raise OSError(self.error, os.strerror(self.error))
+            size = sum(map(len, buffers))
+            if self.space is not None and self.written + size > self.space:
+                self.failed.append("no space")
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            self.written += size
+        return super().writev(fd, buffers)
+
     def fsync(self, fd: int) -> None:
         if self._segment(fd):
             self.segment_fsyncs += 1
@@ -66,6 +81,7 @@ class ArmedIO(FileIO):
     the real file. `fired` counts the failures raised."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.armed: tuple[str, str, int] | None = None  # (".seg" or ".ack", "write" or "fsync", errno)
         self.fired = 0
         self.paths: dict[int, str] = {}
@@ -91,6 +107,10 @@ class ArmedIO(FileIO):
     def write(self, fd: int, data: memoryview) -> int:
         self._fail(fd, "write")
         return super().write(fd, data)
+
+    def writev(self, fd: int, buffers: list[memoryview]) -> int:
+        self._fail(fd, "write")
+        return super().writev(fd, buffers)
 
     def fsync(self, fd: int) -> None:
         self._fail(fd, "fsync")
@@ -135,6 +155,9 @@ class RecordingIO(FileIO):
     paths: dict[int, str] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
+    def __post_init__(self) -> None:
+        super().__init__()
+
     def _event(self) -> None:
         self.events += 1
         if self.events in self.cut_at:
@@ -171,6 +194,14 @@ class RecordingIO(FileIO):
             written = super().write(fd, data)
             image = self.files[self.paths[fd]]
             image.current += bytes(data[:written])
+            self._event()
+            return written
+
+    def writev(self, fd: int, buffers: list[memoryview]) -> int:
+        with self.lock:
+            written = super().writev(fd, buffers)
+            image = self.files[self.paths[fd]]
+            image.current += b"".join(buffers)[:written]
             self._event()
             return written
 

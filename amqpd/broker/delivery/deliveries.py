@@ -10,6 +10,7 @@ in its consumer's queue, as deliver() would have counted each.
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from amqpd import errors
@@ -23,6 +24,11 @@ from amqpd.protocol.fastpath import (
     encode_get_ok,
 )
 from amqpd.protocol.frames import content_frames, content_pieces
+
+# A body at least this big goes to the connection as pieces (Session.send_pieces): below it, one copy into
+# the delivery's bytes costs less than the list of pieces.
+PIECES_FROM = 64 * 1024
+_body = itemgetter(3)  # of a deliver_batch item
 
 if TYPE_CHECKING:
     from amqpd.broker.delivery.consumer import Consumer
@@ -54,16 +60,14 @@ class Deliveries:
         else:
             self.unacked.add(tag, queue, entry, consumer, self.broker.clock)
         header = msg.header if not queue.counts_deliveries else queue.header_for(entry)
+        body = msg.body if msg.body is not None else self.broker.body_of(msg)
+        if len(body) >= PIECES_FROM:  # the body cut into frames by views, not joined with their headers
+            method = encode_deliver(self.id, consumer.ctag, tag, entry.redelivered, msg.route)
+            self.conn.send_pieces(content_pieces(self.id, header, [body], len(body), self.conn.frame_max, method))
+            return
         self.conn.send(
             encode_delivery(
-                self.id,
-                consumer.ctag,
-                tag,
-                entry.redelivered,
-                msg.route,
-                header,
-                msg.body if msg.body is not None else self.broker.body_of(msg),
-                self.conn.frame_max,
+                self.id, consumer.ctag, tag, entry.redelivered, msg.route, header, body, self.conn.frame_max
             )
         )
 
@@ -120,7 +124,19 @@ class Deliveries:
                 for e in entries
                 for m in (e.msg,)
             ]
+        if max(map(len, map(_body, items))) >= PIECES_FROM:
+            self._send_batch_pieces(consumer, first, items)
+            return
         self.conn.send(encode_delivery_batch(self.id, consumer.ctag, first, items, self.conn.frame_max))
+
+    def _send_batch_pieces(self, consumer: Consumer, first: int, items: list[tuple[bool, bytes, bytes, bytes]]) -> None:
+        """deliver_batch's frames as pieces, for a batch with a large body: the bodies cut by views, never joined."""
+        pieces: list[bytes | memoryview] = []
+        channel, frame_max = self.id, self.conn.frame_max
+        for tag, (redelivered, route, header, body) in enumerate(items, first):
+            method = encode_deliver(channel, consumer.ctag, tag, redelivered, route)
+            pieces += content_pieces(channel, header, [body], len(body), frame_max, method)
+        self.conn.send_pieces(pieces)
 
     def deliver_each(self, consumer: Consumer, route: bytes, headers: list[bytes], bodies: list[bytes]) -> None:
         """No-ack deliveries of messages with one route, each with its own header, encoded in one pass

@@ -17,18 +17,22 @@ as they always did.
 
 Frames of many sizes (JSON events) make no long runs: those a read checked one after the other are kept as
 stretches instead, (file position of the first frame, its record's offset, each payload's length), joined
-when one continues another; at most MAX_STRETCH_RECORDS records' lengths are kept per segment (4 bytes each).
+when one continues another; at most MAX_STRETCH_RECORDS records' lengths are kept in all (4 bytes each), in
+the whole process: a replay of many segments must not keep every record's length.
 """
 
 from __future__ import annotations
 
 from array import array
 from bisect import bisect_left, bisect_right
+from threading import Lock
 
 from store.frame import HEADER_SIZE
 
 MAX_RUNS = 1024
-MAX_STRETCH_RECORDS = 1 << 21
+MAX_STRETCH_RECORDS = 1 << 22
+_stretched_in_all = [0]  # records in the stretches of every segment's CheckedRuns
+_counting = Lock()  # segments' stretches are added in the read worker, dropped wherever a segment goes
 
 
 def _first(run: tuple[int, object] | tuple[int, int, int]) -> int:
@@ -101,7 +105,7 @@ class CheckedRuns:
         their checks one after the other. Joined to the stretch they continue, if any; else a stretch of
         their own unless `join_only` (a frame checked on its own); dropped past MAX_STRETCH_RECORDS (reads
         then check them as they always did)."""
-        if self._stretched + len(lengths) > MAX_STRETCH_RECORDS:
+        if _stretched_in_all[0] + len(lengths) > MAX_STRETCH_RECORDS:
             return
         i = bisect_right(self._stretch_starts, position)
         if i:
@@ -110,14 +114,14 @@ class CheckedRuns:
                 return  # already known (read again through the general walk)
             if prev.end == position and prev.first + len(prev.lengths) == first:
                 prev.extend(lengths)
-                self._stretched += len(lengths)
+                self._count(len(lengths))
                 return
         end = position + HEADER_SIZE * len(lengths) + sum(lengths)
         if join_only or (i < len(self._stretch_starts) and self._stretch_starts[i] < end):
             return  # (or it would overlap the next one: never, as frames are checked in file order)
         self._stretch_starts.insert(i, position)
         self._stretches.insert(i, (first, _Stretch(position, first, lengths)))
-        self._stretched += len(lengths)
+        self._count(len(lengths))
 
     def add(self, position: int, first: int, count: int, length: int, join_only: bool = False) -> None:
         """Frames of `length` bytes for records first … first + count - 1, from `position` on, passed their
@@ -147,14 +151,23 @@ class CheckedRuns:
             else:
                 del self._starts[-1], self._runs[-1]
 
+    def _count(self, records: int) -> None:
+        self._stretched += records
+        with _counting:
+            _stretched_in_all[0] += records
+
+    def __del__(self) -> None:
+        with _counting:  # its segment went (deleted, or its store closed)
+            _stretched_in_all[0] -= self._stretched
+
     def _drop_stretches_from(self, position: int) -> None:
         i = bisect_left(self._stretch_starts, position)
         for _, gone in self._stretches[i:]:
-            self._stretched -= len(gone.lengths)
+            self._count(-len(gone.lengths))
         del self._stretch_starts[i:], self._stretches[i:]
         if i:
             last = self._stretches[-1][1]
-            self._stretched -= last.cut(position)
+            self._count(-last.cut(position))
             if not last.lengths:
                 del self._stretch_starts[-1], self._stretches[-1]
 

@@ -4,6 +4,7 @@ again is read as it is now."""
 
 from __future__ import annotations
 
+import gc
 import os
 import random
 import struct
@@ -13,7 +14,7 @@ from unittest.mock import patch
 
 import pytest
 
-from store import MessageRecord, MessageStore, segment
+from store import MessageRecord, MessageStore, checked_runs, segment
 from store.checked_runs import CheckedRuns
 from store.frame import HEADER_SIZE, append_frames
 from store.record_codec import decode_record
@@ -262,3 +263,18 @@ def test_a_stretch_cut_back_with_its_segment_keeps_only_the_frames_before_the_cu
                 assert found is not None and found[0] == starts[offset] and list(found[1]) == lengths[offset:kept]
             else:
                 assert found is None
+
+
+def test_stretches_are_bounded_in_records_over_every_segment_of_the_process() -> None:
+    """A replay of many segments keeps at most MAX_STRETCH_RECORDS records' lengths in all: past that, reads
+    check as before; a segment that goes gives its share back."""
+    one, two = CheckedRuns(), CheckedRuns()
+    lengths = array("I", [100] * 600)
+    with patch.object(checked_runs, "MAX_STRETCH_RECORDS", checked_runs._stretched_in_all[0] + 1000):  # noqa: SLF001
+        one.add_stretch(1_000, 0, lengths)
+        two.add_stretch(1_000, 0, lengths)  # 1,200 would pass the bound: refused
+        assert one.stretch(0) is not None and two.stretch(0) is None
+        del one
+        gc.collect()
+        two.add_stretch(1_000, 0, lengths)
+        assert two.stretch(599) is not None

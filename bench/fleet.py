@@ -2,15 +2,24 @@
 second to a queue of its own that it consumes from (no-ack). Reported: the broker's CPU (% of one core) and RSS
 while the fleet runs, and the delivery latency (publish to delivery, p50/p99) the clients see.
 
-The client is WORKERS processes, each one thread driving its share of the sockets through a selector, from
+The client is WORKERS processes, each one thread driving its share of the sockets through epoll, from
 pre-encoded frames: its cost per message is a send and a receive. Each connection publishes at its own phase
 within the second, so the load is even. Bounded: every phase has a deadline, and the sockets are closed at the
-end whatever happened."""
+end whatever happened.
+
+The figures are those of the messages published in the measured window: each carries its publish time, a
+delivery counts only when that time falls in the window, and after the window the clients stop publishing and
+read until every such message has arrived (or DRAIN_S has passed: what has not arrived by then is counted lost,
+and the latency percentiles count a lost message as later than any delivered one). The clients' own CPU per
+message is reported beside the broker's: on a machine with few cores they compete for them."""
 
 from __future__ import annotations
 
+import math
 import multiprocessing
-import selectors
+import os
+import resource
+import select
 import socket
 import struct
 import time
@@ -24,6 +33,7 @@ from bench.procstat import cpu_seconds, main_thread_wait_seconds, rss_bytes
 
 HEARTBEAT_S = 60
 SETUP_TIMEOUT_S = 30.0
+DRAIN_S = 10.0  # after the window, how long the clients wait for the window's last messages
 _HEADER = struct.Struct(">BHI")
 _STAMP = struct.Struct(">d")
 FRAME_END = b"\xce"
@@ -33,62 +43,104 @@ FRAME_END = b"\xce"
 class FleetResult:
     connections: int
     seconds: float
-    sent: int
-    delivered: int
-    cpu_percent: float  # of one core, broker process
+    sent: int  # published in the window
+    delivered: int  # of those, delivered by the end of the drain
+    cpu_percent: float  # of one core, broker process, over the window
     rss_bytes: int
-    p50_ms: float
+    p50_ms: float  # publish to receipt, of the window's messages (a lost one counts as the latest)
     p99_ms: float
     setup_s: float
     waited_percent: float  # of the time, the broker's main thread was runnable but without a core
+    client_cpu_s: float = 0.0  # the client processes' CPU over the window, all of them
+    load: tuple[float, float, float] = (0.0, 0.0, 0.0)  # the machine's load average at the window's end
+
+    def broker_us_per_msg(self) -> float:
+        return self.cpu_percent / 100 * self.seconds / self.sent * 1e6 if self.sent else math.nan
+
+    def client_us_per_msg(self) -> float:
+        return self.client_cpu_s / self.sent * 1e6 if self.sent else math.nan
 
     def line(self, name: str) -> str:
         return (
             f"  {name:8} fleet n={self.connections:<6} {self.sent / self.seconds:7.0f} msg/s"
-            f"  cpu {self.cpu_percent:5.1f}%"
+            f"  cpu {self.cpu_percent:5.1f}% ({self.broker_us_per_msg():6.1f} µs/msg;"
+            f" clients {self.client_us_per_msg():6.1f})"
             f"  rss {self.rss_bytes / 2**20:7.1f} MiB"
             f"  ({self.rss_bytes / self.connections / 1024:5.1f} KiB/conn)  delivery p50 {self.p50_ms:6.2f} ms"
             f"  p99 {self.p99_ms:7.2f} ms  ({self.delivered}/{self.sent} delivered, setup {self.setup_s:.1f} s,"
-            f" main thread waited for a core {self.waited_percent:.0f}% of the time)"
+            f" main thread waited for a core {self.waited_percent:.0f}% of the time,"
+            f" load {self.load[0]:.1f})"
         )
 
 
+BODY_FRAME_AT = 7 + 8  # offset of the publish time in a body frame
+
+
 class Member:
-    """One connection of the fleet: its socket, its pre-encoded publish, what it has read."""
+    """One connection of the fleet: its socket, its publish's three frames pre-encoded in one buffer (only the
+    publish time changes), what it has read."""
 
     def __init__(self, sock: socket.socket, queue: str) -> None:
         self.sock = sock
         method = frame.marshal(commands.Basic.Publish(exchange="", routing_key=queue), 1)
         props = commands.Basic.Properties()
-        self.head = method + frame.marshal(header.ContentHeader(0, _STAMP.size, props), 1)
+        head = method + frame.marshal(header.ContentHeader(0, _STAMP.size, props), 1)
+        self.frames = bytearray(head + _HEADER.pack(3, 1, _STAMP.size) + bytes(_STAMP.size) + FRAME_END)
+        self.stamp_at = len(head) + 7
         self.buf = bytearray()
 
     def publish(self) -> None:
-        body = _STAMP.pack(time.perf_counter())
-        self.sock.send(self.head + b"\x03\x00\x01" + struct.pack(">I", len(body)) + body + FRAME_END)
+        _STAMP.pack_into(self.frames, self.stamp_at, time.perf_counter())
+        self.sock.send(self.frames)
 
-    def read(self, latencies: list[float]) -> int:
-        """Read what arrived; record each delivery's latency; return how many deliveries."""
+    def read(self, window: Window) -> None:
+        """Read what arrived; count each delivery of a message published in the window, with its latency."""
         try:
-            chunk = self.sock.recv(65536)
+            chunk = self.sock.recv(4096)
         except BlockingIOError:
-            return 0
+            return
         if not chunk:
             raise ConnectionError("the broker closed a fleet connection")
-        self.buf += chunk
-        now, count, buf, pos = time.perf_counter(), 0, self.buf, 0
-        while len(buf) - pos >= 7:
-            kind, _ch, size = _HEADER.unpack_from(buf, pos)
-            if len(buf) - pos < size + 8:
+        now = time.perf_counter()
+        buf = self.buf
+        if buf:
+            buf += chunk
+            data: bytes | bytearray = buf
+        else:
+            data = chunk
+        pos = window.take(data, now)
+        if pos < len(data):
+            if buf:
+                del buf[:pos]
+            else:
+                buf += data[pos:]
+        else:
+            buf.clear()
+
+
+class Window:
+    """The measured window [start, end) of a worker: the latencies of the deliveries of messages published in
+    it, and how many."""
+
+    def __init__(self, start: float, end: float) -> None:
+        self.start, self.end = start, end
+        self.latencies: list[float] = []
+
+    def take(self, data: bytes | bytearray, now: float) -> int:
+        """Count the deliveries in the complete frames of `data`; return where the incomplete rest begins."""
+        pos, n = 0, len(data)
+        while n - pos >= 7:
+            kind, _ch, size = _HEADER.unpack_from(data, pos)
+            if n - pos < size + 8:
                 break
             if kind == 3 and size == _STAMP.size:
-                latencies.append(now - _STAMP.unpack_from(buf, pos + 7)[0])
-                count += 1
-            elif kind == 1 and struct.unpack_from(">HH", buf, pos + 7) == (10, 50):
-                raise ConnectionError(f"the broker closed a fleet connection: {bytes(buf[pos : pos + 8 + size])!r}")
+                stamp = _STAMP.unpack_from(data, pos + 7)[0]
+                if self.start <= stamp < self.end:
+                    self.latencies.append(now - stamp)
+            elif kind == 1 and struct.unpack_from(">HH", data, pos + 7) == (10, 50):
+                raise ConnectionError(f"the broker closed a fleet connection: {bytes(data[pos : pos + 8 + size])!r}")
             pos += size + 8
-        del buf[:pos]
-        return count
+        return pos
 
 
 def _read_until(sock: socket.socket, buf: bytearray, wanted: tuple[int, int]) -> None:
@@ -181,30 +233,34 @@ def run_fleet(
         cpu = (cpu_seconds(pid) - cpu0) if pid else 0.0
         waited = (main_thread_wait_seconds(pid) - wait0) if pid else 0.0
         rss = rss_bytes(pid) if pid else 0
-        outcomes = [_receive(ours, 60 + seconds) for ours in pipes]
+        load = os.getloadavg()
+        outcomes = [_receive(ours, 60 + seconds + DRAIN_S) for ours in pipes]
     finally:
         for proc in procs:
             proc.join(timeout=30)
             if proc.is_alive():
                 proc.kill()
     sent = sum(o[0] for o in outcomes)
-    delivered = sum(o[1] for o in outcomes)
-    latencies = sorted(x for o in outcomes for x in o[2])
+    latencies = sorted(x for o in outcomes for x in o[1])
 
     def pick(q: float) -> float:
-        return latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1e3 if latencies else float("nan")
+        """The q-quantile of the window's messages, a lost one later than any delivered one."""
+        i = min(sent - 1, int(q * sent))
+        return latencies[i] * 1e3 if 0 <= i < len(latencies) else math.inf if sent else math.nan
 
     return FleetResult(
         connections,
         seconds,
         sent,
-        delivered,
+        len(latencies),
         100 * cpu / seconds,
         rss,
         pick(0.5),
         pick(0.99),
         setup_s,
         100 * waited / seconds,
+        sum(o[2] for o in outcomes),
+        load,
     )
 
 
@@ -222,42 +278,55 @@ def _sleep_until(when: float) -> None:
         time.sleep(min(left, 0.5))
 
 
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _worker(url: str, indexes: range, pipe: Any, rate: float) -> None:
-    """One client process: join its share of the fleet, then drive it in the windows the parent names."""
+    """One client process: join its share of the fleet, then drive it in the windows the parent names and
+    read the window's last deliveries. Sends (published in the window, their latencies, its CPU seconds in
+    the window)."""
     members: list[Member] = []
-    selector = selectors.DefaultSelector()
+    poller = select.epoll()
     try:
         for i in indexes:
             member = join(url, i)
             members.append(member)
-            selector.register(member.sock, selectors.EVENT_READ, member)
+        by_fd = {m.sock.fileno(): m for m in members}
+        for fd in by_fd:
+            poller.register(fd, select.EPOLLIN)
         pipe.send(("joined",))
         warm_from, measure_from, until = pipe.recv()
         _sleep_until(warm_from)
-        drive(members, selector, warm_from, measure_from, [], rate)
-        latencies: list[float] = []
-        sent, delivered = drive(members, selector, measure_from, until, latencies, rate)
-        pipe.send((sent, delivered, latencies))
+        window = Window(measure_from, until)
+        drive(members, by_fd, poller, warm_from, measure_from, window, rate)
+        cpu0 = _cpu_seconds()
+        sent = drive(members, by_fd, poller, measure_from, until, window, rate)
+        cpu = _cpu_seconds() - cpu0
+        drain(by_fd, poller, window, sent, until + DRAIN_S)
+        pipe.send((sent, window.latencies, cpu))
     except (OSError, ConnectionError) as exc:
         pipe.send(repr(exc))
     finally:
         for member in members:
             member.sock.close()
-        selector.close()
+        poller.close()
 
 
 def drive(
     members: list[Member],
-    selector: selectors.BaseSelector,
+    by_fd: dict[int, Member],
+    poller: select.epoll,
     start: float,
     end: float,
-    latencies: list[float],
+    window: Window,
     rate: float = 1.0,
-) -> tuple[int, int]:
+) -> int:
     """Each member publishes `rate` times a second at its own phase from `start` to `end`; deliveries are read
-    as they come. Returns (published, delivered) in this window."""
+    as they come. Returns how many were published."""
     n = len(members)
-    sent = delivered = 0
+    sent = 0
     while True:
         now = time.perf_counter()
         if now >= end:
@@ -266,6 +335,13 @@ def drive(
         while sent < due:
             members[sent % n].publish()
             sent += 1
-        for key, _events in selector.select(timeout=min(0.005, end - now)):
-            delivered += key.data.read(latencies)
-    return sent, delivered
+        for fd, _events in poller.poll(min(0.005, end - now)):
+            by_fd[fd].read(window)
+    return sent
+
+
+def drain(by_fd: dict[int, Member], poller: select.epoll, window: Window, sent: int, deadline: float) -> None:
+    """Read until the window's `sent` messages have all been delivered, or the deadline."""
+    while len(window.latencies) < sent and (left := deadline - time.perf_counter()) > 0:
+        for fd, _events in poller.poll(min(0.05, left)):
+            by_fd[fd].read(window)

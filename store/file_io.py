@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import mmap
 import os
+from functools import cached_property
 
 from store.sync_gate import SyncGate
 
@@ -20,8 +21,10 @@ class FileIO:
     Reads give way to fsyncs (store/sync_gate.py): `pread` reads in pieces of at most READ_PIECE, each after
     the fsyncs under way when it is asked for. `read_at` and `sync_file` are the bare os calls."""
 
-    def __init__(self) -> None:
-        self.syncs = SyncGate()
+    @cached_property
+    def syncs(self) -> SyncGate:
+        """Made on first use, so that a seam subclass need not call FileIO.__init__."""
+        return SyncGate()
 
     def pread(self, fd: int, size: int, pos: int) -> bytes:
         """Up to `size` bytes at `pos` (fewer only at the end of the file)."""

@@ -161,9 +161,10 @@ def encode_delivery_batch(
     """encode_delivery of each (redelivered, route, header, body) in turn, tags from first_tag on, joined: the
     deliveries a queue hands one consumer at once (Channel.deliver_batch). Bodies above frame_max - 8 are split
     as encode_delivery splits them."""
-    pack = _frame_head.pack
-    tag_bits = _tag_bits.pack
-    head = _DELIVER_PREFIX + ctag
+    # Each fixed stretch in one pack: the method frame up to its route, and each frame end with the next
+    # frame's head (the end byte, type, channel, size).
+    method = _deliver_head(len(ctag)).pack
+    end_then_head = _end_then_head.pack
     method_size = 13 + len(ctag)
     limit = frame_max - 8
     parts: list[bytes] = []
@@ -171,11 +172,25 @@ def encode_delivery_batch(
         if len(body) > limit:
             parts.append(encode_delivery(channel, ctag, tag, redelivered, route, header, body, frame_max))
             continue
-        parts += (pack(1, channel, method_size + len(route)), head, tag_bits(tag, redelivered), route, b"\xce")
-        parts += (pack(2, channel, len(header)), header, b"\xce")
-        if body:
-            parts += (pack(3, channel, len(body)), body, b"\xce")
+        size = len(body)
+        parts += (method(1, channel, method_size + len(route), _DELIVER_IDS, ctag, tag, redelivered), route)
+        parts += (end_then_head(206, 2, channel, len(header)), header)
+        parts += (end_then_head(206, 3, channel, size), body, b"\xce") if size else (b"\xce",)
     return b"".join(parts)
+
+
+_DELIVER_IDS = 0x003C003C  # class 60, method 60 as one u32 (_DELIVER_PREFIX)
+_end_then_head = struct.Struct(">BBHI")  # a frame's end, the next frame's type, channel and size
+_DELIVER_HEADS: dict[int, struct.Struct] = {}
+
+
+def _deliver_head(ctag_size: int) -> struct.Struct:
+    """A basic.deliver frame up to its route: frame head, class and method, consumer tag (with its length byte:
+    ctag_size counts it), delivery tag and redelivered."""
+    head = _DELIVER_HEADS.get(ctag_size)
+    if head is None:
+        head = _DELIVER_HEADS[ctag_size] = struct.Struct(f">BHII{ctag_size}sQB")
+    return head
 
 
 def encode_get_ok(channel: int, delivery_tag: int, redelivered: bool, route: bytes, message_count: int) -> bytes:

@@ -8,6 +8,9 @@ a partial scan finds without building a pamqp object.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
+from operator import itemgetter
+from typing import Any
 
 from pamqp import commands
 from pamqp import encode as pencode
@@ -163,9 +166,13 @@ def scan_published(header: bytes, skip: int) -> tuple[int, int, int, bytes, Prop
     if flags & skip or flags & 1:
         return None
     # Only short headers are ever shared (and so known as checked): a longer one is not hashed for nothing.
-    known = _HEADERS.get(header) if len(header) <= _SHARED_HEADER_LEN else None
+    end = len(header)
+    known = _HEADERS.get(header) if end <= _SHARED_HEADER_LEN else None
     if known is not None:  # checked before
         return class_id, body_size, flags, known, PropertyScan(known, flags)
+    shape = _SHAPES.get(flags << 32 | end)
+    if shape is not None and shape.structure(header) == shape.expected:
+        return class_id, body_size, flags, shared_header(header), shape.scan(header)
     layout = _SCAN_LAYOUTS.get(flags)
     if layout is None:
         layout = _SCAN_LAYOUTS[flags] = tuple(
@@ -173,7 +180,7 @@ def scan_published(header: bytes, skip: int) -> tuple[int, int, int, bytes, Prop
         )
     scan = PropertyScan.__new__(PropertyScan)
     scan.delivery_mode = scan.priority = scan.expiration = scan.headers_raw = None
-    o, end = 14, len(header)
+    o = 14
     try:
         for kind, field in layout:
             if kind == -1:
@@ -191,7 +198,82 @@ def scan_published(header: bytes, skip: int) -> tuple[int, int, int, bytes, Prop
         return None
     if o != end:
         return None
+    if shape is None:
+        _learn_shape(header, flags, layout)
     return class_id, body_size, flags, shared_header(header), scan
+
+
+class HeaderShape:
+    """Where the structure of a checked header lies: every byte that the walk of scan_published reads to find
+    where a property or table entry ends (the flags, each length, each field value's type tag), and where the
+    scanned fields are. A header of the same flags and length whose bytes there are equal to the checked one's
+    has every property and table entry at the same place, so it is as well formed, and is scanned without the
+    walk: publishers whose properties change per message (ids, timestamps) mostly keep their lengths."""
+
+    __slots__ = ("structure", "expected", "mode_at", "priority_at", "table_at", "table_end")
+
+    def __init__(self, header: bytes, positions: list[int], mode_at: int, priority_at: int, table: slice) -> None:
+        self.structure: Callable[[bytes], Any] = itemgetter(*positions)
+        self.expected = self.structure(header)
+        self.mode_at, self.priority_at = mode_at, priority_at  # 0: absent (no property starts before 14)
+        self.table_at, self.table_end = table.start, table.stop  # table_end 0: no headers table
+
+    def scan(self, header: bytes) -> PropertyScan:
+        scan = PropertyScan.__new__(PropertyScan)
+        scan.delivery_mode = header[self.mode_at] if self.mode_at else None
+        scan.priority = header[self.priority_at] if self.priority_at else None
+        scan.expiration = None
+        scan.headers_raw = header[self.table_at : self.table_end] if self.table_end else None
+        return scan
+
+
+# HeaderShape by flags << 32 | header length; cleared when full, as _HEADERS is. One shape per key: a header of
+# that key with another structure takes the walk.
+_SHAPES: dict[int, HeaderShape] = {}
+_SHAPES_MAX = 1024
+# A header with more places to compare (a large headers table) takes the walk: this keeps the shapes' memory
+# small whatever publishers send (a shape holds its places and their bytes).
+_SHAPE_POSITIONS_MAX = 64
+
+
+def _learn_shape(header: bytes, flags: int, layout: tuple[tuple[int, int], ...]) -> None:
+    """The HeaderShape of a header that scan_published's walk has just found well formed; none for a table with
+    a nested value (a table or an array: check_table walks those in full) or too many places to compare."""
+    positions, mode_at, priority_at, table = [12, 13], 0, 0, slice(0, 0)
+    o = 14
+    for kind, field in layout:
+        if kind == -1:
+            positions.append(o)
+            o += 1 + header[o]
+        elif kind == -4:
+            end = o + 4 + _u32.unpack_from(header, o)[0]
+            positions += range(o, o + 4)
+            table, p = slice(o, end), o + 4
+            while p < end:
+                positions.append(p)  # the key's length
+                p += 1 + header[p]
+                positions.append(p)  # the value's type tag
+                size = _VALUE_SIZE[header[p]]
+                p += 1
+                if size == -2:
+                    positions += range(p, p + 4)
+                    p += 4 + _u32.unpack_from(header, p)[0]
+                elif size < 0:
+                    return
+                else:
+                    p += size
+            o = end
+        else:
+            if field == 2:
+                mode_at = o
+            elif field == 3:
+                priority_at = o
+            o += kind
+    if len(positions) > _SHAPE_POSITIONS_MAX:
+        return
+    if len(_SHAPES) >= _SHAPES_MAX:
+        _SHAPES.clear()
+    _SHAPES[flags << 32 | len(header)] = HeaderShape(header, positions, mode_at, priority_at, table)
 
 
 def raw_property(header: bytes, flags: int, wanted: int) -> bytes | None:

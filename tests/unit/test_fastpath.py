@@ -27,7 +27,7 @@ from amqpd.protocol.fastpath import (
     parse_tag_bits,
     shortstr,
 )
-from amqpd.protocol.properties import _HEADERS, PropertyScan, checked_header, scan_published
+from amqpd.protocol.properties import _HEADERS, _SHAPES, PropertyScan, checked_header, scan_published
 
 NAME = st.text("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:@#,/+ ", max_size=40)
 TAG = st.integers(0, 2**63 - 1)  # pamqp encodes longlong as signed
@@ -333,6 +333,7 @@ def test_one_walk_reads_a_published_header_as_the_single_path_does(
         "trailing": hdr + bytes([value]),
     }[damage]
     _HEADERS.clear()  # each reads the header as never seen before (a header seen is not checked again)
+    _SHAPES.clear()  # nor a header of the same shape
     one_walk = _read_in_one_walk(hdr)
     _HEADERS.clear()
     if one_walk is None:
@@ -341,3 +342,68 @@ def test_one_walk_reads_a_published_header_as_the_single_path_does(
         assert single is None or single[2] & (FLAG_EXPIRATION | 1)
     else:
         assert one_walk == _read_one_by_one(hdr)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    properties,
+    st.dictionaries(
+        st.text("abcxyz-", min_size=1, max_size=8),
+        header_values | st.dictionaries(st.text("ab", min_size=1, max_size=2), header_values, max_size=2),
+        min_size=1,
+        max_size=4,
+    ),
+    st.integers(0, 400),
+    st.integers(0, 255),
+)
+def test_a_header_shaped_as_one_checked_before_is_read_as_the_single_path_does(
+    props: commands.Basic.Properties, table: dict, at: int, value: int
+) -> None:
+    """scan_published learns where a checked header's lengths and type tags lie, and reads a later header of the
+    same flags and length from there when its bytes there are equal (publishers whose ids change per message).
+    A later header with any one byte changed (a length, a type tag, a value) is read as the single path reads
+    it, or refused as that path refuses it."""
+    props.expiration = None  # skipped by the one walk: the single path reads it
+    if at % 3:
+        props.headers = table
+    first = header_payload(1000, props)
+    _HEADERS.clear()
+    _SHAPES.clear()
+    assert _read_in_one_walk(first) == _read_one_by_one(first)
+    i = 12 + at % (len(first) - 12)  # the property flags and after
+    later = first[:i] + bytes([value]) + first[i + 1 :]
+    _HEADERS.clear()  # short headers are known by their bytes: each is read as a header not seen before
+    one_walk = _read_in_one_walk(later)
+    _HEADERS.clear()
+    if one_walk is None:
+        single = _read_one_by_one(later)
+        assert single is None or single[2] & (FLAG_EXPIRATION | 1)
+    else:
+        assert one_walk == _read_one_by_one(later)
+
+
+def test_headers_that_differ_only_in_their_values_are_each_read_whole() -> None:
+    """The common case the shapes are for: ids and a header value of the same length, each message its own."""
+    _HEADERS.clear()
+    _SHAPES.clear()
+    for n in range(3):
+        props = commands.Basic.Properties(
+            content_type="application/json",
+            headers={"x-request-id": f"req-{n:04}"},
+            delivery_mode=2,
+            priority=n,
+            message_id=f"msg-{n:04}",
+        )
+        hdr = header_payload(100 + n, props)
+        assert _read_in_one_walk(hdr) == _read_one_by_one(hdr)
+        table = b"\x0cx-request-idS\x00\x00\x00\x08" + f"req-{n:04}".encode()
+        assert _read_in_one_walk(hdr)[4] == (2, n, len(table).to_bytes(4, "big") + table)
+    assert len(_SHAPES) == 1
+
+
+def test_a_large_headers_table_leaves_no_shape() -> None:
+    """A shape keeps every length and type tag of its header: one with a large table is not kept (memory)."""
+    _SHAPES.clear()
+    hdr = header_payload(10, commands.Basic.Properties(headers={f"k{i:02}": i for i in range(40)}))
+    assert _read_in_one_walk(hdr) == _read_one_by_one(hdr)
+    assert not _SHAPES

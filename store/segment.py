@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import os
 import struct
+from array import array
+from bisect import bisect_left
 from collections.abc import Callable, Iterator
-from itertools import islice
+from itertools import accumulate, islice, repeat
 from pathlib import Path
 
 from xxhash import xxh3_64_intdigest, xxh32_intdigest
@@ -161,6 +163,10 @@ def _walk_next(
         target = next(islice(want, k - 1, None), -1)
         if target != last + 1:
             return rel, target
+    rel, target = _cut_stretch(block, (block_start, rel), want, target, found, checked)
+    if target < 0 or rel + HEADER_SIZE > size:
+        return rel, target
+    begin, first, lengths = rel, target, array("I")
     while rel + HEADER_SIZE <= size:
         length, sequence, payload_hash, check = unpack(block, rel)
         stop = rel + HEADER_SIZE + length
@@ -170,8 +176,33 @@ def _walk_next(
         if xxh3_64_intdigest(payload) != payload_hash:
             raise DamagedFrame(f"record {sequence} fails its checksum")
         found.append(payload)
+        lengths.append(length)
         target = next(want, -1)
         rel = stop
+        if target != sequence + 1:
+            break
+    if lengths:  # frames of many sizes, checked one after the other: a stretch (checked_runs.py)
+        checked.add_stretch(block_start + begin, first, lengths)
+    return rel, target
+
+
+def _cut_stretch(
+    block: bytes, at: tuple[int, int], want: Iterator[int], target: int, found: list[bytes | None], checked: CheckedRuns
+) -> tuple[int, int]:
+    """_walk_next's frames of many sizes that an earlier read checked (a stretch, checked_runs.py) from
+    block[rel:]: cut out without their checks, up to the block's end or a gap in the wanted offsets. (Where
+    it stopped in the block, the next wanted offset.)"""
+    block_start, rel = at
+    piece = checked.stretch(target)
+    if piece is None or piece[0] != block_start + rel:
+        return rel, target
+    size = len(block)
+    for length in piece[1]:
+        stop = rel + HEADER_SIZE + length
+        if stop > size:
+            break
+        found.append(block[rel + HEADER_SIZE : stop])
+        rel, sequence, target = stop, target, next(want, -1)
         if target != sequence + 1:
             break
     return rel, target
@@ -268,6 +299,7 @@ def read_payloads(
             if xxh3_64_intdigest(payload) != payload_hash:
                 raise DamagedFrame(f"record {sequence} fails its checksum")
             index.checked.add(pos, sequence, 1, length, join_only=True)  # a read's first frame, a block's
+            index.checked.add_stretch(pos, sequence, array("I", [length]), join_only=True)
             found.append(payload)
             target = next(want, -1)
             if target < 0:
@@ -285,6 +317,23 @@ def read_payloads(
         pos += HEADER_SIZE + length
     found.extend([None] * (len(offsets) - len(found)))
     return found
+
+
+def _stretch_frames(
+    checked: CheckedRuns, offset: int, count: int, budget: int
+) -> tuple[int, list[tuple[int, int]], int] | None:
+    """Record `offset` and up to count - 1 after it as frames of a stretch (checked_runs.py), stopping after
+    the frame that takes their bytes to `budget` or past it: (where the first starts, a run of one frame
+    for each, where the last ends); None when it lies in no stretch."""
+    found = checked.stretch(offset)
+    if found is None:
+        return None
+    position, lengths = found
+    count = min(count, budget // HEADER_SIZE + 1)  # (no more frames than the budget can reach)
+    ends = list(accumulate(lengths[:count]))  # payload bytes up to each frame, its own included
+    k = bisect_left(range(len(ends)), budget, key=lambda i: ends[i] + HEADER_SIZE * (i + 1)) + 1
+    k = min(k, len(ends))
+    return position, list(zip(repeat(1), lengths[:k])), position + ends[k - 1] + HEADER_SIZE * k
 
 
 def checked_frames(
@@ -305,7 +354,17 @@ def checked_frames(
     got = 0
     while got < count and end - begin < budget:
         found = checked.locate(offset + got)
-        if found is None or (runs and found[0] != end):  # not checked, or not the next frame (never seen)
+        if found is None:
+            piece = _stretch_frames(checked, offset + got, count - got, budget - max(end - begin, 0))
+            if piece is None or (runs and piece[0] != end):
+                break
+            if not runs:
+                begin = piece[0]
+            runs += piece[1]
+            got += len(piece[1])
+            end = piece[2]
+            continue
+        if runs and found[0] != end:  # not the next frame (never seen)
             break
         position, length, left = found
         stride = HEADER_SIZE + length

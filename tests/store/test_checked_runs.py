@@ -4,14 +4,18 @@ again is read as it is now."""
 
 from __future__ import annotations
 
+import gc
 import os
+import random
 import struct
+from array import array
 from pathlib import Path
 from unittest.mock import patch
 
 import pytest
 
-from store import MessageRecord, MessageStore, segment
+from store import MessageRecord, MessageStore, checked_runs, segment
+from store.checked_runs import CheckedRuns
 from store.frame import HEADER_SIZE, append_frames
 from store.record_codec import decode_record
 from store.segment import FILE_HEADER_SIZE, SEGMENT_MAGIC, file_header, read_payloads
@@ -184,3 +188,93 @@ async def test_checked_records_never_give_a_record_damaged_on_disk_nor_any_after
         assert store.checked_records(offsets[200], 200, 1 << 30) == ([], b"")
     finally:
         await store.close()
+
+
+async def test_a_stretch_of_records_of_many_sizes_read_once_is_given_as_frames_without_hashing_again(
+    tmp_path: Path,
+) -> None:
+    store, offsets = await log_store(tmp_path, varied(3000))
+    calls, counting = counting_hashes()
+    try:
+        with counting:  # type: ignore[attr-defined]
+            first = [p for i in range(0, 3000, 256) for p in store.read_payloads(offsets[i : i + 256])]
+            hashed_first = calls[0]
+            runs, data, _ = store.checked_frames(offsets[1], 2999, 1 << 30)
+        assert hashed_first >= 3000 and calls[0] == hashed_first  # checked once, then not hashed again
+        # every record but the segment's first (a read's first frame joins a stretch before it, if any)
+        assert frames_of(runs, data) == list(zip(offsets[1:], first[1:], strict=True))
+        # a budget in bytes stops it after the frame that reaches it
+        few = store.checked_frames(offsets[10], 2000, 1_000)[0]
+        assert sum(count for count, _ in few) == next(
+            k
+            for k in range(1, 2000)
+            if sum(HEADER_SIZE + len(p) for p in first[10 : 10 + k]) >= 1_000  # type: ignore[arg-type]
+        )
+    finally:
+        await store.close()
+
+
+async def test_records_checked_before_a_restart_are_checked_again_after_it_and_damage_is_never_given(
+    tmp_path: Path,
+) -> None:
+    """What a broker checked lives in its memory only: after a restart (recovery), a record damaged on
+    disk meanwhile is found by the first read, and no stretch of frames holds it or anything after it."""
+    store, offsets = await log_store(tmp_path, varied(400))
+    assert None not in store.read_payloads(offsets)
+    assert store.checked_frames(offsets[1], 399, 1 << 30)[0]  # a stretch before the restart
+    await store.close()
+    (segment_file,) = (tmp_path / "segments").glob("*.seg")
+    raw = bytearray(segment_file.read_bytes())
+    raw[raw.index(b"00200")] ^= 0xFF  # record 200's payload no longer matches its checksum
+    segment_file.write_bytes(bytes(raw))
+    store = MessageStore(tmp_path, fsync="none")
+    await store.open()
+    try:
+        assert store.checked_frames(offsets[1], 399, 1 << 30)[:2] == ([], b"")  # nothing trusted after recovery
+        payloads = store.read_payloads(offsets)
+        assert payloads[200] is None and None not in payloads[:200]
+        for first in (1, 150, 199, 200, 201):
+            runs, data, _ = store.checked_frames(offsets[first], 400 - first, 1 << 30)
+            got = [sequence for sequence, _ in frames_of(runs, data)]
+            assert offsets[200] not in got and got == offsets[first : first + len(got)]
+            assert first + len(got) <= 200 or first > 200
+    finally:
+        await store.close()
+
+
+def test_a_stretch_cut_back_with_its_segment_keeps_only_the_frames_before_the_cut() -> None:
+    rng = random.Random(31)
+    for _ in range(30):
+        lengths = [rng.randrange(80, 400) for _ in range(rng.randrange(1, 5000))]
+        starts = [100]
+        for length in lengths:
+            starts.append(starts[-1] + HEADER_SIZE + length)
+        checked, at = CheckedRuns(), 0
+        while at < len(lengths):  # read in steps: each continues the stretch before it
+            k = rng.randrange(1, 3000)
+            checked.add_stretch(starts[at], at, array("I", lengths[at : at + k]))
+            at += k
+        cut = rng.randrange(90, starts[-1] + 10)
+        checked.drop_from(cut)
+        kept = sum(1 for end in starts[1:] if end <= cut)
+        for offset in range(len(lengths)):
+            found = checked.stretch(offset)
+            if offset < kept:
+                assert found is not None and found[0] == starts[offset] and list(found[1]) == lengths[offset:kept]
+            else:
+                assert found is None
+
+
+def test_stretches_are_bounded_in_records_over_every_segment_of_the_process() -> None:
+    """A replay of many segments keeps at most MAX_STRETCH_RECORDS records' lengths in all: past that, reads
+    check as before; a segment that goes gives its share back."""
+    one, two = CheckedRuns(), CheckedRuns()
+    lengths = array("I", [100] * 600)
+    with patch.object(checked_runs, "MAX_STRETCH_RECORDS", checked_runs._stretched_in_all[0] + 1000):  # noqa: SLF001
+        one.add_stretch(1_000, 0, lengths)
+        two.add_stretch(1_000, 0, lengths)  # 1,200 would pass the bound: refused
+        assert one.stretch(0) is not None and two.stretch(0) is None
+        del one
+        gc.collect()
+        two.add_stretch(1_000, 0, lengths)
+        assert two.stretch(599) is not None

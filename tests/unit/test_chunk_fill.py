@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 from typing import Any
+from unittest.mock import patch
 
 import anyio
 import pytest
@@ -17,6 +18,7 @@ from test_reads_off_loop import Setup, broker_on_disk
 from amqpd.broker.streams.stream import StreamQueue
 from amqpd.spark.chunk_rows import chunk_batch
 from amqpd.spark.wire import Chunks
+from store import segment
 
 COUNT = 3_000
 
@@ -88,6 +90,52 @@ def test_a_first_read_of_varied_sizes_takes_each_record_from_the_log_once(layout
         rows = await read_all(setup, c, layout)
         assert rows == list(enumerate(bodies))
         assert taken == COUNT  # each record once: a chunk that waited for the worker went on where it was
+
+    async def main() -> None:
+        async with broker_on_disk() as setup:
+            await scenario(setup)
+
+    anyio.run(main)
+
+
+@pytest.mark.parametrize("sizes", ["one size", "many sizes"])
+def test_a_repeat_read_goes_out_as_checked_frames_without_hashing_them_again(sizes: str) -> None:
+    """The first read checks every record; a second consumer reading the same records gets them as the
+    segment's checked frames (store/checked_runs.py: one pread, no check per record), neither hashed nor
+    cut out record by record again, whatever the first read's steps found unchecked before they checked
+    them; records of one size or of many."""
+
+    async def scenario(setup: Setup) -> None:
+        c = ClientChannel(setup.broker)
+        c.declare_queue("s", durable=True, arguments={"x-queue-type": "stream"})
+        bodies = [b"%05d" % n + b"b" * 95 for n in range(COUNT)] if sizes == "one size" else varied_bodies()
+        for body in bodies:
+            c.publish("", "s", body)
+        await setup.settle()
+        hashed, read_one_by_one = [0], [0]
+        real_hash, real_checked = segment.xxh3_64_intdigest, setup.store.checked_records
+
+        def hash_counted(data: bytes) -> int:  # the payload hash every check of a record on disk goes through
+            hashed[0] += 1
+            return real_hash(data)
+
+        def checked_counted(offset: int, count: int, budget: int) -> tuple[list[int], bytes]:
+            got = real_checked(offset, count, budget)  # records read and cut out one by one (checked or not)
+            read_one_by_one[0] += len(got[0])
+            return got
+
+        setup.store.checked_records = checked_counted  # type: ignore[method-assign]
+        chunk = {"x-amqpd-chunk": 5_000, "x-amqpd-chunk-layout": 3}
+        c.call(commands.Basic.Qos(prefetch_count=1000))
+        with patch.object(segment, "xxh3_64_intdigest", hash_counted):
+            c.consume("s", "first", arguments={"x-stream-offset": "first", **chunk})
+            assert await read_all(setup, c, 3) == list(enumerate(bodies))
+            first = hashed[0], read_one_by_one[0]
+            c.consume("s", "again", arguments={"x-stream-offset": "first", **chunk})
+            assert await read_all(setup, c, 3) == list(enumerate(bodies))
+        assert first[0] >= COUNT  # the first read checked every record
+        assert hashed[0] - first[0] < COUNT // 50  # the repeat read: a frame or two a read step at most
+        assert read_one_by_one[0] - first[1] == 0  # and as the segment's frames, not record by record
 
     async def main() -> None:
         async with broker_on_disk() as setup:

@@ -45,6 +45,8 @@ first delivery's content type.
 from __future__ import annotations
 
 import struct
+import sys
+from array import array
 from itertools import chain, groupby
 from typing import TYPE_CHECKING, Any
 
@@ -76,6 +78,10 @@ _HEADER_HEAD = struct.Struct(">HHQH")  # class id, weight, body size, property f
 _TABLE = shortstr("x-stream-offset") + b"l%s" + shortstr(CHUNK_ARG) + b"l%s"
 _I64 = struct.Struct(">q")
 _PROPERTIES_HEADS = {layout: shortstr(name) for layout, name in CONTENT_TYPES.items()}
+_NATIVE_LITTLE = sys.byteorder == "little"  # runs tables are big-endian u32: array("I") is native
+assert array("I").itemsize == 4, "layout 3's runs table needs a 4-byte array('I')"
+_ONE_BARE = array("I", [1, 0, 0])  # a run of one record with no gap (its length set after)
+_ONE_FRAME = array("I", [1, FRAME_HEADER_SIZE, 0])  # a run of frames (its count and length set after)
 
 
 def chunk_records(args: dict[str, Any], filtered: bool, tracking: bool, queue: str, vhost: str) -> int | None:
@@ -146,12 +152,18 @@ def encode_chunk(payloads: list[bytes | None]) -> bytes:
 def runs_table(runs: list[tuple[int, int, int]]) -> bytes:
     """Layout 3's runs table, the body's first bytes. Runs alike are joined where they are made (a read
     step's records of one size), not here: a chunk of records of many sizes has a run a record."""
-    return packed_runs(list(chain.from_iterable(runs)))
+    return packed_runs(array("I", chain.from_iterable(runs)))
 
 
-def packed_runs(flat: list[int]) -> bytes:
-    """runs_table for the runs' fields one after the other (count, gap, length of each)."""
-    return struct.pack(f">{len(flat) + 1}I", len(flat) // 3, *flat)
+def packed_runs(flat: array[int]) -> bytes:
+    """runs_table for the runs' fields one after the other (count, gap, length of each). An array, not a
+    struct.pack of a list: a chunk of records of many sizes has three fields a record, which struct packed
+    one Python int at a time."""
+    table = array("I", [len(flat) // 3])
+    table += flat
+    if _NATIVE_LITTLE:
+        table.byteswap()
+    return table.tobytes()
 
 
 def chunk_header(first: int, count: int, body_size: int, layout: int = 2) -> bytes:
@@ -218,7 +230,7 @@ class ChunkFill:
     def __init__(self, start: int) -> None:  # noqa: D107
         self.start = start
         self.at = start
-        self.runs: list[int] = []  # count, gap and length of each run, one after the other
+        self.runs = array("I")  # count, gap and length of each run, one after the other
         self.parts: list[bytes] = []  # layout 3's records
         self.payloads: list[bytes | None] = []  # layout 2's
         self.size = 0
@@ -247,11 +259,9 @@ def _fill_runs(log: StreamLog, fill: ChunkFill, end: int) -> None:
         at = fill.at
         frames, data, unchecked = log.read_frames(at, end - at, CHUNK_BYTES - fill.size)
         if frames:
-            for count, length in frames:
-                fill.runs += (count, FRAME_HEADER_SIZE, length)
+            fill.at += _add_frames(fill, frames)
             fill.parts.append(data)
             fill.size += len(data)
-            fill.at += sum(count for count, _ in frames)
             fill.step = FIRST_STEP  # past these, on a first read, the read cache checked its stretch: read few bare
             continue
         if unchecked >= READ_STEP:  # a stretch: checked by the store's read worker as it reads it
@@ -266,21 +276,32 @@ def _fill_runs(log: StreamLog, fill: ChunkFill, end: int) -> None:
             return
         lengths = [len(p) if p is not None else 0 for p in read]
         for length, same in groupby(lengths):
-            fill.runs += (len(list(same)), 0, length)
+            fill.runs.extend((len(list(same)), 0, length))
         fill.parts.append(b"".join([p for p in read if p is not None]))
         fill.size += sum(lengths)
         fill.at += len(read)
         fill.step = _next_step(fill.size, fill.at - fill.start)
 
 
+def _add_frames(fill: ChunkFill, frames: list[tuple[int, int]]) -> int:
+    """Runs of checked frames (count, payload length), each with the frame header as its gap, in bulk (a
+    stretch of frames of many sizes is a run a frame): how many records they hold."""
+    fields = array("I", chain.from_iterable(frames))
+    runs = _ONE_FRAME * len(frames)
+    runs[0::3] = counts = fields[0::2]
+    runs[2::3] = fields[1::2]
+    fill.runs += runs
+    return sum(counts)
+
+
 def _add_bare(fill: ChunkFill, lengths: list[int], data: bytes) -> None:
     """Records read and checked, their bytes joined: one run when they are of one size, else a run each
     (made without a Python step per record)."""
     if lengths.count(lengths[0]) == len(lengths):
-        fill.runs += (len(lengths), 0, lengths[0])
+        fill.runs.extend((len(lengths), 0, lengths[0]))
     else:
-        runs = [1, 0, 0] * len(lengths)
-        runs[2::3] = lengths
+        runs = _ONE_BARE * len(lengths)
+        runs[2::3] = array("I", lengths)
         fill.runs += runs
     fill.parts.append(data)
     fill.size += len(data)

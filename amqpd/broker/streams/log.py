@@ -454,6 +454,9 @@ class StoreLog:
         found = self._checked.pop(key, None)
         if found is not None:
             self._checked_bytes -= len(found[1])
+            # Taken: the chunk goes on past them. Not before: it asks read_frames again first, and must find
+            # them unchecked (else the worker reads them again as frames, and this answer is wasted).
+            self._forget_unchecked()
             return found
         pending = self._pending.get(key)
         if pending is None:
@@ -495,6 +498,11 @@ class StoreLog:
         if self.on_read is not None:
             self.on_read()
 
+    def _forget_unchecked(self) -> None:
+        """Records read are checked from now on: what read_frames found unchecked before may not be now."""
+        for key in [key for key, found in self._frames.items() if not found[0]]:
+            del self._frames[key]
+
     def _read_on(self, at: int) -> None:
         """Reading from `at`: the next window is asked for once less than half a window is left ahead."""
         probe = at + RAW_CHUNK // 2
@@ -528,9 +536,7 @@ class StoreLog:
         del self._pending[(start, stop)]
         if self._closed or future.cancelled():
             return
-        # Records read are checked from now on: what read_frames found unchecked before may not be now.
-        for key in [key for key, found in self._frames.items() if not found[0]]:
-            del self._frames[key]
+        self._forget_unchecked()
         error = future.exception()
         if error is not None:  # the next dispatch asks again
             log.warning("stream read of offsets %d..%d failed: %s", start, stop - 1, error)

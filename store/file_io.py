@@ -5,45 +5,14 @@ from __future__ import annotations
 
 import mmap
 import os
-from functools import cached_property
-
-from store.sync_gate import SyncGate
-
-# Bytes per read: what a commit's fsync may find queued on the disk ahead of it (store/sync_gate.py).
-READ_PIECE = 1 << 20
 
 
 class FileIO:
     """The store's I/O seam (os calls). Methods run in the writer's worker thread (and recovery's, at open),
     but for `pread` and `map`: reading records back, in the store's read worker (MessageStore.in_reader) or
-    a read-ahead worker thread; the event loop never reads (tests/store/test_reads_off_loop.py).
-
-    Reads give way to fsyncs (store/sync_gate.py): `pread` reads in pieces of at most READ_PIECE, each after
-    the fsyncs under way when it is asked for. `read_at` and `sync_file` are the bare os calls."""
-
-    @cached_property
-    def syncs(self) -> SyncGate:
-        """Made on first use, so that a seam subclass need not call FileIO.__init__."""
-        return SyncGate()
+    a read-ahead worker thread; the event loop never reads (tests/store/test_reads_off_loop.py)."""
 
     def pread(self, fd: int, size: int, pos: int) -> bytes:
-        """Up to `size` bytes at `pos` (fewer only at the end of the file)."""
-        self.syncs.give_way()
-        data = self.read_at(fd, min(size, READ_PIECE), pos)
-        if size <= READ_PIECE or len(data) < READ_PIECE:
-            return data
-        pieces = [data]
-        done = len(data)
-        while done < size:
-            self.syncs.give_way()
-            piece = self.read_at(fd, min(size - done, READ_PIECE), pos + done)
-            pieces.append(piece)
-            done += len(piece)
-            if len(piece) < READ_PIECE:
-                break
-        return b"".join(pieces)
-
-    def read_at(self, fd: int, size: int, pos: int) -> bytes:
         return os.pread(fd, size, pos)
 
     def map(self, fd: int, size: int) -> mmap.mmap:
@@ -65,10 +34,6 @@ class FileIO:
         return os.pwrite(fd, data, pos)
 
     def fsync(self, fd: int) -> None:
-        with self.syncs.syncing():
-            self.sync_file(fd)
-
-    def sync_file(self, fd: int) -> None:
         os.fsync(fd)
 
     def truncate(self, fd: int, size: int) -> None:

@@ -20,7 +20,6 @@ class FailingIO(FileIO):
     ENOSPC, as a full disk does, until `space` is raised."""
 
     def __init__(self, fail_write: int = 0, fail_fsync: int = 0, error: int = errno.ENOSPC) -> None:
-        super().__init__()
         self.fail_write, self.fail_fsync, self.error = fail_write, fail_fsync, error
         self.segment_writes = 0
         self.segment_fsyncs = 0
@@ -81,7 +80,6 @@ class ArmedIO(FileIO):
     the real file. `fired` counts the failures raised."""
 
     def __init__(self) -> None:
-        super().__init__()
         self.armed: tuple[str, str, int] | None = None  # (".seg" or ".ack", "write" or "fsync", errno)
         self.fired = 0
         self.paths: dict[int, str] = {}
@@ -154,9 +152,6 @@ class RecordingIO(FileIO):
     snapshots: list[Snapshot] = field(default_factory=list)
     paths: dict[int, str] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def __post_init__(self) -> None:
-        super().__init__()
 
     def _event(self) -> None:
         self.events += 1

@@ -16,7 +16,6 @@ pytestmark = pytest.mark.anyio
 
 class CountingIO(FileIO):
     def __init__(self) -> None:
-        super().__init__()
         self.read_bytes = 0
         self.preads = 0
 

@@ -34,7 +34,6 @@ class ThreadRecordingIO(FileIO):
     """Records which thread made each pread (a read of a record back)."""
 
     def __init__(self) -> None:
-        super().__init__()
         self.pread_threads: list[int] = []
 
     def pread(self, fd: int, size: int, pos: int) -> bytes:

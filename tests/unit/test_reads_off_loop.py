@@ -37,7 +37,6 @@ class RecordingIO(FileIO):
     """The store's seam, noting which thread each read ran on."""
 
     def __init__(self) -> None:
-        super().__init__()
         self.read_threads: list[int] = []
         self.loop_thread = threading.get_ident()
         self.loop_stacks: list[str] = []  # where the loop read: the failure names the path

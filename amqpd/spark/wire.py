@@ -18,7 +18,7 @@ import struct
 import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from pamqp import commands, decode, encode
 from pamqp import frame as pamqp_frame
@@ -494,13 +494,44 @@ def table_headers(raw: bytes) -> dict[str, Any]:
 # read on is kept for the worker's next read from the same broker. When a read ends its channel is asked to
 # close (which stops its consumer, and drops what was in flight); the next read takes that answer and opens
 # the channel afresh: one round trip, not a new connection's handshake for each task of each micro-batch.
-_parked: dict[Endpoint, Link] = {}
+class _Closable(Protocol):
+    def close(self) -> None: ...
+
+
+C = TypeVar("C", bound=_Closable)
+
+
+class KeptConnections(Generic[C]):
+    """A Python worker's connections kept between its tasks, one per broker: the newest kept wins (two at
+    once in one worker is not how Spark runs tasks), and all are closed at the worker's exit (the broker sees
+    a close, not a dropped socket)."""
+
+    def __init__(self) -> None:
+        self.by_endpoint: dict[Endpoint, C] = {}
+        atexit.register(self.close_all)
+
+    def take(self, endpoint: Endpoint) -> C | None:
+        return self.by_endpoint.pop(endpoint, None)
+
+    def keep(self, endpoint: Endpoint, conn: C) -> None:
+        old = self.by_endpoint.pop(endpoint, None)
+        if old is not None:
+            old.close()
+        self.by_endpoint[endpoint] = conn
+
+    def close_all(self) -> None:
+        while self.by_endpoint:
+            self.by_endpoint.popitem()[1].close()
+
+
+_parked: KeptConnections[Link] = KeptConnections()
+close_parked = _parked.close_all
 
 
 def _reader_link(endpoint: Endpoint) -> Link:
     """The worker's parked connection to the broker with a fresh channel, or a new connection when there is
     none or it broke meanwhile."""
-    link = _parked.pop(endpoint, None)
+    link = _parked.take(endpoint)
     if link is not None:
         try:
             link.reopen_channel(closing=True)
@@ -516,17 +547,7 @@ def _park(endpoint: Endpoint, link: Link) -> None:
     except OSError:
         link.sock.close()
         return
-    old = _parked.pop(endpoint, None)
-    if old is not None:  # two reads at once in one worker (not how Spark runs them): keep the newest
-        old.close()
-    _parked[endpoint] = link
-
-
-@atexit.register
-def close_parked() -> None:
-    """Close the worker's parked connections (at its exit: the broker sees a close, not a dropped socket)."""
-    while _parked:
-        _parked.popitem()[1].close()
+    _parked.keep(endpoint, link)
 
 
 class StreamReader:

@@ -11,7 +11,6 @@ published without a message_id: at least once.
 
 from __future__ import annotations
 
-import atexit
 import hashlib
 import json
 from collections.abc import Iterator
@@ -34,7 +33,7 @@ from pyspark.sql.types import (
 )
 
 from amqpd.spark.positions import AmqpPositions, NotAmqpd
-from amqpd.spark.wire import BrokerError, Endpoint, Outgoing, Publisher
+from amqpd.spark.wire import BrokerError, Endpoint, KeptConnections, Outgoing, Publisher
 
 try:  # rows as Arrow record batches, without a Row object each: batch writes from 4.0, streaming from 4.1
     from pyspark.sql.datasource import DataSourceStreamArrowWriter
@@ -142,31 +141,18 @@ SINK_WINDOW = 20_000
 # published on is kept for the worker's next task to the same broker, instead of a new connection (and its
 # handshake, a broker round trip or more each) for each task of each micro-batch. Only a connection whose
 # every message was confirmed is kept; one that failed, or was left mid-task, is closed.
-_kept: dict[Endpoint, Publisher] = {}
+_kept: KeptConnections[Publisher] = KeptConnections()
+close_kept = _kept.close_all
 
 
 def _publisher(endpoint: Endpoint) -> Publisher:
     """The worker's kept connection to the broker, if it is still open, else a new one."""
-    kept = _kept.pop(endpoint, None)
+    kept = _kept.take(endpoint)
     if kept is not None and kept.idle_and_open():
         return kept
     if kept is not None:
         kept.close()
     return Publisher(endpoint, window=SINK_WINDOW)
-
-
-def _keep(endpoint: Endpoint, publisher: Publisher) -> None:
-    old = _kept.pop(endpoint, None)
-    if old is not None:  # two tasks at once in one worker (not how Spark runs them): keep the newest
-        old.close()
-    _kept[endpoint] = publisher
-
-
-@atexit.register
-def close_kept() -> None:
-    """Close the worker's kept connections (at its exit: the broker sees a close, not a dropped socket)."""
-    while _kept:
-        _kept.popitem()[1].close()
 
 
 def publish_dicts(rows: Iterator[dict[str, Any]], opts: WriteOptions) -> Published:
@@ -183,7 +169,7 @@ def publish_dicts(rows: Iterator[dict[str, Any]], opts: WriteOptions) -> Publish
                 raise ValueError(f"option messageIdColumns names columns the data lacks: {missing}")
             publisher.publish(message_for(fields, opts))
         published = Published(publisher.flush() - base)
-        _keep(opts.endpoint, publisher)
+        _kept.keep(opts.endpoint, publisher)
         publisher = None
         return published
     except (BrokerError, OSError) as exc:

@@ -105,7 +105,7 @@ def in_process_reader(
         return made
 
     monkeypatch.setattr(wire, "Link", link)
-    monkeypatch.setattr(wire, "_parked", {})  # no link kept from an earlier test's reader
+    monkeypatch.setattr(wire._parked, "by_endpoint", {})  # no link kept from an earlier test's reader
     return StreamReader(Endpoint.parse("amqp://localhost/"), "s", start, end, **options), sock
 
 

@@ -113,9 +113,9 @@ class CheckedRuns:
         return min(nexts) - offset if nexts else None
 
     @_locked
-    def stretch(self, offset: int) -> tuple[int, array[int]] | None:
-        """(file position of record `offset`'s frame, the payload lengths of it and the frames after it in
-        its stretch) when it lies in a stretch, else None."""
+    def stretch(self, offset: int, most: int = MAX_STRETCH_RECORDS) -> tuple[int, array[int]] | None:
+        """(file position of record `offset`'s frame, the payload lengths of it and of the frames after it in
+        its stretch, at most `most` in all) when it lies in a stretch, else None."""
         i = bisect_right(self._stretches, offset, key=_first) - 1
         if i < 0:
             return None
@@ -123,7 +123,7 @@ class CheckedRuns:
         step = offset - found.first
         if step >= len(found.lengths):
             return None
-        return found.position(step), found.lengths[step:]
+        return found.position(step), found.lengths[step : step + most]
 
     @_locked
     def add_stretch(self, position: int, first: int, lengths: array[int], join_only: bool = False) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from array import array
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -427,7 +428,7 @@ class MessageStore(CatalogueCalls):
     def read_payloads(self, offsets: list[int]) -> list[bytes | None]:
         return self._reader.read_payloads(offsets)
 
-    def checked_frames(self, offset: int, count: int, budget: int) -> tuple[list[tuple[int, int]], bytes, int]:
+    def checked_frames(self, offset: int, count: int, budget: int) -> tuple[array[int], bytes, int]:
         return self._reader.checked_frames(offset, count, budget)
 
     def checked_records(self, offset: int, count: int, budget: int) -> tuple[list[int], bytes]:

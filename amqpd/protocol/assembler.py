@@ -7,6 +7,7 @@ message. (A publish whose three frames arrive together skips it: FrameReader's P
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 from amqpd import errors
 from amqpd.protocol.fastpath import parse_content_header, parse_publish_route
@@ -21,7 +22,7 @@ class Assembled:
     mandatory: bool
     header: bytes  # the content header payload as sent
     flags: int
-    body: bytes | bytearray  # a bytearray: a large body the frame reader filled in place (BodyPart)
+    body: bytes  # or a bytearray typed as bytes: a large body the frame reader filled in place (_joined)
 
 
 def assembly_error(text: str) -> errors.ConnectionError:
@@ -100,17 +101,19 @@ class ContentAssembler:
         self._method, self._header, self._parts = None, None, []
 
 
-def _joined(parts: list[bytes | BodyPart]) -> bytes | bytearray:
+def _joined(parts: list[bytes | BodyPart]) -> bytes:
     """The body from its frames' payloads: the reader's buffer when it filled the whole body (it arms one at
     the content header, so it holds every body frame after it), else the payloads joined."""
     if not parts:
         return b""
     first = parts[0]
-    if type(first) is BodyPart:
+    if isinstance(first, BodyPart):
         body = first.body
         if sum(map(len, parts)) != len(body):  # a bug of ours: the connection gets an internal error
             raise RuntimeError("a body filled by the frame reader does not match its frames")
-        return body
+        # Passed on as bytes, which it is in all but type: nothing writes to it once the reader let go of it
+        # (and store/frame.py keeps it in a batch uncopied on that ground).
+        return cast(bytes, body)
     if len(parts) == 1:
         return first
     return b"".join(parts)  # type: ignore[arg-type]

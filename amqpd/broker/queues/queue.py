@@ -494,7 +494,8 @@ class Queue(Generic[S]):
     def _wait_for_head(self) -> bool:
         """The head's body is paged out: whether to wait while the store's read worker reads it back with
         the others near the head (the loop never reads the disk), dispatching again once they are in. False
-        where that is not possible, or the read came back without it: delivering it reads it then."""
+        where that is not possible (no event loop): delivering it reads it then. One the read found damaged
+        is dropped before it gets here (drop_lost_head)."""
         if self._paging_in:
             return True
         head = self.ready[0]

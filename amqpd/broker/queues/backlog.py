@@ -178,7 +178,7 @@ class Backlog:
                 self._current = None
                 return None
             batch = self._take_batch()
-            self._request(batch)  # its first slice is read now; the rest, with luck, by the worker
+            self._request(batch)  # a refill waits for it, unless its caller cannot (refill's `now`)
         self._current = batch
         return batch
 

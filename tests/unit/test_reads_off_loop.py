@@ -349,6 +349,39 @@ def test_a_paged_out_message_damaged_on_disk_is_dropped_without_a_read_on_the_lo
         run(scenario)
 
 
+@pytest.mark.parametrize("kind", ["priority", "x-max-length-bytes"])
+@pytest.mark.parametrize("action", ["get", "peek"])
+def test_the_http_apis_get_and_peek_leave_out_a_paged_out_message_damaged_on_disk(kind: str, action: str) -> None:
+    """The HTTP API's get and peek read paged-out bodies in the read worker: one it finds damaged is not
+    shown (nor read on the loop); a get drops it from the queue, and the others go back in order."""
+
+    async def scenario(setup: Setup) -> None:
+        paged_queue(setup, kind)
+        await setup.settle()
+        damage_record(setup.data_dir, DAMAGED)
+        setup.start_counting()
+        broker, vhost = setup.broker, setup.broker.vhosts["/"]
+        expected = [b for n, b in enumerate(paged_bodies()) if n != DAMAGED]
+        if action == "get":
+            fetched = await operations.get(broker, vhost, "q", PAGED, "ack_requeue_true")
+            shown = [operations.message_json(broker, f.entry, f.message_count, "auto", None) for f in fetched]
+        else:
+            entries = await operations.peek(broker, vhost, "q", PAGED)
+            shown = [operations.message_json(broker, e, PAGED, "auto", None) for e in entries]
+        assert [m["payload"].encode() for m in shown] == expected
+        setup.assert_read_off_the_loop()
+        c = ClientChannel(broker)
+        c.call(commands.Basic.Qos(prefetch_count=1000))
+        c.consume("q", "c")
+        got: list[bytes] = []
+        await setup.settle_until(lambda: bool(got.extend(bodies(c))) or len(got) >= len(expected))
+        assert got == expected
+        setup.assert_read_off_the_loop()
+
+    with patch.object(Queue, "PAGE_WINDOW", 8):
+        run(scenario)
+
+
 async def _stored_delayed_messages(setup: Setup) -> tuple[ClientChannel, list[int]]:
     """A durable delayed exchange "dx" bound to queue "q", holding 20 stored messages due 100-119 ms after the
     broker's (settable) delayed clock: the channel, and that clock."""

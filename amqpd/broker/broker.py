@@ -220,16 +220,13 @@ class BrokerHooks(QueueHooks):
         if self.broker.dead_letter_stored(queue, offsets, reason):
             return
         store = self.broker.store
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:  # no loop (unit tests): no read can be under way
+        if store is None or not store.reads_pending:  # (no loop, no read: unit tests)
             self.forget(queue, offsets)
             return
-        if store is not None:
-            # The read worker may be reading them as part of a batch: the store holds them until it is
-            # done (a segment nobody holds may be deleted under a read).
-            done = store.after_reads()
-            done.add_done_callback(lambda f: None if f.cancelled() else self.forget(queue, offsets))
+        # The read worker may be reading them as part of a batch: the store holds them until it is done (a
+        # segment nobody holds may be deleted under a read).
+        done = store.after_reads()
+        done.add_done_callback(lambda f: None if f.cancelled() else self.forget(queue, offsets))
 
     def created(self, vhost: str, obj: Any) -> None:
         self.broker.apply_policy(vhost, obj)

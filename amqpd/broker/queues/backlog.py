@@ -298,8 +298,8 @@ class Backlog:
             taken.append(recovered.popleft())
             self._next_seq += 1  # the sequence numbers of those behind it stay as they were
         while len(taken) < n and spill:
-            item = spill.popleft()
-            taken.append(item & OFFSET_MASK if isinstance(item, int) else item)
+            spilled = spill.popleft()
+            taken.append(spilled & OFFSET_MASK if isinstance(spilled, int) else spilled)
         if not self.window:
             self._refill()
         return taken

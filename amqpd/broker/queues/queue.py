@@ -598,7 +598,7 @@ class Queue(Generic[S]):
         """basic.get: the next live message, or None."""
         self.touch()
         self.expire_head()
-        while self.drop_lost_head():
+        while self._lost and self.drop_lost_head():
             self.expire_head()
         if not self.ready:
             return None

@@ -219,12 +219,12 @@ class BrokerHooks(QueueHooks):
     def dropped_stored(self, queue: Queue, offsets: list[int], reason: str) -> None:
         if self.broker.dead_letter_stored(queue, offsets, reason):
             return
-        store = self.broker.store
-        if store is None or not store.reads_pending:  # (no loop, no read: unit tests)
+        store, ready = self.broker.store, queue.ready
+        if store is None or not (isinstance(ready, Backlog) and ready.reading()):
             self.forget(queue, offsets)
             return
-        # The read worker may be reading them as part of a batch: the store holds them until it is done (a
-        # segment nobody holds may be deleted under a read).
+        # The read worker may be reading them as part of the queue's next batch: the store holds them until it
+        # is done (a segment nobody holds may be deleted under a read).
         done = store.after_reads()
         done.add_done_callback(lambda f: None if f.cancelled() else self.forget(queue, offsets))
 

@@ -270,15 +270,19 @@ def test_a_classic_queue_at_its_max_length_drops_its_head_without_reading_its_ba
             c.publish("", "q", b"late-%d" % n, delivery_mode=2)
             assert q.message_count == PAGED  # the drop is at once
         await setup.settle()
-        c.call(commands.Basic.Qos(prefetch_count=1000))
         if dead_letters:
-            c.consume("dlq", "d")
+            c.consume("dlq", "d", no_ack=True)
             await setup.settle()
             assert bodies(c) == body[:late]
-        c.consume("q", "c")
+        c.consume("q", "c", no_ack=True)
         await setup.settle()
         assert bodies(c) == [*body[late:], *(b"late-%d" % n for n in range(late))]
         setup.assert_read_off_the_loop()
+        await setup.store.close()  # a restart: what was dropped does not come back
+        again = MessageStore(setup.data_dir, fsync="none")
+        recovered = await again.open()
+        await again.close()
+        assert {e.name: len(e.messages) for e in recovered.queues} == {"q": 0, **({"dlq": 0} if dead_letters else {})}
 
     with patch.object(Queue, "PAGE_WINDOW", 8), patch.object(Backlog, "BATCH", 8):
         run(scenario)

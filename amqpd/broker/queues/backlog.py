@@ -270,6 +270,10 @@ class Backlog:
         dropped over x-max-length took the window's last entry before it was in)."""
         return not self.window and self._behind()
 
+    def reading(self) -> bool:
+        """Whether the worker is reading a batch in hand (what take_unread took may be part of that read)."""
+        return any(batch.reading and batch.raw is None for batch in self._batches())
+
     def _behind(self) -> bool:
         return bool(self.recovered or self.spill) or self._in_hand() > len(self.window)
 

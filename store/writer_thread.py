@@ -41,7 +41,8 @@ class WriterThread:
             self._thread.start()
         self._jobs.put((fn, arg, loop, done))
         with anyio.CancelScope(shield=True):
-            return await done
+            result = await done
+        return result
 
     def stop(self) -> None:
         """The thread ends once the calls already given have returned (nothing waits for it)."""

@@ -182,7 +182,7 @@ class BrokerHooks(QueueHooks):
             if record is not None:
                 msg.body = bytes(record.body)
 
-    def read_bodies(self, queue: Queue, msgs: list[Message], done: Callable[[], None]) -> bool:
+    def read_bodies(self, queue: Queue, msgs: list[Message], done: Callable[[list[Message]], None]) -> bool:
         """The store's read worker reads the records back (it decodes them too: a few hundred at the head of
         a queue, not a backlog's drain); their bodies are set on the loop."""
         store = self.broker.store
@@ -204,10 +204,29 @@ class BrokerHooks(QueueHooks):
         )
         return True
 
+    def unreadable(self, queue: Queue, entry: Entry) -> None:
+        # As a backlog's record that fails its checks (load): the message is lost either way; acked so that
+        # it does not come back at every restart.
+        offset = entry.msg.store_offset
+        log.error("%s: a message (store offset %s) could not be read back and was dropped", queue, offset)
+        self.settled(queue, entry)
+
     def forget(self, queue: Queue, offsets: list[int]) -> None:
         store = self.broker.store
         if store is not None and queue.store_id is not None:
             store.purge(queue.store_id, offsets)
+
+    def dropped_stored(self, queue: Queue, offsets: list[int], reason: str) -> None:
+        if self.broker.dead_letter_stored(queue, offsets, reason):
+            return
+        store, ready = self.broker.store, queue.ready
+        if store is None or not (isinstance(ready, Backlog) and ready.reading()):
+            self.forget(queue, offsets)
+            return
+        # The read worker may be reading them as part of the queue's next batch: the store holds them until it
+        # is done (a segment nobody holds may be deleted under a read).
+        done = store.after_reads()
+        done.add_done_callback(lambda f: None if f.cancelled() else self.forget(queue, offsets))
 
     def created(self, vhost: str, obj: Any) -> None:
         self.broker.apply_policy(vhost, obj)
@@ -225,14 +244,21 @@ class BrokerHooks(QueueHooks):
 
 
 def _bodies_read(
-    records: list[MessageRecord | None], offsets: list[int], msgs: dict[int, Message], done: Callable[[], None]
+    records: list[MessageRecord | None],
+    offsets: list[int],
+    msgs: dict[int, Message],
+    done: Callable[[list[Message]], None],
 ) -> None:
-    """Paged-out bodies read back: set them (one the store no longer has stays paged out)."""
+    """Paged-out bodies read back: set them; `done` gets those the store could not give back (damaged)."""
+    lost = []
     for offset, record in zip(offsets, records, strict=True):
         msg = msgs[offset]
-        if record is not None and msg.body is None:
-            msg.body = bytes(record.body)
-    done()
+        if msg.body is None:
+            if record is None:
+                lost.append(msg)
+            else:
+                msg.body = bytes(record.body)
+    done(lost)
 
 
 class HeldTimer:
@@ -546,17 +572,24 @@ class Broker:
                     for offset in ready.flagged_offsets():
                         self.store.mark_delivered(q.store_id, offset)
 
-    async def page_in(self, msgs: list[Message]) -> None:
+    async def page_in(self, msgs: list[Message]) -> list[Message]:
         """Give these messages their paged-out bodies back, read in the store's read worker (the HTTP API's
-        get and peek: the loop never reads the disk). One the store cannot give stays paged out."""
+        get and peek: the loop never reads the disk). Returns those the store could not give back (damaged):
+        they stay paged out."""
         store = self.store
         by_offset = {m.store_offset: m for m in msgs if m.body is None and m.store_offset is not None}
         if store is None or not by_offset:
-            return
+            return []
         offsets = sorted(by_offset)
+        lost = []
         for offset, record in zip(offsets, await store.in_reader(store.read_many, offsets), strict=True):
-            if record is not None and by_offset[offset].body is None:
-                by_offset[offset].body = bytes(record.body)
+            msg = by_offset[offset]
+            if msg.body is None:
+                if record is None:
+                    lost.append(msg)
+                else:
+                    msg.body = bytes(record.body)
+        return lost
 
     async def ready_to_take(self, queue: Queue) -> None:
         """Wait until taking the queue's head will not read the disk on the loop: a backlog's next batch,
@@ -576,6 +609,8 @@ class Broker:
         except RuntimeError:
             return False
         queue.expire_head()
+        while queue.drop_lost_head():
+            queue.expire_head()
         ready = queue.ready
         if not ready:
             return False
@@ -592,9 +627,11 @@ class Broker:
                 await self.ready_to_take(queue)
                 continue
             head = ready[0].msg
-            await self.page_in([head])
-            if head.body is None and queue.ready and queue.ready[0].msg is head:
-                return  # the store no longer has it (damage): the get finds that out as it did before
+            lost = await self.page_in([head])
+            if lost:
+                queue.lost(lost)  # damaged on disk: get_would_read drops it
+            elif head.body is None and queue.ready and queue.ready[0].msg is head:
+                return  # nothing could read it back: the get reads it
 
     async def read_messages(self, offsets: list[int]) -> list[Message | None]:
         """Messages for ascending store offsets (None: not readable), read in the store's read worker."""
@@ -636,6 +673,34 @@ class Broker:
             read_in_worker(store, what, done, store.read_many, [msg.store_offset])
         return True
 
+    def dead_letter_stored(self, queue: Queue, offsets: list[int], reason: str) -> bool:
+        """Messages only the store holds, dropped in queue order (x-max-length's drop-head while a backlog's
+        next part is being read), are dead-lettered once the store's read worker has read them back, in the
+        line of dead letters, so that their order is kept; the store holds them for the queue meanwhile.
+        False: the queue has no dead-letter exchange."""
+        store = self.store
+        if not isinstance(queue.effective.get("x-dead-letter-exchange"), str) or store is None:
+            return False
+        waiting = [[queue, offset, reason, False] for offset in offsets]
+        self._dead_letter_line.extend(waiting)
+        done = partial(self._stored_dead_letters_read, waiting)
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # no loop (unit tests): read now
+            done(store.read_many(offsets))
+            return True
+        read_in_worker(store, f"{queue}: reading dead letters back", done, store.read_many, offsets)
+        return True
+
+    def _stored_dead_letters_read(self, waiting: list[list[Any]], records: list[MessageRecord | None]) -> None:
+        """Dead letters only the store held are in: each becomes an entry (one not read back stays its offset),
+        and the line goes on."""
+        for item, record in zip(waiting, records, strict=True):
+            if record is not None:
+                item[1] = Entry(message_from_record(record, item[1]), 0, None)
+            item[3] = True
+        self._send_dead_letters()
+
     def _dead_letter_read(self, waiting: list[Any], records: list[MessageRecord | None]) -> None:
         """A body is in (a read tried again after a failure may come after later ones): the dead letters at
         the head of the line that are ready go, in order."""
@@ -643,9 +708,16 @@ class Broker:
         if msg.body is None and records[0] is not None:
             msg.body = bytes(records[0].body)
         waiting[3] = True
+        self._send_dead_letters()
+
+    def _send_dead_letters(self) -> None:
         line = self._dead_letter_line
         while line and line[0][3]:
             queue, entry, reason, _ready = line.popleft()
+            if isinstance(entry, int):  # a stored one damaged on disk: nothing to send
+                log.error("%s: a dead letter (store offset %s) could not be read back", queue, entry)
+                self.hooks.forget(queue, [entry])
+                continue
             self.hooks.settled(queue, entry)
             if entry.msg.body is None:  # damaged on disk since it was stored: there is nothing to send
                 log.error("%s: a dead letter (store offset %s) could not be read back", queue, entry.msg.store_offset)

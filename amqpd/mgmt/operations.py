@@ -221,8 +221,13 @@ async def get(broker: Broker, vhost: VirtualHost, name: str, count: int, ackmode
             break
         q.delivered += 1
         taken.append(Fetched(entry, len(q.ready), entry.redelivered))
+    lost = set(await broker.page_in([f.entry.msg for f in taken]))
+    if lost:  # damaged on disk: gone from the queue, as a consumer's delivery would drop them
+        for f in taken:
+            if f.entry.msg in lost:
+                q.hooks.unreadable(q, f.entry)
+        taken = [f for f in taken if f.entry.msg not in lost]
     entries = [f.entry for f in taken]
-    await broker.page_in([e.msg for e in entries])
     if ackmode.endswith("requeue_true"):
         q.requeue(entries)
     elif ackmode.startswith("ack"):
@@ -242,20 +247,22 @@ async def peek(broker: Broker, vhost: VirtualHost, name: str, count: int, start:
     ready = q.ready
     if not isinstance(ready, Backlog):
         entries = list(itertools.islice(iter(ready), start, start + count))
-        await broker.page_in([e.msg for e in entries])
-        return entries
+        lost = await broker.page_in([e.msg for e in entries])
+        q.lost(lost)  # damaged on disk: not shown, and dropped as they reach the head
+        return [e for e in entries if e.msg not in lost] if lost else entries
     # A backlog holds its tail as store offsets: read those records without touching the queue.
     wanted = ready.queued()[start : start + count]
     offsets = sorted(item for item in wanted if isinstance(item, int))
     loaded = dict(zip(offsets, await broker.read_messages(offsets), strict=True))
-    await broker.page_in([item.msg for item in wanted if not isinstance(item, int)])
+    lost = await broker.page_in([item.msg for item in wanted if not isinstance(item, int)])
+    q.lost(lost)
     shown: list[Entry] = []
     for item in wanted:
         if isinstance(item, int):
             msg = loaded[item]
             if msg is not None:
                 shown.append(Entry(msg, 0, None))
-        else:
+        elif item.msg not in lost:
             shown.append(item)
     return shown
 
@@ -290,7 +297,7 @@ async def move(
     q = vhost.queue(source)
     moved = 0
     while count is None or moved < count:
-        batch = _take(q, MOVE_BATCH if count is None else min(MOVE_BATCH, count - moved))
+        batch = await _take(broker, q, MOVE_BATCH if count is None else min(MOVE_BATCH, count - moved))
         if not batch:
             break
         done, error = await _republish(broker, vhost, batch, target)
@@ -304,9 +311,10 @@ async def move(
     return moved, None
 
 
-def _take(q: Queue, n: int) -> list[Entry]:
+async def _take(broker: Broker, q: Queue, n: int) -> list[Entry]:
     taken = []
     for _ in range(n):
+        await broker.ready_to_take(q)  # a backlog's next part read in the store's read worker first
         entry = q.get()
         if entry is None:
             break

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import invariant, rule
 from test_queue import QueueModel, RecordingChannel, clock, consumer, drain, msg  # noqa: F401 - clock is a fixture
 
+from amqpd.broker.entry import Entry
 from amqpd.broker.message import Message
 from amqpd.broker.queues.backlog import Backlog
 from amqpd.broker.queues.queue import Queue, QueueHooks
@@ -41,6 +42,7 @@ class StoreHooks(QueueHooks):
         self.reads: list[list[int]] = []  # offsets read on the loop, not read ahead
         self.loads: list[int] = []  # how many offsets each load (one decode step on the loop) handled
         self.forgotten: list[int] = []
+        self.dropped_bodies: list[bytes] = []  # what left the queue unacked (x-max-length), in order
 
     def read_ahead(self, queue: Queue, offsets: list[int], done: Any) -> bool:
         if self.ahead is None:
@@ -85,6 +87,15 @@ class StoreHooks(QueueHooks):
 
     def forget(self, queue: Queue, offsets: list[int]) -> None:
         self.forgotten.extend(offsets)
+
+    def dropped(self, queue: Queue, entry: Entry, reason: str) -> None:
+        self.dropped_bodies.append(
+            entry.msg.body if entry.msg.body is not None else self.bodies[entry.msg.store_offset]
+        )  # type: ignore[index]
+
+    def dropped_stored(self, queue: Queue, offsets: list[int], reason: str) -> None:
+        self.dropped_bodies.extend(self.bodies[o] for o in offsets)
+        self.forget(queue, offsets)
 
     def now_ms(self) -> int:
         return self.now[0] if self.now is not None else super().now_ms()
@@ -375,6 +386,51 @@ TestReadAheadQueueAgainstModel = ReadAheadQueueModel.TestCase
 TestReadAheadQueueAgainstModel.settings = hsettings(max_examples=80, stateful_step_count=40, deadline=None)
 TestSlowReadAheadQueueAgainstModel = SlowReadAheadQueueModel.TestCase
 TestSlowReadAheadQueueAgainstModel.settings = hsettings(max_examples=60, stateful_step_count=40, deadline=None)
+
+
+class MaxLengthQueueModel(SpillingQueueModel):
+    """The same at an x-max-length of 5, with a worker that finishes its reads only when told: a publish or
+    a requeue past the limit drops the head at once, in queue order, whether it is in the window or still
+    being read; the count is right at once, and what was dropped went without a read on the loop."""
+
+    MAX_LENGTH = 5
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hooks.ahead = "held"
+        self.q = Queue("/", "q", durable=True, arguments={"x-max-length": self.MAX_LENGTH}, hooks=self.hooks)
+        self.q.store_id = 1
+        self.q.PAGE_WINDOW = 3  # type: ignore[misc]
+        self.dropped: list[bytes] = []
+
+    def _trim(self) -> None:
+        while len(self.model) > self.MAX_LENGTH:
+            self.dropped.append(self.model.pop(0)[2])
+
+    @rule(persistent=st.booleans())
+    def publish(self, persistent: bool) -> None:  # type: ignore[override]
+        reads = len(self.hooks.reads)
+        super().publish(persistent)
+        self._trim()
+        assert len(self.hooks.reads) == reads, "a drop read the store on the loop"
+
+    @rule(data=st.data())
+    def requeue(self, data: st.DataObject) -> None:  # type: ignore[override]
+        if self.out:
+            super().requeue(data)
+            self._trim()
+
+    @rule()
+    def finish_reads(self) -> None:
+        self.hooks.finish_reads()
+
+    @invariant()
+    def dropped_in_order(self) -> None:
+        assert self.hooks.dropped_bodies == self.dropped
+
+
+TestMaxLengthQueueAgainstModel = MaxLengthQueueModel.TestCase
+TestMaxLengthQueueAgainstModel.settings = hsettings(max_examples=80, stateful_step_count=40, deadline=None)
 
 
 def test_the_batch_behind_the_window_is_read_ahead_and_the_refill_does_not_read() -> None:

@@ -9,6 +9,7 @@ import datetime
 import errno
 import json
 import mmap
+import pathlib
 import tempfile
 import threading
 import traceback
@@ -24,6 +25,7 @@ from pamqp import commands, frame
 
 from amqpd.broker import store_reads
 from amqpd.broker.broker import Broker
+from amqpd.broker.queues.backlog import Backlog
 from amqpd.broker.queues.queue import Queue
 from amqpd.broker.recovery import restore
 from amqpd.broker.streams.stream import StreamQueue
@@ -31,6 +33,8 @@ from amqpd.config import Settings
 from amqpd.mgmt import operations
 from store import MessageStore
 from store.file_io import FileIO
+from store.frame import HEADER_SIZE, ScanReport, scan_frames
+from store.segment import FILE_HEADER_SIZE
 
 
 class RecordingIO(FileIO):
@@ -60,8 +64,9 @@ class RecordingIO(FileIO):
 
 
 class Setup:
-    def __init__(self, broker: Broker, store: MessageStore, io: RecordingIO) -> None:
+    def __init__(self, broker: Broker, store: MessageStore, io: RecordingIO, data_dir: str = "") -> None:
         self.broker, self.store, self.io = broker, store, io
+        self.data_dir = data_dir
         self.loop_thread = threading.get_ident()
 
     async def settle(self) -> None:
@@ -97,7 +102,7 @@ async def broker_on_disk() -> AsyncIterator[Setup]:
         store = MessageStore(d, fsync="none", io=io)
         await store.open()
         try:
-            yield Setup(Broker(Settings(), store=store), store, io)
+            yield Setup(Broker(Settings(), store=store), store, io, d)
         finally:
             await store.close()
 
@@ -231,6 +236,150 @@ def test_dead_lettering_a_paged_out_message_reads_its_body_off_the_event_loop_an
         c.consume("dlq", "c")
         await setup.settle()
         assert bodies(c) == body[8:18]
+        setup.assert_read_off_the_loop()
+
+    with patch.object(Queue, "PAGE_WINDOW", 8):
+        run(scenario)
+
+
+@pytest.mark.parametrize("dead_letters", [False, True], ids=["dropped", "dead-lettered"])
+@pytest.mark.parametrize("late", [10, 30])
+def test_a_classic_queue_at_its_max_length_drops_its_head_without_reading_its_backlog_on_the_loop(
+    late: int, dead_letters: bool
+) -> None:
+    """A durable classic queue at its x-max-length, deeper than its window: the publishes past the limit drop
+    the head at once (the window's entries, then the messages only the store holds, in order), the count is
+    right at once, and the window is refilled from what the read worker read. `late` past the window's 8
+    takes drops through the batches in hand and the offsets behind them."""
+
+    async def scenario(setup: Setup) -> None:
+        c = ClientChannel(setup.broker)
+        arguments: dict[str, Any] = {"x-max-length": PAGED}
+        if dead_letters:
+            c.declare_queue("dlq", durable=True)
+            arguments |= {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq"}
+        c.declare_queue("q", durable=True, arguments=arguments)
+        body = paged_bodies()
+        for n in range(PAGED):
+            c.publish("", "q", body[n], delivery_mode=2)
+        q = setup.broker.vhosts["/"].queues["q"]
+        assert isinstance(q.ready, Backlog), "the queue should hold its deeper messages as store offsets"
+        await setup.settle()
+        setup.start_counting()
+        for n in range(late):
+            c.publish("", "q", b"late-%d" % n, delivery_mode=2)
+            assert q.message_count == PAGED  # the drop is at once
+        await setup.settle()
+        if dead_letters:
+            c.consume("dlq", "d", no_ack=True)
+            await setup.settle()
+            assert bodies(c) == body[:late]
+        c.consume("q", "c", no_ack=True)
+        await setup.settle()
+        assert bodies(c) == [*body[late:], *(b"late-%d" % n for n in range(late))]
+        setup.assert_read_off_the_loop()
+        await setup.store.close()  # a restart: what was dropped does not come back
+        again = MessageStore(setup.data_dir, fsync="none")
+        recovered = await again.open()
+        await again.close()
+        assert {e.name: len(e.messages) for e in recovered.queues} == {"q": 0, **({"dlq": 0} if dead_letters else {})}
+
+    with patch.object(Queue, "PAGE_WINDOW", 8), patch.object(Backlog, "BATCH", 8):
+        run(scenario)
+
+
+def damage_record(data_dir: str, offset: int) -> None:
+    """Flip a byte in the payload of the record at `offset` on disk: the store's first read of it fails its
+    checks (store/FORMAT.md: every frame is checked the first time the process reads it)."""
+    for segment in pathlib.Path(data_dir, "segments").glob("*.seg"):
+        data = segment.read_bytes()
+        for pos, seq, _payload in scan_frames(data, FILE_HEADER_SIZE, len(data), ScanReport()):
+            if seq == offset:
+                with open(segment, "r+b") as f:
+                    f.seek(pos + HEADER_SIZE + 10)
+                    byte = f.read(1)[0]
+                    f.seek(pos + HEADER_SIZE + 10)
+                    f.write(bytes([byte ^ 0x5A]))
+                return
+    raise AssertionError(f"no record {offset} on disk")
+
+
+DAMAGED = 20  # the message whose record is damaged on disk: deep enough to be paged out
+
+
+@pytest.mark.parametrize("kind", ["priority", "x-max-length-bytes"])
+@pytest.mark.parametrize("how", ["consume", "get"])
+def test_a_paged_out_message_damaged_on_disk_is_dropped_without_a_read_on_the_loop(
+    kind: str, how: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The read worker gives nothing back for a paged-out body whose record fails its checks: the message is
+    dropped as the worker-read path drops such a record (logged, acked so that it does not come back), and
+    the messages around it are delivered in order; nothing is read on the loop, nothing raises."""
+
+    async def scenario(setup: Setup) -> None:
+        c = paged_queue(setup, kind)
+        q = setup.broker.vhosts["/"].queues["q"]
+        damaged = [e.msg for e in q.ready if e.msg.body is None and e.msg.store_offset is not None]
+        assert damaged, "nothing was paged out: the test proves nothing"
+        target = next(m for m in damaged if m.store_offset == DAMAGED)  # published 21st
+        await setup.settle()
+        damage_record(setup.data_dir, target.store_offset)  # type: ignore[arg-type]
+        setup.start_counting()
+        expected = [b for n, b in enumerate(paged_bodies()) if n != DAMAGED]
+        if how == "consume":
+            c.call(commands.Basic.Qos(prefetch_count=1000))
+            c.consume("q", "c")
+            got: list[bytes] = []
+            await setup.settle_until(lambda: bool(got.extend(bodies(c))) or len(got) >= len(expected))
+        else:
+            conn = Conn(setup.broker)
+            gets = [frame.marshal(commands.Basic.Get(queue="q", no_ack=True), 1) for _ in range(PAGED)]
+            conn.send(b"".join(gets))
+            out: list[Any] = []
+            await setup.settle_until(
+                lambda: (
+                    bool(out.extend(obj for _, obj in decode_frames(conn.session.take_output())))
+                    or any(isinstance(obj, commands.Basic.GetEmpty) for obj in out)
+                )
+            )
+            got = [body for _, body in messages(out)]
+            assert not any(isinstance(obj, commands.Channel.Close) for obj in out)
+        assert got == expected
+        assert q.message_count == 0
+        assert "could not be read back" in caplog.text
+        setup.assert_read_off_the_loop()
+
+    with patch.object(Queue, "PAGE_WINDOW", 8):
+        run(scenario)
+
+
+@pytest.mark.parametrize("kind", ["priority", "x-max-length-bytes"])
+@pytest.mark.parametrize("action", ["get", "peek"])
+def test_the_http_apis_get_and_peek_leave_out_a_paged_out_message_damaged_on_disk(kind: str, action: str) -> None:
+    """The HTTP API's get and peek read paged-out bodies in the read worker: one it finds damaged is not
+    shown (nor read on the loop); a get drops it from the queue, and the others go back in order."""
+
+    async def scenario(setup: Setup) -> None:
+        paged_queue(setup, kind)
+        await setup.settle()
+        damage_record(setup.data_dir, DAMAGED)
+        setup.start_counting()
+        broker, vhost = setup.broker, setup.broker.vhosts["/"]
+        expected = [b for n, b in enumerate(paged_bodies()) if n != DAMAGED]
+        if action == "get":
+            fetched = await operations.get(broker, vhost, "q", PAGED, "ack_requeue_true")
+            shown = [operations.message_json(broker, f.entry, f.message_count, "auto", None) for f in fetched]
+        else:
+            entries = await operations.peek(broker, vhost, "q", PAGED)
+            shown = [operations.message_json(broker, e, PAGED, "auto", None) for e in entries]
+        assert [m["payload"].encode() for m in shown] == expected
+        setup.assert_read_off_the_loop()
+        c = ClientChannel(broker)
+        c.call(commands.Basic.Qos(prefetch_count=1000))
+        c.consume("q", "c")
+        got: list[bytes] = []
+        await setup.settle_until(lambda: bool(got.extend(bodies(c))) or len(got) >= len(expected))
+        assert got == expected
         setup.assert_read_off_the_loop()
 
     with patch.object(Queue, "PAGE_WINDOW", 8):

@@ -16,22 +16,26 @@ would hold the GIL against the loop) while the window is delivered: once half th
 batch after it goes out. The records are decoded on the loop in slices of at most SLICE items, each time the
 window runs dry, so no single step spends more than a few ms on a refill however deep the backlog.
 
-The window is never empty while anything readable is behind it: popleft refills it when it takes the last
-entry. So truthiness is the window's own count and never reads; a record found unreadable is dropped when
-its slice is decoded, before anyone could be told the queue holds it as its head.
+The window is empty only while nothing is behind it, or while the worker reads what comes next: popleft
+refills it when it takes the last entry, from what the worker read, and when that read is not in yet the
+window waits for it (the read's arrival refills it). Truthiness never reads: the window's count, or, when it
+is empty, whether anything is behind it. A record found unreadable is dropped when its slice is decoded.
 
 A consumer that outruns the worker does not make the loop read: while the next batch is being read,
 `would_read` says so and the queue keeps the window's last entry until it is in (a basic.get waits for it
 too, Broker.ready_to_get; a failed read is asked of the worker again). Recovery has the worker read
-the first batch before it adopts the offsets (adopt's `ahead`). Where the loop still reads the disk itself:
-a slice with no worker to wait for (no event loop: unit tests), and a head dropped over x-max-length while
-the next batch is being read. Queue uses this exactly like FifoReady.
+the first batch before it adopts the offsets (adopt's `ahead`). A head dropped over x-max-length while the
+next part is being read leaves the window empty and waiting; the drops after it take the items behind the
+window as they are (`take_unread`: store offsets, and entries), without reading them. The loop reads the
+disk itself only where there is no worker to wait for (no event loop: unit tests), or when a caller takes
+the head of a waiting window without asking `would_read` first. Queue uses this exactly like FifoReady.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from amqpd.broker.queues.ready import FifoReady
@@ -112,6 +116,7 @@ class Backlog:
         self._page_in = page_in
         self._current: _Batch | None = None  # being decoded into the window slice by slice
         self._ahead: _Batch | None = None  # the one after it, being read (or read) in a worker thread
+        self._refilling = False  # a read-ahead done at once (tests) must not refill from inside a refill
 
     def adopt(self, offsets: Iterable[int], flagged: set[int] | None, first_seq: int, ahead: Any = None) -> int:
         """Recovery: the queue's messages are these offsets. flagged: offsets to deliver as redelivered, None
@@ -126,7 +131,7 @@ class Backlog:
             if ahead is not None and self._current is None and self._ahead is None and self.recovered:
                 self._current = self._take_batch()
                 self._current.raw = ahead
-            self._refill()  # the head: truthiness is the window's count
+            self._refill(now=True)  # the head, read now if it was not read ahead
         return end
 
     def spill_offset(self, seq: int, offset: int) -> None:
@@ -142,15 +147,29 @@ class Backlog:
 
     # -- refilling -------------------------------------------------------------------------------------
 
-    def _refill(self) -> None:
-        """Decode slices into the empty window until it holds something or nothing is left."""
-        while not self.window:
-            batch = self._current
-            if batch is None or not batch.left:
-                batch = self._next_batch()
-                if batch is None:
+    def _refill(self, now: bool = False) -> None:
+        """Decode slices into the empty window until it holds something or nothing is left. The next slice's
+        batch still being read by the worker: the window waits for it (_taken refills it), unless `now` (the
+        caller takes the head without having waited: the slice is read on the loop)."""
+        self._refilling = True
+        try:
+            while not self.window:
+                batch = self._current
+                if batch is None or not batch.left:
+                    batch = self._next_batch()
+                    if batch is None:
+                        return
+                if not now and batch.reading and batch.raw is None:
                     return
-            self._decode_slice(batch)
+                self._decode_slice(batch)
+        finally:
+            self._refilling = False
+
+    def _taken(self, batch: _Batch, raw: Any) -> None:
+        """What the worker read of `batch` is in: a window that waited for it is refilled from it."""
+        batch.take(raw)
+        if not self.window and not self._refilling:
+            self._refill()
 
     def _next_batch(self) -> _Batch | None:
         batch, self._ahead = self._ahead, None
@@ -159,7 +178,7 @@ class Backlog:
                 self._current = None
                 return None
             batch = self._take_batch()
-            self._request(batch)  # its first slice is read now; the rest, with luck, by the worker
+            self._request(batch)  # a refill waits for it, unless its caller cannot (refill's `now`)
         self._current = batch
         return batch
 
@@ -170,7 +189,7 @@ class Backlog:
         wanted = batch.to_read()
         if not wanted:
             return
-        batch.reading = read_ahead(wanted, batch.take)
+        batch.reading = read_ahead(wanted, partial(self._taken, batch))
         if not batch.reading:
             self._read_ahead = None  # no event loop: read when needed
 
@@ -230,11 +249,12 @@ class Backlog:
         return batch
 
     def would_read(self) -> bool:
-        """Whether taking the window's last entry now would read the disk on the loop: the next slice is in a
-        batch whose read a worker has not finished (asked for now if it was not yet). The queue then keeps
-        that entry until the read is in (Queue._read_ahead's done dispatches again). False where there is
-        no worker to wait for, or its read failed: the slice is read now."""
-        if len(self.window) != 1:
+        """Whether taking the head now would read the disk on the loop: the window is empty and waits for the
+        worker, or this is its last entry and the next slice is in a batch whose read the worker has not
+        finished (asked for now if it was not yet). The queue then keeps that entry until the read is in
+        (Queue._read_ahead's done dispatches again). False where there is no worker to wait for: the slice
+        is read now."""
+        if len(self.window) > 1:
             return False
         batch = self._current
         if batch is None or not batch.left:
@@ -244,6 +264,49 @@ class Backlog:
                 self._maybe_read_ahead()
             batch = self._ahead
         return batch is not None and batch.raw is None and batch.reading
+
+    def waiting(self) -> bool:
+        """The window is empty while something is behind it: the worker is reading the next part (a head
+        dropped over x-max-length took the window's last entry before it was in)."""
+        return not self.window and self._behind()
+
+    def reading(self) -> bool:
+        """Whether the worker is reading a batch in hand (what take_unread took may be part of that read)."""
+        return any(batch.reading and batch.raw is None for batch in self._batches())
+
+    def _behind(self) -> bool:
+        return bool(self.recovered or self.spill) or self._in_hand() > len(self.window)
+
+    def take_unread(self, n: int) -> list[Entry | int]:
+        """Up to n items from the head of a waiting window's backlog, in queue order, gone from it without
+        being read: the store offsets of the messages only the store holds, and the entries held in memory
+        (x-max-length's drop-head while the next part is being read: the drop is at once, the read only
+        refills the window). The next part is asked of the worker if it was not yet."""
+        taken: list[Entry | int] = []
+        for batch in self._batches():
+            items = batch.items
+            while len(taken) < n and batch.item < len(items):
+                item = items[batch.item]
+                if isinstance(item, tuple):
+                    offsets = item[0]
+                    stop = min(len(offsets), batch.at + n - len(taken))
+                    taken.extend(offsets[batch.at : stop])
+                    batch.left -= stop - batch.at
+                    batch.item, batch.at = (batch.item + 1, 0) if stop == len(offsets) else (batch.item, stop)
+                else:
+                    taken.append(item)
+                    batch.left -= 1
+                    batch.item += 1
+        recovered, spill = self.recovered, self.spill
+        while len(taken) < n and recovered:
+            taken.append(recovered.popleft())
+            self._next_seq += 1  # the sequence numbers of those behind it stay as they were
+        while len(taken) < n and spill:
+            spilled = spill.popleft()
+            taken.append(spilled & OFFSET_MASK if isinstance(spilled, int) else spilled)
+        if not self.window:
+            self._refill()
+        return taken
 
     def _maybe_read_ahead(self) -> None:
         """Half the batch in hand is gone: take the next one and have it read in a worker thread."""
@@ -297,10 +360,10 @@ class Backlog:
     def popleft(self) -> Entry:
         window = self.window
         if not window:
-            self._refill()
+            self._refill(now=True)  # the caller did not wait (would_read): read on the loop
         entry = window.popleft()
         if not window:
-            self._refill()  # never empty while something readable is behind it
+            self._refill()  # from what the worker read; else the window waits for it
         if self._ahead is None and self._read_ahead is not None and (self.recovered or self.spill):
             current = self._current
             if len(window) + (current.left if current is not None else 0) <= self.BATCH // 2:
@@ -311,7 +374,7 @@ class Backlog:
         if index != 0:
             raise IndexError("only the head is addressable")
         if not self.window:
-            self._refill()
+            self._refill(now=True)  # the caller did not wait (would_read): read on the loop
         return self.window[0]
 
     def restore(self, back: list[Entry]) -> None:
@@ -333,5 +396,5 @@ class Backlog:
         return self._in_hand() + len(self.recovered) + len(self.spill)
 
     def __bool__(self) -> bool:
-        # No read, ever: the window is refilled as it empties (popleft), so its count is the answer.
-        return bool(self.window)
+        # No read, ever: the window is refilled as it empties (popleft), or waits for the worker's read.
+        return bool(self.window) or self._behind()

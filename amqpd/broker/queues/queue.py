@@ -64,13 +64,22 @@ class QueueHooks:
     def page_in(self, queue: Queue, msg: Message, ahead: Any) -> None:
         """Give a paged-out message its body back from what read_ahead read, if it has it."""
 
-    def read_bodies(self, queue: Queue, msgs: list[Message], done: Callable[[], None]) -> bool:
-        """Start reading these paged-out messages' bodies back in a worker thread; they are set and `done()`
-        is called on the loop once they are. False: not possible here (they are read when delivered)."""
+    def read_bodies(self, queue: Queue, msgs: list[Message], done: Callable[[list[Message]], None]) -> bool:
+        """Start reading these paged-out messages' bodies back in a worker thread; they are set and `done(lost)`
+        is called on the loop once they are, with those the store could not give back (damaged on disk).
+        False: not possible here (they are read when delivered)."""
         return False
+
+    def unreadable(self, queue: Queue, entry: Entry) -> None:
+        """A message whose body the store could not give back (damaged on disk) left the queue: it is lost."""
 
     def forget(self, queue: Queue, offsets: list[int]) -> None:
         """Recovered messages that were never read back left the queue (purge)."""
+
+    def dropped_stored(self, queue: Queue, offsets: list[int], reason: str) -> None:
+        """Messages only the store holds (these offsets, in queue order, never read back) left the queue
+        without being acked: dropped() for each, reading them back only if they are to be dead-lettered."""
+        self.forget(queue, offsets)
 
     def created(self, vhost: str, obj: Any) -> None:
         """A queue or exchange was declared: the policies that match apply to it."""
@@ -150,6 +159,7 @@ class Queue(Generic[S]):
         self.stamps_ids = wants_ids(self.arguments)  # x-amqpd-message-id (message_ids.py)
         self._paging_in = False  # bodies near the head are being read back (_wait_for_head)
         self._paged_in_for: Entry | None = None  # the head the last read was for
+        self._lost: set[Message] = set()  # paged out, and the store could not give their bodies back
 
     is_stream = False  # a StreamQueue (streams/stream.py) answers True
     always_stored = False  # True: the store takes its messages persistent or not (streams)
@@ -350,9 +360,12 @@ class Queue(Generic[S]):
 
     def _read_ahead(self, offsets: list[int], done: Callable[[Any], None]) -> bool:
         def read(ahead: Any) -> None:
-            done(ahead)
-            if not self.deleted and self.consumers:
+            if self.deleted:
+                return
+            done(ahead)  # a window that waited for it is refilled
+            if self.consumers:
                 self.dispatch()  # a consumer may wait for it (Backlog.would_read)
+            self._arm_ttl_timer()
 
         return self.hooks.read_ahead(self, offsets, read)
 
@@ -380,9 +393,32 @@ class Queue(Generic[S]):
         return None if ttl is None else (enqueued_ms or self.now_ms()) + ttl
 
     def _drop_head_over_limit(self) -> None:
-        while self.ready and self._over_limit(0, 0):
+        ready = self.ready
+        while ready and self._over_limit(0, 0):
+            if isinstance(ready, Backlog) and ready.waiting():
+                over = len(ready) - self.max_length if self.max_length is not None else 1
+                self._drop_unread(ready.take_unread(max(over, 1)), "maxlen")
+                continue
             entry = self._popleft()
             self.hooks.dropped(self, entry, "maxlen")
+
+    def _drop_unread(self, items: list[Entry | int], reason: str) -> None:
+        """Drop these items off a waiting backlog's head (Backlog.take_unread), in order: the messages only the
+        store holds as offsets, without reading them back unless they are dead-lettered."""
+        offsets: list[int] = []
+        for item in items:
+            if isinstance(item, int):
+                offsets.append(item)
+                if self.recovered_counts:
+                    self.recovered_counts.pop(item, None)
+                continue
+            if offsets:
+                self.hooks.dropped_stored(self, offsets, reason)
+                offsets = []
+            self.ready_bytes -= item.msg.size
+            self.hooks.dropped(self, item, reason)
+        if offsets:
+            self.hooks.dropped_stored(self, offsets, reason)
 
     def _popleft(self) -> Entry:
         entry = self.ready.popleft()
@@ -420,10 +456,13 @@ class Queue(Generic[S]):
         waited = bool(ready)
         backlog = ready if isinstance(ready, Backlog) else None
         while ready:
-            if ready[0].msg.body is None and self._wait_for_head():
-                break
             if backlog is not None and backlog.would_read():
                 break  # _read_ahead's done dispatches again
+            if ready[0].msg.body is None:
+                if self._lost and self.drop_lost_head():
+                    continue
+                if self._wait_for_head():
+                    break
             consumer = self._next_consumer()
             if consumer is None:
                 if not waited:  # they took what they could; the rest waits for them to come back
@@ -443,13 +482,20 @@ class Queue(Generic[S]):
             consumer.deliver(self, entry)
         if self.throttled and len(ready) < self.FLOW_LOW:
             self.release_publishers()
-        if ready and ready[0].expires_at is not None:
+        if self._head_in() and ready[0].expires_at is not None:
             self._arm_ttl_timer()
+
+    def _head_in(self) -> bool:
+        """Whether the head is there to look at without reading: something is ready, and it is not a backlog
+        whose window waits for the worker's read (its arrival looks at the head: _read_ahead)."""
+        ready = self.ready
+        return bool(ready) and not (isinstance(ready, Backlog) and ready.waiting())
 
     def _wait_for_head(self) -> bool:
         """The head's body is paged out: whether to wait while the store's read worker reads it back with
         the others near the head (the loop never reads the disk), dispatching again once they are in. False
-        where that is not possible, or the read came back without it: delivering it reads it then."""
+        where that is not possible (no event loop): delivering it reads it then. One the read found damaged
+        is dropped before it gets here (drop_lost_head)."""
         if self._paging_in:
             return True
         head = self.ready[0]
@@ -461,10 +507,28 @@ class Queue(Generic[S]):
         self._paged_in_for = head if self._paging_in else None
         return self._paging_in
 
-    def _paged_in(self) -> None:
+    def _paged_in(self, lost: list[Message]) -> None:
         self._paging_in = False
+        self.lost(lost)
         if not self.deleted:
             self.dispatch()
+
+    def lost(self, msgs: list[Message]) -> None:
+        """These paged-out messages' bodies could not be read back (damaged on disk): each leaves the queue
+        when it reaches the head, instead of being delivered (drop_lost_head)."""
+        self._lost.update(msgs)
+
+    def drop_lost_head(self) -> bool:
+        """Drop the head if its body could not be read back (the store's worker read found it damaged), as a
+        backlog drops a record it cannot decode: logged and acked, so that it does not come back."""
+        if not self._lost or not self._head_in():
+            return False
+        head = self.ready[0]
+        if head.msg not in self._lost:
+            return False
+        self._lost.discard(head.msg)
+        self.hooks.unreadable(self, self._popleft())
+        return True
 
     def _take_ready(self, room: int) -> list[Entry]:
         """Up to `room` ready messages from the head, stopping before one with an expiry (dispatch() looks at
@@ -473,8 +537,10 @@ class Queue(Generic[S]):
         popleft = ready.popleft
         backlog = ready if isinstance(ready, Backlog) else None
         taken = [popleft()]
-        while ready and len(taken) < room and ready[0].expires_at is None and ready[0].msg.body is not None:
+        while ready and len(taken) < room:
             if backlog is not None and backlog.would_read():
+                break
+            if ready[0].expires_at is not None or ready[0].msg.body is None:
                 break
             taken.append(popleft())
         self.ready_bytes -= sum(e.msg.size for e in taken)
@@ -532,6 +598,8 @@ class Queue(Generic[S]):
         """basic.get: the next live message, or None."""
         self.touch()
         self.expire_head()
+        while self._lost and self.drop_lost_head():
+            self.expire_head()
         if not self.ready:
             return None
         return self._popleft()
@@ -580,20 +648,21 @@ class Queue(Generic[S]):
             gone = list(ready)
         ready.clear()
         self.ready_bytes = 0
+        self._lost.clear()
         return gone
 
     def expire_head(self) -> None:
         """Drop expired messages from the head (RabbitMQ expires classic-queue messages at the head)."""
         ready = self.ready
-        if not ready or ready[0].expires_at is None:
+        if not self._head_in() or ready[0].expires_at is None:
             return
         now = self.now_ms()
-        while ready and ready[0].expires_at is not None and ready[0].expires_at <= now:  # type: ignore[operator]
+        while self._head_in() and ready[0].expires_at is not None and ready[0].expires_at <= now:  # type: ignore[operator]
             self.hooks.dropped(self, self._popleft(), "expired")
         # Per-message TTLs can leave a live message in front of expired ones; those go when they reach the head.
 
     def _arm_ttl_timer(self) -> None:
-        if self._ttl_timer is not None or not self.ready or self.deleted:
+        if self._ttl_timer is not None or not self._head_in() or self.deleted:
             return
         head = self.ready[0].expires_at
         if head is None:

@@ -54,10 +54,11 @@ class Frames:
     def __len__(self) -> int:
         return self._held + len(self._packed)
 
-    def keep(self, data: bytes) -> None:
-        """Append `data` as a buffer of its own: bytes as they are, not copied (they cannot change before the
-        write); any other buffer is copied."""
-        if type(data) is not bytes:
+    def keep(self, data: bytes | bytearray) -> None:
+        """Append `data` as a buffer of its own, not copied: bytes, or a bytearray (a message body the frame
+        reader filled, never changed once published); any other buffer is copied, as it might change before
+        the write."""
+        if type(data) is not bytes and type(data) is not bytearray:
             data = bytes(data)
         self._held += len(self._packed) + len(data)
         self._packed = bytearray()

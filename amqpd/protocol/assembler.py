@@ -7,9 +7,11 @@ message. (A publish whose three frames arrive together skips it: FrameReader's P
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 from amqpd import errors
 from amqpd.protocol.fastpath import parse_content_header, parse_publish_route
+from amqpd.protocol.frames import BodyPart
 
 
 @dataclass(slots=True)
@@ -20,7 +22,7 @@ class Assembled:
     mandatory: bool
     header: bytes  # the content header payload as sent
     flags: int
-    body: bytes
+    body: bytes  # or a bytearray typed as bytes: a large body the frame reader filled in place (_joined)
 
 
 def assembly_error(text: str) -> errors.ConnectionError:
@@ -36,7 +38,7 @@ class ContentAssembler:
         self._method: tuple[str, str, bytes, bool] | None = None
         self._header: bytes | None = None
         self._flags = 0
-        self._parts: list[bytes] = []
+        self._parts: list[bytes | BodyPart] = []
         self._remaining = 0
 
     @property
@@ -76,7 +78,7 @@ class ContentAssembler:
         self._header, self._flags, self._remaining, self._parts = payload, flags, body_size, []
         return self._finish() if body_size == 0 else None
 
-    def take_body(self, payload: bytes) -> Assembled | None:
+    def take_body(self, payload: bytes | BodyPart) -> Assembled | None:
         if self._header is None:
             if self._method is None:
                 raise errors.unexpected_frame("expected method frame, got non method frame instead")
@@ -90,11 +92,28 @@ class ContentAssembler:
     def _finish(self) -> Assembled:
         assert self._method is not None and self._header is not None
         exchange, routing_key, route, mandatory = self._method
-        parts = self._parts
-        body = parts[0] if len(parts) == 1 else b"".join(parts)
+        body = _joined(self._parts)
         done = Assembled(exchange, routing_key, route, mandatory, self._header, self._flags, body)
         self.reset()
         return done
 
     def reset(self) -> None:
         self._method, self._header, self._parts = None, None, []
+
+
+def _joined(parts: list[bytes | BodyPart]) -> bytes:
+    """The body from its frames' payloads: the reader's buffer when it filled the whole body (it arms one at
+    the content header, so it holds every body frame after it), else the payloads joined."""
+    if not parts:
+        return b""
+    first = parts[0]
+    if isinstance(first, BodyPart):
+        body = first.body
+        if sum(map(len, parts)) != len(body):  # a bug of ours: the connection gets an internal error
+            raise RuntimeError("a body filled by the frame reader does not match its frames")
+        # Passed on as bytes, which it is in all but type: nothing writes to it once the reader let go of it
+        # (and store/frame.py keeps it in a batch uncopied on that ground).
+        return cast(bytes, body)
+    if len(parts) == 1:
+        return first
+    return b"".join(parts)  # type: ignore[arg-type]

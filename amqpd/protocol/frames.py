@@ -29,6 +29,9 @@ PUBLISH_GROUP = -3
 _u32 = struct.Struct(">I")
 _u64 = struct.Struct(">Q")
 _BASIC_PUBLISH = (60 << 16) | 40
+# A body at least this large is read into its own buffer frame by frame (FrameReader's body sink): smaller ones
+# are cheaper to slice out of the read buffer and join.
+SINK_MIN = 128 * 1024
 
 
 class BrokenStream(errors.ConnectionError):
@@ -40,6 +43,20 @@ class BrokenStream(errors.ConnectionError):
         self.frames = frames
 
 
+class BodyPart:
+    """A body frame's payload that the reader has already put in place: the next `size` bytes of `body`, the
+    whole message body being filled (so that assembling the message copies nothing)."""
+
+    __slots__ = ("body", "size")
+
+    def __init__(self, body: bytearray, size: int) -> None:
+        self.body = body
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+
 class FrameReader:
     """Accepts arbitrary chunks (split or coalesced) and returns the complete frames in them.
 
@@ -48,48 +65,154 @@ class FrameReader:
     frames are checked exactly as they would be one by one). Publishes that repeat the one before
     them byte for byte up to the body join it in one PUBLISH_RUN item, and publishes to the same
     place with their own properties in one PUBLISH_GROUP item, so that the broker can route them
-    once."""
+    once.
 
-    __slots__ = ("_buf", "_need", "frame_max")
+    A content header that announces a body of SINK_MIN bytes or more (and at most `max_body`) makes the reader
+    copy that channel's body frames, as they arrive, straight from the chunks fed into one buffer of the body's
+    size: each body byte is copied once, and the body frames come out as BodyPart items (the frames are checked
+    exactly as before, and anything unusual on that channel goes the ordinary way, which reports it)."""
 
-    def __init__(self, frame_max: int) -> None:
+    __slots__ = (
+        "_buf",
+        "_need",
+        "frame_max",
+        "max_body",
+        "_sink",
+        "_sink_channel",
+        "_sink_left",
+        "_frame_left",
+        "_frame_size",
+    )
+
+    def __init__(self, frame_max: int, max_body: int = 1 << 63) -> None:
         self._buf = bytearray()
         self._need = 0  # bytes the buffer must hold before the next frame can be complete
         self.frame_max = frame_max
+        self.max_body = max_body
+        self._sink: bytearray | None = None  # the body being filled, if any
+        self._sink_channel = -1
+        self._sink_left = 0  # bytes of it still to come
+        self._frame_left = -1  # payload bytes of the body frame being filled still to come; 0: its end byte
+        self._frame_size = 0  # that frame's payload size
 
     def feed(self, data: bytes) -> list[tuple[int, int, Any]]:
+        frames: list[tuple[int, int, Any]] = []
+        rest: bytes | memoryview = data
+        try:
+            if self._frame_left >= 0:
+                rest = self._fill(rest, frames)
+            while rest:
+                rest = self._parse(rest, frames)
+        except errors.AMQPError as exc:
+            self._buf.clear()
+            self._need = 0
+            self._drop_sink()
+            raise BrokenStream(exc, frames) from None
+        return frames
+
+    def _parse(self, data: bytes | memoryview, frames: list[tuple[int, int, Any]]) -> bytes | memoryview:
+        """The frames in what is held and `data`; what follows a sink's body frames, to be parsed in turn."""
         held = self._buf
         held += data
         n = len(held)
         if n < self._need:  # the rest of a large frame: don't copy the buffer once per read
-            return []
+            return b""
         # One copy of the buffer per read: a slice of bytes is then one object, where a bytearray slice
         # made into bytes is two.
         buf = bytes(held)
-        frames: list[tuple[int, int, Any]] = []
         pos = need = 0
-        try:
-            while n - pos >= 7:
-                ftype, channel, size = _unpack_header(buf, pos)
-                end = self._frame_end(buf, pos, size, n)
-                if end < 0:
-                    need = size + 8
-                    break
-                if ftype == FRAME_METHOD and size >= 4 and _u32.unpack_from(buf, pos + 7)[0] == _BASIC_PUBLISH:
-                    after = self._whole_publish(buf, channel, pos, end, n, frames)
-                    if after:
-                        pos = after
-                        continue
-                frames.append((ftype, channel, buf[pos + 7 : end]))
-                pos = end + 1
-        except errors.AMQPError as exc:
-            held.clear()
-            self._need = 0
-            raise BrokenStream(exc, frames) from None
+        while n - pos >= 7:
+            ftype, channel, size = _unpack_header(buf, pos)
+            if channel == self._sink_channel and self._sink_takes(ftype, size):
+                held.clear()
+                self._need = 0
+                return self._fill(memoryview(buf)[pos:], frames)
+            end = self._frame_end(buf, pos, size, n)
+            if end < 0:
+                need = size + 8
+                break
+            if ftype == FRAME_METHOD and size >= 4 and _u32.unpack_from(buf, pos + 7)[0] == _BASIC_PUBLISH:
+                after = self._whole_publish(buf, channel, pos, end, n, frames)
+                if after:
+                    pos = after
+                    continue
+            payload = buf[pos + 7 : end]
+            if ftype == FRAME_HEADER:
+                self._content_header(channel, payload)
+            frames.append((ftype, channel, payload))
+            pos = end + 1
         if pos:
             del held[:pos]
         self._need = need
-        return frames
+        return b""
+
+    # -- the body sink --------------------------------------------------------------------------------------
+
+    def _content_header(self, channel: int, payload: bytes) -> None:
+        """A content header: a large body announced in it is filled in a buffer of its own from now on."""
+        if channel == self._sink_channel:
+            self._drop_sink()  # the body before was not finished: the assembler reports it
+        if len(payload) >= 12 and self._sink is None:  # one body at a time: another channel's goes as before
+            body_size = _u64.unpack_from(payload, 4)[0]
+            if SINK_MIN <= body_size <= self.max_body:
+                # Grown as the bytes arrive, never ahead of them (a header alone costs no memory); a large
+                # bytearray grows in place (glibc's realloc remaps its pages).
+                self._sink, self._sink_channel, self._sink_left = bytearray(), channel, body_size
+
+    def _sink_takes(self, ftype: int, size: int) -> bool:
+        """Whether a frame on the sink's channel is the next part of its body; any other frame there ends the
+        sink (the frame goes the ordinary way, and the assembler or the frame checks report what is wrong)."""
+        if ftype == FRAME_BODY and size <= self._sink_left and not (self.frame_max and size > self.frame_max):
+            return True
+        self._drop_sink()
+        return False
+
+    def _fill(self, data: bytes | memoryview, frames: list[tuple[int, int, Any]]) -> bytes | memoryview:
+        """Body frames of the sink's channel from the start of `data` (the rest of one begun before, or whole
+        ones), copied into the sink; what follows them is returned."""
+        view = memoryview(data)
+        n = len(view)
+        pos = 0
+        while True:
+            left = self._frame_left
+            if left < 0:  # at a frame's start: take it if it is the sink's next body frame
+                if n - pos < 7:
+                    break
+                ftype, channel, size = _unpack_header(view, pos)
+                if channel != self._sink_channel or not self._sink_takes(ftype, size):
+                    break
+                self._frame_left = self._frame_size = left = size
+                pos += 7
+            take = min(left, n - pos)
+            if take:
+                sink = self._sink
+                assert sink is not None
+                sink += view[pos : pos + take]
+                self._sink_left -= take
+                pos += take
+                self._frame_left = left = left - take
+            if left or pos == n:
+                return b""  # the frame (or its end byte) continues in the next chunk
+            if view[pos] != FRAME_END:
+                raise errors.frame_error(f"invalid frame end byte {view[pos]:#x}")
+            pos += 1
+            self._frame_left = -1
+            sink = self._sink
+            assert sink is not None
+            frames.append((FRAME_BODY, self._sink_channel, BodyPart(sink, self._frame_size)))
+            if not self._sink_left:
+                self._drop_sink()
+                break
+        return view[pos:] if pos < n else b""
+
+    def discard(self) -> None:
+        """The connection is gone: let go of what was read of frames not complete, a large body's included."""
+        self._buf = bytearray()
+        self._need = 0
+        self._drop_sink()
+
+    def _drop_sink(self) -> None:
+        self._sink, self._sink_channel, self._sink_left, self._frame_left = None, -1, 0, -1
 
     def _frame_end(self, buf: bytes, pos: int, size: int, n: int) -> int:
         """Index of the frame-end byte, -1 when the frame is not all here; errors from the header alone."""
@@ -188,7 +311,9 @@ class FrameReader:
 
     @property
     def buffered(self) -> int:
-        return len(self._buf)
+        """Bytes of frames not complete yet (in a large body's buffer, or held to be parsed)."""
+        partial = self._frame_size - self._frame_left if self._frame_left >= 0 else 0
+        return len(self._buf) + partial
 
 
 def _add_publish(frames: list, channel: int, method: bytes, header: bytes, body: bytes) -> None:

@@ -83,7 +83,7 @@ class Session:
         self.transport = transport
         self.peer = peer
         self.state = AWAIT_HEADER
-        self.reader = FrameReader(self.settings.frame_max)
+        self.reader = FrameReader(self.settings.frame_max, self.settings.max_message_size)
         self.out: list[bytes | memoryview] = []
         self.in_pieces = False  # `out` holds a large delivery's pieces (send_pieces): flushed unjoined
         self.channels: dict[int, Channel] = {}
@@ -553,6 +553,7 @@ class Session:
     def connection_lost(self) -> None:
         self._teardown()
         self.state = CLOSED
+        self.reader.discard()  # a body half read may be large: not kept for as long as this object is
 
     # -- flow control and heartbeats ------------------------------------------------------------------------
 

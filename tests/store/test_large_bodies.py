@@ -85,7 +85,8 @@ def test_a_frame_with_its_body_apart_is_the_frame_of_the_joined_payload(size: in
 def test_a_body_that_could_change_before_the_write_is_copied_when_kept() -> None:
     body = bytearray(b"b" * BODY_APART)
     frames = Frames()
-    append_frame_apart(frames, 1, b"head", body)  # type: ignore[arg-type]
+    # A view of someone's buffer (a bytearray body is kept as it is: the frame reader's, never changed)
+    append_frame_apart(frames, 1, b"head", memoryview(body))  # type: ignore[arg-type]
     written = frames.joined()
     body[:4] = b"XXXX"
     assert frames.joined() == written

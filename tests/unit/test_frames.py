@@ -9,7 +9,7 @@ from pamqp import body, commands, frame, header
 
 from amqpd import errors
 from amqpd.protocol import frames as frames_module
-from amqpd.protocol.frames import HEARTBEAT_FRAME, FrameReader, content_frames, content_pieces
+from amqpd.protocol.frames import HEARTBEAT_FRAME, BodyPart, FrameReader, content_frames, content_pieces
 from amqpd.protocol.frames import frame as make_frame
 
 Frame = tuple[int, int, bytes]
@@ -23,9 +23,15 @@ PUBLISH_GROUP = frames_module.PUBLISH_GROUP
 
 
 def expand(items: list) -> list[Frame]:
+    """The frames as sent; a large body's frames come as BodyParts of the buffer the reader filled, in order."""
     out: list[Frame] = []
+    filled: dict[int, int] = {}  # id of a body buffer -> bytes of it already expanded
     for ftype, channel, payload in items:
-        if ftype == PUBLISH:
+        if isinstance(payload, BodyPart):
+            at = filled.get(id(payload.body), 0)
+            filled[id(payload.body)] = at + payload.size
+            out.append((ftype, channel, bytes(payload.body[at : at + payload.size])))
+        elif ftype == PUBLISH:
             method, hdr, body_ = payload
             out += [(1, channel, method), (2, channel, hdr)]
             if body_:

@@ -8,8 +8,14 @@ from collections.abc import Iterator
 from urllib.parse import urlparse
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from amqpd.testing import BrokerProcess
+
+# The suite runs on loaded machines: a property is judged by its examples, never by how long one took to make
+# or run (a test's own @settings still overrides the rest).
+settings.register_profile("amqpd", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("amqpd")
 
 REFERENCE_URL = os.environ.get("AMQPD_REFERENCE_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
 

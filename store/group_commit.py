@@ -28,6 +28,7 @@ from store.queue_state import QueueState
 from store.retention_keeper import RetentionKeeper
 from store.segment import Layout
 from store.segment_log import SegmentLog
+from store.writer_thread import WriterThread
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,7 @@ class GroupCommit:
         self._layout = layout
         self._io = io
         self._writer = writer
+        self.writes = WriterThread()  # runs the writer's write() of each batch
         self._catalog = catalog
         self._segments = segments
         self._faults = faults
@@ -195,7 +197,7 @@ class GroupCommit:
             try:
                 if batch.catalog_ops:  # before the fsync: a confirmed message never names a lost queue
                     await self._catalog.apply(batch.catalog_ops)
-                await anyio.to_thread.run_sync(self._writer.write, batch)
+                await self.writes.run(self._writer.write, batch)
             except (WriteFailed, sqlite3.Error) as exc:
                 self._batch_failed(batch, exc)
                 self._batch_done(batch)

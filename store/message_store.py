@@ -221,7 +221,8 @@ class MessageStore(CatalogueCalls):
     async def _release_files(self) -> None:
         self._open = False
         await anyio.to_thread.run_sync(self._reads.shutdown)  # reads still queued finish first
-        await anyio.to_thread.run_sync(self._writer.close)
+        await self._commit.writes.run(Writer.close, self._writer)  # after any write still under way
+        self._commit.writes.stop()
         self._segments.close_read_fds()
         await self._catalog.close()
 

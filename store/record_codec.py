@@ -57,15 +57,24 @@ def encode_record_head(message_id: int, record: MessageRecord, queue_ids: list[i
 
 def encode_records(first_id: int, records: list[MessageRecord], queue_ids: list[int]) -> list[bytes]:
     """The payloads of records with consecutive message ids from `first_id`, for the same queues. Records
-    published together share their exchange and routing key: those are encoded once for all of them."""
-    names_of = ("", "")
-    names = (0, 0, b"")
+    published together share their exchange and routing key: those are encoded once for all of them. The
+    head of a record without expiry (most) is packed here, without _payload's and _head's calls."""
+    exchange = routing_key = ""
+    ex_len, rk_len, names = 0, 0, b""
+    count = len(queue_ids)
+    pack_plain = _head_struct(count, False).pack
+    join = b"".join
     out = []
     for message_id, record in enumerate(records, first_id):
-        if (record.exchange, record.routing_key) != names_of:
-            names_of = (record.exchange, record.routing_key)
-            names = _names(record.exchange, record.routing_key)
-        out.append(_payload(message_id, record, queue_ids, *names))
+        if record.exchange != exchange or record.routing_key != routing_key:
+            exchange, routing_key = record.exchange, record.routing_key
+            ex_len, rk_len, names = _names(exchange, routing_key)
+        props = record.properties
+        if record.expires_at_ms is None:
+            head = pack_plain(message_id, record.timestamp_ms, 0, ex_len, rk_len, count, len(props), *queue_ids)
+        else:
+            head = _head(message_id, record, queue_ids, ex_len, rk_len)
+        out.append(join((head, names, props, record.body)))
     return out
 
 

@@ -19,6 +19,9 @@ class Connections:
         self._by_vhost: dict[str, dict[Any, None]] = {}
         self._channels: dict[Any, int] = {}  # session -> its open channels, as told (channel_opened/closed)
         self._user_channels: dict[str, int] = {}  # user -> the sum of its sessions' open channels
+        # Channels that have held an unacked delivery since the last ack-timeout check: that check visits
+        # these, not every channel (a channel drops out once it holds none or has closed).
+        self.unacked_channels: dict[Any, None] = {}
 
     def add(self, session: Any) -> None:
         """An opened session: its `user` and `vhost` (a VirtualHost) are set."""
@@ -51,6 +54,10 @@ class Connections:
         if filed is not None and self._channels.get(session, 0) > 0:
             self._channels[session] -= 1
             self._count_channels(filed[0], -1)
+
+    def watch_unacked(self, channel: Any) -> None:
+        """The channel's first unacked delivery since it held none (Outstanding.on_first)."""
+        self.unacked_channels[channel] = None
 
     def _count_channels(self, user: str, change: int) -> None:
         total = self._user_channels.get(user, 0) + change

@@ -131,11 +131,16 @@ class Alarms:
             now = self.broker.clock = time.monotonic()
             self.check()
             self.broker.check_flow()
-            self._check_ack_timeouts(now)
+            self.check_ack_timeouts(now)
             await asyncio.sleep(self.settings.alarm_interval)
 
-    def _check_ack_timeouts(self, now: float) -> None:
-        # Not inline in run(): its loop variable would hold the last connection (closed or not, with all its
-        # channels and buffers) for as long as the broker runs with no connection to take its place.
-        for session in list(self.broker.connections):
-            session.check_ack_timeouts(now)
+    def check_ack_timeouts(self, now: float) -> None:
+        """Only the channels that held unacked deliveries since the last check (Connections.unacked_channels):
+        with thousands of idle connections, visiting each one's channels every interval adds up. Not inline
+        in run(): its loop variable would hold the last channel (and its connection, closed or not) for as
+        long as the broker runs."""
+        watched = self.broker.connections.unacked_channels
+        timeout_ms = self.settings.consumer_timeout
+        for ch in list(watched):
+            if not ch.conn.check_ack_timeout(ch, now, timeout_ms):
+                del watched[ch]

@@ -79,6 +79,7 @@ class Channel(Deliveries):
         # deliveries
         self.last_tag = 0  # the delivery tag given last; basic.deliver and basic.get-ok count from 1
         self.unacked = Outstanding()  # by tag, queues' and streams'; it keeps every unacked count (unacked.py)
+        self.unacked.on_first = partial(broker.connections.watch_unacked, self)
         # None: acks resume deliveries at once; else the session will once the acks it is reading end, and
         # True says some did (Session._resume_acked).
         self.resume_after_acks: bool | None = None

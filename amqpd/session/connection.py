@@ -602,18 +602,22 @@ class Session:
             self.held_for_confirms = False
             self.transport.release_reading("unconfirmed")
 
-    def check_ack_timeouts(self, now: float) -> None:
-        timeout_ms = self.settings.consumer_timeout
-        if not timeout_ms:
-            return
-        for ch in [ch for ch in self.channels.values() if ch.overdue_ack(now, timeout_ms / 1000)]:
-            self._close_channel(
-                ch,
-                errors.precondition_failed(
-                    f"delivery acknowledgement on channel {ch.id} timed out. Timeout value used: {timeout_ms} ms. "
-                    "This timeout value can be configured, see consumers doc guide to learn more"
-                ),
-            )
+    def check_ack_timeout(self, ch: Channel, now: float, timeout_ms: int) -> bool:
+        """RabbitMQ's consumer_timeout for one channel of this connection: closed with 406 once its oldest
+        unacked delivery is older than timeout_ms (0: never). False once the channel needs no more checks
+        (closed, or nothing unacked: its next delivery puts it back on the watch, Outstanding.on_first)."""
+        if self.channels.get(ch.id) is not ch or not ch.unacked:
+            return False
+        if not timeout_ms or not ch.overdue_ack(now, timeout_ms / 1000):
+            return True
+        self._close_channel(
+            ch,
+            errors.precondition_failed(
+                f"delivery acknowledgement on channel {ch.id} timed out. Timeout value used: {timeout_ms} ms. "
+                "This timeout value can be configured, see consumers doc guide to learn more"
+            ),
+        )
+        return False
 
     def throttle(self, queue: Any) -> None:
         """A queue we publish to has a backlog its consumers are not keeping up with: stop reading

@@ -17,7 +17,7 @@ cursor that an ack moves along (StreamRun, streams/cursor.py).
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterator, Sized
+from collections.abc import Callable, Iterator, Sized
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 if TYPE_CHECKING:
@@ -118,10 +118,12 @@ class Outstanding:
     """Unacked runs in tag order, found by their last tag; `count`: deliveries made to consumers (basic.get's
     are not), len(): every unacked tag."""
 
-    __slots__ = ("count", "_by_last", "_lasts", "_head", "_size")
+    __slots__ = ("count", "on_first", "_by_last", "_lasts", "_head", "_size")
 
     def __init__(self) -> None:
         self.count = 0
+        # called when a delivery goes into an empty table: the ack-timeout check watches only such channels
+        self.on_first: Callable[[], None] | None = None
         self._by_last: dict[int, Run[Any]] = {}
         self._lasts: list[int] = []  # the runs' last tags, ascending; those before _head are gone
         self._head = 0
@@ -184,6 +186,8 @@ class Outstanding:
         self._append(run)
 
     def _append(self, run: Run[Any]) -> None:
+        if not self._by_last and self.on_first is not None:
+            self.on_first()
         last = run.last
         self._by_last[last] = run
         self._lasts.append(last)

@@ -104,7 +104,9 @@ class MessageStore(CatalogueCalls):
         self._io = io if io is not None else FileIO()
         self._holds_log = holds_log
         self._writer = Writer(self._layout, fsync == "always-batched", self._io)
-        self._segments = segments = SegmentLog(self._layout, segment_size, index_interval, clock)
+        self._segments = segments = SegmentLog(
+            self._layout, segment_size, index_interval, clock, self._io.open_for_reads
+        )
         self._reader = RecordReader(segments, self._io.pread, self._io.map)
         self._space = DiskSpace(self._layout.root, min_free_bytes, reserve_bytes)
         self._faults = DiskFaults(self._layout.root, self._space)

@@ -15,6 +15,7 @@ from array import array
 from bisect import bisect_right
 from collections.abc import Callable, MutableMapping
 from operator import attrgetter
+from pathlib import Path
 from typing import Any
 
 from store.commit import Batch
@@ -44,9 +45,12 @@ class SegmentLog:
         segment_size: int,
         interval: int,
         clock: Callable[[], int],
+        open_for_reads: Callable[[Path], int],
     ) -> None:
-        """`clock`: wall-clock nanoseconds (message ids, segment creation times)."""
+        """`clock`: wall-clock nanoseconds (message ids, segment creation times). `open_for_reads`: the I/O
+        seam's (FileIO.open_for_reads), for the descriptors records are read back through."""
         self.layout = layout
+        self._open_for_reads = open_for_reads
         self.segment_size = segment_size
         self.interval = interval
         self._clock = clock
@@ -243,7 +247,7 @@ class SegmentLog:
     def read_fd(self, base: int) -> int:
         fd = self.read_fds.get(base)
         if fd is None:  # read_many may run in a worker thread (read-ahead): one fd per segment all the same
-            new = os.open(self.layout.segment(base), os.O_RDONLY)
+            new = self._open_for_reads(self.layout.segment(base))
             fd = self.read_fds.setdefault(base, new)
             if fd != new:
                 os.close(new)

@@ -185,9 +185,10 @@ class Settings:
     write_buffer_low: int = setting(1 * 1024 * 1024, lo=0, hi=INT_MAX)
     # glibc malloc's thresholds, set at start (server/malloc_tuning.py): allocations up to the first stay in
     # the heap, and up to the second of freed memory stays at its top, so that the frames of one large message
-    # reuse the memory of the last one's instead of faulting fresh pages in. 0 leaves glibc's defaults.
-    malloc_mmap_threshold: int = setting(4 * 1024 * 1024, lo=0, hi=32 * 1024 * 1024)
-    malloc_trim_threshold: int = setting(64 * 1024 * 1024, lo=0, hi=2**31 - 1)
+    # reuse the memory of the last one's instead of faulting fresh pages in (a body the frame reader fills is
+    # one allocation of the body's size: up to the largest that stays in the heap). 0 leaves glibc's defaults.
+    malloc_mmap_threshold: int = setting(32 * 1024 * 1024, lo=0, hi=32 * 1024 * 1024)
+    malloc_trim_threshold: int = setting(128 * 1024 * 1024, lo=0, hi=2**31 - 1)
     # Resource alarms (RabbitMQ's memory and disk alarms): publishers are blocked (connection.blocked)
     # while the process uses more memory than this (a fraction of RAM when <= 1, else bytes) or the data
     # dir's disk has less free space than disk_free_limit bytes. Checked every alarm_interval seconds.

@@ -25,7 +25,10 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left, bisect_right
-from threading import Lock
+from collections.abc import Callable
+from functools import wraps
+from threading import Lock, RLock
+from typing import Concatenate, ParamSpec, TypeVar
 
 from store.frame import HEADER_SIZE
 
@@ -33,6 +36,23 @@ MAX_RUNS = 1024
 MAX_STRETCH_RECORDS = 1 << 22
 _stretched_in_all = [0]  # records in the stretches of every segment's CheckedRuns
 _counting = Lock()  # segments' stretches are added in the read worker, dropped wherever a segment goes
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _locked(method: Callable[Concatenate[CheckedRuns, P], R]) -> Callable[Concatenate[CheckedRuns, P], R]:
+    """One call at a time per segment: the read worker reads and adds runs while the event loop adds what
+    the writer wrote and drops what a failed batch cut back (a run read half-changed could point a read
+    at the wrong bytes)."""
+
+    @wraps(method)
+    def call(self: CheckedRuns, *args: P.args, **kwargs: P.kwargs) -> R:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return call
 
 
 def _first(run: tuple[int, object] | tuple[int, int, int]) -> int:
@@ -49,10 +69,12 @@ class CheckedRuns:
         self._stretch_starts: list[int] = []
         self._stretches: list[tuple[int, _Stretch]] = []  # (first offset, stretch), in file order
         self._stretched = 0  # records in stretches
+        self._lock = RLock()
 
     def __len__(self) -> int:
         return len(self._runs)
 
+    @_locked
     def find(self, position: int, offset: int) -> tuple[int, int] | None:
         """(payload length, frames left in the run) when the frame at `position` is record `offset` in a
         checked run, else None."""
@@ -65,6 +87,7 @@ class CheckedRuns:
             return None
         return length, count - step
 
+    @_locked
     def locate(self, offset: int) -> tuple[int, int, int] | None:
         """(file position of record `offset`'s frame, its payload length, frames left in its run from it on)
         when the record lies in a checked run, else None. Runs are in file order, which in a segment is
@@ -78,6 +101,7 @@ class CheckedRuns:
         step = offset - first
         return self._starts[i] + step * (HEADER_SIZE + length), length, count - step
 
+    @_locked
     def unchecked(self, offset: int) -> int | None:
         """How many records from `offset` on (which is in no run) come before the next run's first one; None
         when no run comes after it."""
@@ -88,9 +112,10 @@ class CheckedRuns:
             nexts.append(self._stretches[j][0])
         return min(nexts) - offset if nexts else None
 
-    def stretch(self, offset: int) -> tuple[int, array[int]] | None:
-        """(file position of record `offset`'s frame, the payload lengths of it and the frames after it in
-        its stretch) when it lies in a stretch, else None."""
+    @_locked
+    def stretch(self, offset: int, most: int = MAX_STRETCH_RECORDS) -> tuple[int, array[int]] | None:
+        """(file position of record `offset`'s frame, the payload lengths of it and of the frames after it in
+        its stretch, at most `most` in all) when it lies in a stretch, else None."""
         i = bisect_right(self._stretches, offset, key=_first) - 1
         if i < 0:
             return None
@@ -98,8 +123,9 @@ class CheckedRuns:
         step = offset - found.first
         if step >= len(found.lengths):
             return None
-        return found.position(step), found.lengths[step:]
+        return found.position(step), found.lengths[step : step + most]
 
+    @_locked
     def add_stretch(self, position: int, first: int, lengths: array[int], join_only: bool = False) -> None:
         """Frames from `position` on, for records first, first + 1, …, with these payload lengths, passed
         their checks one after the other. Joined to the stretch they continue, if any; else a stretch of
@@ -123,6 +149,16 @@ class CheckedRuns:
         self._stretches.insert(i, (first, _Stretch(position, first, lengths)))
         self._count(len(lengths))
 
+    @_locked
+    def add_written(self, position: int, first: int, lengths: array[int]) -> None:
+        """Frames this process wrote and fsynced, from `position` on, for records first, first + 1, …: a run
+        when they are all of one size, else a stretch (the bytes are the ones it laid out itself)."""
+        if min(lengths) == max(lengths):
+            self.add(position, first, len(lengths), lengths[0])
+        else:
+            self.add_stretch(position, first, lengths)
+
+    @_locked
     def add(self, position: int, first: int, count: int, length: int, join_only: bool = False) -> None:
         """Frames of `length` bytes for records first … first + count - 1, from `position` on, passed their
         checks. Joined to the run just before it when they continue it; else a run of their own, unless
@@ -138,6 +174,7 @@ class CheckedRuns:
             self._starts.insert(i, position)
             self._runs.insert(i, (first, count, length))
 
+    @_locked
     def drop_from(self, position: int) -> None:
         """Forget what lies at or past `position` (the segment was cut back there)."""
         self._drop_stretches_from(position)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import errno
 import os
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -50,6 +51,8 @@ class Batch:
     first_offset: int  # offsets [first_offset, end_offset) were appended into this batch
     end_offset: int = 0
     chunks: list[tuple[int, Frames]] = field(default_factory=list)  # (segment base, frames), in order
+    # each chunk's records: (segment base, position of the first frame, its offset, payload lengths)
+    laid: list[tuple[int, int, int, array[int]]] = field(default_factory=list)
     new_segments: list[int] = field(default_factory=list)
     sealed_segments: list[int] = field(default_factory=list)  # rolled away from: close once synced
     segment_ends: dict[int, int] = field(default_factory=dict)  # expected file size after the batch

@@ -206,6 +206,7 @@ class GroupCommit:
             unwritten = self._segments.unwritten
             for offset in range(batch.first_offset, batch.end_offset):
                 del unwritten[offset]
+            self._segments.written(batch)  # its frames count as checked (store/checked_runs.py)
             if self.held.failures:
                 self.held.written(batch.number)
             self._batch_done(batch)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from array import array
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -103,7 +104,9 @@ class MessageStore(CatalogueCalls):
         self._io = io if io is not None else FileIO()
         self._holds_log = holds_log
         self._writer = Writer(self._layout, fsync == "always-batched", self._io)
-        self._segments = segments = SegmentLog(self._layout, segment_size, index_interval, clock)
+        self._segments = segments = SegmentLog(
+            self._layout, segment_size, index_interval, clock, self._io.open_for_reads
+        )
         self._reader = RecordReader(segments, self._io.pread, self._io.map)
         self._space = DiskSpace(self._layout.root, min_free_bytes, reserve_bytes)
         self._faults = DiskFaults(self._layout.root, self._space)
@@ -428,7 +431,7 @@ class MessageStore(CatalogueCalls):
     def read_payloads(self, offsets: list[int]) -> list[bytes | None]:
         return self._reader.read_payloads(offsets)
 
-    def checked_frames(self, offset: int, count: int, budget: int) -> tuple[list[tuple[int, int]], bytes, int]:
+    def checked_frames(self, offset: int, count: int, budget: int) -> tuple[array[int], bytes, int]:
         return self._reader.checked_frames(offset, count, budget)
 
     def checked_records(self, offset: int, count: int, budget: int) -> tuple[list[int], bytes]:

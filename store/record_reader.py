@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import mmap
 import os
+from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
@@ -81,20 +82,20 @@ class RecordReader:
             found.extend([None] * len(run) if base is None else self._payload_run(base, run))
         return found
 
-    def checked_frames(self, offset: int, count: int, budget: int) -> tuple[list[tuple[int, int]], bytes, int]:
+    def checked_frames(self, offset: int, count: int, budget: int) -> tuple[array[int], bytes, int]:
         """Consecutive records from `offset` (at most `count`, about `budget` bytes) as their frames lie in
-        their segment, as far as earlier reads checked them (segment.checked_frames): ([(frames, payload
-        length) of each run], the frames' bytes, 0); ([], b"", how many are not) when the first is not in a
-        checked run. Records only in memory are never in one (a checked run holds what was read back from
-        its file)."""
+        their segment, as far as earlier reads checked them (segment.checked_frames): (frames, payload
+        length of each run, one after the other; the frames' bytes; 0); (empty, b"", how many are not) when
+        the first is not in a checked run. Records only in memory are never in one (a checked run holds what
+        its file holds)."""
         log = self._log
         s = bisect_right(log.bases, offset) - 1
         if s < 0 or (log.volatile and not log.volatile.keys().isdisjoint(range(offset, offset + count))):
-            return [], b"", count
+            return array("I"), b"", count
         base = log.bases[s]  # (its checked runs end where it does)
         count = min(count, log.durable_end() - offset)
         if count <= 0:
-            return [], b"", 1
+            return array("I"), b"", 1
         return checked_frames(log.read_fd(base), log.indexes[base].checked, offset, count, budget, self._pread)
 
     def checked_records(self, offset: int, count: int, budget: int) -> tuple[list[int], bytes]:

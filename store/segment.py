@@ -12,7 +12,7 @@ import struct
 from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
-from itertools import accumulate, islice, repeat
+from itertools import accumulate, islice
 from pathlib import Path
 
 from xxhash import xxh3_64_intdigest, xxh32_intdigest
@@ -193,7 +193,7 @@ def _cut_stretch(
     block[rel:]: cut out without their checks, up to the block's end or a gap in the wanted offsets. (Where
     it stopped in the block, the next wanted offset.)"""
     block_start, rel = at
-    piece = checked.stretch(target)
+    piece = checked.stretch(target, (len(block) - rel) // HEADER_SIZE + 1)  # (no more than the block holds)
     if piece is None or piece[0] != block_start + rel:
         return rel, target
     size = len(block)
@@ -319,21 +319,24 @@ def read_payloads(
     return found
 
 
-def _stretch_frames(
-    checked: CheckedRuns, offset: int, count: int, budget: int
-) -> tuple[int, list[tuple[int, int]], int] | None:
+_ONE_FRAME = array("I", [1, 0])  # (frames, payload length) of a run of one frame, its length set after
+
+
+def _stretch_frames(checked: CheckedRuns, offset: int, count: int, budget: int) -> tuple[int, array[int], int] | None:
     """Record `offset` and up to count - 1 after it as frames of a stretch (checked_runs.py), stopping after
-    the frame that takes their bytes to `budget` or past it: (where the first starts, a run of one frame
-    for each, where the last ends); None when it lies in no stretch."""
-    found = checked.stretch(offset)
+    the frame that takes their bytes to `budget` or past it: (where the first starts, a run of one frame for
+    each as checked_frames gives them, where the last ends); None when it lies in no stretch. Made in bulk,
+    without a Python step or object per frame."""
+    count = min(count, budget // HEADER_SIZE + 1)  # (no more frames than the budget can reach)
+    found = checked.stretch(offset, count)
     if found is None:
         return None
     position, lengths = found
-    count = min(count, budget // HEADER_SIZE + 1)  # (no more frames than the budget can reach)
-    ends = list(accumulate(lengths[:count]))  # payload bytes up to each frame, its own included
-    k = bisect_left(range(len(ends)), budget, key=lambda i: ends[i] + HEADER_SIZE * (i + 1)) + 1
-    k = min(k, len(ends))
-    return position, list(zip(repeat(1), lengths[:k])), position + ends[k - 1] + HEADER_SIZE * k
+    ends = list(accumulate(map(HEADER_SIZE.__add__, lengths)))  # the bytes up to each frame's end
+    k = min(bisect_left(ends, budget) + 1, len(ends))
+    runs = _ONE_FRAME * k
+    runs[1::2] = lengths[:k]
+    return position, runs, position + ends[k - 1]
 
 
 def checked_frames(
@@ -343,13 +346,13 @@ def checked_frames(
     count: int,
     budget: int,
     pread: Callable[[int, int, int], bytes] = os.pread,
-) -> tuple[list[tuple[int, int]], bytes, int]:
+) -> tuple[array[int], bytes, int]:
     """Records offset … offset + count - 1, or the first of them, as their frames' bytes as they lie in the
     segment (headers and all) with one pread, as far as they lie in runs that a read has checked (see
-    checked_runs.py): ([(frames, payload length) of each run in order], the bytes, 0). It stops at the
-    first record not in a checked run, and after the frame that takes the bytes to `budget` or past it.
-    When the first is not in one: ([], b"", how many of the count from it on are in none)."""
-    runs: list[tuple[int, int]] = []
+    checked_runs.py): (frames, payload length of each run in order, one after the other; the bytes; 0). It
+    stops at the first record not in a checked run, and after the frame that takes the bytes to `budget` or
+    past it. When the first is not in one: (empty, b"", how many of the count from it on are in none)."""
+    runs = array("I")
     begin = end = -1
     got = 0
     while got < count and end - begin < budget:
@@ -361,7 +364,7 @@ def checked_frames(
             if not runs:
                 begin = piece[0]
             runs += piece[1]
-            got += len(piece[1])
+            got += len(piece[1]) // 2
             end = piece[2]
             continue
         if runs and found[0] != end:  # not the next frame (never seen)
@@ -371,12 +374,12 @@ def checked_frames(
         k = min(left, count - got, -(-(budget - max(end - begin, 0)) // stride))
         if not runs:
             begin = position
-        runs.append((k, length))
+        runs += array("I", (k, length))
         got += k
         end = position + k * stride
     if not runs:
-        return [], b"", min(count, checked.unchecked(offset) or count)
+        return runs, b"", min(count, checked.unchecked(offset) or count)
     data = pread(fd, end - begin, begin)
     if len(data) != end - begin:  # the file is shorter than the runs say: not to be trusted, read as usual
-        return [], b"", count
+        return array("I"), b"", count
     return runs, data, 0

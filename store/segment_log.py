@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import itertools
 import os
+from array import array
 from bisect import bisect_right
 from collections.abc import Callable, MutableMapping
 from operator import attrgetter
+from pathlib import Path
 from typing import Any
 
 from store.commit import Batch
@@ -43,9 +45,12 @@ class SegmentLog:
         segment_size: int,
         interval: int,
         clock: Callable[[], int],
+        open_for_reads: Callable[[Path], int],
     ) -> None:
-        """`clock`: wall-clock nanoseconds (message ids, segment creation times)."""
+        """`clock`: wall-clock nanoseconds (message ids, segment creation times). `open_for_reads`: the I/O
+        seam's (FileIO.open_for_reads), for the descriptors records are read back through."""
         self.layout = layout
+        self._open_for_reads = open_for_reads
         self.segment_size = segment_size
         self.interval = interval
         self._clock = clock
@@ -67,6 +72,7 @@ class SegmentLog:
         # Records a failed batch held, still held by some queue, with how many queues hold each.
         self.volatile: dict[int, list[Any]] = {}
         self.frames: Frames | None = None  # the pending batch's frames for the active segment
+        self.laid = array("I")  # the payload lengths of those frames (Batch.laid)
         self.read_fds: dict[int, int] = {}
 
     # ---- appending (the publish path) ---------------------------------------------------------------
@@ -107,7 +113,8 @@ class SegmentLog:
         assert active is not None
         frames = self.frames
         if frames is None:  # first record of this batch in this segment
-            frames = self.frames = batch.frames_for(active)
+            frames = self._start_frames(active, offset, batch)
+        self.laid.append(size - HEADER_SIZE)
         if body:
             append_frame_apart(frames, offset, payload, body)
         else:
@@ -139,7 +146,8 @@ class SegmentLog:
             )
         frames = self.frames
         if frames is None:  # first records of this batch in this segment
-            frames = self.frames = batch.frames_for(active)
+            frames = self._start_frames(active, first, batch)
+        self.laid.extend(map(len, payloads))
         append_frames(frames, first, payloads)
         sizes = list(map(HEADER_SIZE.__add__, map(len, payloads)))
         self.indexes[active].observe_run(first, self.tail, sizes, map(_timestamp_of, records))
@@ -147,6 +155,23 @@ class SegmentLog:
         self.refs[active] += holders * len(payloads)
         self.unwritten.update(zip(itertools.count(first), records))
         return size
+
+    def _start_frames(self, active: int, offset: int, batch: Batch) -> Frames:
+        """The batch's frames for the active segment, from record `offset` on at the tail."""
+        self.laid = array("I")
+        batch.laid.append((active, self.tail, offset, self.laid))
+        self.frames = batch.frames_for(active)
+        return self.frames
+
+    def written(self, batch: Batch) -> None:
+        """The writer wrote and fsynced `batch`: its frames are noted as checked (store/checked_runs.py), so
+        that a first read of them cuts the payloads out as a repeat read does. They are the bytes this
+        process laid out; damage on disk after a restart is still found, as the notes are in memory only."""
+        for base, position, first, lengths in batch.laid:
+            index = self.indexes.get(base)
+            end = position + HEADER_SIZE * len(lengths) + sum(lengths)
+            if index is not None and lengths and batch.segment_ends.get(base, self.tail) >= end:
+                index.checked.add_written(position, first, lengths)
 
     def roll(self, base: int, batch: Batch) -> None:
         """Seal the active segment (if any) and start a new one at `base`, in `batch`."""
@@ -222,7 +247,7 @@ class SegmentLog:
     def read_fd(self, base: int) -> int:
         fd = self.read_fds.get(base)
         if fd is None:  # read_many may run in a worker thread (read-ahead): one fd per segment all the same
-            new = os.open(self.layout.segment(base), os.O_RDONLY)
+            new = self._open_for_reads(self.layout.segment(base))
             fd = self.read_fds.setdefault(base, new)
             if fd != new:
                 os.close(new)

@@ -19,7 +19,9 @@ import pytest
 from store import MessageRecord, MessageStore
 from tests.store.faulty_io import RecordingIO, Snapshot, restore
 
-pytestmark = pytest.mark.anyio
+# Each case opens a few hundred stores from snapshots: minutes on a loaded machine, so a hang guard above
+# the suite's default.
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(600)]
 
 MESSAGES = 120
 

@@ -36,13 +36,18 @@ def counting_hashes() -> tuple[list[int], object]:
     return calls, patch.object(segment, "xxh3_64_intdigest", counted)
 
 
-async def log_store(tmp_path: Path, bodies: list[bytes]) -> tuple[MessageStore, list[int]]:
-    """An open store whose one queue holds `bodies`, written to disk, and their offsets."""
+async def log_store(tmp_path: Path, bodies: list[bytes], restart: bool = True) -> tuple[MessageStore, list[int]]:
+    """An open store whose one queue holds `bodies`, written to disk, and their offsets; opened again after
+    writing them (`restart`), so that it has checked none of them (what it wrote itself counts as checked)."""
     store = MessageStore(tmp_path, fsync="none")
     await store.open()
     qid = store.put_queue("/", "log", False, {})
     offsets = [store.append(MessageRecord("", "log", b"", body, 1), [qid]) for body in bodies]
     await store.flush()
+    if restart:
+        await store.close()
+        store = MessageStore(tmp_path, fsync="none")
+        await store.open()
     return store, offsets
 
 
@@ -96,10 +101,15 @@ def test_records_written_again_where_a_segment_was_cut_back_are_read_as_they_are
     assert payloads[100:] == new
 
 
-def frames_of(runs: list[tuple[int, int]], data: bytes) -> list[tuple[int, bytes]]:
+def pairs(runs: array[int]) -> list[tuple[int, int]]:
+    """checked_frames' runs, (frames, payload length) one after the other, as pairs."""
+    return list(zip(runs[0::2], runs[1::2], strict=True))
+
+
+def frames_of(runs: array[int], data: bytes) -> list[tuple[int, bytes]]:
     """(sequence, payload) of each frame in checked_frames' bytes, cut as its runs say."""
     out, pos = [], 0
-    for count, length in runs:
+    for count, length in pairs(runs):
         for _ in range(count):
             size, sequence = struct.unpack_from("<IQ", data, pos)
             assert size == length
@@ -113,14 +123,18 @@ async def test_checked_frames_give_the_segments_bytes_for_records_read_before_ru
     sizes = [90] * 300 + [40] * 200 + [90] * 300  # a run broken by another size
     store, offsets = await log_store(tmp_path, [b"%05d" % n + b"x" * k for n, k in enumerate(sizes)])
     try:
-        assert store.checked_frames(offsets[0], 800, 1 << 30) == ([], b"", 800)  # nothing read yet: none checked
+        assert store.checked_frames(offsets[0], 800, 1 << 30) == (
+            array("I"),
+            b"",
+            800,
+        )  # nothing read yet: none checked
         payloads = store.read_payloads(offsets)
         runs, data, _ = store.checked_frames(offsets[100], 600, 1 << 30)
         length90, length40 = len(payloads[0]), len(payloads[300])  # type: ignore[arg-type]
-        assert runs == [(200, length90), (200, length40), (200, length90)]  # to the count asked for, mid-run
+        assert pairs(runs) == [(200, length90), (200, length40), (200, length90)]  # to the count asked for, mid-run
         assert frames_of(runs, data) == list(zip(offsets[100:700], payloads[100:700], strict=True))
         # a budget in bytes stops it after the frame that reaches it
-        assert store.checked_frames(offsets[1], 800, 10 * (HEADER_SIZE + length90) + 1)[0] == [(11, length90)]
+        assert pairs(store.checked_frames(offsets[1], 800, 10 * (HEADER_SIZE + length90) + 1)[0]) == [(11, length90)]
     finally:
         await store.close()
 
@@ -139,7 +153,7 @@ async def test_checked_frames_stop_before_a_record_that_failed_its_checks(tmp_pa
         got = [sequence for sequence, _ in frames_of(runs, data)]
         assert got == offsets[1 : 1 + len(got)]
         assert 99 <= len(got) <= 199  # those read before, never the damaged one nor past it
-        assert store.checked_frames(offsets[200], 100, 1 << 30)[:2] == ([], b"")
+        assert store.checked_frames(offsets[200], 100, 1 << 30)[:2] == (array("I"), b"")
     finally:
         await store.close()
 
@@ -205,7 +219,7 @@ async def test_a_stretch_of_records_of_many_sizes_read_once_is_given_as_frames_w
         assert frames_of(runs, data) == list(zip(offsets[1:], first[1:], strict=True))
         # a budget in bytes stops it after the frame that reaches it
         few = store.checked_frames(offsets[10], 2000, 1_000)[0]
-        assert sum(count for count, _ in few) == next(
+        assert sum(few[0::2]) == next(
             k
             for k in range(1, 2000)
             if sum(HEADER_SIZE + len(p) for p in first[10 : 10 + k]) >= 1_000  # type: ignore[arg-type]
@@ -230,7 +244,7 @@ async def test_records_checked_before_a_restart_are_checked_again_after_it_and_d
     store = MessageStore(tmp_path, fsync="none")
     await store.open()
     try:
-        assert store.checked_frames(offsets[1], 399, 1 << 30)[:2] == ([], b"")  # nothing trusted after recovery
+        assert store.checked_frames(offsets[1], 399, 1 << 30)[:2] == (array("I"), b"")  # nothing trusted after recovery
         payloads = store.read_payloads(offsets)
         assert payloads[200] is None and None not in payloads[:200]
         for first in (1, 150, 199, 200, 201):
@@ -278,3 +292,44 @@ def test_stretches_are_bounded_in_records_over_every_segment_of_the_process() ->
         gc.collect()
         two.add_stretch(1_000, 0, lengths)
         assert two.stretch(599) is not None
+
+
+@pytest.mark.parametrize(
+    "bodies", [[b"%05d" % n + b"s" * 95 for n in range(3000)], varied(3000)], ids=["one size", "many sizes"]
+)
+async def test_records_this_store_wrote_are_read_the_first_time_without_hashing_each(
+    tmp_path: Path, bodies: list[bytes]
+) -> None:
+    """What the writer wrote and fsynced is noted as checked when its batch is done: the first read of it
+    by the same store cuts the payloads out (as a repeat read does) and gives them as checked frames."""
+    store, offsets = await log_store(tmp_path, bodies, restart=False)
+    calls, counting = counting_hashes()
+    try:
+        with counting:  # type: ignore[attr-defined]
+            runs, data, _ = store.checked_frames(offsets[0], 3000, 1 << 30)
+            payloads = [p for i in range(0, 3000, 256) for p in store.read_payloads(offsets[i : i + 256])]
+    finally:
+        await store.close()
+    assert [decode_record(p)[2].body for p in payloads] == bodies  # type: ignore[arg-type]
+    assert frames_of(runs, data) == list(zip(offsets, payloads, strict=True))
+    assert calls[0] < 3000 // 50  # a frame or two per read (where the general walk starts), not each record
+
+
+async def test_records_this_store_wrote_and_damaged_on_disk_before_a_restart_are_caught_after_it(
+    tmp_path: Path,
+) -> None:
+    store, offsets = await log_store(tmp_path, varied(400), restart=False)
+    assert store.checked_frames(offsets[0], 400, 1 << 30)[0]  # noted as checked when written
+    await store.close()
+    (segment_file,) = (tmp_path / "segments").glob("*.seg")
+    raw = bytearray(segment_file.read_bytes())
+    raw[raw.index(b"00200")] ^= 0xFF  # record 200's payload no longer matches its checksum
+    segment_file.write_bytes(bytes(raw))
+    store = MessageStore(tmp_path, fsync="none")
+    await store.open()
+    try:
+        assert store.checked_frames(offsets[0], 400, 1 << 30)[:2] == (array("I"), b"")
+        payloads = store.read_payloads(offsets)
+        assert payloads[200] is None and None not in payloads[:200] and None not in payloads[201:]
+    finally:
+        await store.close()

@@ -46,6 +46,15 @@ async def recover(path: Path, segment_size: int = 1 << 20) -> tuple[MessageStore
     return store, await store.open()
 
 
+async def reopened(store: MessageStore, path: Path) -> MessageStore:
+    """`store` closed and opened again: what a store wrote itself counts as checked until it closes
+    (store/checked_runs.py), so damage made on disk under it afterwards is found by a store that did not."""
+    await store.close()
+    again = MessageStore(path, fsync="none")
+    await again.open()
+    return again
+
+
 def frames(segment: Path) -> list[tuple[int, int, int]]:
     """(offset, start, end) of every record in a segment file."""
     data = segment.read_bytes()
@@ -262,7 +271,7 @@ async def test_a_damaged_record_among_records_of_one_size_is_none_and_the_others
     qid = store.put_queue("/", "q", False, {})
     alike = [MessageRecord("ex", "rk", b"props", b"body-%03d" % i, 1000 + i) for i in range(200)]
     offsets = [store.append(r, [qid]) for r in alike]
-    await store.flush()
+    store = await reopened(store, tmp_path)
     _, start, _ = frames(only_segment(tmp_path))[150]
     flip_byte(only_segment(tmp_path), start + {"payload": HEADER_SIZE + 30, "header check": 21, "sequence": 5}[where])
     try:
@@ -278,7 +287,7 @@ async def test_read_payloads_are_the_records_as_stored_and_none_for_a_damaged_on
     await store.open()
     qid = store.put_queue("/", "q", False, {})
     offsets = [store.append(record(i), [qid]) for i in range(N)]
-    await store.flush()
+    store = await reopened(store, tmp_path)
     _, start, _ = frames(only_segment(tmp_path))[7]
     flip_byte(only_segment(tmp_path), start + HEADER_SIZE + 30)  # record 7's payload fails its checksum
     payloads = store.read_payloads(offsets)

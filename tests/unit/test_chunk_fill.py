@@ -19,8 +19,18 @@ from amqpd.broker.streams.stream import StreamQueue
 from amqpd.spark.chunk_rows import chunk_batch
 from amqpd.spark.wire import Chunks
 from store import segment
+from store.segment_log import SegmentLog
 
 COUNT = 3_000
+
+
+async def published_as_before_a_restart(setup: Setup, c: ClientChannel, bodies: list[bytes]) -> None:
+    """Publish `bodies` to stream "s" and let the store write them, without it noting what it wrote as
+    checked: as a broker finds them after a restart, where its first read checks every record."""
+    with patch.object(SegmentLog, "written", lambda self, batch: None):
+        for body in bodies:
+            c.publish("", "s", body)
+        await setup.settle()
 
 
 def varied_bodies() -> list[bytes]:
@@ -63,9 +73,7 @@ def test_a_first_read_of_varied_sizes_takes_each_record_from_the_log_once(layout
         c = ClientChannel(setup.broker)
         c.declare_queue("s", durable=True, arguments={"x-queue-type": "stream"})
         bodies = varied_bodies()
-        for body in bodies:
-            c.publish("", "s", body)
-        await setup.settle()
+        await published_as_before_a_restart(setup, c, bodies)
         stream = setup.broker.vhosts["/"].queues["s"]
         assert isinstance(stream, StreamQueue)
         taken = 0
@@ -109,9 +117,7 @@ def test_a_repeat_read_goes_out_as_checked_frames_without_hashing_them_again(siz
         c = ClientChannel(setup.broker)
         c.declare_queue("s", durable=True, arguments={"x-queue-type": "stream"})
         bodies = [b"%05d" % n + b"b" * 95 for n in range(COUNT)] if sizes == "one size" else varied_bodies()
-        for body in bodies:
-            c.publish("", "s", body)
-        await setup.settle()
+        await published_as_before_a_restart(setup, c, bodies)
         hashed, read_one_by_one = [0], [0]
         real_hash, real_checked = segment.xxh3_64_intdigest, setup.store.checked_records
 
@@ -136,6 +142,46 @@ def test_a_repeat_read_goes_out_as_checked_frames_without_hashing_them_again(siz
         assert first[0] >= COUNT  # the first read checked every record
         assert hashed[0] - first[0] < COUNT // 50  # the repeat read: a frame or two a read step at most
         assert read_one_by_one[0] - first[1] == 0  # and as the segment's frames, not record by record
+
+    async def main() -> None:
+        async with broker_on_disk() as setup:
+            await scenario(setup)
+
+    anyio.run(main)
+
+
+@pytest.mark.parametrize("sizes", ["one size", "many sizes"])
+def test_a_first_read_after_publishing_goes_out_as_checked_frames_without_hashing(sizes: str) -> None:
+    """Records this broker wrote and fsynced count as checked (store/checked_runs.py): the first consumer
+    after the publishers gets them as the segment's frames, as a repeat read does, without a check each."""
+
+    async def scenario(setup: Setup) -> None:
+        c = ClientChannel(setup.broker)
+        c.declare_queue("s", durable=True, arguments={"x-queue-type": "stream"})
+        bodies = [b"%05d" % n + b"b" * 95 for n in range(COUNT)] if sizes == "one size" else varied_bodies()
+        for body in bodies:
+            c.publish("", "s", body)
+        await setup.settle()
+        hashed, read_one_by_one = [0], [0]
+        real_hash, real_checked = segment.xxh3_64_intdigest, setup.store.checked_records
+
+        def hash_counted(data: bytes) -> int:
+            hashed[0] += 1
+            return real_hash(data)
+
+        def checked_counted(offset: int, count: int, budget: int) -> tuple[list[int], bytes]:
+            got = real_checked(offset, count, budget)
+            read_one_by_one[0] += len(got[0])
+            return got
+
+        setup.store.checked_records = checked_counted  # type: ignore[method-assign]
+        c.call(commands.Basic.Qos(prefetch_count=1000))
+        with patch.object(segment, "xxh3_64_intdigest", hash_counted):
+            c.consume(
+                "s", "first", arguments={"x-stream-offset": "first", "x-amqpd-chunk": 5_000, "x-amqpd-chunk-layout": 3}
+            )
+            assert await read_all(setup, c, 3) == list(enumerate(bodies))
+        assert hashed[0] < COUNT // 50 and read_one_by_one[0] == 0
 
     async def main() -> None:
         async with broker_on_disk() as setup:

@@ -34,6 +34,7 @@ from amqpd.config import Settings
 from amqpd.session.connection import Session
 from store import MessageRecord, MessageStore, segment
 from store.record_codec import encode_record
+from store.segment_log import SegmentLog
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 _FRAME = struct.Struct(">BHI")
@@ -248,9 +249,11 @@ def test_a_record_damaged_on_disk_is_skipped_by_both_paths_and_its_offset_stays_
     async def scenario(store: MessageStore | None) -> None:
         assert store is not None
         broker, pub = stream_session(store, 131072)
-        for n in range(10):
-            pub.feed(publish_frames(1, "", "s", b"body-%d-" % n + b"z" * 50, headers={"n": n}))
-        await settle(store)
+        # as after a restart: the store has not noted what it wrote as checked (store/checked_runs.py)
+        with patch.object(SegmentLog, "written", lambda self, batch: None):
+            for n in range(10):
+                pub.feed(publish_frames(1, "", "s", b"body-%d-" % n + b"z" * 50, headers={"n": n}))
+            await settle(store)
         segment = next(iter(store._layout.segments.glob("*.seg")))  # noqa: SLF001 - damage a record by hand
         raw = bytearray(segment.read_bytes())
         raw[raw.index(b"body-5-") + 10] ^= 0xFF

@@ -283,13 +283,12 @@ def _fill_runs(log: StreamLog, fill: ChunkFill, end: int) -> None:
         fill.step = _next_step(fill.size, fill.at - fill.start)
 
 
-def _add_frames(fill: ChunkFill, frames: list[tuple[int, int]]) -> int:
-    """Runs of checked frames (count, payload length), each with the frame header as its gap, in bulk (a
-    stretch of frames of many sizes is a run a frame): how many records they hold."""
-    fields = array("I", chain.from_iterable(frames))
-    runs = _ONE_FRAME * len(frames)
-    runs[0::3] = counts = fields[0::2]
-    runs[2::3] = fields[1::2]
+def _add_frames(fill: ChunkFill, frames: array[int]) -> int:
+    """Runs of checked frames (count, payload length, one after the other), each with the frame header as
+    its gap, in bulk (a stretch of frames of many sizes is a run a frame): how many records they hold."""
+    runs = _ONE_FRAME * (len(frames) // 2)
+    runs[0::3] = counts = frames[0::2]
+    runs[2::3] = frames[1::2]
     fill.runs += runs
     return sum(counts)
 

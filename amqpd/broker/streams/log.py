@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from array import array
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -73,11 +74,12 @@ class StreamLog(Protocol):
         read cache (a few records among others read_frames gives)."""
         ...
 
-    def read_frames(self, start: int, limit: int, budget: int) -> tuple[list[tuple[int, int]], bytes, int]:
+    def read_frames(self, start: int, limit: int, budget: int) -> tuple[array[int], bytes, int]:
         """Committed records from `start` (already clipped to the first kept), at most `limit` and about
         `budget` bytes, as their store frames' bytes (headers and all) as far as a read has checked them
-        before (store/checked_runs.py): ([(frames, payload length) of each run], the bytes, 0); ([], b"",
-        how many from `start` on are not in a checked run) when the first is not (read_raw them)."""
+        before (store/checked_runs.py): (frames, payload length of each run, one after the other; the bytes;
+        0); (empty, b"", how many from `start` on are not in a checked run) when the first is not (read_raw
+        them)."""
         ...
 
     def read_checked(self, start: int, limit: int, budget: int) -> tuple[list[int], bytes]:
@@ -146,8 +148,8 @@ class MemoryLog:
         start = max(start, self.first)
         return start, [encode_record(0, record, []) for _, record in self.read(start, limit)]
 
-    def read_frames(self, start: int, limit: int, budget: int) -> tuple[list[tuple[int, int]], bytes, int]:
-        return [], b"", limit  # no frames: the messages themselves
+    def read_frames(self, start: int, limit: int, budget: int) -> tuple[array[int], bytes, int]:
+        return array("I"), b"", limit  # no frames: the messages themselves
 
     def read_checked(self, start: int, limit: int, budget: int) -> tuple[list[int], bytes]:
         return [], b""  # nothing to check: read_raw
@@ -267,7 +269,7 @@ RAW_CACHE_BYTES = 4 << 20
 RECORD_OVERHEAD = 100  # bytes a cached record costs beyond its payload
 FRAMES_CACHE_BYTES = 16 << 20  # read_frames answers kept: whole chunks, which their readers ask for again
 FRAMES_KEPT = 64  # read_frames answers kept (bounded in bytes by FRAMES_CACHE_BYTES too)
-Frames = tuple[list[tuple[int, int]], bytes, int]
+Frames = tuple["array[int]", bytes, int]
 
 
 def payload_bytes(payloads: list[bytes | None]) -> int:
@@ -428,11 +430,11 @@ class StoreLog:
         self._read_on(at)
         return start, payloads
 
-    def read_frames(self, start: int, limit: int, budget: int) -> tuple[list[tuple[int, int]], bytes, int]:
+    def read_frames(self, start: int, limit: int, budget: int) -> tuple[array[int], bytes, int]:
         """As the store's read worker found them (ReadPending until it has: ask again then)."""
         first_store, count = self._runs.consecutive(start, min(self.committed, start + limit))
         if count <= 0:
-            return [], b"", 1
+            return array("I"), b"", 1
         key = (first_store, count, budget)
         found = self._frames.get(key)
         if found is not None:

@@ -6,8 +6,10 @@ only in memory (`SegmentLog.volatile`) and is gone after a restart; had the ack 
 next batch, or as a checkpoint that no longer lists the message), a confirmed message would be in neither
 queue. So the acks of a failed batch, for records that are on disk, are held back: their messages stay
 referenced (their segments are kept) and listed in checkpoints under the queue that acked them, and the
-acks are written only once no queue holds a record of that failure any more. A restart before that brings
-the message back in the queue it was moved from: at-least-once, as for any ack a crash takes back.
+acks are written only once no queue holds a record of that failure any more (nor of a later failure that
+acked one of its records: the message may have moved on, again in a batch that failed). A restart before
+that brings the message back in the queue it was moved from: at-least-once, as for any ack a crash takes
+back.
 """
 
 from __future__ import annotations
@@ -39,8 +41,11 @@ class HeldAcks:
         failed.append((start, end))
         held: list[tuple[int, int]] = []
         carried = bytearray()
+        moved: set[int] = set()  # records of earlier failures that these entries ack
         for kind, queue_id, offset in ack_log.ENTRY.iter_unpack(entries):
             if any(s <= offset < e for s, e in failed):
+                if kind == ack_log.ACKED:
+                    moved.add(offset)
                 continue  # a record that never reached the disk: nothing to ack or mark there
             if kind == ack_log.ACKED:
                 held.append((queue_id, offset))
@@ -49,8 +54,20 @@ class HeldAcks:
         # Failures whose acks were handed to the batch that failed: those acks are among `entries`, and
         # their records were held by no queue any more, so no later ack can name them.
         self.failures = [f for f in self.failures if f.released_in is None]
+        self._wait_for(moved, volatile)
         self.failures.append(Failure(start, end, volatile, held))
         return held, bytes(carried)
+
+    def _wait_for(self, moved: set[int], volatile: list[int]) -> None:
+        """An earlier failure whose records this failed batch acked waits for this one's records too: an
+        ack there may have moved its message on (dead-lettered again) into a record that is only in memory
+        now, and writing the earlier failure's held acks once its own records are gone would leave that
+        confirmed message in no queue after a restart."""
+        if not moved:
+            return
+        for failure in self.failures:
+            if not moved.isdisjoint(failure.volatile):
+                failure.volatile = failure.volatile + volatile  # later offsets: the list stays in order
 
     def due(self, volatile: Container[int], batch_number: int) -> list[tuple[int, int]]:
         """The held acks whose failure's records no queue holds any more, handed to batch `batch_number`."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
@@ -79,7 +80,7 @@ class Channel(Deliveries):
         # deliveries
         self.last_tag = 0  # the delivery tag given last; basic.deliver and basic.get-ok count from 1
         self.unacked = Outstanding()  # by tag, queues' and streams'; it keeps every unacked count (unacked.py)
-        self.unacked.on_first = partial(broker.connections.watch_unacked, self)
+        self.unacked.on_first = _unacked_watch(broker.connections, self)
         # None: acks resume deliveries at once; else the session will once the acks it is reading end, and
         # True says some did (Session._resume_acked).
         self.resume_after_acks: bool | None = None
@@ -610,3 +611,17 @@ _HANDLERS: dict[type, Callable[[Channel, Any], None]] = {
     commands.Tx.Commit: Channel.tx_commit,
     commands.Tx.Rollback: Channel.tx_rollback,
 }
+
+
+def _unacked_watch(connections: Any, channel: Channel) -> Callable[[], None]:
+    """What the channel's unacked table calls on its first delivery (the ack-timeout check's watch list). It
+    holds the channel weakly: the channel holds the table, and a cycle through it would keep a closed
+    connection until the next full collection instead of freeing it at once."""
+    ref = weakref.ref(channel)
+
+    def watch() -> None:
+        ch = ref()
+        if ch is not None:
+            connections.watch_unacked(ch)
+
+    return watch

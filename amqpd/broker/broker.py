@@ -250,6 +250,12 @@ def _bodies_read(
     done: Callable[[list[Message]], None],
 ) -> None:
     """Paged-out bodies read back: set them; `done` gets those the store could not give back (damaged)."""
+    done(_set_bodies(records, offsets, msgs))
+
+
+def _set_bodies(records: list[MessageRecord | None], offsets: list[int], msgs: dict[int, Message]) -> list[Message]:
+    """The bodies read back for these store offsets set on their messages still paged out; those the store
+    could not give back (damaged) are returned."""
     lost = []
     for offset, record in zip(offsets, records, strict=True):
         msg = msgs[offset]
@@ -258,7 +264,7 @@ def _bodies_read(
                 lost.append(msg)
             else:
                 msg.body = bytes(record.body)
-    done(lost)
+    return lost
 
 
 class HeldTimer:
@@ -581,15 +587,7 @@ class Broker:
         if store is None or not by_offset:
             return []
         offsets = sorted(by_offset)
-        lost = []
-        for offset, record in zip(offsets, await store.in_reader(store.read_many, offsets), strict=True):
-            msg = by_offset[offset]
-            if msg.body is None:
-                if record is None:
-                    lost.append(msg)
-                else:
-                    msg.body = bytes(record.body)
-        return lost
+        return _set_bodies(await store.in_reader(store.read_many, offsets), offsets, by_offset)
 
     async def ready_to_take(self, queue: Queue) -> None:
         """Wait until taking the queue's head will not read the disk on the loop: a backlog's next batch,

@@ -139,14 +139,19 @@ async def test_checked_frames_give_the_segments_bytes_for_records_read_before_ru
         await store.close()
 
 
+def damage_record_200(data_dir: Path) -> None:
+    """Flip a byte of record 200's payload in the store's one segment: it no longer matches its checksum."""
+    (segment_file,) = (data_dir / "segments").glob("*.seg")
+    raw = bytearray(segment_file.read_bytes())
+    raw[raw.index(b"00200")] ^= 0xFF
+    segment_file.write_bytes(bytes(raw))
+
+
 async def test_checked_frames_stop_before_a_record_that_failed_its_checks(tmp_path: Path) -> None:
     store, offsets = await log_store(tmp_path, [b"%05d" % n + b"y" * 90 for n in range(300)])
     try:
         store.read_payloads(offsets[:100])  # records 0 … 99 checked
-        (segment_file,) = (tmp_path / "segments").glob("*.seg")
-        raw = bytearray(segment_file.read_bytes())
-        raw[raw.index(b"00200")] ^= 0xFF  # record 200's payload no longer matches its checksum
-        segment_file.write_bytes(bytes(raw))
+        damage_record_200(tmp_path)
         payloads = store.read_payloads(offsets)
         assert payloads[200] is None
         runs, data, _ = store.checked_frames(offsets[1], 299, 1 << 30)  # (a read's first frame is checked alone)
@@ -187,10 +192,7 @@ async def test_checked_records_never_give_a_record_damaged_on_disk_nor_any_after
     reads on from there one record at a time, which skips it), never its bytes nor any after it."""
     store, offsets = await log_store(tmp_path, varied(400))
     try:
-        (segment_file,) = (tmp_path / "segments").glob("*.seg")
-        raw = bytearray(segment_file.read_bytes())
-        raw[raw.index(b"00200")] ^= 0xFF  # record 200's payload no longer matches its checksum
-        segment_file.write_bytes(bytes(raw))
+        damage_record_200(tmp_path)
         assert store.checked_records(offsets[0], 200, 1 << 30)[0] == [
             len(p) for p in store.read_payloads(offsets[:200])
         ]  # type: ignore[arg-type]
@@ -237,10 +239,7 @@ async def test_records_checked_before_a_restart_are_checked_again_after_it_and_d
     assert None not in store.read_payloads(offsets)
     assert store.checked_frames(offsets[1], 399, 1 << 30)[0]  # a stretch before the restart
     await store.close()
-    (segment_file,) = (tmp_path / "segments").glob("*.seg")
-    raw = bytearray(segment_file.read_bytes())
-    raw[raw.index(b"00200")] ^= 0xFF  # record 200's payload no longer matches its checksum
-    segment_file.write_bytes(bytes(raw))
+    damage_record_200(tmp_path)
     store = MessageStore(tmp_path, fsync="none")
     await store.open()
     try:
@@ -321,10 +320,7 @@ async def test_records_this_store_wrote_and_damaged_on_disk_before_a_restart_are
     store, offsets = await log_store(tmp_path, varied(400), restart=False)
     assert store.checked_frames(offsets[0], 400, 1 << 30)[0]  # noted as checked when written
     await store.close()
-    (segment_file,) = (tmp_path / "segments").glob("*.seg")
-    raw = bytearray(segment_file.read_bytes())
-    raw[raw.index(b"00200")] ^= 0xFF  # record 200's payload no longer matches its checksum
-    segment_file.write_bytes(bytes(raw))
+    damage_record_200(tmp_path)
     store = MessageStore(tmp_path, fsync="none")
     await store.open()
     try:

@@ -357,6 +357,17 @@ def test_a_paged_out_message_damaged_on_disk_is_dropped_without_a_read_on_the_lo
         run(scenario)
 
 
+async def payloads_shown(broker: Broker, vhost: Any, action: str) -> list[bytes]:
+    """The payloads of the queue "q" as the HTTP API's get (requeued) or peek shows them."""
+    if action == "get":
+        fetched = await operations.get(broker, vhost, "q", PAGED, "ack_requeue_true")
+        shown = [operations.message_json(broker, f.entry, f.message_count, "auto", None) for f in fetched]
+    else:
+        entries = await operations.peek(broker, vhost, "q", PAGED)
+        shown = [operations.message_json(broker, e, PAGED, "auto", None) for e in entries]
+    return [m["payload"].encode() for m in shown]
+
+
 @pytest.mark.parametrize("kind", ["priority", "x-max-length-bytes"])
 @pytest.mark.parametrize("action", ["get", "peek"])
 def test_the_http_apis_get_and_peek_leave_out_a_paged_out_message_damaged_on_disk(kind: str, action: str) -> None:
@@ -370,13 +381,7 @@ def test_the_http_apis_get_and_peek_leave_out_a_paged_out_message_damaged_on_dis
         setup.start_counting()
         broker, vhost = setup.broker, setup.broker.vhosts["/"]
         expected = [b for n, b in enumerate(paged_bodies()) if n != DAMAGED]
-        if action == "get":
-            fetched = await operations.get(broker, vhost, "q", PAGED, "ack_requeue_true")
-            shown = [operations.message_json(broker, f.entry, f.message_count, "auto", None) for f in fetched]
-        else:
-            entries = await operations.peek(broker, vhost, "q", PAGED)
-            shown = [operations.message_json(broker, e, PAGED, "auto", None) for e in entries]
-        assert [m["payload"].encode() for m in shown] == expected
+        assert await payloads_shown(broker, vhost, action) == expected
         setup.assert_read_off_the_loop()
         c = ClientChannel(broker)
         c.call(commands.Basic.Qos(prefetch_count=1000))
@@ -437,13 +442,7 @@ def test_the_http_apis_get_and_peek_read_paged_out_bodies_off_the_event_loop(kin
         await setup.settle()
         setup.start_counting()
         broker, vhost = setup.broker, setup.broker.vhosts["/"]
-        if action == "get":
-            fetched = await operations.get(broker, vhost, "q", PAGED, "ack_requeue_true")
-            shown = [operations.message_json(broker, f.entry, f.message_count, "auto", None) for f in fetched]
-        else:
-            entries = await operations.peek(broker, vhost, "q", PAGED)
-            shown = [operations.message_json(broker, e, PAGED, "auto", None) for e in entries]
-        assert [m["payload"].encode() for m in shown] == paged_bodies()
+        assert await payloads_shown(broker, vhost, action) == paged_bodies()
         setup.assert_read_off_the_loop()
 
     with patch.object(Queue, "PAGE_WINDOW", 8):

@@ -178,10 +178,25 @@ def _names(data: bytes | bytearray, starts: np.ndarray, lengths: np.ndarray) -> 
     """The exchange or routing key column; built once when every row has the same name, as in a stream
     written by one publisher (the lengths are compared first: that check costs little when it fails)."""
     width = int(lengths[0]) if len(lengths) else 0
-    if len(lengths) and (lengths == width).all() and (not width or _same_bytes(data, starts, width)):
-        first = int(starts[0])
+    if not len(lengths) or not (lengths == width).all():
+        return _strings(data, starts, lengths)
+    first, last = int(starts[0]), int(starts[-1])
+    if not width or (data[first : first + width] == data[last : last + width] and _same_bytes(data, starts, width)):
         return _repeat(data[first : first + width], len(lengths))
-    return _strings(data, starts, lengths)
+    return _fixed_strings(data, starts, width)
+
+
+def _fixed_strings(data: bytes | bytearray, starts: np.ndarray, width: int) -> pa.Array:
+    """Strings of one length (ids an application formats alike) with one fixed-width gather, as _fixed_binary;
+    unless they are all ASCII, through _strings, which decodes what is not UTF-8 as the per-message path."""
+    n = len(starts)
+    if n * width >= 1 << 31:
+        return _strings(data, starts, np.full(n, width))
+    values = _loads(data, f"V{width}")[starts]
+    if not (values.view(np.uint8) < 0x80).all():
+        return _strings(data, starts, np.full(n, width))
+    offsets = np.arange(n + 1, dtype=np.int32) * np.int32(width)
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(values)])
 
 
 def _bodies(data: bytes | bytearray, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
@@ -380,9 +395,37 @@ class _Walk:
     def __init__(self, data: bytes | bytearray, at: np.ndarray, limit: np.ndarray, n: int, rows: np.ndarray) -> None:
         self.data, self.n, self.rows = data, n, rows
         flags = _loads(data, ">u2")[at].astype(np.int64)
-        pos = at + 2
         self.found: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self.tables = np.zeros((len(rows), 2), np.int64)
+        if len(flags) and (flags == flags[0]).all():
+            self._uniform(int(flags[0]), at + 2, limit)
+        else:
+            self._mixed(flags, at + 2, limit)
+
+    def _uniform(self, flags: int, pos: np.ndarray, limit: np.ndarray) -> None:
+        """Every row has the same properties (one publisher's messages): no per-row masks, and positions only
+        grow, so one check at the end finds a walk past a row's end (the loads are kept inside it)."""
+        data, last, every = self.data, limit - 1, np.ones(len(pos), bool)
+        for flag, kind in _LAYOUT:
+            if not flags & flag:
+                continue
+            if kind == "octet":
+                pos = pos + 1
+            elif kind == "table":
+                end = pos + 4 + _loads(data, ">u4")[np.minimum(pos, last)].astype(np.int64)
+                self.tables[:, 0], self.tables[:, 1] = pos, end
+                pos = end
+            else:
+                length = np.frombuffer(data, np.uint8)[np.minimum(pos, last)].astype(np.int64)
+                if kind != "shortstr":
+                    self.found[kind] = (every, pos + 1, length)
+                pos = pos + 1 + length
+        if (pos > limit).any():
+            raise BrokerError("a chunk delivery with a record whose properties run past its end")
+
+    def _mixed(self, flags: np.ndarray, pos: np.ndarray, limit: np.ndarray) -> None:
+        """Rows with different properties: each step moves only the rows that have that property."""
+        data = self.data
         octets = np.frombuffer(data, np.uint8)
         for flag, kind in _LAYOUT:
             has = (flags & flag) != 0

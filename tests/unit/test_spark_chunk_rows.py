@@ -330,3 +330,69 @@ def test_a_property_list_that_runs_past_its_record_is_an_error() -> None:
     chunks.add(encode_chunk([encode_record(1, MessageRecord("", "s", bytes(props), b"x", 1), [])]), 0, 1)
     with pytest.raises(BrokerError, match="properties run past"):
         chunk_batch("s", chunks, include_headers=False)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    keys=st.sets(st.sampled_from(["content_type", "headers", "delivery_mode", "correlation_id", "message_id"])),
+    rows=st.lists(
+        st.tuples(st.sampled_from(["web", "mobile", "batch"]), st.binary(max_size=300), st.booleans()),
+        min_size=1,
+        max_size=40,
+    ),
+    prefix=st.sampled_from(["", "msg-", "é-"]),
+    ids=st.data(),
+    one_value=st.booleans(),
+    not_utf8=st.booleans(),
+    with_headers=st.booleans(),
+)
+def test_rows_with_the_same_properties_and_ids_of_one_length_read_as_one_by_one(
+    keys: set[str],
+    rows: list[tuple[str, bytes, bool]],
+    prefix: str,
+    ids: st.DataObject,
+    one_value: bool,
+    not_utf8: bool,
+    with_headers: bool,
+) -> None:
+    """Real traffic from one publisher: every row has the same properties (one walk without per-row steps)
+    with ids of one byte length (one fixed-width copy), the same or different values, headers of several
+    sizes; each column must equal the rows decoded one by one."""
+    width = ids.draw(st.integers(1, 12))
+    tail = st.text(alphabet="0123456789abcdef", min_size=width, max_size=width)
+    message_ids = [prefix + t for t in ids.draw(st.lists(tail, min_size=len(rows), max_size=len(rows)))]
+    if one_value:
+        message_ids = [message_ids[0]] * len(rows)
+    payloads: list[bytes | None] = []
+    for i, ((source, body, skipped), message_id) in enumerate(zip(rows, message_ids, strict=True)):
+        if skipped and i:
+            payloads.append(None)  # a damaged record: its offset is skipped
+            continue
+        values = {
+            "content_type": "application/json",
+            "headers": {"source": source},
+            "delivery_mode": 2,
+            "correlation_id": message_id[::-1],
+            "message_id": message_id,
+        }
+        props = header_payload(0, **{k: v for k, v in values.items() if k in keys})
+        if not_utf8:  # é becomes two bytes that are not UTF-8 (the length is kept)
+            props = props.replace("é".encode(), b"\xff\xfe")
+        payloads.append(encode_record(i, MessageRecord("", "s", props, body, 1_700_000_000_000 + i), []))
+    chunks = Chunks(1 << 62)
+    chunks.add(encode_chunk(payloads), 0, len(payloads))
+    got = chunk_batch("s", chunks, with_headers)
+    expected = one_by_one(payloads, 0, 1 << 62, with_headers)
+    assert got.to_pydict() == expected.to_pydict()
+    assert got.equals(expected)
+
+
+def test_a_property_list_that_runs_past_its_record_among_rows_of_other_properties_is_an_error() -> None:
+    plain = header_payload(0, content_type="text/plain")
+    props = bytearray(header_payload(0, content_type="text/plain", message_id="m-1"))
+    props[14] = 200  # the content type's length now runs past the message id and the record's end
+    records = [encode_record(i, MessageRecord("", "s", p, b"x", 1), []) for i, p in enumerate([plain, bytes(props)])]
+    chunks = Chunks(1 << 62)
+    chunks.add(encode_chunk(records), 0, 2)
+    with pytest.raises(BrokerError, match="properties run past"):
+        chunk_batch("s", chunks, include_headers=False)

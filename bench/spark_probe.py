@@ -40,14 +40,16 @@ from bench.spark import STREAM, fill, fill_real, local_session
 _CACHE: dict[str, list] = {}  # per Python worker (Spark reuses them): the batches built from the capture
 
 
-def capture(path: Path, messages: int, size: int, traffic: str) -> None:
+def capture(path: Path, messages: int, size: int, traffic: str, batch_rows: int = 32_768) -> None:
     """The chunk deliveries of one read of `messages` messages, as StreamReader yields them, pickled."""
     with BrokerProcess() as broker:
         if traffic == "real":
             fill_real(broker.url, STREAM, messages)
         else:
             fill(broker.url, messages, size)
-        reader = StreamReader(Endpoint.parse(broker.url), STREAM, 0, messages, with_headers=False)
+        reader = StreamReader(
+            Endpoint.parse(broker.url), STREAM, 0, messages, with_headers=False, batch_rows=batch_rows
+        )
         got = [c for c in reader.batches() if isinstance(c, Chunks)]  # each body with its layout
     path.write_bytes(pickle.dumps(got))
 
@@ -147,6 +149,7 @@ def main() -> None:
     parser.add_argument("--modes", default="floor,chunks,each,slow", help="sources, each as mode[:partitions]")
     parser.add_argument("--traffic", choices=("real", "bare"), default="real", help="the messages captured")
     parser.add_argument("--drop", default="", help="columns left out of every source, comma-separated")
+    parser.add_argument("--capture-rows", type=int, default=32_768, help="the capture's rows per batch at most")
     parser.add_argument("--keep", help="the capture's file: made if missing, else read (no broker)")
     parser.add_argument("--batch", type=int, default=0, help="rows per yielded batch (0: as captured)")
     args = parser.parse_args()
@@ -156,7 +159,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-probe-") as tmp:
         path = Path(args.keep or Path(tmp) / "chunks.pickle")
         if not path.exists():
-            capture(path, args.capture, args.size, args.traffic)
+            capture(path, args.capture, args.size, args.traffic, args.capture_rows)
         spark = local_session("bench.spark_probe", dict(setting.split("=", 1) for setting in args.conf))
         spark.dataSource.register(probe_source(args.size))
         modes = args.modes.split(",")

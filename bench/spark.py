@@ -324,16 +324,22 @@ def main() -> None:
             print(f"  {name}: {rate:,.0f} rows/s{used}", flush=True)
             return rate
 
-        # The session's first job pays for the JVM's class loading and the Python workers' start (seconds):
-        # a small read first, in two partitions so that both Python workers local[2] runs are started.
-        warm = (
-            spark.read.format("amqpd")
-            .option("uri", broker.url)
-            .option("queue", STREAM)
-            .option("endingOffsets", json.dumps({STREAM: 20_000}))
-            .option("minPartitions", "2")
-        )
-        warm.load().agg(F.count("*")).collect()
+        def warm() -> None:
+            """A small read in two partitions, so that both Python workers local[2] runs are started: the
+            session's first job pays for the JVM's class loading and the workers' start (seconds), and Spark
+            stops a Python worker idle for a minute (its PythonWorkerFactory), as during a publish."""
+            (
+                spark.read.format("amqpd")
+                .option("uri", broker.url)
+                .option("queue", STREAM)
+                .option("endingOffsets", json.dumps({STREAM: 20_000}))
+                .option("minPartitions", "2")
+                .load()
+                .agg(F.count("*"))
+                .collect()
+            )
+
+        warm()
         parquet = str(Path(tmp) / "rows.parquet")
         amqpd_df(REAL).write.parquet(parquet)  # the same rows as the headline's
         spark.dataSource.register(floor_source(args.messages, args.size))
@@ -358,6 +364,7 @@ def main() -> None:
             if round_:
                 _delete(broker.url, f"{REAL}-fresh-{round_ - 1}")
             fill_real(broker.url, fresh, args.messages)
+            warm()  # the publish took long enough for Spark to stop its idle Python workers
             return Shares(broker.proc.pid)  # type: ignore[union-attr]
 
         readers = {

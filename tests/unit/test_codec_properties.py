@@ -294,6 +294,20 @@ pamqp_frames = st.one_of(
 )
 
 
+def _payloads(got: list[frames.Frame]) -> list[frames.Frame]:
+    """The frames with each body part (a large announced body's frames, filled in place) as its bytes: the
+    parts of one body follow each other in it, as the assembler reads them."""
+    read: dict[int, int] = {}  # id of a body being filled -> bytes of it taken by the parts before
+    out = []
+    for ftype, channel, payload in got:
+        if isinstance(payload, frames.BodyPart):
+            start = read.get(id(payload.body), 0)
+            read[id(payload.body)] = start + payload.size
+            payload = bytes(payload.body[start : start + payload.size])
+        out.append((ftype, channel, payload))
+    return out
+
+
 @given(st.lists(pamqp_frames, max_size=12), st.data())
 def test_frame_reader_splits_any_chunking_into_pamqps_frames(encoded: list[bytes], data: st.DataObject) -> None:
     stream = b"".join(encoded)
@@ -303,8 +317,26 @@ def test_frame_reader_splits_any_chunking_into_pamqps_frames(encoded: list[bytes
     for start, end in zip([0, *cuts], [*cuts, len(stream)], strict=True):
         got += reader.feed(stream[start:end])
     assert reader.buffered == 0
-    assert [frames.frame(t, ch, p) for t, ch, p in got] == encoded
+    assert [frames.frame(t, ch, p) for t, ch, p in _payloads(got)] == encoded
     assert [(t, ch) for t, ch, _ in got] == [(f[0], struct.unpack_from(">H", f, 1)[0]) for f in encoded]
+
+
+def test_frame_reader_fills_a_large_announced_body_in_place_at_any_cut() -> None:
+    """A header announcing a large body, then its body frames (an empty one among them) on that channel and
+    another channel's frame between them: the same frames come out wherever the stream is cut in two."""
+    encoded = [
+        pamqp.frame.marshal(header.ContentHeader(0, frames.SINK_MIN + 5, commands.Basic.Properties()), 3),
+        pamqp.frame.marshal(body.ContentBody(b""), 3),
+        pamqp.frame.marshal(body.ContentBody(b"abc"), 3),
+        pamqp.frame.marshal(commands.Basic.Ack(7, False), 2),
+        pamqp.frame.marshal(body.ContentBody(b"de"), 3),
+    ]
+    stream = b"".join(encoded)
+    for cut in range(len(stream) + 1):
+        reader = frames.FrameReader(frame_max=131072)
+        got = reader.feed(stream[:cut]) + reader.feed(stream[cut:])
+        assert any(isinstance(p, frames.BodyPart) for _, _, p in got)
+        assert [frames.frame(t, ch, p) for t, ch, p in _payloads(got)] == encoded
 
 
 @given(st.integers(4096, 10000), st.integers(0, 2**16), st.data())

@@ -11,7 +11,8 @@ class FileIO:
     """The store's I/O seam (os calls). Methods run in the writer's worker thread (and recovery's, at open),
     but for `pread`, `map` and `open_for_reads`: reading records back, in the store's read worker
     (MessageStore.in_reader) or a read-ahead worker thread; the event loop never reads
-    (tests/store/test_reads_off_loop.py)."""
+    (tests/store/test_reads_off_loop.py). Readers of a data directory outside the store (QueueLogReader,
+    recovery's load_retained) open, map and read through it too."""
 
     def pread(self, fd: int, size: int, pos: int) -> bytes:
         return os.pread(fd, size, pos)

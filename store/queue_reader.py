@@ -12,13 +12,13 @@ number, where the broker keeps its number unused: after damage the two may disag
 
 from __future__ import annotations
 
-import mmap
 import os
 import sqlite3
 import struct
 from bisect import bisect_right
 from collections.abc import Iterator
 
+from store.file_io import FileIO
 from store.frame import ScanReport, scan_frames
 from store.record_codec import decode_record
 from store.records import MessageRecord
@@ -33,8 +33,9 @@ class QueueNotFound(LookupError):
 
 
 class QueueLogReader:
-    def __init__(self, data_dir: str | os.PathLike[str], vhost: str, name: str) -> None:
+    def __init__(self, data_dir: str | os.PathLike[str], vhost: str, name: str, io: FileIO | None = None) -> None:
         self._layout = Layout(data_dir)
+        self._io = io if io is not None else FileIO()
         uri = f"file:{self._layout.catalog}?mode=ro"
         with sqlite3.connect(uri, uri=True) as db:
             row = db.execute("SELECT queue_id FROM queues WHERE vhost = ? AND name = ?", (vhost, name)).fetchone()
@@ -77,18 +78,19 @@ class QueueLogReader:
                     number += 1
 
     def _segment_records(self, base: int, from_log_offset: int) -> Iterator[tuple[MessageRecord, tuple[int, ...]]]:
+        io = self._io
         try:
-            fd = os.open(self._layout.segment(base), os.O_RDONLY)
+            fd = io.open(self._layout.segment(base), os.O_RDONLY)
         except FileNotFoundError:  # deleted by retention since we listed it
             return
         try:
             size = os.fstat(fd).st_size
             if size <= FILE_HEADER_SIZE:
                 return
-            with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as data:
+            with io.map(fd, size) as data:
                 for _pos, sequence, payload in scan_frames(data, FILE_HEADER_SIZE, size, ScanReport()):
                     if sequence >= from_log_offset:
                         _id, queue_ids, record = decode_record(payload)
                         yield record, queue_ids
         finally:
-            os.close(fd)
+            io.close(fd)

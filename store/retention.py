@@ -72,14 +72,14 @@ def load_retained(layout: Layout, base: int, interval: int, io: FileIO) -> tuple
     """(index, file size, rebuilt) of a segment recovery kept only for retention. Reads from the last index
     entry to the end (the index is sparse: its last entry need not be the newest record), or the whole
     segment when the index is missing or wrong. Damage is not repaired: nobody's messages depend on it."""
-    fd = os.open(layout.segment(base), os.O_RDONLY)
+    fd = io.open(layout.segment(base), os.O_RDONLY)
     try:
         size = os.fstat(fd).st_size
-        header_intact(os.pread(fd, FILE_HEADER_SIZE, 0), SEGMENT_MAGIC, base)  # refuses another format version
+        header_intact(io.pread(fd, FILE_HEADER_SIZE, 0), SEGMENT_MAGIC, base)  # refuses another format version
         index = load_index(layout.offset_index(base), layout.time_index(base), base, size, interval)
         if size <= FILE_HEADER_SIZE:
             return index or SegmentIndex(base, interval), size, False
-        with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as data:
+        with io.map(fd, size) as data:
             start = _last_entry_start(data, index, size) if index is not None else None
             rebuilt = start is None
             if index is None or start is None:
@@ -88,7 +88,7 @@ def load_retained(layout: Layout, base: int, interval: int, io: FileIO) -> tuple
             for pos, offset, payload in scan_frames(data, start, size, ScanReport()):
                 index.observe(offset, pos, int.from_bytes(payload[8:16], "little"))
     finally:
-        os.close(fd)
+        io.close(fd)
     if rebuilt or len(index.positions) != entries_before:
         write_index_files(layout.offset_index(base), layout.time_index(base), index, io)
     return index, size, rebuilt

@@ -203,9 +203,7 @@ class GroupCommit:
                 self._batch_done(batch)
                 await anyio.sleep(FAILURE_BACKOFF_S)
                 return
-            unwritten = self._segments.unwritten
-            for offset in range(batch.first_offset, batch.end_offset):
-                del unwritten[offset]
+            self._segments.drop_unwritten(batch)
             self._segments.written(batch)  # its frames count as checked (store/checked_runs.py)
             if self.held.failures:
                 self.held.written(batch.number)

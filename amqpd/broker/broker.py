@@ -126,8 +126,9 @@ class BrokerHooks(QueueHooks):
         store.ack_many(queue.store_id, list(map(_store_offset, msgs)))
         for msg in filter(_on_settled, msgs):  # those whose confirm waits on their acks
             msg.holders -= 1
-            if msg.holders <= 0:
-                confirm, msg.on_settled = msg.on_settled, None
+            confirm = msg.on_settled
+            if msg.holders <= 0 and confirm is not None:  # not None: filtered (for the type checker)
+                msg.on_settled = None
                 confirm()
 
     def schedule(self, delay_s: float, callback: Callable[[], None]) -> Any:

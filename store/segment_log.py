@@ -163,6 +163,23 @@ class SegmentLog:
         self.frames = batch.frames_for(active)
         return self.frames
 
+    def drop_unwritten(self, batch: Batch) -> None:
+        """The writer wrote and fsynced `batch`: its records leave `unwritten` (reads find them on disk now).
+        They are its oldest entries (records are added in offset order, and those after the batch's were
+        appended since it was sealed), so the rest are copied into a new mapping in one C loop rather than
+        the batch's deleted with a Python step each: a record is copied once, by the commit before its own."""
+        unwritten = self.unwritten
+        count = batch.end_offset - batch.first_offset
+        if not count:  # acks only
+            return
+        if len(unwritten) == count:
+            unwritten.clear()
+        elif next(iter(unwritten), None) == batch.first_offset:
+            self.unwritten = dict(itertools.islice(unwritten.items(), count, None))
+        else:  # not the oldest (never seen): one by one, as a KeyError would say if they were not there
+            for offset in range(batch.first_offset, batch.end_offset):
+                del unwritten[offset]
+
     def written(self, batch: Batch) -> None:
         """The writer wrote and fsynced `batch`: its frames are noted as checked (store/checked_runs.py), so
         that a first read of them cuts the payloads out as a repeat read does. They are the bytes this

@@ -8,6 +8,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from functools import partial
+from operator import attrgetter
 from typing import Any
 
 from amqpd import errors
@@ -73,6 +74,10 @@ class Countdown:
             self.fn()
 
 
+_store_offset = attrgetter("store_offset")
+_on_settled = attrgetter("on_settled")
+
+
 class ChannelTotals:
     """Message counts of closed channels, so that the broker-wide totals do not go down when one closes."""
 
@@ -118,13 +123,13 @@ class BrokerHooks(QueueHooks):
             return  # none of them is in the store for this queue (settled() would return for each)
         # settled() of each, the store's part for all of them in one call
         msgs = [msg for entry in entries if (msg := entry.msg).store_offset is not None and not msg.for_streams]
-        store.ack_many(queue.store_id, [msg.store_offset for msg in msgs])
-        for msg in msgs:
-            if msg.on_settled is not None:
-                msg.holders -= 1
-                if msg.holders <= 0:
-                    confirm, msg.on_settled = msg.on_settled, None
-                    confirm()
+        store.ack_many(queue.store_id, list(map(_store_offset, msgs)))
+        for msg in filter(_on_settled, msgs):  # those whose confirm waits on their acks
+            msg.holders -= 1
+            confirm = msg.on_settled
+            if msg.holders <= 0 and confirm is not None:  # not None: filtered (for the type checker)
+                msg.on_settled = None
+                confirm()
 
     def schedule(self, delay_s: float, callback: Callable[[], None]) -> Any:
         return self.broker.schedule(delay_s, callback)

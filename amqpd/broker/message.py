@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from amqpd import errors
 from amqpd.protocol.constants import FLAG_DELIVERY_MODE, FLAG_EXPIRATION, FLAG_HEADERS, FLAG_PRIORITY
@@ -59,7 +59,8 @@ class Message:
         self.on_settled: Callable[[], None] | None = None  # the confirm, if all holders ack before the fsync
         self.holders = 0  # durable queues that still hold it, while on_settled waits
         self.for_streams = False  # transient, yet stored: only the streams it reached hold its record
-        self.bcc: list[str] = []  # BCC routing keys: the header goes before delivery, the keys are remembered
+        # BCC routing keys: the header goes before delivery, the keys are remembered (strip_bcc sets a list)
+        self.bcc: Sequence[str] = ()
         self.flags = flags
         self.persistent = False
         self.priority: int | None = None

@@ -103,8 +103,16 @@ class RabbitNode:
         self.beam_pid = None
         self._hold_ports()
 
+    def stop(self) -> None:
+        """A clean stop that keeps the node's data: what it wrote is on disk when it comes back."""
+        self._stop()
+        self._hold_ports()
+
     def close(self) -> None:
         self._release_ports()
+        self._stop()
+
+    def _stop(self) -> None:
         if self.beam_pid is not None:
             os.kill(self.beam_pid, signal.SIGTERM)  # RabbitMQ stops cleanly on SIGTERM
             assert self.server is not None

@@ -1,6 +1,6 @@
 """FileIO stand-ins for the store's I/O seam: one that fails on the Nth write or fsync of a segment file, and
 one that records every write, fsync, truncation, rename and unlink so a test can rebuild what a power cut
-keeps."""
+keeps; and one that runs work on the loop during a segment fsync (then fails it or not)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,47 @@ import errno
 import os
 import sqlite3
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from anyio.from_thread import run_sync
+from anyio.lowlevel import EventLoopToken, current_token
+
 from store.file_io import FileIO
+
+
+class WorkDuringFsync(FileIO):
+    """After `arm(work)`, runs `work` on the event loop during the next fsync of a segment file, once: what
+    the broker buffers while a batch is in its fsync. `fails`: that fsync then fails (EIO) instead of syncing."""
+
+    fails = False
+
+    def __init__(self) -> None:
+        self.paths: dict[int, str] = {}
+        self.work: Callable[[], None] | None = None
+        self.token: EventLoopToken | None = None
+
+    def arm(self, work: Callable[[], None]) -> None:
+        self.work, self.token = work, current_token()
+
+    def open(self, path: os.PathLike[str] | str, flags: int) -> int:
+        fd = super().open(path, flags)
+        self.paths[fd] = str(path)
+        return fd
+
+    def close(self, fd: int) -> None:
+        self.paths.pop(fd, None)
+        super().close(fd)
+
+    def fsync(self, fd: int) -> None:
+        work = self.work
+        if work is not None and self.paths.get(fd, "").endswith(".seg"):
+            self.work = None
+            run_sync(work, token=self.token)
+            if self.fails:
+                raise OSError(errno.EIO, os.strerror(errno.EIO))
+        super().fsync(fd)
 
 
 class FailingIO(FileIO):

@@ -10,18 +10,14 @@ branch pipe30c; main's store does the same with one batch in flight and the next
 
 from __future__ import annotations
 
-import errno
-import os
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from anyio.from_thread import run_sync
-from anyio.lowlevel import EventLoopToken, current_token
 
 from store import MessageRecord, MessageStore
 from store.file_io import FileIO
+from tests.store.faulty_io import WorkDuringFsync
 
 pytestmark = pytest.mark.anyio
 
@@ -31,34 +27,11 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-class FsyncFailsAfter(FileIO):
+class FsyncFailsAfter(WorkDuringFsync):
     """Fails the next fsync of a segment file after `arm(work)`, once; just before failing, runs `work` on
     the event loop: what the broker buffers while the batch is in its fsync (the batch filling behind it)."""
 
-    def __init__(self) -> None:
-        self.paths: dict[int, str] = {}
-        self.work: Callable[[], None] | None = None
-        self.token: EventLoopToken | None = None
-
-    def arm(self, work: Callable[[], None]) -> None:
-        self.work, self.token = work, current_token()
-
-    def open(self, path: os.PathLike[str] | str, flags: int) -> int:
-        fd = super().open(path, flags)
-        self.paths[fd] = str(path)
-        return fd
-
-    def close(self, fd: int) -> None:
-        self.paths.pop(fd, None)
-        super().close(fd)
-
-    def fsync(self, fd: int) -> None:
-        work = self.work
-        if work is not None and self.paths.get(fd, "").endswith(".seg"):
-            self.work = None
-            run_sync(work, token=self.token)
-            raise OSError(errno.EIO, os.strerror(errno.EIO))
-        super().fsync(fd)
+    fails = True
 
 
 def _record(name: str) -> MessageRecord:

@@ -4,16 +4,12 @@ by clearing it or by copying those appended behind them)."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from anyio.from_thread import run_sync
-from anyio.lowlevel import EventLoopToken, current_token
 
 from store import MessageRecord, MessageStore
-from store.file_io import FileIO
+from tests.store.faulty_io import WorkDuringFsync
 
 pytestmark = pytest.mark.anyio
 
@@ -23,35 +19,6 @@ BATCH = 8  # records in the batch that is in its fsync
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-class WorkDuringFsync(FileIO):
-    """After `arm(work)`, runs `work` on the event loop during the next fsync of a segment file, once: what
-    the broker buffers while a batch is in its fsync."""
-
-    def __init__(self) -> None:
-        self.paths: dict[int, str] = {}
-        self.work: Callable[[], None] | None = None
-        self.token: EventLoopToken | None = None
-
-    def arm(self, work: Callable[[], None]) -> None:
-        self.work, self.token = work, current_token()
-
-    def open(self, path: os.PathLike[str] | str, flags: int) -> int:
-        fd = super().open(path, flags)
-        self.paths[fd] = str(path)
-        return fd
-
-    def close(self, fd: int) -> None:
-        self.paths.pop(fd, None)
-        super().close(fd)
-
-    def fsync(self, fd: int) -> None:
-        work = self.work
-        if work is not None and self.paths.get(fd, "").endswith(".seg"):
-            self.work = None
-            run_sync(work, token=self.token)
-        super().fsync(fd)
 
 
 def _record(name: str) -> MessageRecord:

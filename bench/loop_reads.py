@@ -8,9 +8,11 @@ second connection replays the whole stream from its first offset after the page 
 echo 3 > /proc/sys/vm/drop_caches`: needs root; without it the replay reads from the page cache, and the
 report says so). Each of --rounds rounds measures both phases (the machine's load drifts: idle and replay
 figures from the same moments compare); prints each round's confirm p50/p99 of both phases and the replay's
-rate, their medians and the load average as one JSON line. A third connection probes the loop meanwhile
-(basic.qos round trips, which wait for no disk): its p99 in each phase tells a loop held by the replay from
-confirms waiting on a disk the replay's reads contend for. Each phase's start goes to stderr with the
+rate, the broker's CPU in each phase (all its threads, from /proc) and, per replayed MiB, the broker's CPU
+beyond the publisher's idle cost and the replaying consumer's own, their medians and the load average as one
+JSON line. A third connection probes the loop meanwhile (basic.qos round trips, which wait for no disk): its
+p99 in each phase tells a loop held by the replay from confirms waiting on a disk the replay's reads contend
+for. Each phase's start goes to stderr with the
 broker's pid (to attach a profiler: `py-spy record -p PID`).
 
 To compare two trees, `--versus TREE` runs each round twice: on the `amqpd` this process imports, then on
@@ -23,6 +25,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -34,6 +37,7 @@ import aiormq
 from pamqp.commands import Basic
 
 from amqpd.testing import BrokerProcess
+from bench.procstat import cpu_seconds
 
 BODY = 16 << 10
 STREAM, QUEUE = "loop-reads-stream", "loop-reads-queue"
@@ -125,9 +129,17 @@ async def publish_and_probe(url: str, rate: float, stop: asyncio.Event, seconds:
     return latencies, await probing
 
 
-def replay_in_child(url: str, count: int) -> float:
-    """The replay, in a process of its own (sharing this one's loop, it would slow the publisher's client)."""
-    return asyncio.run(replay(url, count))
+def replay_in_child(url: str, count: int) -> tuple[float, float]:
+    """The replay, in a process of its own (sharing this one's loop, it would slow the publisher's client):
+    seconds it took and the CPU seconds this process spent on it (its client's cost)."""
+    before = _own_cpu_seconds()
+    took = asyncio.run(replay(url, count))
+    return took, _own_cpu_seconds() - before
+
+
+def _own_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 async def replay(url: str, count: int) -> float:
@@ -183,7 +195,7 @@ async def measure(
 def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
     summary: dict[str, Any] = {"rounds": results}
     for key in results[0]:
-        if key.endswith(("_ms", "_s", "_seconds")):
+        if key.endswith(("_ms", "_s", "_seconds", "_per_mib")):
             summary["median_" + key] = round(statistics.median(r[key] for r in results), 2)
     summary["median_confirm_p99_ratio"] = round(
         statistics.median(r["replay_confirm_p99_ms"] / r["idle_confirm_p99_ms"] for r in results), 2
@@ -196,17 +208,23 @@ async def measure_round(url: str, count: int, megabytes: int, rate: float, secon
     """One idle phase then one replay phase, the page cache dropped before each."""
     cold = drop_page_cache()
     phase("idle", pid)
+    cpu_at, clock_at = cpu_seconds(pid), time.perf_counter()
     idle, idle_probe = await publish_and_probe(url, rate, asyncio.Event(), seconds)
+    idle_cpu, idle_clock = cpu_seconds(pid) - cpu_at, time.perf_counter() - clock_at
     cold = drop_page_cache() and cold
     phase("replay", pid)
     done = asyncio.Event()
     with ProcessPoolExecutor(1) as pool:
+        cpu_at, clock_at = cpu_seconds(pid), time.perf_counter()
         replaying = asyncio.get_running_loop().run_in_executor(pool, replay_in_child, url, count)
         replaying.add_done_callback(lambda _: done.set())
         busy, busy_probe = await publish_and_probe(url, rate, done, 600.0)
-        took = await replaying
+        took, consumer_cpu = await replaying
+        busy_cpu, busy_clock = cpu_seconds(pid) - cpu_at, time.perf_counter() - clock_at
     phase("done", pid)
     ms = 1000.0
+    # the broker's CPU beyond what the publisher alone costs it (its idle phase's rate over as long)
+    replay_cpu = busy_cpu - idle_cpu / idle_clock * busy_clock
     return {
         "cold_page_cache": cold,
         "idle_confirm_p50_ms": round(statistics.median(idle) * ms, 2),
@@ -219,6 +237,10 @@ async def measure_round(url: str, count: int, megabytes: int, rate: float, secon
         "replay_mib_per_s": round(megabytes / took, 1),
         "confirm_p99_ratio": round(percentile(busy, 0.99) / percentile(idle, 0.99), 2),
         "publishes_during_replay": len(busy),
+        "idle_broker_cpu_s": round(idle_cpu, 2),
+        "replay_broker_cpu_s": round(busy_cpu, 2),
+        "broker_cpu_ms_per_mib": round(replay_cpu / megabytes * ms, 2),
+        "consumer_cpu_ms_per_mib": round(consumer_cpu / megabytes * ms, 2),
     }
 
 

@@ -61,13 +61,13 @@ def drop_page_cache() -> bool:
         return False
 
 
-async def fill(url: str, megabytes: int) -> int:
+async def fill(url: str, megabytes: int, headers: dict[str, Any] | None = None) -> int:
     conn = await aiormq.connect(url)
     ch = await conn.channel(publisher_confirms=True)
     await ch.queue_declare(STREAM, durable=True, arguments={"x-queue-type": "stream"})
     await ch.queue_declare(QUEUE, durable=True)
     count = (megabytes << 20) // BODY
-    props = Basic.Properties(delivery_mode=2)
+    props = Basic.Properties(delivery_mode=2, headers=headers)
     pending: set[asyncio.Future[Any]] = set()
     for n in range(count):
         body = b"%012d" % n + b"s" * (BODY - 12)

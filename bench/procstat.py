@@ -16,6 +16,12 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
+def thread_cpu_seconds(pid: int, tid: int) -> float:
+    """utime + stime of one thread of a process (the main thread's id is the pid: amqpd's event loop)."""
+    fields = _stat_fields_of(f"/proc/{pid}/task/{tid}/stat")
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
 def main_thread_wait_seconds(pid: int) -> float:
     """Seconds the process's main thread (amqpd's event loop) spent runnable but waiting for a core
     (/proc/PID/schedstat): on a busy machine, how much the broker was held back by others' load."""
@@ -135,7 +141,11 @@ def command_line(pid: int) -> list[str]:
 
 
 def _stat_fields(pid: int) -> list[str]:
-    raw = Path(f"/proc/{pid}/stat").read_text()
+    return _stat_fields_of(f"/proc/{pid}/stat")
+
+
+def _stat_fields_of(path: str) -> list[str]:
+    raw = Path(path).read_text()
     # the command name may contain spaces and parentheses: split after the last ')'
     return raw[raw.rindex(")") + 2 :].split()
 

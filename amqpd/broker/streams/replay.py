@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import struct
 from bisect import bisect_left
-from itertools import accumulate, count
+from itertools import accumulate, count, repeat
 from typing import TYPE_CHECKING, cast
 
 from amqpd import errors
@@ -50,7 +50,7 @@ UNIFORM_MIN = 16
 # anyway; below this a slice costs less than the view).
 VIEW_FROM = 1024
 _UNIFORM_KEPT = 64  # layouts whose Structs are kept
-_uniform_structs: dict[tuple[int, ...], tuple[struct.Struct, struct.Struct, struct.Struct]] = {}
+_uniform_structs: dict[tuple[int | bool, ...], tuple[struct.Struct, ...]] = {}
 
 
 def replay(stream: Feed, cursor: Cursor, start: int, limit: int, budget: int) -> tuple[int, int]:
@@ -204,10 +204,12 @@ def _encode_uniform(
     channel: int, ctag: bytes, first_tag: int, offsets: Offsets, present: list[bytes], with_time: bool, chunk: int
 ) -> bytes | None:
     """encode_replay's frames for records that all have the first one's layout (the same length, route,
-    property flags and the same bytes up to its headers table's length; a headers table; a body of one
-    frame), as a publisher sending fixed-size messages leaves them: each record is cut into its pieces by one
-    Struct over all of them and its frames packed by another, with no Python step per piece. None when
-    the records are not all alike (encode_replay then goes one by one)."""
+    property flags and the same bytes up to its headers table's length, or up to where a table would go when
+    they have none; a body of one frame), as a publisher sending fixed-size messages leaves them: each
+    record is cut into its pieces by one Struct and its frames packed by another, with no Python step per
+    piece. A small body is cut and packed with the rest (one object per delivery); a big one goes into the
+    join as a view of its record (cut and packed, it would be copied twice more). None when the records
+    are not all alike (encode_replay then goes one by one)."""
     first = present[0]
     size = len(first)
     _stamp, flags, ex_len, rk_len, queues, props_len = _RECORD.unpack_from(first)
@@ -215,60 +217,87 @@ def _encode_uniform(
     h0 = pos + ex_len + rk_len
     hend = h0 + props_len
     body = size - hend
-    hflags = first[h0 + 12] << 8 | first[h0 + 13] if props_len >= 16 and hend <= size else 0
-    if not hflags & FLAG_HEADERS or not 0 < body <= chunk:
+    if props_len < 14 or hend > size or not 0 < body <= chunk:
         return None
+    hflags = first[h0 + 12] << 8 | first[h0 + 13]
     at = h0 + 14
     if hflags & FLAG_CONTENT_TYPE:
         at += 1 + first[at]
     if hflags & FLAG_CONTENT_ENCODING and at < hend:
         at += 1 + first[at]
-    if at + 4 > hend:
-        return None  # malformed: the general loop says so
-    (table,) = _U32.unpack_from(first, at)
-    stop = at + 4 + table
+    has_table = bool(hflags & FLAG_HEADERS)
+    if has_table:
+        if at + 4 > hend:
+            return None  # malformed: the general loop says so
+        (table,) = _U32.unpack_from(first, at)
+        stop = at + 4 + table
+    else:
+        table, stop = 0, at
     if stop > hend or len(set(map(len, present))) != 1:
         return None
-    joined = b"".join(present)
+    big = body >= VIEW_FROM
     head, mid = _route_frames(channel, ctag, first[pos:h0], ex_len)
-    layout, cut, frames = _uniform_struct((pos, h0, at, stop, hend, size, len(head), len(mid), with_time))
-    if len(set(layout.iter_unpack(joined))) != 1:
+    layout, cut, frames = _uniform_struct((pos, h0, at, stop, hend, size, len(head), len(mid), with_time, big))
+    joined = b"" if big else b"".join(present)
+    if len(set(map(layout.unpack_from, present) if big else layout.iter_unpack(joined))) != 1:
         return None
     extra = _BOTH_FIELDS.size if with_time else _OFFSET_FIELD.size
-    mid_size = mid + _U32.pack(props_len + extra)
-    table_size = _U32.pack(table + extra)
+    # Everything from the content header's size to the table's size is alike in every record: packed once.
+    if has_table:
+        props = first[h0:at]
+    else:  # the table the offset goes in is added, its flag set
+        props = first[h0 : h0 + 12] + _U16.pack(hflags | FLAG_HEADERS) + first[h0 + 14 : at]
+        extra += 4
+    mid_props = mid + _U32.pack(props_len + extra) + props + _U32.pack(table + extra - (0 if has_table else 4))
     body_head = _BODY_HEAD.pack(0xCE, 3, channel, body)
     pack = frames.pack
+    if big:
+        records = zip(count(first_tag), offsets, map(cut.unpack_from, present))
+        if with_time:
+            heads = [
+                pack(head, tag, mid_props, b, _OFFSET_NAME, o, _TIMESTAMP_NAME, stamp, c, body_head)
+                for tag, o, (stamp, b, c) in records
+            ]
+        else:
+            heads = [pack(head, tag, mid_props, b, _OFFSET_NAME, o, c, body_head) for tag, o, (_, b, c) in records]
+        parts: list[bytes | memoryview | None] = [None] * (3 * len(heads))
+        parts[::3] = heads
+        parts[1::3] = [memoryview(p)[hend:] for p in present]
+        parts[2::3] = repeat(b"\xce", len(heads))
+        return b"".join(parts)  # type: ignore[arg-type]
     records = zip(count(first_tag), offsets, cut.iter_unpack(joined))
     if with_time:
-        parts = [
-            pack(head, tag, mid_size, a, table_size, b, _OFFSET_NAME, o, _TIMESTAMP_NAME, stamp, c, body_head, d, 0xCE)
-            for tag, o, (stamp, a, b, c, d) in records
+        packed = [
+            pack(head, tag, mid_props, b, _OFFSET_NAME, o, _TIMESTAMP_NAME, stamp, c, body_head, d, 0xCE)
+            for tag, o, (stamp, b, c, d) in records
         ]
     else:
-        parts = [
-            pack(head, tag, mid_size, a, table_size, b, _OFFSET_NAME, o, c, body_head, d, 0xCE)
-            for tag, o, (_, a, b, c, d) in records
+        packed = [
+            pack(head, tag, mid_props, b, _OFFSET_NAME, o, c, body_head, d, 0xCE) for tag, o, (_, b, c, d) in records
         ]
-    return b"".join(parts)
+    return b"".join(packed)
 
 
-def _uniform_struct(key: tuple[int, int, int, int, int, int, int, int, bool]) -> tuple[struct.Struct, ...]:
+def _uniform_struct(key: tuple[int, int, int, int, int, int, int, int, bool, bool]) -> tuple[struct.Struct, ...]:
     """For records of this layout: the Struct reading what must be alike in all of them (the fixed fields
-    but the id and timestamp, and the bytes from the route to the headers table's length), the one cutting
-    a record into (timestamp, properties before the table, the table, properties after it, body), and the one
-    packing a delivery's frames from those."""
+    but the id and timestamp, and the bytes from the route to the headers table's length, or to where the
+    table would be), the one cutting a record into (timestamp, the table's fields, the properties after it,
+    and unless `big` the body), and the one packing a delivery's frames from those (with a big body: up to
+    the body frame's head)."""
     found = _uniform_structs.get(key)
     if found is None:
-        pos, h0, at, stop, hend, size, head, mid, with_time = key
+        pos, h0, at, stop, hend, size, head, mid, with_time, big = key
+        has_table = stop > at
+        alike_to = at + 4 if has_table else at
         if len(_uniform_structs) >= _UNIFORM_KEPT:
             _uniform_structs.clear()
-        layout = struct.Struct(f"<16x9s{pos - 25}x{at + 4 - pos}s{size - at - 4}x")
-        cut = struct.Struct(f"<8xQ{h0 - 16}x{at - h0}s4x{stop - at - 4}s{hend - stop}s{size - hend}s")
+        layout = struct.Struct(f"<16x9s{pos - 25}x{alike_to - pos}s" + ("" if big else f"{size - alike_to}x"))
+        table = f"{stop - alike_to}s"
+        body = "" if big else f"{size - hend}s"
+        cut = struct.Struct(f"<8xQ{alike_to - 16}x{table}{hend - stop}s{body}")
         fields = f"{len(_OFFSET_NAME)}sq{len(_TIMESTAMP_NAME)}sq" if with_time else f"{len(_OFFSET_NAME)}sq"
-        frames = struct.Struct(
-            f">{head}sQ{mid + 4}s{at - h0}s4s{stop - at - 4}s{fields}{hend - stop}s8s{size - hend}sB"
-        )
+        props = 4 + (at - h0) + 4  # the properties' size, those before the table, the table's size
+        frames = struct.Struct(f">{head}sQ{mid + props}s{table}{fields}{hend - stop}s8s" + ("" if big else f"{body}B"))
         found = _uniform_structs[key] = (layout, cut, frames)
     return found
 

@@ -459,12 +459,17 @@ def test_records_of_one_size_but_different_layouts_are_each_encoded_as_their_own
 def test_runs_of_one_layout_with_big_bodies_or_no_headers_table_take_the_uniform_encoding() -> None:
     """A fixed-size publisher's records with no headers table (the offset's table is added) or with a body
     sent as a view of its record go through the uniform encoding too, and come out as the general loop
-    sends them."""
-    for body_size in (100, stream_replay.VIEW_FROM, 16384):
+    sends them; bodies of APART_FROM bytes or more as pieces of their own (written without a copy) by both."""
+    for body_size in (100, stream_replay.VIEW_FROM, stream_replay.APART_FROM, 16384):
         for properties in ({"delivery_mode": 2}, {"headers": {"k": "ab"}, "content_type": "text/plain"}):
-            payloads = [stored("", "s", bytes([65 + n]) * body_size, **properties) for n in range(4)]
+            bodies = [bytes([65 + n]) * body_size for n in range(4)]
+            payloads: list[bytes | None] = [stored("", "s", body, **properties) for body in bodies]
+            apart = bodies if body_size >= stream_replay.APART_FROM else []
             for with_time in (False, True):
                 uniform = stream_replay._encode_uniform(1, b"\x01c", 5, range(10, 14), payloads, with_time, 131064)
+                assert uniform is not None
                 with patch.object(stream_replay, "UNIFORM_MIN", len(payloads) + 1):
-                    plain, _ = stream_replay.encode_replay(1, b"\x01c", 5, 10, list(payloads), with_time, 131072)
-                assert uniform == plain, (body_size, properties, with_time)
+                    plain, _ = stream_replay.encode_replay_pieces(1, b"\x01c", 5, 10, payloads, with_time, 131072)
+                assert b"".join(uniform) == b"".join(plain), (body_size, properties, with_time)
+                for pieces in (uniform, plain):
+                    assert [bytes(p) for p in pieces if isinstance(p, memoryview)] == apart

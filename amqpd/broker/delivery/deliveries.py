@@ -168,14 +168,17 @@ class Deliveries:
             + content_frames(self.id, queue.header_for(entry, fetched=True), self.broker.body_of(msg), frame_max)
         )
 
-    def deliver_encoded_run(self, queue: Queue, run: Run[Any], data: bytes) -> None:
+    def deliver_encoded_run(self, queue: Queue, run: Run[Any], pieces: list[bytes | memoryview]) -> None:
         """Deliveries encoded by the caller with tags from last_tag + 1 on (a stream's batched replay), as one
-        unacked run."""
+        unacked run; their bytes in pieces to write in order (big bodies as views of their records)."""
         n = len(run.items)
         self.last_tag = run.first + n - 1
         queue.delivered += n
         self.unacked.add_run(run)
-        self.conn.send(data)
+        if len(pieces) == 1:
+            self.conn.send(pieces[0])
+        else:
+            self.conn.send_pieces(pieces)
 
     def deliver_made(
         self, consumer: Consumer, queue: Queue, route: bytes, header: bytes, body: bytes, run: type[Run[Any]]

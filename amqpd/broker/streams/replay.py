@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import struct
 from bisect import bisect_left
+from collections.abc import Iterable
 from itertools import accumulate, count, repeat
 from typing import TYPE_CHECKING, cast
 
@@ -49,7 +50,11 @@ UNIFORM_MIN = 16
 # A body at least this big goes into the join as a view of its record rather than a copy (the join copies it
 # anyway; below this a slice costs less than the view).
 VIEW_FROM = 1024
+# A body at least this big is written as a piece of its own (a view of its record), not copied into the join:
+# below it, the copy costs less than one more buffer for the transport and the kernel.
+APART_FROM = 8192
 _UNIFORM_KEPT = 64  # layouts whose Structs are kept
+Pieces = list[bytes | memoryview]  # bytes to write, in order
 _uniform_structs: dict[tuple[int | bool, ...], tuple[struct.Struct, ...]] = {}
 
 
@@ -63,15 +68,15 @@ def replay(stream: Feed, cursor: Cursor, start: int, limit: int, budget: int) ->
     consumer = cursor.consumer
     channel = consumer.channel
     first_tag = channel.last_tag + 1
-    data, offsets = encode_replay(
+    pieces, offsets = encode_replay_pieces(
         channel.id, consumer.ctag, first_tag, start, payloads, cursor.with_time, channel.conn.frame_max
     )
     if not offsets:
         return next_offset, 0
     cursor.outstanding.add_offsets(offsets)
     run = StreamRun(first_tag, offsets, consumer.queue, consumer, cursor, channel.broker.clock)
-    channel.deliver_encoded_run(consumer.queue, run, data)
-    return next_offset, len(data)
+    channel.deliver_encoded_run(consumer.queue, run, pieces)
+    return next_offset, sum(map(len, pieces))
 
 
 def within(payloads: list[bytes | None], budget: int) -> list[bytes | None]:
@@ -97,6 +102,21 @@ def encode_replay(
     """basic.deliver + content header + body frames for each record payload (offsets from start on; None:
     a damaged record, skipped), delivery tags from first_tag on, not redelivered: what encode_delivery
     would send for each record's StreamDelivery. Also the offsets delivered, in tag order."""
+    pieces, offsets = encode_replay_pieces(channel, ctag, first_tag, start, payloads, with_time, frame_max)
+    return b"".join(pieces), offsets
+
+
+def encode_replay_pieces(
+    channel: int,
+    ctag: bytes,
+    first_tag: int,
+    start: int,
+    payloads: list[bytes | None],
+    with_time: bool,
+    frame_max: int,
+) -> tuple[Pieces, Offsets]:
+    """encode_replay's bytes in pieces to write in this order: joined, but for bodies of APART_FROM bytes
+    or more, each a view of its record (a writev sends them without copying them into the join)."""
     offsets: Offsets = range(start, start + len(payloads))
     if None in payloads:
         offsets = [offset for offset, p in zip(offsets, payloads, strict=True) if p is not None]
@@ -104,10 +124,11 @@ def encode_replay(
     else:
         present = cast(list[bytes], payloads)
     if len(present) >= UNIFORM_MIN:
-        data = _encode_uniform(channel, ctag, first_tag, offsets, present, with_time, frame_max - 8)
-        if data is not None:
-            return data, offsets
+        pieces = _encode_uniform(channel, ctag, first_tag, offsets, present, with_time, frame_max - 8)
+        if pieces is not None:
+            return pieces, offsets
     parts: list[bytes | memoryview] = []
+    apart: list[int] = []  # where in parts the bodies written apart are
     chunk = frame_max - 8
     names = b""  # the exchange and routing key bytes the frames below were built for
     names_at = names_end = -1
@@ -159,6 +180,8 @@ def encode_replay(
                     p[hend:] if size < VIEW_FROM else memoryview(p)[hend:],
                     b"\xce",
                 )
+                if size >= APART_FROM:
+                    apart.append(len(parts) - 2)
                 tag += 1
                 continue
             parts += (
@@ -186,10 +209,23 @@ def encode_replay(
         elif size <= chunk:
             body = p[hend:] if size < VIEW_FROM else memoryview(p)[hend:]
             parts += (body_head(0xCE, 3, channel, size), body, b"\xce")
+            if size >= APART_FROM:
+                apart.append(len(parts) - 2)
         else:
             _split_body(parts, channel, memoryview(p)[hend:], chunk)
         tag += 1
-    return b"".join(parts), offsets
+    return _joined_but(parts, apart), offsets
+
+
+def _joined_but(parts: list[bytes | memoryview], apart: Iterable[int]) -> Pieces:
+    """`parts` joined, but for those at the indexes in `apart` (ascending), which stay pieces of their own."""
+    pieces: Pieces = []
+    done = 0
+    for i in apart:
+        pieces += (b"".join(parts[done:i]), parts[i])
+        done = i + 1
+    pieces.append(b"".join(parts[done:]))
+    return pieces
 
 
 def _route_frames(channel: int, ctag: bytes, names: bytes, ex_len: int) -> tuple[bytes, bytes]:
@@ -202,8 +238,8 @@ def _route_frames(channel: int, ctag: bytes, names: bytes, ex_len: int) -> tuple
 
 def _encode_uniform(
     channel: int, ctag: bytes, first_tag: int, offsets: Offsets, present: list[bytes], with_time: bool, chunk: int
-) -> bytes | None:
-    """encode_replay's frames for records that all have the first one's layout (the same length, route,
+) -> Pieces | None:
+    """encode_replay_pieces' frames for records that all have the first one's layout (the same length, route,
     property flags and the same bytes up to its headers table's length, or up to where a table would go when
     they have none; a body of one frame), as a publisher sending fixed-size messages leaves them: each
     record is cut into its pieces by one Struct and its frames packed by another, with no Python step per
@@ -264,7 +300,9 @@ def _encode_uniform(
         parts[::3] = heads
         parts[1::3] = [memoryview(p)[hend:] for p in present]
         parts[2::3] = repeat(b"\xce", len(heads))
-        return b"".join(parts)  # type: ignore[arg-type]
+        if body >= APART_FROM:
+            return _joined_but(parts, range(1, len(parts), 3))  # type: ignore[arg-type]
+        return [b"".join(parts)]  # type: ignore[arg-type]
     records = zip(count(first_tag), offsets, cut.iter_unpack(joined))
     if with_time:
         packed = [
@@ -275,7 +313,7 @@ def _encode_uniform(
         packed = [
             pack(head, tag, mid_props, b, _OFFSET_NAME, o, c, body_head, d, 0xCE) for tag, o, (_, b, c, d) in records
         ]
-    return b"".join(packed)
+    return [b"".join(packed)]
 
 
 def _uniform_struct(key: tuple[int, int, int, int, int, int, int, int, bool, bool]) -> tuple[struct.Struct, ...]:

@@ -8,12 +8,12 @@ second connection replays the whole stream from its first offset after the page 
 echo 3 > /proc/sys/vm/drop_caches`: needs root; without it the replay reads from the page cache, and the
 report says so). Each of --rounds rounds measures both phases (the machine's load drifts: idle and replay
 figures from the same moments compare); prints each round's confirm p50/p99 of both phases and the replay's
-rate, the broker's CPU in each phase (all its threads, from /proc) and, per replayed MiB, the broker's CPU
-beyond the publisher's idle cost and the replaying consumer's own, their medians and the load average as one
-JSON line. A third connection probes the loop meanwhile (basic.qos round trips, which wait for no disk): its
-p99 in each phase tells a loop held by the replay from confirms waiting on a disk the replay's reads contend
-for. Each phase's start goes to stderr with the
-broker's pid (to attach a profiler: `py-spy record -p PID`).
+rate, the broker's CPU in each phase (all its threads, from /proc, per second) and, per replayed MiB, the
+broker's over the replay phase (the publisher's share included) and the replaying consumer's own, their
+medians and the load average as one JSON line. `python -m bench.replay_cpu` measures the replay's CPU alone. A
+third connection probes the loop meanwhile (basic.qos round trips, which wait for no disk): its p99 in each
+phase tells a loop held by the replay from confirms waiting on a disk the replay's reads contend for. Each
+phase's start goes to stderr with the broker's pid (to attach a profiler: `py-spy record -p PID`).
 
 To compare two trees, `--versus TREE` runs each round twice: on the `amqpd` this process imports, then on
 TREE's (PYTHONPATH=TREE), the broker restarted on the same data in between; both sides' figures are printed.
@@ -195,7 +195,7 @@ async def measure(
 def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
     summary: dict[str, Any] = {"rounds": results}
     for key in results[0]:
-        if key.endswith(("_ms", "_s", "_seconds", "_per_mib")):
+        if key.endswith(("_ms", "_s", "_seconds", "_per_mib", "_per_s")):
             summary["median_" + key] = round(statistics.median(r[key] for r in results), 2)
     summary["median_confirm_p99_ratio"] = round(
         statistics.median(r["replay_confirm_p99_ms"] / r["idle_confirm_p99_ms"] for r in results), 2
@@ -223,8 +223,6 @@ async def measure_round(url: str, count: int, megabytes: int, rate: float, secon
         busy_cpu, busy_clock = cpu_seconds(pid) - cpu_at, time.perf_counter() - clock_at
     phase("done", pid)
     ms = 1000.0
-    # the broker's CPU beyond what the publisher alone costs it (its idle phase's rate over as long)
-    replay_cpu = busy_cpu - idle_cpu / idle_clock * busy_clock
     return {
         "cold_page_cache": cold,
         "idle_confirm_p50_ms": round(statistics.median(idle) * ms, 2),
@@ -237,9 +235,10 @@ async def measure_round(url: str, count: int, megabytes: int, rate: float, secon
         "replay_mib_per_s": round(megabytes / took, 1),
         "confirm_p99_ratio": round(percentile(busy, 0.99) / percentile(idle, 0.99), 2),
         "publishes_during_replay": len(busy),
-        "idle_broker_cpu_s": round(idle_cpu, 2),
-        "replay_broker_cpu_s": round(busy_cpu, 2),
-        "broker_cpu_ms_per_mib": round(replay_cpu / megabytes * ms, 2),
+        "idle_broker_cpu_s_per_s": round(idle_cpu / idle_clock, 3),
+        "replay_broker_cpu_s_per_s": round(busy_cpu / busy_clock, 3),
+        # the publisher's share included: it is not the idle phase's (its batches grow while the replay runs)
+        "broker_cpu_ms_per_mib": round(busy_cpu / megabytes * ms, 2),
         "consumer_cpu_ms_per_mib": round(consumer_cpu / megabytes * ms, 2),
     }
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import resource
 import socket
+import threading
 import time
 
 import pika
@@ -124,6 +125,41 @@ BODY = 256 * 1024
 MAX_BODIES = 2000  # 500 MiB: far past the watermark set below
 
 
+class BlockedPublisher(threading.Thread):
+    """Publishes 256 KiB bodies on a connection of its own until the broker blocks it, then waits to be
+    unblocked, as an application would. Once blocked, the broker reads no more of its socket, so a
+    `basic_publish` already under way waits (pika flushes each publish) until the alarm clears: in its own
+    thread that wait is the application being held, and the test's thread stays free to drain the queue."""
+
+    def __init__(self, broker: BrokerProcess) -> None:
+        super().__init__(daemon=True)
+        self.broker = broker
+        self.events: list[str] = []
+        self.published = 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.publish_until_unblocked()
+        except BaseException as e:  # reported by the test's thread
+            self.error = e
+
+    def publish_until_unblocked(self) -> None:
+        connection = connect(self.broker)
+        connection.add_on_connection_blocked_callback(lambda *_: self.events.append("blocked"))
+        connection.add_on_connection_unblocked_callback(lambda *_: self.events.append("unblocked"))
+        channel = connection.channel()
+        channel.queue_declare("backlog")
+        while "blocked" not in self.events and self.published < MAX_BODIES:
+            channel.basic_publish("", "backlog", b"%08d" % self.published + b"m" * (BODY - 8))
+            self.published += 1
+            connection.process_data_events(time_limit=0)
+        deadline = time.monotonic() + 60
+        while "unblocked" not in self.events and time.monotonic() < deadline:
+            connection.process_data_events(time_limit=0.1)
+        connection.close()
+
+
 def test_a_queue_nobody_consumes_from_blocks_its_publisher_at_the_memory_alarm_and_drains_losing_nothing() -> None:
     with BrokerProcess() as idle:  # the broker's own footprint, to set the watermark just above it
         connect(idle).close()
@@ -131,34 +167,34 @@ def test_a_queue_nobody_consumes_from_blocks_its_publisher_at_the_memory_alarm_a
         baseline = rss_of(idle.proc.pid)
     env = {"AMQPD_MEMORY_HIGH_WATERMARK": str(baseline + 48 * 1024 * 1024), "AMQPD_ALARM_INTERVAL": "0.1"}
     with BrokerProcess(env=env) as broker:
-        publisher = connect(broker)
-        events: list[str] = []
-        publisher.add_on_connection_blocked_callback(lambda *_: events.append("blocked"))
-        publisher.add_on_connection_unblocked_callback(lambda *_: events.append("unblocked"))
-        pub = publisher.channel()
-        pub.queue_declare("backlog")
-        published = 0
-        while "blocked" not in events:
-            assert published < MAX_BODIES, "the memory alarm never blocked the publisher"
-            pub.basic_publish("", "backlog", b"%08d" % published + b"m" * (BODY - 8))
-            published += 1
-            publisher.process_data_events(time_limit=0)
+        publisher = BlockedPublisher(broker)
+        publisher.start()
+        assert logged_within(broker, "memory alarm set", publisher), "the memory alarm never went off"
 
         consumer = connect(broker)
         sub = consumer.channel()
         got: list[int] = []
-        deadline = time.monotonic() + 60
-        while len(got) < published and time.monotonic() < deadline:
+        deadline = time.monotonic() + 90
+        while (publisher.is_alive() or len(got) < publisher.published) and time.monotonic() < deadline:
             method, _props, body = sub.basic_get("backlog", auto_ack=True)
             if method is None:
-                publisher.process_data_events(time_limit=0.05)  # what the block held back arrives now
+                time.sleep(0.02)  # the publisher's held publishes arrive once the alarm clears
                 continue
             got.append(int(body[:8]))
-        alarms = [line for line in broker.stderr_lines if "alarm" in line]
-        assert got == list(range(published)), f"messages lost, out of order or held back: {alarms}"
-        deadline = time.monotonic() + 20
-        while "unblocked" not in events and time.monotonic() < deadline:
-            publisher.process_data_events(time_limit=0.1)
-        assert events[-1] == "unblocked", "the memory alarm never cleared after the drain"
+        publisher.join(timeout=10)
         consumer.close()
-        publisher.close()
+        assert publisher.error is None, repr(publisher.error)
+        alarms = [line for line in broker.stderr_lines if "alarm" in line]
+        assert publisher.events[:1] == ["blocked"], f"the memory alarm never blocked the publisher: {alarms}"
+        assert got == list(range(publisher.published)), f"messages lost, out of order or held back: {alarms}"
+        assert publisher.events[-1] == "unblocked", "the memory alarm never cleared after the drain"
+
+
+def logged_within(broker: BrokerProcess, text: str, publisher: threading.Thread) -> bool:
+    """Whether the broker logs `text` before the publisher gives up (it stops at MAX_BODIES unblocked)."""
+    deadline = time.monotonic() + 120
+    while not any(text in line for line in broker.stderr_lines):
+        if not publisher.is_alive() or time.monotonic() > deadline:
+            return any(text in line for line in broker.stderr_lines)
+        time.sleep(0.02)
+    return True

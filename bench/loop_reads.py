@@ -15,6 +15,11 @@ third connection probes the loop meanwhile (basic.qos round trips, which wait fo
 phase tells a loop held by the replay from confirms waiting on a disk the replay's reads contend for. Each
 phase's start goes to stderr with the broker's pid (to attach a profiler: `py-spy record -p PID`).
 
+`--consumer-nice N` runs the replaying consumer at niceness N. Its client (aiormq) spends several times the
+broker's CPU per MiB, and on a machine of two cores that takes the core the publisher's client and the
+broker's writer thread then wait for; at nice 10 it stands for a consumer on a machine of its own, as in a
+deployment, and the figure is about the broker. The JSON says which was used.
+
 To compare two trees, `--versus TREE` runs each round twice: on the `amqpd` this process imports, then on
 TREE's (PYTHONPATH=TREE), the broker restarted on the same data in between; both sides' figures are printed.
 """
@@ -129,9 +134,10 @@ async def publish_and_probe(url: str, rate: float, stop: asyncio.Event, seconds:
     return latencies, await probing
 
 
-def replay_in_child(url: str, count: int) -> tuple[float, float]:
-    """The replay, in a process of its own (sharing this one's loop, it would slow the publisher's client):
-    seconds it took and the CPU seconds this process spent on it (its client's cost)."""
+def replay_in_child(url: str, count: int, nice: int) -> tuple[float, float]:
+    """The replay, in a process of its own (sharing this one's loop, it would slow the publisher's client),
+    at `nice`: seconds it took and the CPU seconds this process spent on it (its client's cost)."""
+    os.nice(nice)
     before = _own_cpu_seconds()
     took = asyncio.run(replay(url, count))
     return took, _own_cpu_seconds() - before
@@ -167,7 +173,7 @@ async def replay(url: str, count: int) -> float:
 
 
 async def measure(
-    broker: BrokerProcess, megabytes: int, rate: float, seconds: float, rounds: int, versus: str | None
+    broker: BrokerProcess, megabytes: int, rate: float, seconds: float, rounds: int, versus: str | None, nice: int
 ) -> dict[str, Any]:
     """Fill, then the rounds; with `versus` (a source tree), each round runs on this tree's amqpd and then on
     that tree's, the broker restarted on the same data between them (A/B on one stream at one time)."""
@@ -184,8 +190,10 @@ async def measure(
                 broker.env = env
                 await asyncio.to_thread(broker.restart)
             assert broker.proc is not None
-            results[side].append(await measure_round(broker.url, count, megabytes, rate, seconds, broker.proc.pid))
-    summary: dict[str, Any] = {"stream_mib": megabytes, "messages": count, "rate": rate}
+            results[side].append(
+                await measure_round(broker.url, count, megabytes, rate, seconds, broker.proc.pid, nice)
+            )
+    summary: dict[str, Any] = {"stream_mib": megabytes, "messages": count, "rate": rate, "consumer_nice": nice}
     for side, found in results.items():
         summary.update(summarise(found) if versus is None else {side: summarise(found)})
     summary["load_average"] = [round(v, 2) for v in os.getloadavg()]
@@ -200,11 +208,16 @@ def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
     summary["median_confirm_p99_ratio"] = round(
         statistics.median(r["replay_confirm_p99_ms"] / r["idle_confirm_p99_ms"] for r in results), 2
     )
+    summary["confirm_p99_ratio_of_medians"] = round(
+        summary["median_replay_confirm_p99_ms"] / summary["median_idle_confirm_p99_ms"], 2
+    )
     summary["cold_page_cache"] = all(r["cold_page_cache"] for r in results)
     return summary
 
 
-async def measure_round(url: str, count: int, megabytes: int, rate: float, seconds: float, pid: int) -> dict[str, Any]:
+async def measure_round(
+    url: str, count: int, megabytes: int, rate: float, seconds: float, pid: int, nice: int
+) -> dict[str, Any]:
     """One idle phase then one replay phase, the page cache dropped before each."""
     cold = drop_page_cache()
     phase("idle", pid)
@@ -216,7 +229,7 @@ async def measure_round(url: str, count: int, megabytes: int, rate: float, secon
     done = asyncio.Event()
     with ProcessPoolExecutor(1) as pool:
         cpu_at, clock_at = cpu_seconds(pid), time.perf_counter()
-        replaying = asyncio.get_running_loop().run_in_executor(pool, replay_in_child, url, count)
+        replaying = asyncio.get_running_loop().run_in_executor(pool, replay_in_child, url, count, nice)
         replaying.add_done_callback(lambda _: done.set())
         busy, busy_probe = await publish_and_probe(url, rate, done, 600.0)
         took, consumer_cpu = await replaying
@@ -254,10 +267,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=10.0, help="length of the idle phase (default 10)")
     p.add_argument("--rounds", type=int, default=3, help="idle + replay rounds (default 3)")
     p.add_argument("--versus", metavar="TREE", help="A/B: each round also on the amqpd of this source tree")
+    p.add_argument(
+        "--consumer-nice",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the replay's consumer process at this niceness (default 0; 10 stands for a consumer on another machine)",
+    )
     a = p.parse_args(argv)
     versus = os.path.abspath(a.versus) if a.versus else None
     with BrokerProcess() as broker:
-        result = asyncio.run(measure(broker, a.mb, a.rate, a.seconds, a.rounds, versus))
+        result = asyncio.run(measure(broker, a.mb, a.rate, a.seconds, a.rounds, versus, a.consumer_nice))
     result["amqpd"] = os.path.dirname(os.path.dirname(sys.modules["amqpd"].__file__ or ""))
     print(json.dumps(result))
     return 0

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
+from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 from hypothesis import given
@@ -43,12 +45,22 @@ def same(a: Any, b: Any) -> bool:
         return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, Decimal):
         return str(a) == str(b)
+    if isinstance(a, datetime):
+        # The codec keeps a wall time and its UTC offset, not the zone's name; and a time in a zone's DST
+        # fold or gap never equals one in another zone (PEP 495), so compare what it keeps.
+        return (a.replace(tzinfo=None), a.utcoffset()) == (b.replace(tzinfo=None), b.utcoffset())
     return bool(a == b)
 
 
 @given(st.dictionaries(st.text(), values, max_size=6))
 def test_argument_tables_round_trip_with_their_types(table: dict[str, Any]) -> None:
     assert same(decode_arguments(encode_arguments(table)), table)
+
+
+def test_times_in_a_zones_dst_fold_or_gap_keep_their_wall_time_and_offset() -> None:
+    new_york = ZoneInfo("America/New_York")
+    for time in (datetime(2021, 11, 7, 1, 30, fold=1, tzinfo=new_york), datetime(2021, 3, 14, 2, 30, tzinfo=new_york)):
+        assert same(decode_arguments(encode_arguments({"at": time})), {"at": time})
 
 
 def test_special_floats_round_trip() -> None:

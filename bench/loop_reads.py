@@ -134,7 +134,7 @@ async def publish_and_probe(url: str, rate: float, stop: asyncio.Event, seconds:
     return latencies, await probing
 
 
-def replay_in_child(url: str, count: int, nice: int) -> tuple[float, float]:
+def replay_in_child(url: str, count: int, nice: int = 0) -> tuple[float, float]:
     """The replay, in a process of its own (sharing this one's loop, it would slow the publisher's client),
     at `nice`: seconds it took and the CPU seconds this process spent on it (its client's cost)."""
     os.nice(nice)

@@ -16,9 +16,9 @@ phase tells a loop held by the replay from confirms waiting on a disk the replay
 phase's start goes to stderr with the broker's pid (to attach a profiler: `py-spy record -p PID`).
 
 `--consumer-nice N` runs the replaying consumer at niceness N. Its client (aiormq) spends several times the
-broker's CPU per MiB, and on a machine of two cores that takes the core the publisher's client and the
-broker's writer thread then wait for; at nice 10 it stands for a consumer on a machine of its own, as in a
-deployment, and the figure is about the broker. The JSON says which was used.
+broker's CPU per MiB, and on a machine of two cores it may take the core the publisher's client and the
+broker's writer thread wait for: a higher niceness asks whether that is what the figure measures (a consumer
+on a machine of its own). The JSON says which was used.
 
 To compare two trees, `--versus TREE` runs each round twice: on the `amqpd` this process imports, then on
 TREE's (PYTHONPATH=TREE), the broker restarted on the same data in between; both sides' figures are printed.
@@ -272,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=0,
         metavar="N",
-        help="the replay's consumer process at this niceness (default 0; 10 stands for a consumer on another machine)",
+        help="the replay's consumer process at this niceness (default 0)",
     )
     a = p.parse_args(argv)
     versus = os.path.abspath(a.versus) if a.versus else None

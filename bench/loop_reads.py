@@ -35,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
@@ -180,6 +181,27 @@ async def measure(
     assert broker.proc is not None
     phase("filling", broker.proc.pid)
     count = await fill(broker.url, megabytes)
+
+    def one_round(url: str, pid: int) -> Awaitable[dict[str, Any]]:
+        return measure_round(url, count, megabytes, rate, seconds, pid, nice)
+
+    results = await ab_rounds(broker, rounds, versus, one_round)
+    summary: dict[str, Any] = {"stream_mib": megabytes, "messages": count, "rate": rate, "consumer_nice": nice}
+    for side, found in results.items():
+        summary.update(summarise(found) if versus is None else {side: summarise(found)})
+    summary["load_average"] = [round(v, 2) for v in os.getloadavg()]
+    return summary
+
+
+async def ab_rounds(
+    broker: BrokerProcess,
+    rounds: int,
+    versus: str | None,
+    one_round: Callable[[str, int], Awaitable[dict[str, Any]]],
+) -> dict[str, list[dict[str, Any]]]:
+    """`rounds` of one_round(url, broker pid), by side: "this" (the `amqpd` this process imports) and, with
+    `versus` (a source tree), "versus" after it in each round, the broker restarted on the same data between
+    them (PYTHONPATH=versus)."""
     sides = {"this": broker.env}
     if versus is not None:
         sides["versus"] = dict(broker.env or {}, PYTHONPATH=versus)
@@ -190,14 +212,8 @@ async def measure(
                 broker.env = env
                 await asyncio.to_thread(broker.restart)
             assert broker.proc is not None
-            results[side].append(
-                await measure_round(broker.url, count, megabytes, rate, seconds, broker.proc.pid, nice)
-            )
-    summary: dict[str, Any] = {"stream_mib": megabytes, "messages": count, "rate": rate, "consumer_nice": nice}
-    for side, found in results.items():
-        summary.update(summarise(found) if versus is None else {side: summarise(found)})
-    summary["load_average"] = [round(v, 2) for v in os.getloadavg()]
-    return summary
+            results[side].append(await one_round(broker.url, broker.proc.pid))
+    return results
 
 
 def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:

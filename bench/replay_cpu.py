@@ -21,11 +21,12 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Awaitable
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from amqpd.testing import BrokerProcess
-from bench.loop_reads import drop_page_cache, fill, phase, replay_in_child
+from bench.loop_reads import ab_rounds, drop_page_cache, fill, phase, replay_in_child
 from bench.procstat import cpu_seconds, thread_cpu_seconds
 
 HEADERS = {"x-request-id": "0123456789abcdef", "x-retries": 0}  # with --headers: a table as many clients send
@@ -56,17 +57,11 @@ async def measure(
     assert broker.proc is not None
     phase("filling", broker.proc.pid)
     count = await fill(broker.url, megabytes, HEADERS if headers else None)
-    sides = {"this": broker.env}
-    if versus is not None:
-        sides["versus"] = dict(broker.env or {}, PYTHONPATH=versus)
-    results: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
-    for _ in range(rounds):
-        for side, env in sides.items():
-            if broker.env != env:
-                broker.env = env
-                await asyncio.to_thread(broker.restart)
-            assert broker.proc is not None
-            results[side].append(await replay_round(broker.url, broker.proc.pid, count, megabytes, cold))
+
+    def one_round(url: str, pid: int) -> Awaitable[dict[str, Any]]:
+        return replay_round(url, pid, count, megabytes, cold)
+
+    results = await ab_rounds(broker, rounds, versus, one_round)
     summary: dict[str, Any] = {"stream_mib": megabytes, "messages": count, "cold_page_cache": cold, "headers": headers}
     for side, found in results.items():
         medians = {"median_" + key: round(statistics.median(r[key] for r in found), 3) for key in found[0]}

@@ -22,6 +22,12 @@ on a machine of its own). The JSON says which was used.
 
 To compare two trees, `--versus TREE` runs each round twice: on the `amqpd` this process imports, then on
 TREE's (PYTHONPATH=TREE), the broker restarted on the same data in between; both sides' figures are printed.
+
+`--rabbitmq` runs each round on the reference RabbitMQ too (--rabbitmq-url, its management API at
+--rabbitmq-management-url), after amqpd's, in a vhost made for the run and removed after it: the same stream, the
+same publisher and consumer, the same moments. Its broker CPU is its beam process's (the listener on the URL's
+port). The JSON then has amqpd's figures under "this" (as with --versus), RabbitMQ's under "rabbitmq" and
+`rabbitmq_over_amqpd`, RabbitMQ's median replay-phase confirm p99 over amqpd's.
 """
 
 from __future__ import annotations
@@ -35,21 +41,34 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiormq
 from pamqp.commands import Basic
 
-from amqpd.testing import BrokerProcess
-from bench.procstat import cpu_seconds
+from amqpd.testing import BrokerProcess, IsolatedVhost, ManagementClient
+from bench.procstat import cpu_seconds, listener_pid
 
 BODY = 16 << 10
 STREAM, QUEUE = "loop-reads-stream", "loop-reads-queue"
 FILL_WINDOW = 256  # confirms outstanding while filling
 PREFETCH = 1000
 PROBE_EVERY = 0.01  # s between the loop probe's round trips
+REFERENCE_URL = os.environ.get("AMQPD_REFERENCE_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
+MGMT_TIMEOUT_S = 180.0  # RabbitMQ creates and deletes a vhost slowly on a loaded machine
+
+
+@dataclass
+class Reference:
+    """The RabbitMQ measured beside amqpd: where its AMQP and management API listen."""
+
+    url: str
+    management_url: str
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -86,10 +105,15 @@ async def fill(url: str, megabytes: int, headers: dict[str, Any] | None = None) 
     return count
 
 
-async def publish_at_rate(url: str, rate: float, stop: asyncio.Event, seconds: float) -> list[float]:
-    """Confirmed publishes, one started every 1/rate s whatever the confirms' pace; each one's latency (s)."""
+async def publish_at_rate(
+    url: str, rate: float, stop: asyncio.Event, seconds: float, connected: asyncio.Event | None = None
+) -> list[float]:
+    """Confirmed publishes, one started every 1/rate s whatever the confirms' pace; each one's latency (s).
+    `connected` is set once the channel is open; the first publish starts before anything else can run."""
     conn = await aiormq.connect(url)
     ch = await conn.channel(publisher_confirms=True)
+    if connected is not None:
+        connected.set()
     props = Basic.Properties(delivery_mode=2)
     latencies: list[float] = []
     tasks: list[asyncio.Task[None]] = []
@@ -126,11 +150,13 @@ async def probe_loop(url: str, stop: asyncio.Event) -> list[float]:
     return trips
 
 
-async def publish_and_probe(url: str, rate: float, stop: asyncio.Event, seconds: float) -> tuple[list[float], ...]:
+async def publish_and_probe(
+    url: str, rate: float, stop: asyncio.Event, seconds: float, connected: asyncio.Event | None = None
+) -> tuple[list[float], ...]:
     """publish_at_rate's latencies and the loop probe's round trips over the same time."""
     probe_stop = asyncio.Event()
     probing = asyncio.create_task(probe_loop(url, probe_stop))
-    latencies = await publish_at_rate(url, rate, stop, seconds)
+    latencies = await publish_at_rate(url, rate, stop, seconds, connected)
     probe_stop.set()
     return latencies, await probing
 
@@ -161,6 +187,7 @@ async def replay(url: str, count: int) -> float:
         nonlocal got
         got += 1
         if got % (PREFETCH // 2) == 0 or got == count:
+            assert m.delivery_tag is not None  # a delivery's, never a basic.get-empty's
             await ch.basic_ack(m.delivery_tag, multiple=True)
         if got >= count:
             finished.set()
@@ -174,10 +201,18 @@ async def replay(url: str, count: int) -> float:
 
 
 async def measure(
-    broker: BrokerProcess, megabytes: int, rate: float, seconds: float, rounds: int, versus: str | None, nice: int
+    broker: BrokerProcess,
+    megabytes: int,
+    rate: float,
+    seconds: float,
+    rounds: int,
+    versus: str | None,
+    nice: int,
+    reference: Reference | None = None,
 ) -> dict[str, Any]:
     """Fill, then the rounds; with `versus` (a source tree), each round runs on this tree's amqpd and then on
-    that tree's, the broker restarted on the same data between them (A/B on one stream at one time)."""
+    that tree's, the broker restarted on the same data between them (A/B on one stream at one time); with
+    `reference`, on that RabbitMQ after them, in a vhost of its own filled the same way."""
     assert broker.proc is not None
     phase("filling", broker.proc.pid)
     count = await fill(broker.url, megabytes)
@@ -185,12 +220,40 @@ async def measure(
     def one_round(url: str, pid: int) -> Awaitable[dict[str, Any]]:
         return measure_round(url, count, megabytes, rate, seconds, pid, nice)
 
-    results = await ab_rounds(broker, rounds, versus, one_round)
+    with reference_vhost(reference) if reference is not None else nullcontext() as others:
+        if others:
+            ((url, pid),) = others.values()
+            phase("filling", pid)
+            await fill(url, megabytes)
+        results = await ab_rounds(broker, rounds, versus, one_round, others)
     summary: dict[str, Any] = {"stream_mib": megabytes, "messages": count, "rate": rate, "consumer_nice": nice}
-    for side, found in results.items():
-        summary.update(summarise(found) if versus is None else {side: summarise(found)})
+    if len(results) == 1:
+        summary.update(summarise(results["this"]))
+    else:
+        summary.update({side: summarise(found) for side, found in results.items()})
+    if reference is not None:
+        this, rabbitmq = summary["this"], summary["rabbitmq"]
+        summary["rabbitmq_over_amqpd"] = round(
+            rabbitmq["median_replay_confirm_p99_ms"] / this["median_replay_confirm_p99_ms"], 2
+        )
     summary["load_average"] = [round(v, 2) for v in os.getloadavg()]
     return summary
+
+
+@contextmanager
+def reference_vhost(reference: Reference) -> Iterator[dict[str, tuple[str, int]]]:
+    """{"rabbitmq": (AMQP URL of a vhost made for the run, pid of its beam process)}; the vhost and its user
+    are removed afterwards, with the stream and the queue in them."""
+    port = urlsplit(reference.url).port or 5672
+    pid = listener_pid(port)
+    if pid is None:
+        raise SystemExit(f"bench.loop_reads: no RabbitMQ listening on port {port} ({reference.url})")
+    admin = ManagementClient(reference.management_url, timeout=MGMT_TIMEOUT_S)
+    try:
+        with IsolatedVhost(admin, reference.url, "bench-loop-reads") as vhost:
+            yield {"rabbitmq": (vhost.url, pid)}
+    finally:
+        admin.close()
 
 
 async def ab_rounds(
@@ -198,14 +261,15 @@ async def ab_rounds(
     rounds: int,
     versus: str | None,
     one_round: Callable[[str, int], Awaitable[dict[str, Any]]],
+    others: dict[str, tuple[str, int]] | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
     """`rounds` of one_round(url, broker pid), by side: "this" (the `amqpd` this process imports) and, with
     `versus` (a source tree), "versus" after it in each round, the broker restarted on the same data between
-    them (PYTHONPATH=versus)."""
+    them (PYTHONPATH=versus); then each of `others` (side: (url, pid)), brokers that are not restarted."""
     sides = {"this": broker.env}
     if versus is not None:
         sides["versus"] = dict(broker.env or {}, PYTHONPATH=versus)
-    results: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
+    results: dict[str, list[dict[str, Any]]] = {side: [] for side in [*sides, *(others or {})]}
     for _ in range(rounds):
         for side, env in sides.items():
             if broker.env != env:
@@ -213,6 +277,8 @@ async def ab_rounds(
                 await asyncio.to_thread(broker.restart)
             assert broker.proc is not None
             results[side].append(await one_round(broker.url, broker.proc.pid))
+        for side, (url, pid) in (others or {}).items():
+            results[side].append(await one_round(url, pid))
     return results
 
 
@@ -244,10 +310,19 @@ async def measure_round(
     phase("replay", pid)
     done = asyncio.Event()
     with ProcessPoolExecutor(1) as pool:
+        # The replay starts once the publisher is connected: its first publish is then during the replay,
+        # however short the stream.
+        connected = asyncio.Event()
+        publishing = asyncio.create_task(publish_and_probe(url, rate, done, 600.0, connected))
+        waiting = asyncio.create_task(connected.wait())
+        await asyncio.wait({publishing, waiting}, return_when=asyncio.FIRST_COMPLETED)
+        if not connected.is_set():
+            waiting.cancel()
+            await publishing  # it failed before connecting: its error
         cpu_at, clock_at = cpu_seconds(pid), time.perf_counter()
         replaying = asyncio.get_running_loop().run_in_executor(pool, replay_in_child, url, count, nice)
         replaying.add_done_callback(lambda _: done.set())
-        busy, busy_probe = await publish_and_probe(url, rate, done, 600.0)
+        busy, busy_probe = await publishing
         took, consumer_cpu = await replaying
         busy_cpu, busy_clock = cpu_seconds(pid) - cpu_at, time.perf_counter() - clock_at
     phase("done", pid)
@@ -290,10 +365,18 @@ def main(argv: list[str] | None = None) -> int:
         metavar="N",
         help="the replay's consumer process at this niceness (default 0)",
     )
+    p.add_argument("--rabbitmq", action="store_true", help="each round on the reference RabbitMQ too")
+    p.add_argument("--rabbitmq-url", default=REFERENCE_URL, help=f"its AMQP URL (default {REFERENCE_URL})")
+    p.add_argument(
+        "--rabbitmq-management-url",
+        default="http://127.0.0.1:15672",
+        help="its management API, to make the run's vhost (default http://127.0.0.1:15672)",
+    )
     a = p.parse_args(argv)
     versus = os.path.abspath(a.versus) if a.versus else None
+    reference = Reference(a.rabbitmq_url, a.rabbitmq_management_url) if a.rabbitmq else None
     with BrokerProcess() as broker:
-        result = asyncio.run(measure(broker, a.mb, a.rate, a.seconds, a.rounds, versus, a.consumer_nice))
+        result = asyncio.run(measure(broker, a.mb, a.rate, a.seconds, a.rounds, versus, a.consumer_nice, reference))
     result["amqpd"] = os.path.dirname(os.path.dirname(sys.modules["amqpd"].__file__ or ""))
     print(json.dumps(result))
     return 0

@@ -13,7 +13,6 @@ import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 from bench import procstat, report
 from bench.options import Options
@@ -53,15 +52,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def broker_pid(url: str, fallback_name: str | None = None) -> int | None:
-    port = urlparse(url).port or 5672
-    return procstat.listener_pid(port) or (procstat.named_pid(fallback_name) if fallback_name else None)
-
-
 @contextlib.contextmanager
 def amqpd_target(args: argparse.Namespace) -> Iterator[Target]:
     if args.amqpd_url:
-        yield Target("amqpd", args.amqpd_url, broker_pid(args.amqpd_url))
+        yield Target("amqpd", args.amqpd_url, procstat.broker_pid(args.amqpd_url))
         return
     from amqpd.testing import BrokerProcess  # only when we start it: --amqpd-url works without the package
 
@@ -122,7 +116,9 @@ def main(argv: list[str] | None = None) -> int:
         targets = []
         for name in args.targets:
             if name == "rabbitmq":
-                targets.append(Target("rabbitmq", args.rabbitmq_url, broker_pid(args.rabbitmq_url, "beam.smp")))
+                targets.append(
+                    Target("rabbitmq", args.rabbitmq_url, procstat.broker_pid(args.rabbitmq_url, "beam.smp"))
+                )
             else:
                 targets.append(stack.enter_context(amqpd_target(args)))
         missing_pid = [t.name for t in targets if t.pid is None]

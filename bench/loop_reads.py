@@ -46,13 +46,12 @@ from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiormq
 from pamqp.commands import Basic
 
 from amqpd.testing import BrokerProcess, IsolatedVhost, ManagementClient
-from bench.procstat import cpu_seconds, listener_pid
+from bench.procstat import broker_pid, cpu_seconds
 
 BODY = 16 << 10
 STREAM, QUEUE = "loop-reads-stream", "loop-reads-queue"
@@ -60,6 +59,7 @@ FILL_WINDOW = 256  # confirms outstanding while filling
 PREFETCH = 1000
 PROBE_EVERY = 0.01  # s between the loop probe's round trips
 REFERENCE_URL = os.environ.get("AMQPD_REFERENCE_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
+REFERENCE_MANAGEMENT_URL = "http://127.0.0.1:15672"
 MGMT_TIMEOUT_S = 180.0  # RabbitMQ creates and deletes a vhost slowly on a loaded machine
 
 
@@ -244,10 +244,9 @@ async def measure(
 def reference_vhost(reference: Reference) -> Iterator[dict[str, tuple[str, int]]]:
     """{"rabbitmq": (AMQP URL of a vhost made for the run, pid of its beam process)}; the vhost and its user
     are removed afterwards, with the stream and the queue in them."""
-    port = urlsplit(reference.url).port or 5672
-    pid = listener_pid(port)
+    pid = broker_pid(reference.url)
     if pid is None:
-        raise SystemExit(f"bench.loop_reads: no RabbitMQ listening on port {port} ({reference.url})")
+        raise SystemExit(f"bench.loop_reads: no RabbitMQ listening at {reference.url}")
     admin = ManagementClient(reference.management_url, timeout=MGMT_TIMEOUT_S)
     try:
         with IsolatedVhost(admin, reference.url, "bench-loop-reads") as vhost:
@@ -369,8 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rabbitmq-url", default=REFERENCE_URL, help=f"its AMQP URL (default {REFERENCE_URL})")
     p.add_argument(
         "--rabbitmq-management-url",
-        default="http://127.0.0.1:15672",
-        help="its management API, to make the run's vhost (default http://127.0.0.1:15672)",
+        default=REFERENCE_MANAGEMENT_URL,
+        help=f"its management API, to make the run's vhost (default {REFERENCE_MANAGEMENT_URL})",
     )
     a = p.parse_args(argv)
     versus = os.path.abspath(a.versus) if a.versus else None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
+from urllib.parse import urlsplit
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -98,6 +99,12 @@ def _listening_inodes(port: int) -> set[str]:
             if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:  # 0A = LISTEN
                 found.add(f"socket:[{inode}]")
     return found
+
+
+def broker_pid(url: str, fallback_name: str | None = None) -> int | None:
+    """The broker behind an AMQP URL: the listener on its port, else the process named `fallback_name`."""
+    port = urlsplit(url).port or 5672
+    return listener_pid(port) or (named_pid(fallback_name) if fallback_name else None)
 
 
 def named_pid(name: str) -> int | None:

@@ -15,7 +15,7 @@ import pytest
 from amqpd.testing import ManagementClient
 from bench import loop_reads
 
-MANAGEMENT = "http://127.0.0.1:15672"
+MANAGEMENT = loop_reads.REFERENCE_MANAGEMENT_URL
 
 
 def run_vhosts() -> list[str]:
